@@ -1,0 +1,230 @@
+// Package asm holds small builders of eBPF instruction snippets. Each takes a
+// label prefix, so that two copies of a snippet in one program never share a
+// label, and names maps by symbol only: maps are bound at load time.
+//
+// Register conventions shared by the snippets: R6 holds the context pointer,
+// R7 the current process id (tgid) where a snippet needs it; R1-R5 and R0
+// are scratch, as every helper call clobbers them.
+package asm
+
+import (
+	"fmt"
+
+	bpf "github.com/cilium/ebpf/asm"
+)
+
+// Register roles, see the package comment.
+const (
+	RegCtx = bpf.R6
+	RegPid = bpf.R7
+)
+
+// BPF_NOEXIST and BPF_ANY, the flags of bpf_map_update_elem.
+const (
+	updateAny     = 0
+	updateNoExist = 1
+)
+
+// Prologue saves the context pointer in RegCtx.
+func Prologue() bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Mov.Reg(RegCtx, bpf.R1).WithSource(bpf.Comment("save the context")),
+	}
+}
+
+// Return ends the program with a constant return value at the given label.
+// For tracepoint and kprobe programs 0 discards the event and non-zero lets
+// the kernel store it (kernel/trace/bpf_trace.c: trace_call_bpf).
+func Return(label string, value int32) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Mov.Imm(bpf.R0, value).WithSymbol(label),
+		bpf.Return(),
+	}
+}
+
+// CurrentPid loads the current process id (the tgid, what user space calls
+// the pid) into RegPid.
+func CurrentPid() bpf.Instructions {
+	return bpf.Instructions{
+		bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment("pid = bpf_get_current_pid_tgid() >> 32")),
+		bpf.Mov.Reg(RegPid, bpf.R0),
+		bpf.RSh.Imm(RegPid, 32),
+	}
+}
+
+// PidFilter jumps to skip unless RegPid (see CurrentPid) equals pid.
+func PidFilter(pid uint32, skip string) bpf.Instructions {
+	// A 64-bit compare against a positive immediate: JMP32 forms are 5.1+.
+	return bpf.Instructions{
+		bpf.JNE.Imm(RegPid, int32(pid), skip).WithSource(bpf.Comment(fmt.Sprintf("only pid %d", pid))),
+	}
+}
+
+// LoadField loads an integer field of a tracepoint record (RegCtx) into dst,
+// sign-extending signed fields narrower than 64 bits. offset and size come
+// from the event's format file, never from a constant.
+func LoadField(dst bpf.Register, name string, offset, size int, signed bool) (bpf.Instructions, error) {
+	var sz bpf.Size
+	switch size {
+	case 1:
+		sz = bpf.Byte
+	case 2:
+		sz = bpf.Half
+	case 4:
+		sz = bpf.Word
+	case 8:
+		sz = bpf.DWord
+	default:
+		return nil, fmt.Errorf("field %s: size %d is not an integer size", name, size)
+	}
+	if offset < 0 || offset > 0x7fff {
+		return nil, fmt.Errorf("field %s: offset %d out of range", name, offset)
+	}
+	insns := bpf.Instructions{
+		bpf.LoadMem(dst, RegCtx, int16(offset), sz).
+			WithSource(bpf.Comment(fmt.Sprintf("%s = ctx->%s (offset %d, size %d)", dst, name, offset, size))),
+	}
+	if signed && size < 8 {
+		shift := int32(64 - 8*size)
+		insns = append(insns, bpf.LSh.Imm(dst, shift), bpf.ArSh.Imm(dst, shift))
+	}
+	return insns, nil
+}
+
+// Log2Slot turns the unsigned value in v into its log2 histogram slot, in
+// BCC's layout: slot 1 holds 0 and 1, slot k >= 2 holds 2^(k-1) .. 2^k-1, so
+// the slot is the bit length of v|1 (1..64). The result is left in out; v
+// and tmp are clobbered. No loops (bounded loops are 5.3+): a binary search
+// over 32, 16, 8, 4 and 2 bits, then the last bit without a branch.
+func Log2Slot(prefix string, v, tmp, out bpf.Register) bpf.Instructions {
+	insns := bpf.Instructions{
+		bpf.Or.Imm(v, 1).WithSource(bpf.Comment(fmt.Sprintf("%s = log2 slot of %s: bit length of %s|1", out, v, v))),
+		bpf.Mov.Imm(out, 1),
+	}
+	label := func(shift int32) string { return fmt.Sprintf("%s_bits%d", prefix, shift) }
+	shifts := []int32{32, 16, 8, 4, 2}
+	for i, shift := range shifts {
+		next := label(1)
+		if i+1 < len(shifts) {
+			next = label(shifts[i+1])
+		}
+		first := bpf.Mov.Reg(tmp, v)
+		if i > 0 {
+			first = first.WithSymbol(label(shift))
+		}
+		insns = append(insns,
+			first,
+			bpf.RSh.Imm(tmp, shift),
+			bpf.JEq.Imm(tmp, 0, next),
+			bpf.Mov.Reg(v, tmp),
+			bpf.Add.Imm(out, shift),
+		)
+	}
+	// v is now 1, 2 or 3: its second bit is the last one to count.
+	return append(insns,
+		bpf.Mov.Reg(tmp, v).WithSymbol(label(1)),
+		bpf.RSh.Imm(tmp, 1),
+		bpf.Add.Reg(out, tmp),
+	)
+}
+
+// StoreKey stores the 32-bit register src at fp+off, building a map key.
+func StoreKey(off int16, src bpf.Register, size bpf.Size) bpf.Instruction {
+	return bpf.StoreMem(bpf.RFP, off, src, size)
+}
+
+// PerCPUArrayIncrement adds 1 to the u64 at the u32 key stored at fp+keyOff
+// of a per-CPU array. The slot belongs to this CPU alone, so a plain
+// load-add-store is safe and no atomic is needed. An array never fills, so
+// nothing can be lost.
+func PerCPUArrayIncrement(prefix, mapName string, keyOff int16) bpf.Instructions {
+	done := prefix + "_done"
+	return bpf.Instructions{
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName).
+			WithSource(bpf.Comment(fmt.Sprintf("%s[key]++ (per-CPU)", mapName))),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, int32(keyOff)),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, done),
+		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord),
+		bpf.Add.Imm(bpf.R1, 1),
+		bpf.StoreMem(bpf.R0, 0, bpf.R1, bpf.DWord),
+		bpf.Mov.Imm(bpf.R0, 0).WithSymbol(done),
+	}
+}
+
+// HashIncrement adds 1 to the u64 value of the key at fp+keyOff in a hash
+// map: lookup and atomic add; else insert 1 (BPF_NOEXIST); if the insert
+// fails because another CPU inserted first, add to that entry; if the map is
+// full, add 1 to slot 0 of the per-CPU array lostMap. onInsert runs before
+// the first insert of a key (e.g. to record the process name). valOff is a
+// free 8-byte stack slot for the initial value.
+func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string, onInsert bpf.Instructions) bpf.Instructions {
+	insert, retry, lost, done := prefix+"_insert", prefix+"_retry", prefix+"_lost", prefix+"_done"
+	lookup := func() bpf.Instructions {
+		return bpf.Instructions{
+			bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
+			bpf.Mov.Reg(bpf.R2, bpf.RFP),
+			bpf.Add.Imm(bpf.R2, int32(keyOff)),
+			bpf.FnMapLookupElem.Call(),
+		}
+	}
+	atomicAdd := bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 1),
+		bpf.StoreXAdd(bpf.R0, bpf.R1, bpf.DWord),
+		bpf.Ja.Label(done),
+	}
+	var insns bpf.Instructions
+	first := lookup()
+	first[0] = first[0].WithSource(bpf.Comment(fmt.Sprintf("%s[key]++ (insert if new, count a full map as lost)", mapName)))
+	insns = append(insns, first...)
+	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, insert))
+	insns = append(insns, atomicAdd...)
+	ins := append(bpf.Instructions{}, onInsert...)
+	ins = append(ins,
+		bpf.Mov.Imm(bpf.R1, 1),
+		bpf.StoreMem(bpf.RFP, valOff, bpf.R1, bpf.DWord),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, int32(keyOff)),
+		bpf.Mov.Reg(bpf.R3, bpf.RFP),
+		bpf.Add.Imm(bpf.R3, int32(valOff)),
+		bpf.Mov.Imm(bpf.R4, updateNoExist),
+		bpf.FnMapUpdateElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, done),
+	)
+	ins[0] = ins[0].WithSymbol(insert)
+	insns = append(insns, ins...)
+	again := lookup()
+	again[0] = again[0].WithSymbol(retry).WithSource(bpf.Comment("insert failed: another CPU won the race, or the map is full"))
+	insns = append(insns, again...)
+	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, lost))
+	insns = append(insns, atomicAdd...)
+	lostInsns := bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 0),
+		StoreKey(valOff, bpf.R1, bpf.Word),
+	}
+	lostInsns[0] = lostInsns[0].WithSymbol(lost).WithSource(bpf.Comment(lostMap + "[0]++: the map is full"))
+	insns = append(insns, lostInsns...)
+	insns = append(insns, PerCPUArrayIncrement(prefix+"_lost", lostMap, valOff)...)
+	insns = append(insns, bpf.Mov.Imm(bpf.R0, 0).WithSymbol(done))
+	return insns
+}
+
+// StoreComm records the current task's name under the u32 key at fp+keyOff
+// of a hash map, using 16 bytes of stack at fp+bufOff as scratch.
+func StoreComm(mapName string, keyOff, bufOff int16) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment(fmt.Sprintf("%s[pid] = bpf_get_current_comm()", mapName))),
+		bpf.Add.Imm(bpf.R1, int32(bufOff)),
+		bpf.Mov.Imm(bpf.R2, 16),
+		bpf.FnGetCurrentComm.Call(),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, int32(keyOff)),
+		bpf.Mov.Reg(bpf.R3, bpf.RFP),
+		bpf.Add.Imm(bpf.R3, int32(bufOff)),
+		bpf.Mov.Imm(bpf.R4, updateAny),
+		bpf.FnMapUpdateElem.Call(),
+	}
+}
