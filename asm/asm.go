@@ -228,3 +228,56 @@ func StoreComm(mapName string, keyOff, bufOff int16) bpf.Instructions {
 		bpf.FnMapUpdateElem.Call(),
 	}
 }
+
+// PidInSet jumps to skip unless RegPid is a key of the hash mapName (the
+// followed process tree of a -c command). keyOff is 4 bytes of free stack.
+func PidInSet(mapName string, keyOff int16, skip string) bpf.Instructions {
+	return bpf.Instructions{
+		StoreKey(keyOff, RegPid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("only pids in %s", mapName))),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, int32(keyOff)),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, skip),
+	}
+}
+
+// FollowForks is a whole program for sched:sched_process_fork: when the
+// parent is in the hash mapName, add the child, so that a -c command's
+// children (dash forks even for a single command) are followed too. The
+// tracepoint fires before the child first runs, so none of its events is
+// missed. parent and child are the pid fields' offsets from the format file.
+func FollowForks(mapName string, parentOff, childOff int) (bpf.Instructions, error) {
+	insns := Prologue()
+	parent, err := LoadField(bpf.R1, "parent_pid", parentOff, 4, false)
+	if err != nil {
+		return nil, err
+	}
+	child, err := LoadField(bpf.R1, "child_pid", childOff, 4, false)
+	if err != nil {
+		return nil, err
+	}
+	insns = append(insns, parent...)
+	insns = append(insns,
+		StoreKey(-4, bpf.R1, bpf.Word),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, -4),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
+	)
+	insns = append(insns, child...)
+	insns = append(insns,
+		StoreKey(-4, bpf.R1, bpf.Word),
+		bpf.Mov.Imm(bpf.R1, 1),
+		StoreKey(-8, bpf.R1, bpf.Word),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName).WithSource(bpf.Comment(mapName+"[child] = 1")),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, -4),
+		bpf.Mov.Reg(bpf.R3, bpf.RFP),
+		bpf.Add.Imm(bpf.R3, -8),
+		bpf.Mov.Imm(bpf.R4, updateAny),
+		bpf.FnMapUpdateElem.Call(),
+	)
+	return append(insns, Return("exit", 0)...), nil
+}

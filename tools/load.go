@@ -1,0 +1,39 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// Load creates the maps and programs of spec. Maps are bound to the
+// programs' map references by name. On a verifier rejection the error carries
+// the verifier's log and the annotated disassembly of the program.
+func Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; RemoveMemlock
+	// raises it only where that accounting is still in force.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps: %w", err)
+	}
+	// Marshalling mutates instructions: keep a copy to show on failure.
+	shown := spec.Copy()
+	coll, err := ebpf.NewCollection(spec)
+	if err == nil {
+		return coll, nil
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		var progs string
+		for name, p := range shown.Programs {
+			progs += fmt.Sprintf("program %s:\n%v", name, p.Instructions)
+		}
+		return nil, fmt.Errorf("load BPF programs: the kernel's verifier rejected them: %w\nverifier log:\n%+v\n%s", err, ve, progs)
+	}
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return nil, fmt.Errorf("load BPF programs: %w (needs root, or CAP_BPF and CAP_PERFMON)", err)
+	}
+	return nil, fmt.Errorf("load BPF programs: %w", err)
+}

@@ -1,0 +1,48 @@
+// Command writesize prints histograms of the sizes of write(2) calls,
+// counted in the kernel by a hand-assembled BPF program on the
+// syscalls:sys_enter_write tracepoint.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/tracekit/tracekit/tools"
+)
+
+type options struct {
+	tools.Common
+	Pid        int  `short:"p" long:"pid" value-name:"PID" description:"Trace only this process (its pid, the tgid)"`
+	PerProcess bool `short:"P" long:"per-process" description:"Print one histogram per process, labelled '<comm> <pid>'"`
+	All        bool `short:"a" long:"all" description:"With -c, trace every process, not only the command"`
+}
+
+const details = `writesize counts every write(2) by its size in the kernel: the program on
+syscalls:sys_enter_write reads the count argument at the offset the event's
+format file gives, computes its log2 bucket and counts it there. User space
+only reads the counts when it prints a report.
+
+Examples:
+  writesize                     # trace all writes until Ctrl-C, then print
+  writesize 1 5                 # a report every second, five times
+  writesize -P 5                # one histogram per process, every 5 s
+  writesize -p 1234 --json      # only pid 1234, reports as JSON lines
+  writesize -c 'dd if=/dev/zero of=/dev/null bs=4k count=100 status=none'
+                                # trace only that command, report when it ends
+
+Exit status: 0 success, 1 runtime error, 2 usage error.
+`
+
+func main() {
+	var o options
+	os.Exit(tools.Main(tools.Tool{
+		Name:    "writesize",
+		Summary: "Summarize write(2) sizes as a log2 histogram.",
+		Details: details,
+		Options: &o,
+		Validate: func() error {
+			return validate(&o)
+		},
+		Run: func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
+	}, os.Args[1:]))
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// Map sizes. One process needs at most 64 entries (one per slot), so 10240
+// entries hold 160 busy processes; more are counted as lost, never dropped.
+const (
+	maxProcEntries = 10240
+	maxComms       = 4096
+)
+
+// progConfig says what program to build.
+type progConfig struct {
+	Count      tracefs.Field // the size field: sys_enter_write's count
+	Pid        uint32        // only this process; 0 for all
+	Tree       bool          // only the processes in tools.PidsMap (-c)
+	PerProcess bool          // one histogram per process
+}
+
+// Stack layout of the per-process program.
+const (
+	keyOff  = -8  // {u32 pid; u32 slot}; its first 4 bytes double as the comm key
+	valOff  = -16 // initial value of an insert, and the lost map's key
+	commOff = -32 // 16 bytes of task name
+	treeOff = -36 // key of the process-tree lookup
+)
+
+// program returns the instructions of the write-size program: read count,
+// compute its log2 slot, count it. It never lets the event through (return
+// 0): all aggregation happens in the kernel.
+func program(cfg progConfig) (bpf.Instructions, error) {
+	load, err := asm.LoadField(bpf.R1, cfg.Count.Name, cfg.Count.Offset, cfg.Count.Size, false)
+	if err != nil {
+		return nil, err
+	}
+	insns := asm.Prologue()
+	if cfg.Pid != 0 || cfg.Tree || cfg.PerProcess {
+		insns = append(insns, asm.CurrentPid()...)
+	}
+	if cfg.Pid != 0 {
+		insns = append(insns, asm.PidFilter(cfg.Pid, "exit")...)
+	} else if cfg.Tree {
+		insns = append(insns, asm.PidInSet(tools.PidsMap, treeOff, "exit")...)
+	}
+	insns = append(insns, load...)
+	insns = append(insns, asm.Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3)...)
+	if cfg.PerProcess {
+		insns = append(insns,
+			asm.StoreKey(keyOff, asm.RegPid, bpf.Word),
+			asm.StoreKey(keyOff+4, bpf.R3, bpf.Word),
+		)
+		insns = append(insns, asm.HashIncrement("count", "hist", keyOff, valOff, "lost",
+			asm.StoreComm("comms", keyOff, commOff))...)
+	} else {
+		insns = append(insns, asm.StoreKey(-4, bpf.R3, bpf.Word))
+		insns = append(insns, asm.PerCPUArrayIncrement("count", "hist", -4)...)
+	}
+	return append(insns, asm.Return("exit", 0)...), nil
+}
+
+// collection returns the maps and the program, ready for tools.Load.
+func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
+	insns, err := program(cfg)
+	if err != nil {
+		return nil, err
+	}
+	maps := map[string]*ebpf.MapSpec{}
+	if cfg.PerProcess {
+		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: maxProcEntries}
+		maps["comms"] = &ebpf.MapSpec{Name: "writesize_comm", Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: maxComms}
+		maps["lost"] = &ebpf.MapSpec{Name: "writesize_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
+	} else {
+		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 65}
+	}
+	spec := &ebpf.CollectionSpec{
+		Maps: maps,
+		Programs: map[string]*ebpf.ProgramSpec{
+			"writesize": {Name: "writesize", Type: ebpf.TracePoint, License: "GPL", Instructions: insns},
+		},
+	}
+	if cfg.Tree {
+		if err := tools.AddProcessTree(spec); err != nil {
+			return nil, err
+		}
+	}
+	return spec, nil
+}

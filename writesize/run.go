@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/terminal"
+	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+func validate(o *options) error {
+	if o.Pid < 0 {
+		return tools.Usagef("invalid pid %d", o.Pid)
+	}
+	if o.Pid > 0 {
+		if err := unix.Kill(o.Pid, 0); errors.Is(err, unix.ESRCH) {
+			return tools.Usagef("no process with pid %d", o.Pid)
+		}
+	}
+	if o.All && o.Command == "" {
+		return tools.Usagef("--all goes with -c: without -c every process is traced already")
+	}
+	if o.All && o.Pid > 0 {
+		return tools.Usagef("--all and -p contradict each other")
+	}
+	return nil
+}
+
+func run(ctx context.Context, s *tools.Session, o *options) error {
+	if err := tools.CheckPrivileges(s.Tool); err != nil {
+		return err
+	}
+	format, err := tracefs.ReadFormat("syscalls", "sys_enter_write")
+	if err != nil {
+		return fmt.Errorf("%w (writesize needs syscall tracepoints: CONFIG_FTRACE_SYSCALLS)", err)
+	}
+	count, err := format.MustField("count")
+	if err != nil {
+		return err
+	}
+	cmdPid, abort, err := s.PrepareCommand()
+	if err != nil {
+		return err
+	}
+	defer abort()
+	cfg := progConfig{Count: count, Pid: uint32(o.Pid), PerProcess: o.PerProcess}
+	// With -c, the command's process and its descendants: dash forks even a
+	// single command, so the pid of "sh -c" alone would miss its writes.
+	cfg.Tree = cmdPid != 0 && o.Pid == 0 && !o.All
+	spec, err := collection(cfg)
+	if err != nil {
+		return err
+	}
+	coll, err := tools.Load(spec)
+	if err != nil {
+		return err
+	}
+	defer coll.Close()
+	if cfg.Tree {
+		follow, err := tools.FollowProcessTree(coll, cmdPid)
+		if err != nil {
+			return err
+		}
+		defer follow.Close()
+	}
+	att, err := tools.AttachTracepoint(coll.Programs["writesize"], "syscalls", "sys_enter_write")
+	if err != nil {
+		return err
+	}
+	defer att.Close()
+
+	r := &reader{coll: coll, perProcess: o.PerProcess, deltas: tools.Deltas{Cumulative: o.Cumulative}}
+	err = s.Loop(ctx, "write(2) sizes", func(final bool) error {
+		rep, err := r.report()
+		if err != nil {
+			return err
+		}
+		return s.WriteHist(rep, time.Now())
+	})
+	return errors.Join(err, att.Close())
+}
+
+// reader turns the kernel's maps into reports.
+type reader struct {
+	coll       *ebpf.Collection
+	perProcess bool
+	deltas     tools.Deltas
+	comms      map[uint32]string
+}
+
+func (r *reader) report() (*tools.HistReport, error) {
+	rep := &tools.HistReport{Unit: "bytes"}
+	if !r.perProcess {
+		h, err := tools.ReadLog2Array(r.coll.Maps["hist"])
+		if err != nil {
+			return nil, err
+		}
+		rep.Hists = []*terminal.Log2Hist{r.deltas.Hist(0, &h)}
+		return rep, nil
+	}
+	rep.LabelKind = "process"
+	hists, err := tools.ReadLog2Hash(r.coll.Maps["hist"])
+	if err != nil {
+		return nil, err
+	}
+	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	if err != nil {
+		return nil, err
+	}
+	rep.Lost = r.deltas.Lost(lost)
+	pids := make([]uint32, 0, len(hists))
+	for pid := range hists {
+		pids = append(pids, pid)
+	}
+	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+	for _, pid := range pids {
+		h := r.deltas.Hist(pid, hists[pid])
+		if h.Total() == 0 {
+			continue // nothing from this process in this interval
+		}
+		h.Label = fmt.Sprintf("%s %d", r.comm(pid), pid)
+		rep.Hists = append(rep.Hists, h)
+	}
+	return rep, nil
+}
+
+// comm returns the task name the kernel recorded for pid, else /proc's, else "?".
+func (r *reader) comm(pid uint32) string {
+	var name [16]byte
+	if err := r.coll.Maps["comms"].Lookup(pid, &name); err == nil {
+		if s := strings.TrimRight(string(name[:]), "\x00"); s != "" {
+			return s
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return "?"
+}
