@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
@@ -17,6 +18,9 @@ func Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
 	// raises it only where that accounting is still in force.
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps: %w", err)
+	}
+	for _, p := range spec.Programs {
+		firstLineInfo(p.Instructions)
 	}
 	// Marshalling mutates instructions: keep a copy to show on failure.
 	shown := spec.Copy()
@@ -36,4 +40,19 @@ func Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
 		return nil, fmt.Errorf("load BPF programs: %w (needs root, or CAP_BPF and CAP_PERFMON)", err)
 	}
 	return nil, fmt.Errorf("load BPF programs: %w", err)
+}
+
+// firstLineInfo gives the first instruction a comment when any other has
+// one: comments become BTF line info, and the kernel rejects line info that
+// does not start at instruction 0 ("missing bpf_line_info for func#0").
+func firstLineInfo(insns asm.Instructions) {
+	if len(insns) == 0 || insns[0].Source() != nil {
+		return
+	}
+	for _, ins := range insns[1:] {
+		if ins.Source() != nil {
+			insns[0] = insns[0].WithSource(asm.Comment("program start"))
+			return
+		}
+	}
 }

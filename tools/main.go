@@ -156,10 +156,10 @@ func parse(t Tool, args []string) error {
 
 // Session is a tool's run: where reports go, the -c command, the loop.
 type Session struct {
-	Tool   string
-	Opts   *Common
-	Stdout io.Writer
-	Stderr io.Writer
+	Tool    string
+	Opts    *Common
+	Stdout  io.Writer
+	Stderr  io.Writer
 	cmd     *Command
 	reports int
 }

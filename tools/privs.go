@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -14,8 +13,10 @@ const (
 	capBPF      = 39
 )
 
-// ErrPrivilege marks a missing privilege: the tools exit 1 with its message.
-var ErrPrivilege = errors.New("missing privilege")
+// PrivilegeError is a missing privilege: the tools exit 1 with its message.
+type PrivilegeError struct{ msg string }
+
+func (e *PrivilegeError) Error() string { return e.msg }
 
 // CheckPrivileges fails with a one-line explanation unless the process may
 // load tracing programs: CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (5.8+).
@@ -38,5 +39,5 @@ func CheckPrivileges(tool string) error {
 	default:
 		missing = "CAP_PERFMON"
 	}
-	return fmt.Errorf("%w: %s needs root, or %s (CAP_SYS_ADMIN on kernels before 5.8): run it with sudo", ErrPrivilege, tool, missing)
+	return &PrivilegeError{fmt.Sprintf("%s needs root, or %s (CAP_SYS_ADMIN on kernels before 5.8): run it with sudo", tool, missing)}
 }

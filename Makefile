@@ -1,0 +1,33 @@
+# tracekit: hand-assembled BPF tracing tools. `make help` lists the targets.
+GO      ?= go
+TOOLS   := writesize
+BIN     := bin
+GOFLAGS := -trimpath
+export CGO_ENABLED := 0
+
+.PHONY: all build run test bench vet help clean
+
+all: build ## `make` alone builds every tool
+
+build: ## build every tool, static, into bin/
+	@mkdir -p $(BIN)
+	@for t in $(TOOLS); do $(GO) build $(GOFLAGS) -ldflags='-s -w' -o $(BIN)/$$t ./$$t || exit 1; done
+
+run: build ## build, then run the showcase: a write-size histogram every second, 5 times
+	$(BIN)/writesize 1 5
+
+test: vet ## every test: unit tests and, as root, the tests against the real kernel
+	$(GO) test -count=1 ./...
+
+vet: ## gofmt and go vet
+	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+bench: build ## added cost per event versus an empty program and bpftrace (root; installs bpftrace)
+	bash bench/run.sh
+
+clean: ## remove build outputs
+	rm -rf $(BIN)
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'

@@ -1,0 +1,53 @@
+package asm
+
+import (
+	"fmt"
+	"testing"
+
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/internal/golden"
+)
+
+func TestSnippetGoldens(t *testing.T) {
+	field, err := LoadField(bpf.R1, "pid", 28, 4, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := FollowForks("pids", 12, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, insns := range map[string]bpf.Instructions{
+		"log2slot":     Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3),
+		"field_signed": field,
+		"percpu_inc":   PerCPUArrayIncrement("inc", "hist", -4),
+		"hash_inc":     HashIncrement("inc", "hist", -8, -16, "lost", StoreComm("comms", -8, -32)),
+		"pid_in_set":   PidInSet("pids", -36, "exit"),
+		"follow_forks": fork,
+	} {
+		golden.Check(t, name, fmt.Sprintf("%v", insns))
+	}
+}
+
+func TestLoadFieldRejectsOddSizes(t *testing.T) {
+	for _, size := range []int{0, 3, 16} {
+		if _, err := LoadField(bpf.R1, "x", 8, size, false); err == nil {
+			t.Errorf("size %d accepted", size)
+		}
+	}
+	if _, err := LoadField(bpf.R1, "x", 40000, 8, false); err == nil {
+		t.Error("offset 40000 accepted")
+	}
+}
+
+func TestLog2SlotOf(t *testing.T) {
+	for _, tc := range []struct {
+		v    uint64
+		slot int
+	}{{0, 1}, {1, 1}, {2, 2}, {3, 2}, {4, 3}, {1023, 10}, {1024, 11}, {1 << 20, 21}, {1<<63 - 1, 63}, {1 << 63, 64}, {^uint64(0), 64}} {
+		if got := Log2SlotOf(tc.v); got != tc.slot {
+			t.Errorf("Log2SlotOf(%d) = %d, want %d", tc.v, got, tc.slot)
+		}
+	}
+}

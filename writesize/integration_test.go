@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/terminal"
+)
+
+// The test binary doubles as an exact writer: with TK_WRITES=S:N it makes
+// exactly N write(2) calls of S bytes to /dev/null and exits. It opens the
+// file with a raw syscall so that the Go runtime's poller (whose wake-ups are
+// writes to an eventfd) never starts.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("TK_WRITES"); spec != "" {
+		os.Exit(exactWrites(spec))
+	}
+	os.Exit(m.Run())
+}
+
+func exactWrites(spec string) int {
+	var size, n int
+	if _, err := fmt.Sscanf(spec, "%d:%d", &size, &n); err != nil {
+		return 3
+	}
+	if wait := os.Getenv("TK_WAIT_FD"); wait != "" {
+		// Block until the test says go: one byte on this fd.
+		fd, _ := strconv.Atoi(wait)
+		var b [1]byte
+		if _, err := unix.Read(fd, b[:]); err != nil {
+			return 4
+		}
+	}
+	fd, err := unix.Open("/dev/null", unix.O_WRONLY, 0)
+	if err != nil {
+		return 5
+	}
+	buf := make([]byte, size)
+	for i := 0; i < n; i++ {
+		if _, err := unix.Write(fd, buf); err != nil {
+			return 6
+		}
+	}
+	return 0
+}
+
+// writer is the shell command for exactly n writes of size bytes.
+func writer(t *testing.T, size, n int) string {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("TK_WRITES=%d:%d %s", size, n, self)
+}
+
+var binDir string
+
+// tool returns the path of the writesize binary: $TRACEKIT_BIN/writesize when
+// set (prebuilt, as in the kernel matrix), else built once for the tests.
+func tool(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("TRACEKIT_BIN"); d != "" {
+		return filepath.Join(d, "writesize")
+	}
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "writesize-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// World-readable, so that the unprivileged test can run it too.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "writesize"), ".").CombinedOutput()
+		if err != nil {
+			t.Fatalf("build writesize: %v\n%s", err, out)
+		}
+		binDir = dir
+	}
+	return filepath.Join(binDir, "writesize")
+}
+
+type result struct {
+	stdout, stderr string
+	status         int
+}
+
+func runTool(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(tool(t), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	status := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		status = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), status}
+}
+
+type jsonReport struct {
+	Tool       string `json:"tool"`
+	Time       string `json:"time"`
+	Unit       string `json:"unit"`
+	Histograms []struct {
+		Label   string            `json:"label"`
+		Total   uint64            `json:"total"`
+		Buckets []terminal.Bucket `json:"buckets"`
+	} `json:"histograms"`
+	Lost uint64 `json:"lost"`
+}
+
+func parseJSON(t *testing.T, out string) []jsonReport {
+	t.Helper()
+	var reps []jsonReport
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r jsonReport
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("stdout line is not JSON: %q: %v", line, err)
+		}
+		reps = append(reps, r)
+	}
+	return reps
+}
+
+// nonEmpty returns the buckets with a count.
+func nonEmpty(b []terminal.Bucket) []terminal.Bucket {
+	var out []terminal.Bucket
+	for _, x := range b {
+		if x.Count != 0 {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func TestExactCountsPerSize(t *testing.T) {
+	privtest.Require(t)
+	const n = 37
+	for _, size := range []int{0, 1, 2, 4096, 1000, 1 << 20} {
+		r := runTool(t, "--json", "-c", writer(t, size, n))
+		if r.status != 0 {
+			t.Fatalf("size %d: exit %d: %s", size, r.status, r.stderr)
+		}
+		reps := parseJSON(t, r.stdout)
+		if len(reps) != 1 || len(reps[0].Histograms) != 1 {
+			t.Fatalf("size %d: want one report with one histogram, got %+v", size, reps)
+		}
+		h := reps[0].Histograms[0]
+		lo, hi := terminal.SlotRange(asm.Log2SlotOf(uint64(size)))
+		got := nonEmpty(h.Buckets)
+		want := []terminal.Bucket{{Low: lo, High: hi, Count: n}}
+		if len(got) != 1 || got[0] != want[0] || h.Total != n {
+			t.Errorf("size %d: buckets %+v total %d, want exactly %+v", size, got, h.Total, want)
+		}
+	}
+}
+
+// textBuckets parses BCC-layout histogram rows.
+var rowRE = regexp.MustCompile(`^\s*(\d+) -> (\d+)\s+: (\d+)\s+\|`)
+
+func textBuckets(out string) []terminal.Bucket {
+	var b []terminal.Bucket
+	s := bufio.NewScanner(strings.NewReader(out))
+	for s.Scan() {
+		if m := rowRE.FindStringSubmatch(s.Text()); m != nil {
+			lo, _ := strconv.ParseUint(m[1], 10, 64)
+			hi, _ := strconv.ParseUint(m[2], 10, 64)
+			c, _ := strconv.ParseUint(m[3], 10, 64)
+			b = append(b, terminal.Bucket{Low: lo, High: hi, Count: c})
+		}
+	}
+	return b
+}
+
+func TestJSONMatchesText(t *testing.T) {
+	privtest.Require(t)
+	cmd := writer(t, 3, 5) + "; " + writer(t, 700, 11) + "; " + writer(t, 70000, 2)
+	text := runTool(t, "-c", cmd)
+	js := runTool(t, "--json", "-c", cmd)
+	if text.status != 0 || js.status != 0 {
+		t.Fatalf("exit %d/%d: %s %s", text.status, js.status, text.stderr, js.stderr)
+	}
+	tb := textBuckets(text.stdout)
+	reps := parseJSON(t, js.stdout)
+	jb := reps[0].Histograms[0].Buckets
+	if fmt.Sprint(tb) != fmt.Sprint(jb) {
+		t.Errorf("text buckets %v\njson buckets %v", tb, jb)
+	}
+	want := map[uint64]uint64{2: 5, 512: 11, 65536: 2}
+	for _, b := range jb {
+		if b.Count != want[b.Low] {
+			t.Errorf("bucket %d->%d: %d, want %d", b.Low, b.High, b.Count, want[b.Low])
+		}
+	}
+	if !strings.HasPrefix(text.stdout, "     bytes               : count     distribution\n") {
+		t.Errorf("text report does not start with the BCC header:\n%s", text.stdout)
+	}
+}
+
+func TestPerProcessSeparates(t *testing.T) {
+	privtest.Require(t)
+	r := runTool(t, "--json", "-P", "-c", writer(t, 10, 4)+"; "+writer(t, 5000, 9))
+	if r.status != 0 {
+		t.Fatalf("exit %d: %s", r.status, r.stderr)
+	}
+	hs := parseJSON(t, r.stdout)[0].Histograms
+	if len(hs) != 2 {
+		t.Fatalf("want 2 histograms, got %+v", hs)
+	}
+	labelRE := regexp.MustCompile(`^\S+ \d+$`)
+	totals := map[uint64]bool{}
+	for _, h := range hs {
+		if !labelRE.MatchString(h.Label) {
+			t.Errorf("label %q is not '<comm> <pid>'", h.Label)
+		}
+		totals[h.Total] = true
+		if got := nonEmpty(h.Buckets); len(got) != 1 {
+			t.Errorf("%s: buckets %+v, want one", h.Label, got)
+		}
+	}
+	if !totals[4] || !totals[9] || hs[0].Label == hs[1].Label {
+		t.Errorf("want separate processes with 4 and 9 writes, got %+v", hs)
+	}
+}
+
+// TestPidExcludesOthers traces one waiting process with -p while another
+// process writes too; only the first one's writes may be counted.
+func TestPidExcludesOthers(t *testing.T) {
+	privtest.Require(t)
+	self, _ := os.Executable()
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := exec.Command(self)
+	target.Env = append(os.Environ(), "TK_WRITES=123:17", "TK_WAIT_FD=3")
+	target.ExtraFiles = []*os.File{gateR}
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gateR.Close()
+	defer target.Process.Kill()
+
+	ws := exec.Command(tool(t), "--json", "-p", strconv.Itoa(target.Process.Pid))
+	var out bytes.Buffer
+	ws.Stdout = &out
+	stderr, _ := ws.StderrPipe()
+	if err := ws.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Process.Kill()
+	// The tool says "Tracing ..." once attached.
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "Tracing") {
+		t.Fatalf("no tracing line: %q %v", line, err)
+	}
+	other := exec.Command(self)
+	other.Env = append(os.Environ(), "TK_WRITES=123:50")
+	if err := other.Run(); err != nil {
+		t.Fatal(err)
+	}
+	gateW.Write([]byte{1})
+	gateW.Close()
+	if err := target.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	ws.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- ws.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("writesize: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("writesize did not stop on SIGINT")
+	}
+	h := parseJSON(t, out.String())[0].Histograms[0]
+	got := nonEmpty(h.Buckets)
+	if len(got) != 1 || got[0].Count != 17 || got[0].Low != 64 {
+		t.Errorf("buckets %+v, want exactly 17 in 64 -> 127", got)
+	}
+}
+
+func TestUnprivilegedGetsOneLine(t *testing.T) {
+	privtest.Require(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Fatal("setpriv (util-linux) is needed for this test")
+	}
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", tool(t))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want status 1; stderr %q", err, errb.String())
+	}
+	msg := errb.String()
+	if strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "needs root, or CAP_BPF and CAP_PERFMON") {
+		t.Errorf("stderr = %q, want one line naming the privilege", msg)
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout = %q, want nothing", out.String())
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"abc"}, {"-1"}, {"0"}, {"1", "0"}, {"1", "x"}, {"1", "2", "3"},
+		{"--bogus"}, {"-p", "999999999"}, {"-p", "x"}, {"--all"},
+	} {
+		r := runTool(t, args...)
+		if r.status != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, r.status, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "Try 'writesize --help'") || strings.Contains(r.stderr, "goroutine") {
+			t.Errorf("%v: stderr %q", args, r.stderr)
+		}
+	}
+	r := runTool(t, "--help")
+	if r.status != 0 || !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "--per-process") {
+		t.Errorf("--help: exit %d, stdout %q", r.status, r.stdout)
+	}
+}
