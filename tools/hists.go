@@ -100,3 +100,26 @@ func (d *Deltas) Lost(cur uint64) uint64 {
 	d.prevLost = cur
 	return out
 }
+
+// KeyedDeltas is Deltas for counters keyed by anything: the counts since
+// the last report of each key (all of them when cumulative).
+type KeyedDeltas[K comparable] struct {
+	Cumulative bool
+	prev       map[K]uint64
+}
+
+// Step returns the non-zero counts of cur since the last call, and
+// remembers cur.
+func (d *KeyedDeltas[K]) Step(cur map[K]uint64) map[K]uint64 {
+	out := make(map[K]uint64, len(cur))
+	for k, v := range cur {
+		if !d.Cumulative {
+			v -= d.prev[k]
+		}
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	d.prev = cur
+	return out
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,105 +14,22 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/terminal"
 )
 
-// The test binary doubles as an exact writer: with TK_WRITES=S:N it makes
-// exactly N write(2) calls of S bytes to /dev/null and exits. It opens the
-// file with a raw syscall so that the Go runtime's poller (whose wake-ups are
-// writes to an eventfd) never starts.
-func TestMain(m *testing.M) {
-	if spec := os.Getenv("TK_WRITES"); spec != "" {
-		os.Exit(exactWrites(spec))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { tooltest.Main(m) }
 
-func exactWrites(spec string) int {
-	var size, n int
-	if _, err := fmt.Sscanf(spec, "%d:%d", &size, &n); err != nil {
-		return 3
-	}
-	if wait := os.Getenv("TK_WAIT_FD"); wait != "" {
-		// Block until the test says go: one byte on this fd.
-		fd, _ := strconv.Atoi(wait)
-		var b [1]byte
-		if _, err := unix.Read(fd, b[:]); err != nil {
-			return 4
-		}
-	}
-	fd, err := unix.Open("/dev/null", unix.O_WRONLY, 0)
-	if err != nil {
-		return 5
-	}
-	buf := make([]byte, size)
-	for i := 0; i < n; i++ {
-		if _, err := unix.Write(fd, buf); err != nil {
-			return 6
-		}
-	}
-	return 0
-}
+func writer(t *testing.T, size, n int) string { return tooltest.Writes(t, size, n) }
 
-// writer is the shell command for exactly n writes of size bytes.
-func writer(t *testing.T, size, n int) string {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("TK_WRITES=%d:%d %s", size, n, self)
-}
+func tool(t *testing.T) string { return tooltest.Tool(t, "writesize") }
 
-var binDir string
+type result = tooltest.Result
 
-// tool returns the path of the writesize binary: $TRACEKIT_BIN/writesize when
-// set (prebuilt, as in the kernel matrix), else built once for the tests.
-func tool(t *testing.T) string {
-	t.Helper()
-	if d := os.Getenv("TRACEKIT_BIN"); d != "" {
-		return filepath.Join(d, "writesize")
-	}
-	if binDir == "" {
-		dir, err := os.MkdirTemp("", "writesize-test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// World-readable, so that the unprivileged test can run it too.
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "writesize"), ".").CombinedOutput()
-		if err != nil {
-			t.Fatalf("build writesize: %v\n%s", err, out)
-		}
-		binDir = dir
-	}
-	return filepath.Join(binDir, "writesize")
-}
-
-type result struct {
-	stdout, stderr string
-	status         int
-}
-
-func runTool(t *testing.T, args ...string) result {
-	t.Helper()
-	cmd := exec.Command(tool(t), args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	status := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		status = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{out.String(), errb.String(), status}
-}
+func runTool(t *testing.T, args ...string) result { return tooltest.Run(t, tool(t), args...) }
 
 type jsonReport struct {
 	Tool       string `json:"tool"`
@@ -156,10 +72,10 @@ func TestExactCountsPerSize(t *testing.T) {
 	const n = 37
 	for _, size := range []int{0, 1, 2, 4096, 1000, 1 << 20} {
 		r := runTool(t, "--json", "-c", writer(t, size, n))
-		if r.status != 0 {
-			t.Fatalf("size %d: exit %d: %s", size, r.status, r.stderr)
+		if r.Status != 0 {
+			t.Fatalf("size %d: exit %d: %s", size, r.Status, r.Stderr)
 		}
-		reps := parseJSON(t, r.stdout)
+		reps := parseJSON(t, r.Stdout)
 		if len(reps) != 1 || len(reps[0].Histograms) != 1 {
 			t.Fatalf("size %d: want one report with one histogram, got %+v", size, reps)
 		}
@@ -195,11 +111,11 @@ func TestJSONMatchesText(t *testing.T) {
 	cmd := writer(t, 3, 5) + "; " + writer(t, 700, 11) + "; " + writer(t, 70000, 2)
 	text := runTool(t, "-c", cmd)
 	js := runTool(t, "--json", "-c", cmd)
-	if text.status != 0 || js.status != 0 {
-		t.Fatalf("exit %d/%d: %s %s", text.status, js.status, text.stderr, js.stderr)
+	if text.Status != 0 || js.Status != 0 {
+		t.Fatalf("exit %d/%d: %s %s", text.Status, js.Status, text.Stderr, js.Stderr)
 	}
-	tb := textBuckets(text.stdout)
-	reps := parseJSON(t, js.stdout)
+	tb := textBuckets(text.Stdout)
+	reps := parseJSON(t, js.Stdout)
 	jb := reps[0].Histograms[0].Buckets
 	if fmt.Sprint(tb) != fmt.Sprint(jb) {
 		t.Errorf("text buckets %v\njson buckets %v", tb, jb)
@@ -210,18 +126,18 @@ func TestJSONMatchesText(t *testing.T) {
 			t.Errorf("bucket %d->%d: %d, want %d", b.Low, b.High, b.Count, want[b.Low])
 		}
 	}
-	if !strings.HasPrefix(text.stdout, "     bytes               : count     distribution\n") {
-		t.Errorf("text report does not start with the BCC header:\n%s", text.stdout)
+	if !strings.HasPrefix(text.Stdout, "     bytes               : count     distribution\n") {
+		t.Errorf("text report does not start with the BCC header:\n%s", text.Stdout)
 	}
 }
 
 func TestPerProcessSeparates(t *testing.T) {
 	privtest.Require(t)
 	r := runTool(t, "--json", "-P", "-c", writer(t, 10, 4)+"; "+writer(t, 5000, 9))
-	if r.status != 0 {
-		t.Fatalf("exit %d: %s", r.status, r.stderr)
+	if r.Status != 0 {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 	}
-	hs := parseJSON(t, r.stdout)[0].Histograms
+	hs := parseJSON(t, r.Stdout)[0].Histograms
 	if len(hs) != 2 {
 		t.Fatalf("want 2 histograms, got %+v", hs)
 	}
@@ -328,15 +244,15 @@ func TestUsageErrors(t *testing.T) {
 		{"--bogus"}, {"-p", "999999999"}, {"-p", "x"}, {"--all"},
 	} {
 		r := runTool(t, args...)
-		if r.status != 2 {
-			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, r.status, r.stderr)
+		if r.Status != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, r.Status, r.Stderr)
 		}
-		if !strings.Contains(r.stderr, "Try 'writesize --help'") || strings.Contains(r.stderr, "goroutine") {
-			t.Errorf("%v: stderr %q", args, r.stderr)
+		if !strings.Contains(r.Stderr, "Try 'writesize --help'") || strings.Contains(r.Stderr, "goroutine") {
+			t.Errorf("%v: stderr %q", args, r.Stderr)
 		}
 	}
 	r := runTool(t, "--help")
-	if r.status != 0 || !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "--per-process") {
-		t.Errorf("--help: exit %d, stdout %q", r.status, r.stdout)
+	if r.Status != 0 || !strings.Contains(r.Stdout, "Examples:") || !strings.Contains(r.Stdout, "--per-process") {
+		t.Errorf("--help: exit %d, stdout %q", r.Status, r.Stdout)
 	}
 }

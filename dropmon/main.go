@@ -1,0 +1,50 @@
+// Command dropmon shows where the kernel drops packets, and why: a
+// hand-assembled program on skb:kfree_skb counts drops by kernel location
+// and drop reason, and the report names each location by its symbol.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/tracekit/tracekit/tools"
+)
+
+type options struct {
+	tools.Common
+	Top      string `short:"n" long:"top" value-name:"N" description:"Show only the N rows with the most drops (default: all)"`
+	Protocol string `long:"protocol" value-name:"PROTO" description:"Only packets of this protocol, filtered in the kernel: ip, ipv6, arp, vlan, or an EtherType number such as 0x0800"`
+	NoReason bool   `long:"no-reason" description:"Count by location only, even where the kernel gives a drop reason (5.17+)"`
+	Stacks   bool   `long:"stacks" description:"Also show, for each location, the kernel stacks that led to it (the top 3)"`
+
+	top   int
+	proto int
+}
+
+const details = `dropmon counts every packet the kernel frees as dropped (the skb:kfree_skb
+tracepoint) in a BPF hash keyed by the dropping code's address and, on 5.17+
+kernels, the drop reason. Addresses are named from /proc/kallsyms and reason
+names come from the running kernel's own tracepoint format, so both are right
+for the kernel you are on. It needs no NET_DM netlink family (dropwatch does).
+
+Examples:
+  dropmon                        # count drops until Ctrl-C, then print a table
+  dropmon 5                      # a table every 5 seconds
+  dropmon -n 10 --protocol ipv6  # the 10 busiest IPv6 drop sites
+  dropmon --stacks 10 1          # 10 s of drops with the stacks behind them
+  dropmon --json -c 'ping -c 3 10.0.0.1'
+
+Exit status: 0 success, 1 runtime error, 2 usage error.
+`
+
+func main() {
+	var o options
+	os.Exit(tools.Main(tools.Tool{
+		Name:     "dropmon",
+		Summary:  "Count packet drops by kernel location and drop reason.",
+		Details:  details,
+		Options:  &o,
+		Validate: func() error { return validate(&o) },
+		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
+	}, os.Args[1:]))
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+const (
+	maxDrops    = 10240 // (location, reason, stack) keys
+	maxStacks   = 2048
+	stackDepth  = 127 // PERF_MAX_STACK_DEPTH
+	noStack     = -1  // the stack slot of the key without --stacks
+	keyOff      = -16 // {u64 location; u32 reason; s32 stack id}
+	valOff      = -24
+	skbProgName = "dropmon"
+)
+
+// layout is where kfree_skb keeps what dropmon reads, from the format file.
+type layout struct {
+	Location tracefs.Field
+	Reason   *tracefs.Field // nil before 5.17, or with --no-reason
+	Protocol tracefs.Field
+}
+
+func layoutOf(f *tracefs.Format, noReason bool) (layout, error) {
+	var l layout
+	var err error
+	if l.Location, err = f.MustField("location"); err != nil {
+		return l, err
+	}
+	if l.Protocol, err = f.MustField("protocol"); err != nil {
+		return l, err
+	}
+	if r, ok := f.Field("reason"); ok && !noReason {
+		l.Reason = &r
+	}
+	return l, nil
+}
+
+// progConfig says which program variant to build.
+type progConfig struct {
+	Layout   layout
+	Protocol int // only this protocol (host order, as the tracepoint stores it); -1 for all
+	Stacks   bool
+}
+
+// program counts each kfree_skb by (location, reason[, kernel stack]).
+func program(cfg progConfig) (bpf.Instructions, error) {
+	l := cfg.Layout
+	insns := asm.Prologue()
+	if cfg.Protocol >= 0 {
+		proto, err := asm.LoadField(bpf.R1, "protocol", l.Protocol.Offset, l.Protocol.Size, false)
+		if err != nil {
+			return nil, err
+		}
+		insns = append(insns, proto...)
+		insns = append(insns, bpf.JNE.Imm(bpf.R1, int32(cfg.Protocol), "exit").
+			WithSource(bpf.Comment(fmt.Sprintf("only protocol 0x%04x", cfg.Protocol))))
+	}
+	loc, err := asm.LoadField(bpf.R1, "location", l.Location.Offset, l.Location.Size, false)
+	if err != nil {
+		return nil, err
+	}
+	insns = append(insns, loc...)
+	insns = append(insns, asm.StoreKey(keyOff, bpf.R1, bpf.DWord))
+	if l.Reason != nil {
+		reason, err := asm.LoadField(bpf.R1, "reason", l.Reason.Offset, l.Reason.Size, false)
+		if err != nil {
+			return nil, err
+		}
+		insns = append(insns, reason...)
+	} else {
+		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("no reason on this kernel, or --no-reason")))
+	}
+	insns = append(insns, asm.StoreKey(keyOff+8, bpf.R1, bpf.Word))
+	if cfg.Stacks {
+		insns = append(insns,
+			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("stack id = bpf_get_stackid(ctx, stacks, 0); < 0 if lost")),
+			bpf.LoadMapPtr(bpf.R2, 0).WithReference("stacks"),
+			bpf.Mov.Imm(bpf.R3, 0),
+			bpf.FnGetStackid.Call(),
+			asm.StoreKey(keyOff+12, bpf.R0, bpf.Word),
+		)
+	} else {
+		insns = append(insns,
+			bpf.Mov.Imm(bpf.R1, noStack),
+			asm.StoreKey(keyOff+12, bpf.R1, bpf.Word),
+		)
+	}
+	insns = append(insns, asm.HashIncrement("count", "drops", keyOff, valOff, "lost", nil)...)
+	return append(insns, asm.Return("exit", 0)...), nil
+}
+
+func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
+	insns, err := program(cfg)
+	if err != nil {
+		return nil, err
+	}
+	maps := map[string]*ebpf.MapSpec{
+		"drops": {Name: "dropmon_drops", Type: ebpf.Hash, KeySize: 16, ValueSize: 8, MaxEntries: maxDrops},
+		"lost":  {Name: "dropmon_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+	}
+	if cfg.Stacks {
+		maps["stacks"] = &ebpf.MapSpec{Name: "dropmon_stacks", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * stackDepth, MaxEntries: maxStacks}
+	}
+	return &ebpf.CollectionSpec{
+		Maps: maps,
+		Programs: map[string]*ebpf.ProgramSpec{
+			skbProgName: {Name: skbProgName, Type: ebpf.TracePoint, License: "GPL", Instructions: insns},
+		},
+	}, nil
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+func format(t *testing.T, name string) *tracefs.Format {
+	t.Helper()
+	b, err := os.ReadFile("../tracefs/testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := tracefs.ParseFormat(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestLayouts(t *testing.T) {
+	for _, tc := range []struct {
+		file                  string
+		location, reason, pro int // reason -1: none
+		locSize               int
+		reason3               string
+	}{
+		{"kfree_skb.6.18.format", 16, 36, 32, 8, "NO_SOCKET"},
+		{"kfree_skb.5.19.format", 16, 28, 24, 8, "PKT_TOO_SMALL"}, // 1-based table then
+		{"kfree_skb.32bit.format", 12, 20, 16, 4, "NO_SOCKET"},
+		{"kfree_skb.pre-5.17.format", 16, -1, 24, 8, ""},
+	} {
+		f := format(t, tc.file)
+		l, err := layoutOf(f, false)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.file, err)
+		}
+		if l.Location.Offset != tc.location || l.Location.Size != tc.locSize || l.Protocol.Offset != tc.pro {
+			t.Errorf("%s: location %+v protocol %+v", tc.file, l.Location, l.Protocol)
+		}
+		if tc.reason < 0 {
+			if l.Reason != nil {
+				t.Errorf("%s: reason %+v on a kernel without one", tc.file, l.Reason)
+			}
+		} else if l.Reason == nil || l.Reason.Offset != tc.reason {
+			t.Errorf("%s: reason %+v, want offset %d", tc.file, l.Reason, tc.reason)
+		}
+		if got := f.Symbolic["reason"][3]; got != tc.reason3 {
+			t.Errorf("%s: reason 3 = %q, want %q", tc.file, got, tc.reason3)
+		}
+		if l, _ := layoutOf(f, true); l.Reason != nil {
+			t.Errorf("%s: --no-reason still reads the reason", tc.file)
+		}
+	}
+	if _, err := layoutOf(format(t, "sys_enter_write.6.18.format"), false); err == nil {
+		t.Error("a format without location was accepted")
+	}
+}
+
+func TestProgramGoldens(t *testing.T) {
+	now, _ := layoutOf(format(t, "kfree_skb.6.18.format"), false)
+	old, _ := layoutOf(format(t, "kfree_skb.pre-5.17.format"), false)
+	for name, cfg := range map[string]progConfig{
+		"prog_reason":    {Layout: now, Protocol: -1},
+		"prog_no_reason": {Layout: old, Protocol: -1},
+		"prog_stacks":    {Layout: now, Protocol: -1, Stacks: true},
+		"prog_protocol":  {Layout: now, Protocol: 0x0800},
+		"prog_32bit":     {Layout: mustLayout(t, "kfree_skb.32bit.format"), Protocol: 0x86dd},
+	} {
+		insns, err := program(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden.Check(t, name, fmt.Sprintf("%v", insns))
+	}
+}
+
+func mustLayout(t *testing.T, file string) layout {
+	l, err := layoutOf(format(t, file), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		o     options
+		proto int
+		ok    bool
+	}{
+		{options{Protocol: "ip"}, 0x0800, true},
+		{options{Protocol: "IPv6"}, 0x86dd, true},
+		{options{Protocol: "0x0806"}, 0x0806, true},
+		{options{Protocol: "2048"}, 0x0800, true},
+		{options{Protocol: "ipx"}, 0, false},
+		{options{Protocol: "0x10000"}, 0, false},
+		{options{Top: "0"}, -1, false},
+		{options{Top: "-3"}, -1, false},
+		{options{Top: "5"}, -1, true},
+	} {
+		o := tc.o
+		err := validate(&o)
+		if (err == nil) != tc.ok {
+			t.Errorf("%+v: err %v", tc.o, err)
+		}
+		if tc.ok && tc.o.Protocol != "" && o.proto != tc.proto {
+			t.Errorf("%+v: proto %#x, want %#x", tc.o, o.proto, tc.proto)
+		}
+	}
+}

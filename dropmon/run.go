@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// protocols are the EtherTypes --protocol knows by name.
+var protocols = map[string]int{"ip": 0x0800, "ipv4": 0x0800, "ipv6": 0x86dd, "arp": 0x0806, "vlan": 0x8100}
+
+func validate(o *options) error {
+	o.top, o.proto = 0, -1
+	if o.Top != "" {
+		n, err := strconv.Atoi(o.Top)
+		if err != nil || n < 1 {
+			return tools.Usagef("invalid -n %q: want the number of rows to show, 1 or more", o.Top)
+		}
+		o.top = n
+	}
+	if o.Protocol != "" {
+		if p, ok := protocols[strings.ToLower(o.Protocol)]; ok {
+			o.proto = p
+		} else if n, err := strconv.ParseUint(o.Protocol, 0, 16); err == nil {
+			o.proto = int(n)
+		} else {
+			return tools.Usagef("unknown protocol %q: want ip, ipv6, arp, vlan, or an EtherType number such as 0x0800", o.Protocol)
+		}
+	}
+	return nil
+}
+
+func run(ctx context.Context, s *tools.Session, o *options) error {
+	if err := tools.CheckPrivileges(s.Tool); err != nil {
+		return err
+	}
+	format, err := tracefs.ReadFormat("skb", "kfree_skb")
+	if err != nil {
+		return err
+	}
+	l, err := layoutOf(format, o.NoReason)
+	if err != nil {
+		return err
+	}
+	syms, err := tools.LoadKallsyms()
+	if err != nil {
+		return err
+	}
+	if syms.Hidden {
+		fmt.Fprintln(s.Stderr, "dropmon: kernel addresses are hidden (kptr_restrict, or not root): printing addresses only")
+	}
+	_, abort, err := s.PrepareCommand()
+	if err != nil {
+		return err
+	}
+	defer abort()
+	spec, err := collection(progConfig{Layout: l, Protocol: o.proto, Stacks: o.Stacks})
+	if err != nil {
+		return err
+	}
+	coll, err := tools.Load(spec)
+	if err != nil {
+		return err
+	}
+	defer coll.Close()
+	att, err := tools.AttachTracepoint(coll.Programs[skbProgName], "skb", "kfree_skb")
+	if err != nil {
+		return err
+	}
+	defer att.Close()
+
+	r := &reporter{s: s, o: o, coll: coll, syms: syms, reasons: format.Symbolic["reason"], hasReason: l.Reason != nil}
+	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
+	err = s.Loop(ctx, "packet drops", func(final bool) error { return r.report(time.Now()) })
+	return errors.Join(err, att.Close())
+}
+
+type dropKey struct {
+	Location uint64
+	Reason   uint32
+	Stack    int32
+}
+
+type site struct {
+	Location uint64
+	Reason   uint32
+}
+
+type row struct {
+	site
+	Count  uint64
+	Stacks []stackCount
+}
+
+type stackCount struct {
+	ID    int32
+	Count uint64
+}
+
+type reporter struct {
+	s         *tools.Session
+	o         *options
+	coll      *ebpf.Collection
+	syms      *tools.Symbols
+	reasons   map[uint64]string
+	hasReason bool
+	counts    tools.KeyedDeltas[dropKey]
+	lost      tools.Deltas
+	reports   int
+}
+
+// rows reads the drops map into rows sorted by count, largest first.
+func (r *reporter) rows() ([]row, uint64, error) {
+	cur := map[dropKey]uint64{}
+	var k dropKey
+	var v uint64
+	it := r.coll.Maps["drops"].Iterate()
+	for it.Next(&k, &v) {
+		cur[k] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read drops: %w", err)
+	}
+	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	if err != nil {
+		return nil, 0, err
+	}
+	bySite := map[site]*row{}
+	for k, n := range r.counts.Step(cur) {
+		st := site{k.Location, k.Reason}
+		rw := bySite[st]
+		if rw == nil {
+			rw = &row{site: st}
+			bySite[st] = rw
+		}
+		rw.Count += n
+		if k.Stack != noStack {
+			rw.Stacks = append(rw.Stacks, stackCount{k.Stack, n})
+		}
+	}
+	rows := make([]row, 0, len(bySite))
+	for _, rw := range bySite {
+		sort.Slice(rw.Stacks, func(i, j int) bool {
+			a, b := rw.Stacks[i], rw.Stacks[j]
+			return a.Count > b.Count || a.Count == b.Count && a.ID < b.ID
+		})
+		if len(rw.Stacks) > 3 {
+			rw.Stacks = rw.Stacks[:3]
+		}
+		rows = append(rows, *rw)
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		if a.Location != b.Location {
+			return a.Location < b.Location
+		}
+		return a.Reason < b.Reason
+	})
+	return rows, r.lost.Lost(lost), nil
+}
+
+func (r *reporter) reasonName(v uint32) string {
+	if !r.hasReason {
+		return ""
+	}
+	if name, ok := r.reasons[uint64(v)]; ok {
+		return name
+	}
+	return strconv.FormatUint(uint64(v), 10)
+}
+
+// frames symbolizes a kernel stack, innermost first.
+func (r *reporter) frames(id int32) []string {
+	if id < 0 {
+		return []string{fmt.Sprintf("[stack lost: error %d]", id)}
+	}
+	var pcs [stackDepth]uint64
+	if err := r.coll.Maps["stacks"].Lookup(uint32(id), &pcs); err != nil {
+		return []string{"[stack gone: " + err.Error() + "]"}
+	}
+	var out []string
+	for _, pc := range pcs {
+		if pc == 0 {
+			break
+		}
+		if sym := r.syms.Symbolize(pc); sym != "" {
+			out = append(out, sym)
+		} else {
+			out = append(out, fmt.Sprintf("0x%x", pc))
+		}
+	}
+	return out
+}
+
+func (r *reporter) report(now time.Time) error {
+	rows, lost, err := r.rows()
+	if err != nil {
+		return err
+	}
+	var total uint64
+	for _, rw := range rows {
+		total += rw.Count
+	}
+	if r.o.top > 0 && len(rows) > r.o.top {
+		rows = rows[:r.o.top]
+	}
+	if r.o.JSON {
+		return r.writeJSON(now, rows, total, lost)
+	}
+	return r.writeText(now, rows, total, lost)
+}
+
+type jsonStack struct {
+	Count  uint64   `json:"count"`
+	Frames []string `json:"frames"`
+}
+
+type jsonDrop struct {
+	Location string      `json:"location"`
+	Symbol   string      `json:"symbol"`
+	Reason   string      `json:"reason"`
+	Count    uint64      `json:"count"`
+	Stacks   []jsonStack `json:"stacks,omitempty"`
+}
+
+func (r *reporter) writeJSON(now time.Time, rows []row, total, lost uint64) error {
+	out := struct {
+		Tool  string     `json:"tool"`
+		Time  string     `json:"time"`
+		Total uint64     `json:"total"`
+		Lost  uint64     `json:"lost"`
+		Drops []jsonDrop `json:"drops"`
+	}{Tool: "dropmon", Time: tools.JSONTime(now), Total: total, Lost: lost, Drops: []jsonDrop{}}
+	for _, rw := range rows {
+		d := jsonDrop{Location: fmt.Sprintf("0x%x", rw.Location), Symbol: r.syms.Symbolize(rw.Location), Reason: r.reasonName(rw.Reason), Count: rw.Count}
+		for _, st := range rw.Stacks {
+			d.Stacks = append(d.Stacks, jsonStack{Count: st.Count, Frames: r.frames(st.ID)})
+		}
+		out.Drops = append(out.Drops, d)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	_, err = fmt.Fprintf(r.s.Stdout, "%s\n", b)
+	return err
+}
+
+func (r *reporter) writeText(now time.Time, rows []row, total, lost uint64) error {
+	var b strings.Builder
+	if r.reports > 0 {
+		b.WriteString("\n")
+	}
+	r.reports++
+	if r.o.Timestamp {
+		fmt.Fprintf(&b, "%-8s\n", now.Format("15:04:05"))
+	}
+	writeTable(&b, rows, r.syms, r.reasonName, r.frames)
+	fmt.Fprintf(&b, "%d drops", total)
+	if lost > 0 {
+		fmt.Fprintf(&b, ", %d more lost (map full)", lost)
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(r.s.Stdout, b.String())
+	return err
+}
+
+// writeTable prints the rows with columns sized to their contents. Without
+// symbols (hidden addresses) the LOCATION column is left out.
+func writeTable(w io.Writer, rows []row, syms *tools.Symbols, reason func(uint32) string, frames func(int32) []string) {
+	if len(rows) == 0 {
+		return
+	}
+	countW, symW := len("COUNT"), len("LOCATION")
+	for _, rw := range rows {
+		countW = max(countW, len(strconv.FormatUint(rw.Count, 10)))
+		symW = max(symW, len(syms.Symbolize(rw.Location)))
+	}
+	showSym := !syms.Hidden
+	header := fmt.Sprintf("%*s  ", countW, "COUNT")
+	if showSym {
+		header += fmt.Sprintf("%-*s  ", symW, "LOCATION")
+	}
+	header += fmt.Sprintf("%-18s  %s", "ADDRESS", "REASON")
+	fmt.Fprintln(w, strings.TrimRight(header, " "))
+	for _, rw := range rows {
+		line := fmt.Sprintf("%*d  ", countW, rw.Count)
+		if showSym {
+			line += fmt.Sprintf("%-*s  ", symW, syms.Symbolize(rw.Location))
+		}
+		line += fmt.Sprintf("0x%016x  %s", rw.Location, reason(rw.Reason))
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+		for _, st := range rw.Stacks {
+			times := "times"
+			if st.Count == 1 {
+				times = "time"
+			}
+			fmt.Fprintf(w, "%*s  %d %s:\n", countW, "", st.Count, times)
+			for _, f := range frames(st.ID) {
+				fmt.Fprintf(w, "%*s    %s\n", countW, "", f)
+			}
+		}
+	}
+}
