@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
