@@ -281,3 +281,46 @@ func FollowForks(mapName string, parentOff, childOff int) (bpf.Instructions, err
 	)
 	return append(insns, Return("exit", 0)...), nil
 }
+
+// CacheIncrement is a fast path in front of a hash: a per-CPU array of
+// slots {u64 key0; u64 key1; u64 count}, direct-mapped by the 16-byte key
+// at fp+keyOff (key0 must never be 0: it marks a free slot). A slot is
+// claimed by the first key that maps to it and never changes hands, so user
+// space reads consistent totals: the slots' counts plus the hash's. A key
+// whose slot belongs to another key jumps to miss (the hash path); a hit or
+// a claim jumps to done. idxOff is 4 bytes of free stack. mask is the slot
+// count minus one (a power of two).
+func CacheIncrement(prefix, cacheMap string, keyOff, idxOff int16, mask int32, miss, done string) bpf.Instructions {
+	claim := prefix + "_claim"
+	return bpf.Instructions{
+		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.DWord).
+			WithSource(bpf.Comment(fmt.Sprintf("slot = %s[(key0 ^ key0>>8) & %d] (per-CPU)", cacheMap, mask))),
+		bpf.Mov.Reg(bpf.R2, bpf.R1),
+		bpf.RSh.Imm(bpf.R2, 8),
+		bpf.Xor.Reg(bpf.R1, bpf.R2),
+		bpf.And.Imm(bpf.R1, mask),
+		StoreKey(idxOff, bpf.R1, bpf.Word),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference(cacheMap),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, int32(idxOff)),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, miss),
+		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("free slot: claim it; another key's: take the hash path")),
+		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.DWord),
+		bpf.JEq.Imm(bpf.R1, 0, claim),
+		bpf.JNE.Reg(bpf.R1, bpf.R2, miss),
+		bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord),
+		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff+8, bpf.DWord),
+		bpf.JNE.Reg(bpf.R1, bpf.R2, miss),
+		bpf.LoadMem(bpf.R1, bpf.R0, 16, bpf.DWord).WithSource(bpf.Comment("hit: this CPU's count++, no atomic needed")),
+		bpf.Add.Imm(bpf.R1, 1),
+		bpf.StoreMem(bpf.R0, 16, bpf.R1, bpf.DWord),
+		bpf.Ja.Label(done),
+		bpf.StoreMem(bpf.R0, 0, bpf.R2, bpf.DWord).WithSymbol(claim),
+		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff+8, bpf.DWord),
+		bpf.StoreMem(bpf.R0, 8, bpf.R1, bpf.DWord),
+		bpf.Mov.Imm(bpf.R1, 1),
+		bpf.StoreMem(bpf.R0, 16, bpf.R1, bpf.DWord),
+		bpf.Ja.Label(done),
+	}
+}

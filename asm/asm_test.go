@@ -25,6 +25,7 @@ func TestSnippetGoldens(t *testing.T) {
 		"hash_inc":     HashIncrement("inc", "hist", -8, -16, "lost", StoreComm("comms", -8, -32)),
 		"pid_in_set":   PidInSet("pids", -36, "exit"),
 		"follow_forks": fork,
+		"cache_inc":    CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
 	} {
 		golden.Check(t, name, fmt.Sprintf("%v", insns))
 	}

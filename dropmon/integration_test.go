@@ -103,7 +103,9 @@ func TestStacksShowUDPPath(t *testing.T) {
 				t.Errorf("stack without __udp4_lib_rcv: %v", s.Frames)
 			}
 		}
-		if len(d.Stacks) == 0 || sum > d.Count {
+		// One stack per key: the first claims the fast-path cache slot of the
+		// location, the others go through the hash; together they add up.
+		if len(d.Stacks) == 0 || sum > d.Count || len(d.Stacks) < 3 && sum != d.Count {
 			t.Errorf("stacks %+v for %d drops", d.Stacks, d.Count)
 		}
 		return

@@ -132,6 +132,9 @@ func (r *reporter) rows() ([]row, uint64, error) {
 	if err := it.Err(); err != nil {
 		return nil, 0, fmt.Errorf("read drops: %w", err)
 	}
+	if err := readCache(r.coll.Maps["cache"], cur); err != nil {
+		return nil, 0, err
+	}
 	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
 	if err != nil {
 		return nil, 0, err
@@ -315,4 +318,26 @@ func writeTable(w io.Writer, rows []row, syms *tools.Symbols, reason func(uint32
 			}
 		}
 	}
+}
+
+// cacheSlot is a slot of the per-CPU fast-path cache (asm.CacheIncrement).
+type cacheSlot struct {
+	Key   dropKey
+	Count uint64
+}
+
+// readCache adds the counts of every CPU's claimed cache slots to cur.
+func readCache(m *ebpf.Map, cur map[dropKey]uint64) error {
+	var perCPU []cacheSlot
+	for i := uint32(0); i < m.MaxEntries(); i++ {
+		if err := m.Lookup(i, &perCPU); err != nil {
+			return fmt.Errorf("read drop cache slot %d: %w", i, err)
+		}
+		for _, s := range perCPU {
+			if s.Key.Location != 0 {
+				cur[s.Key] += s.Count
+			}
+		}
+	}
+	return nil
 }
