@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -117,7 +116,6 @@ type reporter struct {
 	hasReason bool
 	counts    tools.KeyedDeltas[dropKey]
 	lost      tools.Deltas
-	reports   int
 }
 
 // rows reads the drops map into rows sorted by count, largest first.
@@ -255,23 +253,12 @@ func (r *reporter) writeJSON(now time.Time, rows []row, total, lost uint64) erro
 		}
 		out.Drops = append(out.Drops, d)
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return fmt.Errorf("encode report: %w", err)
-	}
-	_, err = fmt.Fprintf(r.s.Stdout, "%s\n", b)
-	return err
+	return r.s.WriteJSON(out)
 }
 
 func (r *reporter) writeText(now time.Time, rows []row, total, lost uint64) error {
 	var b strings.Builder
-	if r.reports > 0 {
-		b.WriteString("\n")
-	}
-	r.reports++
-	if r.o.Timestamp {
-		fmt.Fprintf(&b, "%-8s\n", now.Format("15:04:05"))
-	}
+	r.s.BeginText(&b, now)
 	writeTable(&b, rows, r.syms, r.reasonName, r.frames)
 	fmt.Fprintf(&b, "%d drops", total)
 	if lost > 0 {

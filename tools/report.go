@@ -43,21 +43,10 @@ func (s *Session) WriteHist(r *HistReport, now time.Time) error {
 		for _, h := range r.Hists {
 			out.Histograms = append(out.Histograms, jsonHist{Label: h.Label, Total: h.Total(), Buckets: h.Buckets()})
 		}
-		b, err := json.Marshal(out)
-		if err != nil {
-			return fmt.Errorf("encode report: %w", err)
-		}
-		_, err = fmt.Fprintf(s.Stdout, "%s\n", b)
-		return err
+		return s.WriteJSON(out)
 	}
 	var b strings.Builder
-	if s.reports > 0 {
-		b.WriteString("\n")
-	}
-	s.reports++
-	if s.Opts.Timestamp {
-		fmt.Fprintf(&b, "%-8s\n", now.Format("15:04:05"))
-	}
+	s.BeginText(&b, now)
 	for i, h := range r.Hists {
 		if h.Label != "" || r.LabelKind != "" {
 			if i > 0 {
@@ -77,4 +66,26 @@ func (s *Session) WriteHist(r *HistReport, now time.Time) error {
 	}
 	_, err := fmt.Fprint(s.Stdout, b.String())
 	return err
+}
+
+// WriteJSON prints one report as a line of JSON on stdout.
+func (s *Session) WriteJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	_, err = fmt.Fprintf(s.Stdout, "%s\n", b)
+	return err
+}
+
+// BeginText starts a text report: a blank line between reports, and the
+// time with -T.
+func (s *Session) BeginText(b *strings.Builder, now time.Time) {
+	if s.reports > 0 {
+		b.WriteString("\n")
+	}
+	s.reports++
+	if s.Opts.Timestamp {
+		fmt.Fprintf(b, "%-8s\n", now.Format("15:04:05"))
+	}
 }
