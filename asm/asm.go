@@ -324,3 +324,12 @@ func CacheIncrement(prefix, cacheMap string, keyOff, idxOff int16, mask int32, m
 		bpf.Ja.Label(done),
 	}
 }
+
+// Ktime puts bpf_ktime_get_ns() into dst (clobbers R0-R5).
+func Ktime(dst bpf.Register) bpf.Instructions {
+	insns := bpf.Instructions{bpf.FnKtimeGetNs.Call().WithSource(bpf.Comment(fmt.Sprintf("%s = bpf_ktime_get_ns()", dst)))}
+	if dst != bpf.R0 {
+		insns = append(insns, bpf.Mov.Reg(dst, bpf.R0))
+	}
+	return insns
+}

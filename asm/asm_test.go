@@ -25,6 +25,7 @@ func TestSnippetGoldens(t *testing.T) {
 		"hash_inc":     HashIncrement("inc", "hist", -8, -16, "lost", StoreComm("comms", -8, -32)),
 		"pid_in_set":   PidInSet("pids", -36, "exit"),
 		"follow_forks": fork,
+		"decade_slot":  DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3),
 		"cache_inc":    CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
 	} {
 		golden.Check(t, name, fmt.Sprintf("%v", insns))
@@ -49,6 +50,31 @@ func TestLog2SlotOf(t *testing.T) {
 	}{{0, 1}, {1, 1}, {2, 2}, {3, 2}, {4, 3}, {1023, 10}, {1024, 11}, {1 << 20, 21}, {1<<63 - 1, 63}, {1 << 63, 64}, {^uint64(0), 64}} {
 		if got := Log2SlotOf(tc.v); got != tc.slot {
 			t.Errorf("Log2SlotOf(%d) = %d, want %d", tc.v, got, tc.slot)
+		}
+	}
+}
+
+func TestDecadeSlotOf(t *testing.T) {
+	for _, tc := range []struct {
+		v    uint64
+		slot int
+	}{
+		{0, 0}, {1, 0}, {2, 3}, {9, 9}, {10, 10}, {999, 29}, {1000, 30}, {1001, 30},
+		{999_999, 59}, {1_000_000, 60}, {999_999_999, 89}, {1_000_000_000, 90},
+		{7_943_282_347, 98}, {7_943_282_348, 99}, {1 << 40, 99}, {^uint64(0), 99},
+	} {
+		if got := DecadeSlotOf(tc.v); got != tc.slot {
+			t.Errorf("DecadeSlotOf(%d) = %d, want %d", tc.v, got, tc.slot)
+		}
+	}
+	for k := 1; k < DecadeSlots; k++ {
+		// Below 10 ns whole nanoseconds cannot fill ten slots: some start
+		// at the same value and stay empty; above, every slot is distinct.
+		if a, b := DecadeSlotStart(k-1), DecadeSlotStart(k); b < a || k >= 10 && b == a {
+			t.Errorf("slot starts %d, %d at %d", a, b, k)
+		}
+		if v := DecadeSlotStart(k); k >= 10 && DecadeSlotOf(v) != k {
+			t.Errorf("slot of start(%d) = %d", k, DecadeSlotOf(v))
 		}
 	}
 }
