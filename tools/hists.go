@@ -9,42 +9,63 @@ import (
 	"github.com/tracekit/tracekit/terminal"
 )
 
-// ReadLog2Array reads a per-CPU array of log2 slots (u32 slot -> u64 count)
-// and sums the CPUs.
-func ReadLog2Array(m *ebpf.Map) (terminal.Log2Hist, error) {
-	var h terminal.Log2Hist
+// ReadSlotArray reads a per-CPU array of u64 slot counts and sums the CPUs.
+func ReadSlotArray(m *ebpf.Map) ([]uint64, error) {
+	out := make([]uint64, m.MaxEntries())
 	var perCPU []uint64
-	for k := uint32(0); k < terminal.Log2Slots && k < m.MaxEntries(); k++ {
-		if err := m.Lookup(k, &perCPU); err != nil {
-			return h, fmt.Errorf("read histogram slot %d: %w", k, err)
+	for k := range out {
+		if err := m.Lookup(uint32(k), &perCPU); err != nil {
+			return nil, fmt.Errorf("read slot %d: %w", k, err)
 		}
 		for _, v := range perCPU {
-			h.Counts[k] += v
+			out[k] += v
 		}
 	}
-	return h, nil
+	return out, nil
 }
 
-// ReadLog2Hash reads a hash of {u32 id; u32 slot} -> u64 count into one
-// histogram per id (a pid, a device).
-func ReadLog2Hash(m *ebpf.Map) (map[uint32]*terminal.Log2Hist, error) {
-	out := map[uint32]*terminal.Log2Hist{}
+// ReadSlotHash reads a hash of {u32 id; u32 slot} -> u64 count into slot
+// counts per id (a pid, a device), slots below n.
+func ReadSlotHash(m *ebpf.Map, n int) (map[uint32][]uint64, error) {
+	out := map[uint32][]uint64{}
 	var key [2]uint32
 	var val uint64
 	it := m.Iterate()
 	for it.Next(&key, &val) {
-		if key[1] >= terminal.Log2Slots {
+		if int(key[1]) >= n {
 			continue
 		}
-		h := out[key[0]]
-		if h == nil {
-			h = &terminal.Log2Hist{}
-			out[key[0]] = h
+		if out[key[0]] == nil {
+			out[key[0]] = make([]uint64, n)
 		}
-		h.Counts[key[1]] += val
+		out[key[0]][key[1]] += val
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read histograms: %w", err)
+	}
+	return out, nil
+}
+
+// ReadLog2Array reads a per-CPU array of log2 slots into a histogram.
+func ReadLog2Array(m *ebpf.Map) (terminal.Log2Hist, error) {
+	var h terminal.Log2Hist
+	slots, err := ReadSlotArray(m)
+	copy(h.Counts[:], slots)
+	return h, err
+}
+
+// ReadLog2Hash reads a hash of {u32 id; u32 slot} -> u64 count into one
+// histogram per id.
+func ReadLog2Hash(m *ebpf.Map) (map[uint32]*terminal.Log2Hist, error) {
+	slots, err := ReadSlotHash(m, terminal.Log2Slots)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint32]*terminal.Log2Hist, len(slots))
+	for id, s := range slots {
+		h := &terminal.Log2Hist{}
+		copy(h.Counts[:], s)
+		out[id] = h
 	}
 	return out, nil
 }
@@ -70,25 +91,31 @@ func ReadPerCPUCounter(m *ebpf.Map) (uint64, error) {
 // clear would race with the CPUs counting and lose their increments.
 type Deltas struct {
 	Cumulative bool
-	prev       map[uint32]terminal.Log2Hist
+	prev       map[uint32][]uint64
 	prevLost   uint64
 }
 
-// Hist returns cur minus what was reported for id last time (all of cur
+// Slots returns cur minus what was reported for id last time (all of cur
 // when cumulative), and remembers cur.
-func (d *Deltas) Hist(id uint32, cur *terminal.Log2Hist) *terminal.Log2Hist {
+func (d *Deltas) Slots(id uint32, cur []uint64) []uint64 {
 	if d.prev == nil {
-		d.prev = map[uint32]terminal.Log2Hist{}
+		d.prev = map[uint32][]uint64{}
 	}
-	out := *cur
-	if !d.Cumulative {
-		p := d.prev[id]
-		for k := range out.Counts {
-			out.Counts[k] -= p.Counts[k]
+	out := append([]uint64(nil), cur...)
+	if p := d.prev[id]; !d.Cumulative && p != nil {
+		for k := range out {
+			out[k] -= p[k]
 		}
 	}
-	d.prev[id] = *cur
-	return &out
+	d.prev[id] = append([]uint64(nil), cur...)
+	return out
+}
+
+// Hist is Slots for a log2 histogram.
+func (d *Deltas) Hist(id uint32, cur *terminal.Log2Hist) *terminal.Log2Hist {
+	out := &terminal.Log2Hist{Label: cur.Label}
+	copy(out.Counts[:], d.Slots(id, cur.Counts[:]))
+	return out
 }
 
 // Lost returns the lost events since the last report (all when cumulative).

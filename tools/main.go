@@ -42,6 +42,14 @@ func (c *Common) common() *Common { return c }
 // Interval is the time between reports, 0 for one report at the end.
 func (c *Common) Interval() time.Duration { return c.interval }
 
+// DefaultInterval sets the interval when none was given (the heatmap's
+// rows are one interval each).
+func (c *Common) DefaultInterval(d time.Duration) {
+	if c.interval == 0 {
+		c.interval = d
+	}
+}
+
 // UsageError is a bad flag or argument: exit status 2, with a hint.
 type UsageError struct{ msg string }
 
@@ -162,6 +170,9 @@ type Session struct {
 	Stderr  io.Writer
 	cmd     *Command
 	reports int
+	// Quiet drops the "Tracing ..." line (a full-screen view owns the
+	// terminal).
+	Quiet bool
 }
 
 func newSession(tool string, c *Common) *Session {
@@ -204,6 +215,7 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 		}
 		s.cmd = nil // released: no longer ours to kill
 		done = c.Done()
+	} else if s.Quiet {
 	} else if s.Opts.interval == 0 {
 		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end.\n", what)
 	} else {

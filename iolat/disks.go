@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Kernel dev_t as block tracepoints record it: major << 20 | minor.
+func mkdev(major, minor uint32) uint32 { return major<<20 | minor }
+
+func devString(dev uint32) string { return fmt.Sprintf("%d:%d", dev>>20, dev&(1<<20-1)) }
+
+var diskName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
+
+// devOf finds a disk by name ("loop0", "vda", "nvme0n1p2") through
+// /sys/class/block. The name becomes part of a path: it is checked first.
+func devOf(name string) (uint32, error) {
+	if !diskName.MatchString(name) || name == "." || name == ".." {
+		return 0, fmt.Errorf("invalid disk name %q", name)
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/class/block", name, "dev"))
+	if err != nil {
+		return 0, fmt.Errorf("no disk named %q (see /sys/class/block or lsblk)", name)
+	}
+	var major, minor uint32
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d:%d", &major, &minor); err != nil {
+		return 0, fmt.Errorf("disk %q: bad dev %q", name, b)
+	}
+	return mkdev(major, minor), nil
+}
+
+// disks names devices, caching what it found.
+type disks map[uint32]string
+
+// name returns the disk name of dev from /sys/dev/block/MAJ:MIN, else
+// /proc/partitions, else "MAJ:MIN".
+func (d disks) name(dev uint32) string {
+	if n, ok := d[dev]; ok {
+		return n
+	}
+	n := devString(dev)
+	if link, err := os.Readlink("/sys/dev/block/" + n); err == nil {
+		n = filepath.Base(link)
+	} else if p := fromPartitions(dev); p != "" {
+		n = p
+	}
+	d[dev] = n
+	return n
+}
+
+func fromPartitions(dev uint32) string {
+	f, err := os.Open("/proc/partitions")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		var major, minor uint32
+		var blocks uint64
+		var name string
+		if n, _ := fmt.Sscanf(s.Text(), "%d %d %d %s", &major, &minor, &blocks, &name); n == 4 && mkdev(major, minor) == dev {
+			return name
+		}
+	}
+	return ""
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+)
+
+func TestMain(m *testing.M) { tooltest.Main(m) }
+
+func iolat(t *testing.T, args ...string) tooltest.Result {
+	return tooltest.Run(t, tooltest.Tool(t, "iolat"), args...)
+}
+
+// loopDevice attaches a loop device to a temporary file and detaches it
+// when the test ends, failed or not.
+func loopDevice(t *testing.T) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "-f", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup: %v: %s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup -d %s: %v: %s", dev, err, out)
+		}
+	})
+	return dev
+}
+
+// directWrites is exactly n block IOs of 4 KiB to dev.
+func directWrites(dev string, n int) string {
+	return fmt.Sprintf("dd if=/dev/zero of=%s bs=4k count=%d oflag=direct status=none", dev, n)
+}
+
+type histReport struct {
+	Unit       string `json:"unit"`
+	Lost       uint64 `json:"lost"`
+	Histograms []struct {
+		Label string `json:"label"`
+		Total uint64 `json:"total"`
+	} `json:"histograms"`
+}
+
+func TestLoopDeviceExactCount(t *testing.T) {
+	privtest.Require(t)
+	dev := loopDevice(t)
+	name := filepath.Base(dev)
+	const n = 57
+	r := iolat(t, "-D", "--json", "-c", directWrites(dev, n))
+	if r.Status != 0 {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
+	}
+	var rep histReport
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil {
+		t.Fatalf("%v: %q", err, r.Stdout)
+	}
+	found := false
+	for _, h := range rep.Histograms {
+		if h.Label == name {
+			found = true
+			if h.Total != n {
+				t.Errorf("%s: %d IOs, want exactly %d", name, h.Total, n)
+			}
+		}
+	}
+	if !found || rep.Unit != "usecs" || rep.Lost != 0 {
+		t.Errorf("no %s histogram, or unit %q, lost %d: %+v", name, rep.Unit, rep.Lost, rep)
+	}
+
+	// The text report labels the disk as BCC's biolatency -D does.
+	text := iolat(t, "-D", "-m", "-c", directWrites(dev, n))
+	if !strings.Contains(text.Stdout, "disk = "+name+"\n     msecs ") {
+		t.Errorf("text report:\n%s", text.Stdout)
+	}
+}
+
+func TestHeatmapCountsEveryIOAboveZero(t *testing.T) {
+	privtest.Require(t)
+	dev := loopDevice(t)
+	const n = 33
+	r := iolat(t, "--heatmap", "--json", "--full", "-d", filepath.Base(dev), "-c", directWrites(dev, n))
+	if r.Status != 0 {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
+	}
+	var total uint64
+	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		var row struct {
+			Total uint64   `json:"total"`
+			Lost  uint64   `json:"lost"`
+			Slots []uint64 `json:"slots"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("%v: %q", err, line)
+		}
+		if len(row.Slots) != 100 || row.Slots[0] != 0 || row.Lost != 0 {
+			t.Errorf("row: %d slots, %d at 0-1 ns, lost %d", len(row.Slots), row.Slots[0], row.Lost)
+		}
+		var sum uint64
+		for _, c := range row.Slots {
+			sum += c
+		}
+		if sum != row.Total {
+			t.Errorf("slots sum %d, total %d", sum, row.Total)
+		}
+		total += row.Total
+	}
+	if total != n {
+		t.Errorf("heatmap counted %d IOs on %s, want exactly %d", total, dev, n)
+	}
+
+	// The text stream: legend, banner, rows ending in their counts.
+	text := iolat(t, "--heatmap", "--text", "-d", filepath.Base(dev), "-c", directWrites(dev, n))
+	lines := strings.Split(strings.TrimRight(text.Stdout, "\n"), "\n")
+	if len(lines) < 3 || !strings.Contains(lines[1], "|1us      |10us") || strings.Contains(text.Stdout, "\x1b") {
+		t.Fatalf("text heatmap:\n%s", text.Stdout)
+	}
+	var sum int
+	for _, l := range lines[2:] {
+		m := regexp.MustCompile(` (\d+)$`).FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("row without a count: %q", l)
+		}
+		c, _ := strconv.Atoi(m[1])
+		sum += c
+	}
+	if sum != n {
+		t.Errorf("text rows count %d, want %d", sum, n)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-d", "nosuchdisk9"}, {"-d", "../sda"}, {"abc"}, {"-1"}, {"--text"}, {"-D", "-F"},
+		{"--heatmap", "-F"}, {"--scale", "wide", "--heatmap"},
+	} {
+		r := iolat(t, args...)
+		if r.Status != 2 || !strings.Contains(r.Stderr, "Try 'iolat --help'") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.Status, r.Stderr)
+		}
+	}
+}

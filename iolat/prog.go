@@ -1,0 +1,245 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+const (
+	maxInFlight = 10240 // requests issued and not yet completed
+	maxHists    = 4096  // {disk or op, slot} keys
+	eexist      = 17
+
+	// Stack layout shared by the programs.
+	keyOff  = -16 // {u32 dev; u32 zero; u64 sector}: the in-flight key
+	tsOff   = -24 // the start time to store
+	histOff = -32 // {u32 id; u32 slot}
+	valOff  = -40
+)
+
+// Group-by choices for the histograms.
+const (
+	byNone  = iota
+	byDisk  // -D: one per device
+	byFlags // -F: one per operation
+)
+
+// rqFields are the fields the programs read from a block_rq_* event.
+type rqFields struct {
+	Dev, Sector tracefs.Field
+	Rwbs        tracefs.Field // only read on completion, with -F
+}
+
+func rqFieldsOf(f *tracefs.Format) (rqFields, error) {
+	var r rqFields
+	var err error
+	if r.Dev, err = f.MustField("dev"); err != nil {
+		return r, err
+	}
+	if r.Sector, err = f.MustField("sector"); err != nil {
+		return r, err
+	}
+	if rw, ok := f.Field("rwbs"); ok {
+		r.Rwbs = rw
+	}
+	return r, nil
+}
+
+// progConfig says which programs to build.
+type progConfig struct {
+	Issue, Complete rqFields
+	Insert          *rqFields // -Q: also start the clock at block_rq_insert
+	Dev             uint32    // only this device (kernel dev_t); 0 for all
+	Heatmap         bool      // decade slots of ns instead of log2 slots
+	Divisor         int32     // log2 mode: ns per unit (1000 usecs, 1000000 msecs)
+	By              int
+}
+
+// loadKey stores the in-flight key {dev, sector} of the event at keyOff,
+// after the device filter.
+func loadKey(f rqFields, dev uint32) (bpf.Instructions, error) {
+	d, err := asm.LoadField(bpf.R1, "dev", f.Dev.Offset, f.Dev.Size, false)
+	if err != nil {
+		return nil, err
+	}
+	s, err := asm.LoadField(bpf.R1, "sector", f.Sector.Offset, f.Sector.Size, false)
+	if err != nil {
+		return nil, err
+	}
+	insns := asm.Prologue()
+	insns = append(insns, d...)
+	if dev != 0 {
+		insns = append(insns, bpf.JNE.Imm(bpf.R1, int32(dev), "exit").
+			WithSource(bpf.Comment(fmt.Sprintf("only device %d:%d", dev>>20, dev&(1<<20-1)))))
+	}
+	// A 64-bit store zeroes the key's padding: the hash compares all 16 bytes.
+	insns = append(insns, asm.StoreKey(keyOff, bpf.R1, bpf.DWord))
+	insns = append(insns, s...)
+	return append(insns, asm.StoreKey(keyOff+8, bpf.R1, bpf.DWord)), nil
+}
+
+// startProgram records when a request was issued (or inserted). flags is
+// the update's: BPF_ANY, or BPF_NOEXIST for issue under -Q, where an insert
+// time already recorded must win.
+func startProgram(f rqFields, dev uint32, noExist bool) (bpf.Instructions, error) {
+	insns, err := loadKey(f, dev)
+	if err != nil {
+		return nil, err
+	}
+	flags := int32(0)
+	if noExist {
+		flags = 1
+	}
+	insns = append(insns, asm.Ktime(bpf.R0)...)
+	insns = append(insns,
+		asm.StoreKey(tsOff, bpf.R0, bpf.DWord),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference("start").WithSource(bpf.Comment("start[key] = now")),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, keyOff),
+		bpf.Mov.Reg(bpf.R3, bpf.RFP),
+		bpf.Add.Imm(bpf.R3, tsOff),
+		bpf.Mov.Imm(bpf.R4, flags),
+		bpf.FnMapUpdateElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
+	)
+	if noExist {
+		insns = append(insns, bpf.JEq.Imm(bpf.R0, -eexist, "exit").
+			WithSource(bpf.Comment("already inserted: the insert time counts")))
+	}
+	insns = append(insns, lostIncrement("full")...)
+	return append(insns, asm.Return("exit", 0)...), nil
+}
+
+// lostIncrement counts an event that could not be measured.
+func lostIncrement(prefix string) bpf.Instructions {
+	insns := bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("lost[0]++: the event cannot be measured")),
+		asm.StoreKey(valOff, bpf.R1, bpf.Word),
+	}
+	return append(insns, asm.PerCPUArrayIncrement(prefix+"_lost", "lost", valOff)...)
+}
+
+// completeProgram measures a request from its start to its completion and
+// counts the latency in the kernel.
+func completeProgram(cfg progConfig) (bpf.Instructions, error) {
+	insns, err := loadKey(cfg.Complete, cfg.Dev)
+	if err != nil {
+		return nil, err
+	}
+	insns = append(insns,
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference("start").WithSource(bpf.Comment("ts = start[key]; issued before tracing began: not counted")),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, keyOff),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
+		bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.DWord),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference("start").WithSource(bpf.Comment("delete start[key]")),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, keyOff),
+		bpf.FnMapDeleteElem.Call(),
+	)
+	insns = append(insns, asm.Ktime(bpf.R1)...)
+	insns = append(insns,
+		bpf.Sub.Reg(bpf.R1, bpf.R7).WithSource(bpf.Comment("r1 = latency in ns; negative: lost")),
+		bpf.JSLT.Imm(bpf.R1, 0, "negative"),
+	)
+	if cfg.Heatmap {
+		insns = append(insns, asm.DecadeSlot("slot", bpf.R1, bpf.R2, bpf.R3)...)
+	} else {
+		if cfg.Divisor > 1 {
+			insns = append(insns, bpf.Div.Imm(bpf.R1, cfg.Divisor).WithSource(bpf.Comment(fmt.Sprintf("to units of %d ns", cfg.Divisor))))
+		}
+		insns = append(insns, asm.Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3)...)
+	}
+	switch cfg.By {
+	case byNone:
+		insns = append(insns, asm.StoreKey(histOff, bpf.R3, bpf.Word))
+		insns = append(insns, asm.PerCPUArrayIncrement("count", "hist", histOff)...)
+		insns = append(insns, bpf.Ja.Label("exit"))
+	case byDisk:
+		insns = append(insns,
+			bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSource(bpf.Comment("histogram of this device")),
+			asm.StoreKey(histOff, bpf.R1, bpf.Word),
+			asm.StoreKey(histOff+4, bpf.R3, bpf.Word),
+		)
+		insns = append(insns, asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil)...)
+		insns = append(insns, bpf.Ja.Label("exit"))
+	case byFlags:
+		op, err := opOf(cfg.Complete.Rwbs)
+		if err != nil {
+			return nil, err
+		}
+		insns = append(insns, op...)
+		insns = append(insns,
+			asm.StoreKey(histOff, bpf.R1, bpf.Word),
+			asm.StoreKey(histOff+4, bpf.R3, bpf.Word),
+		)
+		insns = append(insns, asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil)...)
+		insns = append(insns, bpf.Ja.Label("exit"))
+	}
+	neg := lostIncrement("negative")
+	neg[0] = neg[0].WithSymbol("negative")
+	insns = append(insns, neg...)
+	return append(insns, asm.Return("exit", 0)...), nil
+}
+
+// opOf puts the operation letter of rwbs into R1: rwbs[0], or rwbs[1]
+// after a leading 'F' (preflush), except that "FN" (a flush alone) is 'F'.
+func opOf(rwbs tracefs.Field) (bpf.Instructions, error) {
+	if rwbs.Name == "" || rwbs.Size < 2 {
+		return nil, fmt.Errorf("block_rq_complete has no rwbs field: -F needs it")
+	}
+	return bpf.Instructions{
+		bpf.LoadMem(bpf.R1, asm.RegCtx, int16(rwbs.Offset), bpf.Byte).
+			WithSource(bpf.Comment(fmt.Sprintf("r1 = operation from rwbs (offset %d): R, W, D, F(lush), ...", rwbs.Offset))),
+		bpf.JNE.Imm(bpf.R1, 'F', "op_done"),
+		bpf.LoadMem(bpf.R2, asm.RegCtx, int16(rwbs.Offset+1), bpf.Byte),
+		bpf.JEq.Imm(bpf.R2, 'N', "op_done"),
+		bpf.JEq.Imm(bpf.R2, 0, "op_done"),
+		bpf.Mov.Reg(bpf.R1, bpf.R2),
+		bpf.Mov.Reg(bpf.R2, bpf.R2).WithSymbol("op_done"),
+	}, nil
+}
+
+// collection returns the maps and programs.
+func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
+	issue, err := startProgram(cfg.Issue, cfg.Dev, cfg.Insert != nil)
+	if err != nil {
+		return nil, err
+	}
+	complete, err := completeProgram(cfg)
+	if err != nil {
+		return nil, err
+	}
+	slots := uint32(65)
+	if cfg.Heatmap {
+		slots = asm.DecadeSlots
+	}
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{
+			"start": {Name: "iolat_start", Type: ebpf.Hash, KeySize: 16, ValueSize: 8, MaxEntries: maxInFlight},
+			"lost":  {Name: "iolat_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+			"hist":  {Name: "iolat_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: slots},
+		},
+		Programs: map[string]*ebpf.ProgramSpec{
+			"issue":    {Name: "iolat_issue", Type: ebpf.TracePoint, License: "GPL", Instructions: issue},
+			"complete": {Name: "iolat_complete", Type: ebpf.TracePoint, License: "GPL", Instructions: complete},
+		},
+	}
+	if cfg.By != byNone {
+		spec.Maps["hist"] = &ebpf.MapSpec{Name: "iolat_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: maxHists}
+	}
+	if cfg.Insert != nil {
+		insert, err := startProgram(*cfg.Insert, cfg.Dev, false)
+		if err != nil {
+			return nil, err
+		}
+		spec.Programs["insert"] = &ebpf.ProgramSpec{Name: "iolat_insert", Type: ebpf.TracePoint, License: "GPL", Instructions: insert}
+	}
+	return spec, nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+func rq(t *testing.T, event string) rqFields {
+	t.Helper()
+	b, err := os.ReadFile("../tracefs/testdata/" + event + ".6.18.format")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := tracefs.ParseFormat(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rqFieldsOf(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestProgramGoldens(t *testing.T) {
+	issue, complete, insert := rq(t, "block_rq_issue"), rq(t, "block_rq_complete"), rq(t, "block_rq_insert")
+	base := progConfig{Issue: issue, Complete: complete, Divisor: 1000}
+	variants := map[string]func(c *progConfig){
+		"usecs":        func(c *progConfig) {},
+		"msecs_disks":  func(c *progConfig) { c.Divisor, c.By = 1000000, byDisk },
+		"flags":        func(c *progConfig) { c.By = byFlags },
+		"one_disk":     func(c *progConfig) { c.Dev = mkdev(7, 0) },
+		"heatmap":      func(c *progConfig) { c.Heatmap = true },
+		"heatmap_disk": func(c *progConfig) { c.Heatmap, c.By = true, byDisk },
+		"queued":       func(c *progConfig) { c.Insert = &insert },
+	}
+	for name, set := range variants {
+		cfg := base
+		set(&cfg)
+		spec, err := collection(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var out string
+		for _, p := range []string{"issue", "insert", "complete"} {
+			if ps, ok := spec.Programs[p]; ok {
+				out += fmt.Sprintf("program %s:\n%v\n", p, ps.Instructions)
+			}
+		}
+		golden.Check(t, "prog_"+name, out)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    options
+		ok   bool
+	}{
+		{"plain", options{Scale: "row"}, true},
+		{"D and F", options{Disks: true, Flags: true, Scale: "row"}, false},
+		{"text without heatmap", options{Text: true, Scale: "row"}, false},
+		{"full without heatmap", options{Full: true, Scale: "row"}, false},
+		{"global without heatmap", options{Scale: "global"}, false},
+		{"heatmap -F", options{Heatmap: true, Flags: true, Scale: "row"}, false},
+		{"heatmap -m", options{Heatmap: true, Millis: true, Scale: "row"}, false},
+		{"heatmap -D", options{Heatmap: true, Disks: true, Scale: "global"}, true},
+		{"unknown disk", options{Disk: "nosuchdisk0", Scale: "row"}, false},
+		{"path disk", options{Disk: "../../etc", Scale: "row"}, false},
+	} {
+		o := tc.o
+		if err := validate(&o); (err == nil) != tc.ok {
+			t.Errorf("%s: err %v", tc.name, err)
+		}
+	}
+	o := options{Heatmap: true, Scale: "row"}
+	validate(&o)
+	if o.Interval().Seconds() != 1 {
+		t.Errorf("heatmap interval %v, want 1s", o.Interval())
+	}
+}
+
+func TestStatusAndFormat(t *testing.T) {
+	var row = heatRowFor(60, 5)
+	if got := status(row, 1, 3); got != "5 IO/s   slowest >= 1.00ms   lost 3" {
+		t.Errorf("status %q", got)
+	}
+	if formatNs(999) != "999ns" || formatNs(1500) != "1.50us" || formatNs(2e9) != "2.00s" {
+		t.Error("formatNs")
+	}
+}

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/gdamore/tcell/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/terminal"
+	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+func validate(o *options) error {
+	if o.Disks && o.Flags {
+		return tools.Usagef("-D and -F cannot be combined: choose per disk or per operation")
+	}
+	if !o.Heatmap {
+		for flag, set := range map[string]bool{"--text": o.Text, "--full": o.Full, "--scale": o.Scale != "row"} {
+			if set {
+				return tools.Usagef("%s goes with --heatmap", flag)
+			}
+		}
+	} else {
+		if o.Flags {
+			return tools.Usagef("--heatmap draws latency per disk (-D) or for all IO, not per operation (-F)")
+		}
+		if o.Millis {
+			return tools.Usagef("--heatmap spans 1 ns to seconds already: -m is for histograms")
+		}
+		o.DefaultInterval(time.Second)
+	}
+	if o.Disk != "" {
+		dev, err := devOf(o.Disk)
+		if err != nil {
+			return tools.Usagef("%v", err)
+		}
+		o.dev = dev
+	}
+	return nil
+}
+
+func run(ctx context.Context, s *tools.Session, o *options) error {
+	if err := tools.CheckPrivileges(s.Tool); err != nil {
+		return err
+	}
+	cfg := progConfig{Dev: o.dev, Heatmap: o.Heatmap, Divisor: 1000}
+	if o.Millis {
+		cfg.Divisor = 1000000
+	}
+	switch {
+	case o.Disks:
+		cfg.By = byDisk
+	case o.Flags:
+		cfg.By = byFlags
+	}
+	var err error
+	if cfg.Issue, err = fields("block_rq_issue"); err != nil {
+		return err
+	}
+	if cfg.Complete, err = fields("block_rq_complete"); err != nil {
+		return err
+	}
+	if o.Queued {
+		ins, err := fields("block_rq_insert")
+		if err != nil {
+			return err
+		}
+		cfg.Insert = &ins
+	}
+	_, abort, err := s.PrepareCommand()
+	if err != nil {
+		return err
+	}
+	defer abort()
+	spec, err := collection(cfg)
+	if err != nil {
+		return err
+	}
+	coll, err := tools.Load(spec)
+	if err != nil {
+		return err
+	}
+	defer coll.Close()
+	// Completion first: a request issued before its completion program is
+	// attached would leave a start time behind for nothing to collect.
+	order := []string{"complete", "issue"}
+	if cfg.Insert != nil {
+		order = append(order, "insert")
+	}
+	var atts []*tools.Attachment
+	defer func() {
+		for _, a := range atts {
+			a.Close()
+		}
+	}()
+	for _, p := range order {
+		a, err := tools.AttachTracepoint(coll.Programs[p], "block", "block_rq_"+p)
+		if err != nil {
+			return err
+		}
+		atts = append(atts, a)
+	}
+
+	r := &reader{coll: coll, o: o, names: disks{}}
+	r.deltas.Cumulative = o.Cumulative
+	if !o.Heatmap {
+		err = s.Loop(ctx, "block IO latency", func(final bool) error {
+			rep, err := r.histReport()
+			if err != nil {
+				return err
+			}
+			return s.WriteHist(rep, time.Now())
+		})
+	} else {
+		err = r.heatmap(ctx, s)
+	}
+	for _, a := range atts {
+		err = errors.Join(err, a.Close())
+	}
+	atts = nil
+	return err
+}
+
+func fields(event string) (rqFields, error) {
+	f, err := tracefs.ReadFormat("block", event)
+	if err != nil {
+		return rqFields{}, fmt.Errorf("%w (iolat needs the block tracepoints: CONFIG_BLK_DEV and tracing)", err)
+	}
+	return rqFieldsOf(f)
+}
+
+// reader turns the kernel's maps into reports.
+type reader struct {
+	coll   *ebpf.Collection
+	o      *options
+	names  disks
+	deltas tools.Deltas
+}
+
+var opNames = map[uint32]string{'R': "read", 'W': "write", 'F': "flush", 'D': "discard", 'E': "secure erase", 'N': "none"}
+
+func (r *reader) label(id uint32) string {
+	switch {
+	case r.o.Disks:
+		return r.names.name(id)
+	case r.o.Flags:
+		if n, ok := opNames[id]; ok {
+			return n
+		}
+		return fmt.Sprintf("op %q", rune(id))
+	}
+	return ""
+}
+
+// slots reads the counts since the last report, per id (0 without -D/-F).
+func (r *reader) slots(n int) (map[uint32][]uint64, uint64, error) {
+	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	if err != nil {
+		return nil, 0, err
+	}
+	lost = r.deltas.Lost(lost)
+	var cur map[uint32][]uint64
+	if r.o.Disks || r.o.Flags {
+		if cur, err = tools.ReadSlotHash(r.coll.Maps["hist"], n); err != nil {
+			return nil, 0, err
+		}
+	} else {
+		all, err := tools.ReadSlotArray(r.coll.Maps["hist"])
+		if err != nil {
+			return nil, 0, err
+		}
+		cur = map[uint32][]uint64{0: all}
+	}
+	out := map[uint32][]uint64{}
+	for id, c := range cur {
+		out[id] = r.deltas.Slots(id, c)
+	}
+	return out, lost, nil
+}
+
+// sortedIDs orders ids by their labels.
+func (r *reader) sortedIDs(m map[uint32][]uint64) []uint32 {
+	ids := make([]uint32, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return r.label(ids[i]) < r.label(ids[j]) })
+	return ids
+}
+
+func (r *reader) histReport() (*tools.HistReport, error) {
+	per, lost, err := r.slots(terminal.Log2Slots)
+	if err != nil {
+		return nil, err
+	}
+	rep := &tools.HistReport{Unit: "usecs", Lost: lost}
+	if r.o.Millis {
+		rep.Unit = "msecs"
+	}
+	switch {
+	case r.o.Disks:
+		rep.LabelKind = "disk"
+	case r.o.Flags:
+		rep.LabelKind = "operation"
+	}
+	for _, id := range r.sortedIDs(per) {
+		h := &terminal.Log2Hist{Label: r.label(id)}
+		copy(h.Counts[:], per[id])
+		if rep.LabelKind != "" && h.Total() == 0 {
+			continue
+		}
+		rep.Hists = append(rep.Hists, h)
+	}
+	return rep, nil
+}
+
+// heatRows reads one interval as heatmap rows (one per disk with -D).
+func (r *reader) heatRows(now time.Time) ([]terminal.HeatRow, uint64, error) {
+	per, lost, err := r.slots(asm.DecadeSlots)
+	if err != nil {
+		return nil, 0, err
+	}
+	var rows []terminal.HeatRow
+	for _, id := range r.sortedIDs(per) {
+		row := terminal.HeatRow{Time: now, Label: r.label(id)}
+		copy(row.Counts[:], per[id])
+		if r.o.Disks && row.Total() == 0 {
+			continue
+		}
+		rows = append(rows, row)
+	}
+	return rows, lost, nil
+}
+
+func (r *reader) heatmap(ctx context.Context, s *tools.Session) error {
+	view := terminal.HeatView{First: 30, Global: r.o.Scale == "global"}
+	if r.o.Full {
+		view.First = 0
+	}
+	if r.o.Disks {
+		view.LabelWidth = 8
+	}
+	if !r.o.JSON && !r.o.Text && isTerminal(1) {
+		return r.live(ctx, s, view)
+	}
+	stream := &terminal.HeatStream{W: s.Stdout, View: view, ANSI: !r.o.Text}
+	return s.Loop(ctx, "block IO latency", func(final bool) error {
+		rows, lost, err := r.heatRows(time.Now())
+		if err != nil {
+			return err
+		}
+		if r.o.JSON {
+			for _, row := range rows {
+				if err := s.WriteJSON(heatJSON(row, lost)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if lost > 0 {
+			fmt.Fprintf(s.Stderr, "iolat: %d IOs could not be measured (in-flight map full or negative delta)\n", lost)
+		}
+		return stream.Write(rows...)
+	})
+}
+
+type heatRowJSON struct {
+	Tool  string   `json:"tool"`
+	Time  string   `json:"time"`
+	Unit  string   `json:"unit"`
+	Label string   `json:"label"`
+	Total uint64   `json:"total"`
+	Lost  uint64   `json:"lost"`
+	Slots []uint64 `json:"slots"`
+}
+
+// heatJSON is one heatmap row as JSON: slots[k] counts latencies from
+// ceil(10^(k/10)) ns (slot 30 = 1 us) to the next slot's start.
+func heatJSON(row terminal.HeatRow, lost uint64) heatRowJSON {
+	return heatRowJSON{Tool: "iolat", Time: tools.JSONTime(row.Time), Unit: "ns", Label: row.Label,
+		Total: row.Total(), Lost: lost, Slots: row.Counts[:]}
+}
+
+// live runs the full-screen view until the user quits, the command exits
+// or count rows were drawn. The terminal is restored on every path.
+func (r *reader) live(ctx context.Context, s *tools.Session, view terminal.HeatView) error {
+	screen, err := tcell.NewScreen()
+	if err != nil {
+		return fmt.Errorf("open the terminal: %w (use --text for a stream)", err)
+	}
+	if err := screen.Init(); err != nil {
+		return fmt.Errorf("open the terminal: %w (use --text for a stream)", err)
+	}
+	defer screen.Fini()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l := terminal.NewLive(screen, view)
+	l.Add(terminal.HeatRow{Time: time.Now()}, "waiting for the first interval...")
+	go func() {
+		for {
+			ev := screen.PollEvent()
+			if ev == nil {
+				return // Fini
+			}
+			if l.Handle(ev) {
+				cancel()
+				return
+			}
+		}
+	}()
+	s.Quiet = true
+	var lostTotal uint64
+	interval := s.Opts.Interval().Seconds()
+	return s.Loop(ctx, "block IO latency", func(final bool) error {
+		rows, lost, err := r.heatRows(time.Now())
+		if err != nil {
+			return err
+		}
+		lostTotal += lost
+		for _, row := range rows {
+			l.Add(row, status(row, interval, lostTotal))
+		}
+		if len(rows) == 0 {
+			l.Add(terminal.HeatRow{Time: time.Now()}, fmt.Sprintf("0 IO/s   lost %d", lostTotal))
+		}
+		return nil
+	})
+}
+
+// status is the live view's bottom line for the newest row.
+func status(row terminal.HeatRow, interval float64, lost uint64) string {
+	slowest := "-"
+	for k := terminal.HeatSlots - 1; k >= 0; k-- {
+		if row.Counts[k] != 0 {
+			slowest = ">= " + formatNs(asm.DecadeSlotStart(k))
+			break
+		}
+	}
+	var label string
+	if row.Label != "" {
+		label = row.Label + ": "
+	}
+	return fmt.Sprintf("%s%.0f IO/s   slowest %s   lost %d", label, float64(row.Total())/interval, slowest, lost)
+}
+
+func formatNs(ns uint64) string {
+	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%.2fs", float64(ns)/1e9)
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2fms", float64(ns)/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.2fus", float64(ns)/1e3)
+	}
+	return fmt.Sprintf("%dns", ns)
+}
+
+func isTerminal(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,176 @@
+package terminal
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/gdamore/tcell/v2"
+)
+
+// Live is the full-screen heatmap: the legend and the decade banner at the
+// top, rows scrolling up with the newest at the bottom, a status line last.
+// It draws onto any tcell.Screen, so tests use a simulation screen.
+type Live struct {
+	mu     sync.Mutex
+	screen tcell.Screen
+	view   HeatView
+	rows   []HeatRow
+	status string
+	paused bool
+	text   bool // fewer than 256 colours: the character ramp instead
+}
+
+// maxLiveRows bounds the rows kept for redraws.
+const maxLiveRows = 1000
+
+// NewLive prepares a live view on an initialised screen.
+func NewLive(s tcell.Screen, v HeatView) *Live {
+	return &Live{screen: s, view: v, text: s.Colors() < 256}
+}
+
+// Add appends a row and redraws, unless paused (the row is kept and shown
+// when the view resumes).
+func (l *Live) Add(r HeatRow, status string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rows = append(l.rows, r)
+	if len(l.rows) > maxLiveRows {
+		l.rows = l.rows[len(l.rows)-maxLiveRows:]
+	}
+	l.status = status
+	if !l.paused {
+		l.draw()
+	}
+}
+
+// Handle reacts to a terminal event; it returns true when the user quits
+// (q, Esc or Ctrl-C: in raw mode Ctrl-C is a key, not SIGINT).
+func (l *Live) Handle(ev tcell.Event) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch ev := ev.(type) {
+	case *tcell.EventResize:
+		l.screen.Sync()
+		l.draw()
+	case *tcell.EventKey:
+		switch {
+		case ev.Key() == tcell.KeyEscape, ev.Key() == tcell.KeyCtrlC, ev.Rune() == 'q', ev.Rune() == 'Q':
+			return true
+		case ev.Rune() == 'p', ev.Rune() == 'P', ev.Rune() == ' ':
+			l.paused = !l.paused
+			l.draw()
+		}
+	}
+	return false
+}
+
+// Draw redraws the whole view.
+func (l *Live) Draw() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.draw()
+}
+
+// line writes s at the start of line y and blanks the rest of the line, so
+// every cell is set once per frame (no Clear, which would set them twice).
+func (l *Live) line(y int, s string, style tcell.Style) {
+	w, _ := l.screen.Size()
+	x := 0
+	for _, r := range s {
+		if x >= w {
+			return
+		}
+		l.screen.SetContent(x, y, r, nil, style)
+		x++
+	}
+	for ; x < w; x++ {
+		l.screen.SetContent(x, y, ' ', nil, tcell.StyleDefault)
+	}
+}
+
+func (l *Live) draw() {
+	s := l.screen
+	w, h := s.Size()
+	plain := tcell.StyleDefault
+	legend := "latency heatmap: light = few, dark = many IOs"
+	if l.text {
+		legend = "latency heatmap: " + Ramp[1:] + " = few to many IOs"
+	}
+	if l.view.Global {
+		legend += " (shade relative to the largest cell shown)"
+	} else {
+		legend += " (shade relative to each row's largest cell)"
+	}
+	l.line(0, legend, plain.Bold(true))
+	pw := l.view.PrefixWidth()
+	l.line(1, strings.Repeat(" ", pw)+l.view.Banner(), plain)
+	// Rows fill lines 2 .. h-2, the newest at the bottom.
+	room := max(h-3, 0)
+	rows := l.rows
+	if len(rows) > room {
+		rows = rows[len(rows)-room:]
+	}
+	var global uint64
+	for i := range rows {
+		global = max(global, rows[i].Max())
+	}
+	top := h - 1 - len(rows)
+	for y := 2; y < top; y++ {
+		l.line(y, "", plain)
+	}
+	for i := range rows {
+		r := &rows[i]
+		y := top + i
+		m := global
+		if !l.view.Global {
+			m = r.Max()
+		}
+		x := 0
+		for _, c := range l.view.prefix(r) {
+			s.SetContent(x, y, c, nil, plain)
+			x++
+		}
+		for slot := l.view.First; slot < HeatSlots && x < w; slot++ {
+			sh := Shade(r.Counts[slot], m)
+			switch {
+			case sh == 0:
+				s.SetContent(x, y, ' ', nil, plain)
+			case l.text:
+				s.SetContent(x, y, rune(Ramp[sh]), nil, plain)
+			default:
+				s.SetContent(x, y, ' ', nil, plain.Background(tcell.PaletteColor(GrayColor(sh))))
+			}
+			x++
+		}
+		for _, c := range " " + uitoa(r.Total()) {
+			if x >= w {
+				break
+			}
+			s.SetContent(x, y, c, nil, plain)
+			x++
+		}
+		for ; x < w; x++ {
+			s.SetContent(x, y, ' ', nil, plain)
+		}
+	}
+	status := l.status + "   p: pause  q: quit"
+	if l.paused {
+		status = "PAUSED   " + status
+	}
+	l.line(h-1, status, plain.Reverse(true))
+	s.Show()
+}
+
+func uitoa(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(b[i:])
+}
