@@ -13,8 +13,8 @@ build: ## build every tool, static, into bin/
 	@mkdir -p $(BIN)
 	@for t in $(TOOLS); do $(GO) build $(GOFLAGS) -ldflags='-s -w' -o $(BIN)/$$t ./$$t || exit 1; done
 
-run: build ## build, then run the showcase: a write-size histogram every second, 5 times
-	$(BIN)/writesize 1 5
+run: build ## build, then run the showcase: the live IO latency heatmap (q quits)
+	$(BIN)/iolat --heatmap
 
 test: vet ## every test: unit tests and, as root, the tests against the real kernel
 	$(GO) test -count=1 ./...

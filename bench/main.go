@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -28,6 +29,7 @@ var (
 	rounds = flag.Int("rounds", 15, "interleaved rounds; each config is measured once per round")
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, drop or IO")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -70,12 +72,18 @@ func run() error {
 		}
 		return []tracer{{name, toolProcess(bpftrace, []string{"-e", script})}}
 	}
+	// The kernel times every BPF program run while this is open (5.8+).
+	if stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME); err == nil {
+		defer stats.Close()
+	} else {
+		fmt.Fprintf(os.Stderr, "bench: no bpf_stats (%v): the BPF columns read 0\n", err)
+	}
 	suites := []suite{
 		{
 			title: "write(2) of 64 bytes to /dev/null", unit: "write", ops: *writes, setup: devNullWrites,
 			tracers: append([]tracer{
 				{"untraced", untraced},
-				{"empty program", emptyProgram("syscalls", "sys_enter_write")},
+				{"empty program", emptyProgram("syscalls:sys_enter_write")},
 				{"writesize", toolProcess(*bin+"/writesize", nil)},
 			}, peer("bpftrace hist()", "tracepoint:syscalls:sys_enter_write { @ = hist(args->count); }")...),
 		},
@@ -83,13 +91,36 @@ func run() error {
 			title: "UDP datagram to a closed port on 127.0.0.1 (one kfree_skb each)", unit: "drop", ops: *writes / 3, setup: udpDrops,
 			tracers: append([]tracer{
 				{"untraced", untraced},
-				{"empty program", emptyProgram("skb", "kfree_skb")},
+				{"empty program", emptyProgram("skb:kfree_skb")},
 				{"dropmon", toolProcess(*bin+"/dropmon", nil)},
 			}, peer("bpftrace count()", "tracepoint:skb:kfree_skb { @[args->location] = count(); }")...),
 		},
 	}
+	if dev, cleanup, err := loopDevice(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no loop device (%v): the block IO suite is left out\n", err)
+	} else {
+		defer cleanup()
+		block := []tracer{
+			{"untraced", untraced},
+			{"empty program", emptyProgram("block:block_rq_issue", "block:block_rq_complete")},
+			{"iolat", toolProcess(*bin+"/iolat", []string{"-d", filepath.Base(dev)})},
+		}
+		if p, err := exec.LookPath("biolatency"); err == nil {
+			// It prints its "Tracing" line with stdio: line-buffer it through stdbuf.
+			block = append(block, tracer{"biolatency (libbpf-tools)", toolProcess("stdbuf", []string{"-oL", p})})
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: biolatency (libbpf-tools) not found: its row is left out")
+		}
+		suites = append(suites, suite{
+			title: "direct 4 KiB write to a loop device (one block IO each)", unit: "IO", ops: *writes / 10,
+			setup: func() (func(), func(), error) { return directIO(dev) }, tracers: block,
+		})
+	}
 	fmt.Printf("%d interleaved rounds, medians, %s\n", *rounds, time.Now().UTC().Format("2006-01-02"))
 	for _, st := range suites {
+		if *only != "" && st.unit != *only {
+			continue
+		}
 		if err := measure(st); err != nil {
 			return err
 		}
@@ -106,10 +137,12 @@ func measure(st suite) error {
 	}
 	defer done()
 	samples := make([][]float64, len(st.tracers))
+	progNs := make([][]float64, len(st.tracers))
 	for r := 0; r < *rounds; r++ {
 		// Rotate the order each round so that no config always runs first.
 		for i := range st.tracers {
 			k := (i + r) % len(st.tracers)
+			before := programIDs()
 			stop, err := st.tracers[k].start()
 			if err != nil {
 				return fmt.Errorf("%s: %w", st.tracers[k].name, err)
@@ -119,6 +152,7 @@ func measure(st suite) error {
 				op()
 			}
 			samples[k] = append(samples[k], float64(time.Since(start).Nanoseconds())/float64(st.ops))
+			progNs[k] = append(progNs[k], newProgramsCost(before))
 			stop()
 		}
 	}
@@ -131,18 +165,55 @@ func measure(st suite) error {
 		}
 		return median(d)
 	}
-	floor := added(1)
+	floor, progFloor := added(1), median(progNs[1])
 	fmt.Printf("\n%s, %d per measurement\n\n", st.title, st.ops)
-	fmt.Printf("| tracer | ns per %s | added ns per %s | added vs empty program |\n", st.unit, st.unit)
-	fmt.Println("| --- | ---: | ---: | ---: |")
+	fmt.Printf("| tracer | ns per %s | added ns per %s | added vs empty program | BPF ns per %s | BPF vs empty program |\n", st.unit, st.unit, st.unit)
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
 	for k, t := range st.tracers {
 		if k == 0 {
-			fmt.Printf("| %s | %.0f | - | - |\n", t.name, median(samples[k]))
+			fmt.Printf("| %s | %.0f | - | - | - | - |\n", t.name, median(samples[k]))
 			continue
 		}
-		fmt.Printf("| %s | %.0f | %.0f | %.2fx |\n", t.name, median(samples[k]), added(k), added(k)/floor)
+		p := median(progNs[k])
+		fmt.Printf("| %s | %.0f | %.0f | %.2fx | %.0f | %.2fx |\n", t.name, median(samples[k]), added(k), added(k)/floor, p, p/progFloor)
 	}
 	return nil
+}
+
+// programIDs lists the BPF programs loaded now.
+func programIDs() map[ebpf.ProgramID]bool {
+	ids := map[ebpf.ProgramID]bool{}
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return ids
+		}
+		ids[next], id = true, next
+	}
+}
+
+// newProgramsCost sums, over the programs loaded since before, the average
+// run time of one run (the kernel's bpf_stats): each of a tracer's programs
+// runs once per event, so the sum is its in-kernel cost per event, without
+// the attach mechanism's own overhead.
+func newProgramsCost(before map[ebpf.ProgramID]bool) float64 {
+	var ns float64
+	for id := range programIDs() {
+		if before[id] {
+			continue
+		}
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		st, err := p.Stats()
+		p.Close()
+		if err != nil || st.RunCount == 0 {
+			continue
+		}
+		ns += float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)
+	}
+	return ns
 }
 
 func devNullWrites() (func(), func(), error) {
@@ -152,6 +223,48 @@ func devNullWrites() (func(), func(), error) {
 	}
 	buf := make([]byte, 64)
 	return func() { unix.Write(fd, buf) }, func() { unix.Close(fd) }, nil
+}
+
+// loopDevice attaches a loop device to a 64 MiB file.
+func loopDevice() (string, func(), error) {
+	f, err := os.CreateTemp("", "bench-disk")
+	if err != nil {
+		return "", nil, err
+	}
+	f.Close()
+	if err := os.Truncate(f.Name(), 64<<20); err != nil {
+		return "", nil, err
+	}
+	out, err := exec.Command("losetup", "-f", "--show", f.Name()).Output()
+	if err != nil {
+		os.Remove(f.Name())
+		return "", nil, fmt.Errorf("losetup: %w", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	return dev, func() { exec.Command("losetup", "-d", dev).Run(); os.Remove(f.Name()) }, nil
+}
+
+// directIO writes 4 KiB blocks with O_DIRECT round the device: every write
+// is one block IO.
+func directIO(dev string) (func(), func(), error) {
+	fd, err := unix.Open(dev, unix.O_WRONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	// O_DIRECT wants an aligned buffer: mmap gives a page.
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, err
+	}
+	var off int64
+	return func() {
+			unix.Pwrite(fd, buf, off)
+			off = (off + 4096) % (64 << 20)
+		}, func() {
+			unix.Munmap(buf)
+			unix.Close(fd)
+		}, nil
 }
 
 // udpDrops sends datagrams to the discard port of 127.0.0.1, where nothing
@@ -166,9 +279,9 @@ func udpDrops() (func(), func(), error) {
 	return func() { unix.Sendto(fd, msg, 0, to) }, func() { unix.Close(fd) }, nil
 }
 
-// emptyProgram attaches "return 0" to the same tracepoint: the floor that
-// any program there costs.
-func emptyProgram(group, name string) func() (func(), error) {
+// emptyProgram attaches "return 0" to the same tracepoints: the floor
+// that any program there costs. events are "group:name".
+func emptyProgram(events ...string) func() (func(), error) {
 	return func() (func(), error) {
 		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
 			"empty": {Type: ebpf.TracePoint, License: "GPL", Instructions: asm.Return("exit", 0)},
@@ -177,12 +290,23 @@ func emptyProgram(group, name string) func() (func(), error) {
 		if err != nil {
 			return nil, err
 		}
-		att, err := tools.AttachTracepoint(coll.Programs["empty"], group, name)
-		if err != nil {
+		var atts []*tools.Attachment
+		stop := func() {
+			for _, a := range atts {
+				a.Close()
+			}
 			coll.Close()
-			return nil, err
 		}
-		return func() { att.Close(); coll.Close() }, nil
+		for _, ev := range events {
+			group, name, _ := strings.Cut(ev, ":")
+			a, err := tools.AttachTracepoint(coll.Programs["empty"], group, name)
+			if err != nil {
+				stop()
+				return nil, err
+			}
+			atts = append(atts, a)
+		}
+		return stop, nil
 	}
 }
 

@@ -2,9 +2,15 @@
 # make bench: install the peers when missing, then one interleaved run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v bpftrace >/dev/null; then
-  echo "bench: installing bpftrace from Debian's packages" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftrace >/dev/null
+need=()
+command -v bpftrace >/dev/null || need+=(bpftrace)
+command -v biolatency >/dev/null || need+=(libbpf-tools)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "bench: installing ${need[*]} from Debian's packages" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-exec go run ./bench "$@"
+go run ./bench "$@"
+echo
+echo "heatmap frame, 200 rows x 100 slots (go test -bench):"
+go test -run XXX -bench HeatFrame ./terminal | grep ^Benchmark
