@@ -18,6 +18,30 @@ type Live struct {
 	status string
 	paused bool
 	text   bool // fewer than 256 colours: the character ramp instead
+	// shadow is what this view last put in each cell: tcell's own
+	// SetContent is costly, and most cells of a heatmap stay blank from one
+	// frame to the next.
+	shadow  []shadowCell
+	shadowW int
+}
+
+type shadowCell struct {
+	r     rune
+	style tcell.Style
+	set   bool
+}
+
+// set puts a cell unless it already holds exactly that.
+func (l *Live) set(x, y int, r rune, style tcell.Style) {
+	i := y*l.shadowW + x
+	if i >= 0 && i < len(l.shadow) {
+		c := &l.shadow[i]
+		if c.set && c.r == r && c.style == style {
+			return
+		}
+		*c = shadowCell{r, style, true}
+	}
+	l.screen.SetContent(x, y, r, nil, style)
 }
 
 // maxLiveRows bounds the rows kept for redraws.
@@ -51,6 +75,7 @@ func (l *Live) Handle(ev tcell.Event) bool {
 	switch ev := ev.(type) {
 	case *tcell.EventResize:
 		l.screen.Sync()
+		l.shadow = nil
 		l.draw()
 	case *tcell.EventKey:
 		switch {
@@ -80,17 +105,20 @@ func (l *Live) line(y int, s string, style tcell.Style) {
 		if x >= w {
 			return
 		}
-		l.screen.SetContent(x, y, r, nil, style)
+		l.set(x, y, r, style)
 		x++
 	}
 	for ; x < w; x++ {
-		l.screen.SetContent(x, y, ' ', nil, tcell.StyleDefault)
+		l.set(x, y, ' ', tcell.StyleDefault)
 	}
 }
 
 func (l *Live) draw() {
 	s := l.screen
 	w, h := s.Size()
+	if len(l.shadow) != w*h || l.shadowW != w {
+		l.shadow, l.shadowW = make([]shadowCell, w*h), w
+	}
 	plain := tcell.StyleDefault
 	legend := "latency heatmap: light = few, dark = many IOs"
 	if l.text {
@@ -127,18 +155,18 @@ func (l *Live) draw() {
 		}
 		x := 0
 		for _, c := range l.view.prefix(r) {
-			s.SetContent(x, y, c, nil, plain)
+			l.set(x, y, c, plain)
 			x++
 		}
 		for slot := l.view.First; slot < HeatSlots && x < w; slot++ {
 			sh := Shade(r.Counts[slot], m)
 			switch {
 			case sh == 0:
-				s.SetContent(x, y, ' ', nil, plain)
+				l.set(x, y, ' ', plain)
 			case l.text:
-				s.SetContent(x, y, rune(Ramp[sh]), nil, plain)
+				l.set(x, y, rune(Ramp[sh]), plain)
 			default:
-				s.SetContent(x, y, ' ', nil, plain.Background(tcell.PaletteColor(GrayColor(sh))))
+				l.set(x, y, ' ', plain.Background(tcell.PaletteColor(GrayColor(sh))))
 			}
 			x++
 		}
@@ -146,11 +174,11 @@ func (l *Live) draw() {
 			if x >= w {
 				break
 			}
-			s.SetContent(x, y, c, nil, plain)
+			l.set(x, y, c, plain)
 			x++
 		}
 		for ; x < w; x++ {
-			s.SetContent(x, y, ' ', nil, plain)
+			l.set(x, y, ' ', plain)
 		}
 	}
 	status := l.status + "   p: pause  q: quit"
