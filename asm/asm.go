@@ -333,3 +333,26 @@ func Ktime(dst bpf.Register) bpf.Instructions {
 	}
 	return insns
 }
+
+// x86-64 struct pt_regs offsets (arch/x86/include/asm/ptrace.h), for kprobe
+// programs, whose context is the registers at the probe.
+const (
+	PtRegsDX = 96  // third argument
+	PtRegsSI = 104 // second argument
+	PtRegsDI = 112 // first argument
+)
+
+// ProbeReadU64 reads the u64 at the kernel address in src into dst, through
+// fp+bufOff (8 bytes of stack), with helper: bpf_probe_read_kernel (5.5+)
+// where the kernel has it, bpf_probe_read before. On a fault the helper
+// zeroes the buffer, so dst reads 0.
+func ProbeReadU64(dst, src bpf.Register, bufOff int16, helper bpf.BuiltinFunc) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Mov.Reg(bpf.R3, src).WithSource(bpf.Comment(fmt.Sprintf("%s = *(u64 *)%s via %v", dst, src, helper))),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, int32(bufOff)),
+		bpf.Mov.Imm(bpf.R2, 8),
+		helper.Call(),
+		bpf.LoadMem(dst, bpf.RFP, bufOff, bpf.DWord),
+	}
+}

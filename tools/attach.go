@@ -15,6 +15,9 @@ import (
 type Attachment struct {
 	what string
 	fd   int
+	// cleanup runs after the perf event is closed: e.g. removing the
+	// kprobe event it was opened on.
+	cleanup func() error
 }
 
 // AttachTracepoint attaches prog to the tracepoint group:name the way every
@@ -42,6 +45,12 @@ func attachPerfEvent(prog *ebpf.Program, what string, typ uint32, config uint64)
 	if err != nil {
 		return nil, fmt.Errorf("attach %s: perf_event_open: %w%s", what, err, privilegeHint(err))
 	}
+	return setBPF(prog, what, fd)
+}
+
+// setBPF attaches prog to an open perf event and enables it; on failure the
+// perf event is closed.
+func setBPF(prog *ebpf.Program, what string, fd int) (*Attachment, error) {
 	a := &Attachment{what: what, fd: fd}
 	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, prog.FD()); err != nil {
 		unix.Close(fd)
@@ -61,8 +70,9 @@ func privilegeHint(err error) string {
 	return ""
 }
 
-// Close disables the perf event and closes it, which detaches the program.
-// Closing is attempted even when disabling fails.
+// Close disables the perf event and closes it, which detaches the program,
+// then runs the cleanup (removing a probe event). Each step is attempted
+// even when an earlier one failed; Close twice is harmless.
 func (a *Attachment) Close() error {
 	if a == nil || a.fd < 0 {
 		return nil
@@ -70,7 +80,12 @@ func (a *Attachment) Close() error {
 	errDisable := unix.IoctlSetInt(a.fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 	errClose := unix.Close(a.fd)
 	a.fd = -1
-	if err := errors.Join(errDisable, errClose); err != nil {
+	var errCleanup error
+	if a.cleanup != nil {
+		errCleanup = a.cleanup()
+		a.cleanup = nil
+	}
+	if err := errors.Join(errDisable, errClose, errCleanup); err != nil {
 		return fmt.Errorf("detach %s: %w", a.what, err)
 	}
 	return nil

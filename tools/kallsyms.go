@@ -91,3 +91,13 @@ func (s *Symbols) Symbolize(addr uint64) string {
 	}
 	return out
 }
+
+// Has reports whether a function of that name is in the symbol table.
+func (s *Symbols) Has(name string) bool {
+	for _, sym := range s.syms {
+		if sym.name == name {
+			return true
+		}
+	}
+	return false
+}

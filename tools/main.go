@@ -120,6 +120,13 @@ func Main(t Tool, args []string) (status int) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// A closed stdout must end in an error return, which detaches and
+	// removes everything, not in a SIGPIPE death, which removes nothing.
+	signal.Ignore(syscall.SIGPIPE)
+	if os.Geteuid() == 0 {
+		// Probes left by a toolkit process killed with SIGKILL: best effort.
+		_ = SweepStaleProbes()
+	}
 	s := newSession(t.Name, t.Options.common())
 	err := t.Run(ctx, s)
 	if err == nil {

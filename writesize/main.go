@@ -12,9 +12,11 @@ import (
 
 type options struct {
 	tools.Common
-	Pid        int  `short:"p" long:"pid" value-name:"PID" description:"Trace only this process (its pid, the tgid)"`
-	PerProcess bool `short:"P" long:"per-process" description:"Print one histogram per process, labelled '<comm> <pid>'"`
-	All        bool `short:"a" long:"all" description:"With -c, trace every process, not only the command"`
+	Pid        int    `short:"p" long:"pid" value-name:"PID" description:"Trace only this process (its pid, the tgid)"`
+	PerProcess bool   `short:"P" long:"per-process" description:"Print one histogram per process, labelled '<comm> <pid>'"`
+	All        bool   `short:"a" long:"all" description:"With -c, trace every process, not only the command"`
+	Kprobe     string `long:"kprobe" optional:"yes" optional-value:"auto" value-name:"SYMBOL" description:"Use a kprobe on the kernel's write function instead of the tracepoint: __x64_sys_write, ksys_write or sys_write, whichever exists, or SYMBOL (a __x64_sys_ wrapper, or a function whose third argument is the size)"`
+	Legacy     bool   `long:"legacy" description:"With --kprobe: register the probe in kprobe_events even where the kprobe PMU (4.17+) exists; TRACEKIT_LEGACY_KPROBES=1 does the same"`
 }
 
 const details = `writesize counts every write(2) by its size in the kernel: the program on
@@ -29,6 +31,11 @@ Examples:
   writesize -p 1234 --json      # only pid 1234, reports as JSON lines
   writesize -c 'dd if=/dev/zero of=/dev/null bs=4k count=100 status=none'
                                 # trace only that command, report when it ends
+  writesize --kprobe            # the same from a kprobe (the seed's tracex4)
+
+With --kprobe, probes are registered per process (group tk_writesize_<pid>)
+and removed on every exit; one left by a run killed with SIGKILL is removed
+by the next run of any of the toolkit's tools.
 
 Exit status: 0 success, 1 runtime error, 2 usage error.
 `

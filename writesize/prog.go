@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
 
@@ -22,6 +24,20 @@ type progConfig struct {
 	Pid        uint32        // only this process; 0 for all
 	Tree       bool          // only the processes in tools.PidsMap (-c)
 	PerProcess bool          // one histogram per process
+	// Kprobe reads the size from the registers at a kprobe on the write
+	// syscall function instead of the tracepoint record.
+	Kprobe *kprobeConfig
+}
+
+// kprobeConfig says where the size is at the probed function's entry.
+type kprobeConfig struct {
+	Symbol string
+	// Wrapper: an x86 syscall wrapper (__x64_sys_write, 4.17+), whose one
+	// argument is the user's struct pt_regs: count is that struct's dx, read
+	// with ProbeRead. Otherwise count is the third argument, in dx itself
+	// (ksys_write, or sys_write on old kernels).
+	Wrapper   bool
+	ProbeRead bpf.BuiltinFunc
 }
 
 // Stack layout of the per-process program.
@@ -30,13 +46,14 @@ const (
 	valOff  = -16 // initial value of an insert, and the lost map's key
 	commOff = -32 // 16 bytes of task name
 	treeOff = -36 // key of the process-tree lookup
+	readOff = -48 // probe-read buffer
 )
 
 // program returns the instructions of the write-size program: read count,
 // compute its log2 slot, count it. It never lets the event through (return
 // 0): all aggregation happens in the kernel.
 func program(cfg progConfig) (bpf.Instructions, error) {
-	load, err := asm.LoadField(bpf.R1, cfg.Count.Name, cfg.Count.Offset, cfg.Count.Size, false)
+	load, err := loadCount(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +82,26 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 	return append(insns, asm.Return("exit", 0)...), nil
 }
 
+// loadCount puts the write's size into R1.
+func loadCount(cfg progConfig) (bpf.Instructions, error) {
+	k := cfg.Kprobe
+	if k == nil {
+		return asm.LoadField(bpf.R1, cfg.Count.Name, cfg.Count.Offset, cfg.Count.Size, false)
+	}
+	if !k.Wrapper {
+		return bpf.Instructions{
+			bpf.LoadMem(bpf.R1, asm.RegCtx, asm.PtRegsDX, bpf.DWord).
+				WithSource(bpf.Comment(fmt.Sprintf("r1 = count: third argument of %s (ctx->dx)", k.Symbol))),
+		}, nil
+	}
+	insns := bpf.Instructions{
+		bpf.LoadMem(bpf.R4, asm.RegCtx, asm.PtRegsDI, bpf.DWord).
+			WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->dx", k.Symbol))),
+		bpf.Add.Imm(bpf.R4, asm.PtRegsDX),
+	}
+	return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, k.ProbeRead)...), nil
+}
+
 // collection returns the maps and the program, ready for tools.Load.
 func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	insns, err := program(cfg)
@@ -79,10 +116,14 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	} else {
 		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 65}
 	}
+	progType := ebpf.TracePoint
+	if cfg.Kprobe != nil {
+		progType = ebpf.Kprobe
+	}
 	spec := &ebpf.CollectionSpec{
 		Maps: maps,
 		Programs: map[string]*ebpf.ProgramSpec{
-			"writesize": {Name: "writesize", Type: ebpf.TracePoint, License: "GPL", Instructions: insns},
+			"writesize": {Name: "writesize", Type: progType, License: "GPL", Instructions: insns},
 		},
 	}
 	if cfg.Tree {

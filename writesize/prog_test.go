@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+
+	bpf "github.com/cilium/ebpf/asm"
 	"os"
 	"testing"
 
@@ -34,6 +36,9 @@ func TestProgramGoldens(t *testing.T) {
 		"prog_tree":            {Count: count, Tree: true},
 		"prog_per_process":     {Count: count, PerProcess: true},
 		"prog_pid_per_process": {Count: count, Pid: 1234, PerProcess: true},
+		"prog_kprobe_wrapper":  {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel}},
+		"prog_kprobe_old_read": {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeRead}},
+		"prog_kprobe_ksys":     {Kprobe: &kprobeConfig{Symbol: "ksys_write"}, Tree: true},
 	} {
 		insns, err := program(cfg)
 		if err != nil {

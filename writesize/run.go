@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/terminal"
@@ -32,27 +35,78 @@ func validate(o *options) error {
 	if o.All && o.Pid > 0 {
 		return tools.Usagef("--all and -p contradict each other")
 	}
+	if o.Kprobe != "" && o.Kprobe != "auto" {
+		if err := tracefs.ValidateSymbol(o.Kprobe); err != nil {
+			return tools.Usagef("--kprobe: %v", err)
+		}
+	}
+	if o.Legacy && o.Kprobe == "" {
+		return tools.Usagef("--legacy goes with --kprobe")
+	}
 	return nil
+}
+
+// writeSymbols are the kernel's write syscall functions, newest first.
+var writeSymbols = []string{"__x64_sys_write", "ksys_write", "sys_write"}
+
+// kprobeFor picks the function to probe and how to read the size there.
+func kprobeFor(choice string) (*kprobeConfig, error) {
+	if runtime.GOARCH != "amd64" {
+		return nil, fmt.Errorf("--kprobe reads x86-64 registers; on %s use the tracepoint mode (without --kprobe)", runtime.GOARCH)
+	}
+	if !tools.KprobesAvailable() {
+		return nil, fmt.Errorf("--kprobe: %w; writesize without --kprobe uses the syscalls:sys_enter_write tracepoint instead", tools.ErrNoKprobes)
+	}
+	sym := choice
+	if choice == "auto" {
+		syms, err := tools.LoadKallsyms()
+		if err != nil {
+			return nil, err
+		}
+		sym = ""
+		for _, s := range writeSymbols {
+			if syms.Has(s) {
+				sym = s
+				break
+			}
+		}
+		if sym == "" {
+			return nil, fmt.Errorf("--kprobe: none of %s is in /proc/kallsyms: name the function with --kprobe=SYMBOL", strings.Join(writeSymbols, ", "))
+		}
+	}
+	read := bpf.FnProbeReadKernel
+	if features.HaveProgramHelper(ebpf.Kprobe, bpf.FnProbeReadKernel) != nil {
+		read = bpf.FnProbeRead // before 5.5
+	}
+	name, _ := tracefs.SplitSymbol(sym)
+	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, "__x64_sys_"), ProbeRead: read}, nil
 }
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
 	if err := tools.CheckPrivileges(s.Tool); err != nil {
 		return err
 	}
-	format, err := tracefs.ReadFormat("syscalls", "sys_enter_write")
-	if err != nil {
-		return fmt.Errorf("%w (writesize needs syscall tracepoints: CONFIG_FTRACE_SYSCALLS)", err)
-	}
-	count, err := format.MustField("count")
-	if err != nil {
-		return err
+	cfg := progConfig{Pid: uint32(o.Pid), PerProcess: o.PerProcess}
+	if o.Kprobe != "" {
+		k, err := kprobeFor(o.Kprobe)
+		if err != nil {
+			return err
+		}
+		cfg.Kprobe = k
+	} else {
+		format, err := tracefs.ReadFormat("syscalls", "sys_enter_write")
+		if err != nil {
+			return fmt.Errorf("%w (writesize needs syscall tracepoints: CONFIG_FTRACE_SYSCALLS; or try --kprobe)", err)
+		}
+		if cfg.Count, err = format.MustField("count"); err != nil {
+			return err
+		}
 	}
 	cmdPid, abort, err := s.PrepareCommand()
 	if err != nil {
 		return err
 	}
 	defer abort()
-	cfg := progConfig{Count: count, Pid: uint32(o.Pid), PerProcess: o.PerProcess}
 	// With -c, the command's process and its descendants: dash forks even a
 	// single command, so the pid of "sh -c" alone would miss its writes.
 	cfg.Tree = cmdPid != 0 && o.Pid == 0 && !o.All
@@ -72,7 +126,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		}
 		defer follow.Close()
 	}
-	att, err := tools.AttachTracepoint(coll.Programs["writesize"], "syscalls", "sys_enter_write")
+	var att *tools.Attachment
+	if cfg.Kprobe != nil {
+		att, err = tools.AttachKprobe(coll.Programs["writesize"], cfg.Kprobe.Symbol, false, tools.KprobeOptions{Legacy: o.Legacy, Tool: s.Tool})
+	} else {
+		att, err = tools.AttachTracepoint(coll.Programs["writesize"], "syscalls", "sys_enter_write")
+	}
 	if err != nil {
 		return err
 	}

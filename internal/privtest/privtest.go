@@ -4,6 +4,8 @@ package privtest
 import (
 	"os"
 	"testing"
+
+	"github.com/tracekit/tracekit/tracefs"
 )
 
 // Require skips the test, with the reason, when not running as root, and
@@ -18,4 +20,20 @@ func Require(t testing.TB) {
 		t.Fatal("this test needs root and REQUIRE_PRIVILEGED=1 forbids skipping it")
 	}
 	t.Skip("needs root to load BPF programs (set REQUIRE_PRIVILEGED=1 to make this a failure)")
+}
+
+// RequireKprobes is Require for tests that need kprobes, which our host
+// kernel lacks: there the test skips (make test-vm runs it on kernels that
+// have them), unless TRACEKIT_REQUIRE_KPROBES=1 (set inside the kernel
+// matrix's guests), where a skip is a failure.
+func RequireKprobes(t testing.TB) {
+	t.Helper()
+	Require(t)
+	if tracefs.KprobesAvailable() {
+		return
+	}
+	if os.Getenv("TRACEKIT_REQUIRE_KPROBES") == "1" {
+		t.Fatal("this kernel has no kprobes and TRACEKIT_REQUIRE_KPROBES=1 forbids skipping")
+	}
+	t.Skip("this kernel has no kprobes (CONFIG_KPROBES): make test-vm runs this test on kernels that have them")
 }
