@@ -5,7 +5,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0
 
-.PHONY: all build run test bench vet help clean
+.PHONY: all build run test test-vm bench vet help clean
 
 all: build ## `make` alone builds every tool
 
@@ -16,8 +16,12 @@ build: ## build every tool, static, into bin/
 run: build ## build, then run the showcase: the live IO latency heatmap (q quits)
 	$(BIN)/iolat --heatmap
 
-test: vet ## every test: unit tests and, as root, the tests against the real kernel
+test: vet ## every test: unit tests, the tests against this kernel (root), and the kernel matrix
 	$(GO) test -count=1 ./...
+	$(MAKE) test-vm
+
+test-vm: ## the kernel matrix: the privileged tests inside Debian's 6.1 and 6.12 kernels under qemu (root; installs qemu)
+	bash vmtest/run.sh
 
 vet: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }

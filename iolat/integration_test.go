@@ -32,11 +32,16 @@ func loopDevice(t *testing.T) string {
 	if err := os.Truncate(img, 32<<20); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("losetup", "-f", "--show", img).CombinedOutput()
+	// "losetup -f" then "losetup DEV FILE": busybox (in the kernel matrix)
+	// has no --show.
+	out, err := exec.Command("losetup", "-f").CombinedOutput()
 	if err != nil {
-		t.Fatalf("losetup: %v: %s", err, out)
+		t.Fatalf("losetup -f: %v: %s", err, out)
 	}
 	dev := strings.TrimSpace(string(out))
+	if out, err := exec.Command("losetup", dev, img).CombinedOutput(); err != nil {
+		t.Fatalf("losetup %s: %v: %s", dev, err, out)
+	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
 			t.Errorf("losetup -d %s: %v: %s", dev, err, out)

@@ -1,0 +1,24 @@
+#!/bin/busybox sh
+# /init of the kernel matrix's guests: run every test binary as root on
+# this kernel, print a machine-readable line per binary, power off.
+/bin/busybox --install -s /bin
+export PATH=/bin HOME=/tmp
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+insmod /lib/loop.ko 2>/dev/null
+ip link set lo up
+export TRACEKIT_BIN=/tk/bin REQUIRE_PRIVILEGED=1 TRACEKIT_REQUIRE_KPROBES=1
+echo "TK-KERNEL $(uname -r)"
+for t in /tk/t/*.test; do
+  pkg=$(basename "$t" .test)
+  cd "/tk/src/$pkg"
+  "$t" -test.count=1 -test.v -test.timeout=240s > /tmp/out 2>&1
+  rc=$?
+  # Every test's verdict line, and the failures' output, for the host.
+  grep -E '^(--- |=== RUN|\s+\S+_test\.go:|FAIL|ok|PASS)' /tmp/out | grep -v '^=== RUN' | sed "s|^|TK-OUT $pkg: |"
+  echo "TK-RESULT $pkg $rc"
+done
+echo "TK-DONE"
+poweroff -f
