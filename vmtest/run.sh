@@ -54,6 +54,7 @@ cp vmtest/init.sh "$stage/init"
 chmod 755 "$stage/init"
 
 status=0
+all_passed=0 all_failed=0 all_skipped=0
 for dir in "${kernels[@]}"; do
   name=$(basename "$dir")
   vmlinuz=$(ls "$dir"/boot/vmlinuz-*)
@@ -82,8 +83,11 @@ for dir in "${kernels[@]}"; do
     skipped=$(grep -c "^TK-OUT $pkg: --- SKIP" "$log.txt" || true)
     failed=$(grep -c "^TK-OUT $pkg: --- FAIL" "$log.txt" || true)
     printf '   %-10s %3d passed, %d failed, %d skipped\n' "$pkg" "$passed" "$failed" "$skipped"
+    all_passed=$((all_passed + passed)) all_failed=$((all_failed + failed)) all_skipped=$((all_skipped + skipped))
     [ "$rc" = 0 ] || status=1
   done < <(grep '^TK-RESULT' "$log.txt")
 done
-echo "test-vm: $(( $(date +%s) - start )) s in all"
+echo "test-vm: $(( $(date +%s) - start )) s for ${#kernels[@]} kernels"
+[ $status = 0 ] || [ $all_failed -gt 0 ] || all_failed=1 # a guest that died counts
+echo "test-vm: $all_passed passed, $all_failed failed, $all_skipped skipped"
 exit $status
