@@ -356,3 +356,10 @@ func ProbeReadU64(dst, src bpf.Register, bufOff int16, helper bpf.BuiltinFunc) b
 		bpf.LoadMem(dst, bpf.RFP, bufOff, bpf.DWord),
 	}
 }
+
+// Nop is "goto +0": an instruction that does nothing, to carry a label or a
+// comment where no real instruction is at hand (a register move would need
+// its register to be initialised on every path).
+func Nop() bpf.Instruction {
+	return bpf.Instruction{OpCode: bpf.OpCode(bpf.JumpClass).SetJumpOp(bpf.Ja), Offset: 0}
+}

@@ -73,5 +73,5 @@ func DecadeSlot(prefix string, v, tmp, out bpf.Register) bpf.Instructions {
 	insns[0] = insns[0].WithSource(bpf.Comment(fmt.Sprintf("%s = heatmap slot of %s: floor(10*log10(ns)), 0..99", out, v)))
 	// The last leaf's jump to done is the fall-through.
 	insns = insns[:len(insns)-1]
-	return append(insns, bpf.Mov.Reg(tmp, tmp).WithSymbol(done))
+	return append(insns, Nop().WithSymbol(done))
 }

@@ -202,7 +202,7 @@ func opOf(rwbs tracefs.Field) (bpf.Instructions, error) {
 		bpf.JEq.Imm(bpf.R2, 'N', "op_done"),
 		bpf.JEq.Imm(bpf.R2, 0, "op_done"),
 		bpf.Mov.Reg(bpf.R1, bpf.R2),
-		bpf.Mov.Reg(bpf.R2, bpf.R2).WithSymbol("op_done"),
+		asm.Nop().WithSymbol("op_done"),
 	}, nil
 }
 

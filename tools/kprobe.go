@@ -127,6 +127,23 @@ func attachKprobeLegacy(prog *ebpf.Program, what, symbol string, ret bool, tool 
 	return a, nil
 }
 
+// RegisterKprobe registers a probe event in kprobe_events (with fetch
+// arguments, which its records then carry) and returns its id, for
+// OpenRings: unlike a PMU kprobe, such an event is one shared tracepoint
+// that a perf event on every CPU can open. remove unregisters it.
+func RegisterKprobe(tool, symbol string, ret bool, args []string) (group, event string, id uint64, remove func() error, err error) {
+	if !KprobesAvailable() {
+		return "", "", 0, nil, ErrNoKprobes
+	}
+	group = tracefs.Group(tool, os.Getpid())
+	event = fmt.Sprintf("p%d", probeSeq.Add(1))
+	id, err = tracefs.AddKprobe(group, event, symbol, ret, args...)
+	if err != nil {
+		return "", "", 0, nil, err
+	}
+	return group, event, id, func() error { return tracefs.RemoveKprobe(group, event) }, nil
+}
+
 func readUint(path string) (uint64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

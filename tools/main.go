@@ -30,7 +30,11 @@ type Common struct {
 
 	interval time.Duration
 	count    int
+	lead     string
 }
+
+// Lead is the leading positional argument of a tool with Tool.Lead set.
+func (c *Common) Lead() string { return c.lead }
 
 // CommonOptions gives a tool's options struct access to the shared part.
 type CommonOptions interface {
@@ -85,6 +89,9 @@ func (c *Common) validate() error {
 // Tool describes one command-line tool for Main.
 type Tool struct {
 	Name string
+	// Lead names a required positional argument before [interval [count]]
+	// ("EVENT"), "" for none.
+	Lead string
 	// Summary is the first line of --help; Details follows the options
 	// (examples, notes).
 	Summary, Details string
@@ -145,6 +152,9 @@ func parse(t Tool, args []string) error {
 	// A fresh parser per call: tests share no state.
 	p := flags.NewNamedParser(t.Name, flags.HelpFlag|flags.PassDoubleDash)
 	p.Usage = "[options] [interval [count]]"
+	if t.Lead != "" {
+		p.Usage = "[options] " + t.Lead + " [interval [count]]"
+	}
 	p.ShortDescription = t.Summary
 	p.LongDescription = t.Summary
 	if _, err := p.AddGroup("Options", "", t.Options); err != nil {
@@ -159,6 +169,18 @@ func parse(t Tool, args []string) error {
 			return fe
 		}
 		return err
+	}
+	if t.Lead != "" {
+		// The first positional is the lead: shift the others down.
+		c := t.Options.common()
+		a := &c.Args
+		if a.Interval == "" {
+			return Usagef("missing %s", t.Lead)
+		}
+		c.lead, a.Interval, a.Count = a.Interval, a.Count, ""
+		if len(a.Rest) > 0 {
+			a.Count, a.Rest = a.Rest[0], a.Rest[1:]
+		}
 	}
 	if err := t.Options.common().validate(); err != nil {
 		return err

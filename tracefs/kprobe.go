@@ -52,9 +52,14 @@ func SplitSymbol(sym string) (string, uint64) {
 	return name, n
 }
 
+// fetchArg is a probe argument this toolkit writes: a name, a register or
+// the return value, and a fixed-size type ("skb=%di:x64", "ret=$retval:s32").
+var fetchArg = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=(%(di|si|dx|cx|r8|r9|ax)|\$retval):[usx](8|16|32|64)$`)
+
 // ProbeLine is the kprobe_events line that defines a probe:
-// "p:group/event symbol", or "r:..." for a kretprobe.
-func ProbeLine(group, event, symbol string, ret bool) (string, error) {
+// "p:group/event symbol [args]", or "r:..." for a kretprobe. Each argument
+// must match fetchArg.
+func ProbeLine(group, event, symbol string, ret bool, args ...string) (string, error) {
 	if err := ValidateName("probe group", group); err != nil {
 		return "", err
 	}
@@ -68,7 +73,14 @@ func ProbeLine(group, event, symbol string, ret bool) (string, error) {
 	if ret {
 		kind = "r"
 	}
-	return fmt.Sprintf("%s:%s/%s %s", kind, group, event, symbol), nil
+	line := fmt.Sprintf("%s:%s/%s %s", kind, group, event, symbol)
+	for _, a := range args {
+		if !fetchArg.MatchString(a) {
+			return "", fmt.Errorf("invalid probe argument %q", a)
+		}
+		line += " " + a
+	}
+	return line, nil
 }
 
 func kprobeEvents() (string, error) {
@@ -99,8 +111,8 @@ func appendLine(path, line string) error {
 
 // AddKprobe registers a kprobe (or kretprobe) event and returns its id. On
 // any failure after the write, the event is removed again.
-func AddKprobe(group, event, symbol string, ret bool) (uint64, error) {
-	line, err := ProbeLine(group, event, symbol, ret)
+func AddKprobe(group, event, symbol string, ret bool, args ...string) (uint64, error) {
+	line, err := ProbeLine(group, event, symbol, ret, args...)
 	if err != nil {
 		return 0, err
 	}

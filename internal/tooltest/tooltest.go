@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -25,6 +26,12 @@ func Main(m *testing.M) {
 	}
 	if n := os.Getenv("TK_UDP_DROPS"); n != "" {
 		os.Exit(udpDrops(n))
+	}
+	if spec := os.Getenv("TK_PING"); spec != "" {
+		os.Exit(ping(spec))
+	}
+	if spec := os.Getenv("TK_UDP_SIZES"); spec != "" {
+		os.Exit(udpSizes(spec))
 	}
 	os.Exit(m.Run())
 }
@@ -78,29 +85,134 @@ func exactWrites(spec string) int {
 	return 0
 }
 
+// Ping is the shell command that sends n ICMP echo requests with a payload
+// of size bytes to 127.0.0.1 in a fresh network namespace and waits for the
+// n replies: exactly 2n packets cross lo, each 28+size bytes long at
+// netif_receive_skb.
+func Ping(t testing.TB, n, size int) string {
+	return fmt.Sprintf("TK_PING=%d:%d %s", n, size, self(t))
+}
+
+// UDPSizes is the shell command that sends datagrams of the given payload
+// sizes (each size count times, "200x5,10x7") to a socket listening on
+// 127.0.0.1 in a fresh network namespace: no drops, no ICMP.
+func UDPSizes(t testing.TB, spec string) string {
+	return fmt.Sprintf("TK_UDP_SIZES=%s %s", spec, self(t))
+}
+
+// freshNetns moves this thread into a new network namespace with lo up and
+// returns a UDP socket in it. A namespace belongs to the thread that
+// unshares: the caller stays on it (LockOSThread).
+func freshNetns() (int, error) {
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		return -1, fmt.Errorf("unshare: %w", err)
+	}
+	ctl, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		return -1, err
+	}
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return -1, err
+	}
+	ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
+	if err := unix.IoctlIfreq(ctl, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return -1, fmt.Errorf("lo up: %w", err)
+	}
+	return ctl, nil
+}
+
+func ping(spec string) int {
+	var n, size int
+	if _, err := fmt.Sscanf(spec, "%d:%d", &n, &size); err != nil {
+		return 3
+	}
+	if _, err := freshNetns(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
+	if err != nil {
+		return 5
+	}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 2})
+	to := &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}
+	for i := 0; i < n; i++ {
+		msg := make([]byte, 8+size)
+		msg[0] = 8 // echo request
+		msg[5] = 1 // id
+		msg[7] = byte(i + 1)
+		var sum uint32
+		for j := 0; j+1 < len(msg); j += 2 {
+			sum += uint32(msg[j])<<8 | uint32(msg[j+1])
+		}
+		for sum>>16 != 0 {
+			sum = sum&0xffff + sum>>16
+		}
+		msg[2], msg[3] = byte(^sum>>8), byte(^sum)
+		if err := unix.Sendto(fd, msg, 0, to); err != nil {
+			return 6
+		}
+	}
+	// A raw ICMP socket sees requests and replies: wait for n replies.
+	buf := make([]byte, 65536)
+	for got := 0; got < n; {
+		m, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "no reply:", err)
+			return 7
+		}
+		if m > 20 && buf[20] == 0 { // IP header, then ICMP type 0: reply
+			got++
+		}
+	}
+	return 0
+}
+
+func udpSizes(spec string) int {
+	fd, err := freshNetns()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
+	rx, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		return 5
+	}
+	to := &unix.SockaddrInet4{Port: 5555, Addr: [4]byte{127, 0, 0, 1}}
+	if err := unix.Bind(rx, to); err != nil {
+		return 5
+	}
+	unix.SetsockoptInt(rx, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
+	buf := make([]byte, 65536)
+	for _, part := range strings.Split(spec, ",") {
+		var size, n int
+		if _, err := fmt.Sscanf(part, "%dx%d", &size, &n); err != nil {
+			return 3
+		}
+		for i := 0; i < n; i++ {
+			if err := unix.Sendto(fd, make([]byte, size), 0, to); err != nil {
+				return 6
+			}
+			// Receive each one: the socket never overflows, nothing drops.
+			if _, _, err := unix.Recvfrom(rx, buf, 0); err != nil {
+				return 7
+			}
+		}
+	}
+	return 0
+}
+
 func udpDrops(arg string) int {
 	n, err := strconv.Atoi(arg)
 	if err != nil {
 		return 3
 	}
-	// A namespace belongs to the thread that unshares: stay on it.
-	runtime.LockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		fmt.Fprintln(os.Stderr, "unshare:", err)
+	ctl, err := freshNetns()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 4
-	}
-	ctl, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		return 5
-	}
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return 5
-	}
-	ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
-	if err := unix.IoctlIfreq(ctl, unix.SIOCSIFFLAGS, ifr); err != nil {
-		fmt.Fprintln(os.Stderr, "lo up:", err)
-		return 6
 	}
 	to := &unix.SockaddrInet4{Port: 9, Addr: [4]byte{127, 0, 0, 1}}
 	for i := 0; i < n; i++ {

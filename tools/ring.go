@@ -1,0 +1,226 @@
+package tools
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Rings are the perf ring buffers of one event on every CPU: the way a
+// filter program's kept events reach user space. The program is attached
+// once (to the first CPU's perf event); it then runs for the event on every
+// CPU and each kept event is stored in that CPU's ring
+// (kernel/trace/bpf_trace.c: trace_call_bpf, "1 - store").
+type Rings struct {
+	what  string
+	fds   []int
+	mmaps [][]byte
+	// Lost counts records the kernel dropped because a ring was full.
+	Lost uint64
+	// OnComm, if set, learns task names as tasks exec (PERF_RECORD_COMM):
+	// a short-lived process is often gone before its events are printed.
+	OnComm func(pid uint32, comm string)
+}
+
+// Sample is one PERF_RECORD_SAMPLE with TID, TIME, CPU and RAW.
+type Sample struct {
+	Pid, Tid uint32
+	Time     uint64 // the perf clock (local_clock), ns
+	CPU      uint32
+	Raw      []byte // the trace event record, as the format file lays it out
+}
+
+const ringPages = 64 // per CPU, a power of two: 256 KiB with 4 KiB pages
+
+// OnlineCPUs lists the online CPUs (/sys/devices/system/cpu/online, "0-3,5").
+func OnlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("list CPUs: %w", err)
+	}
+	var cpus []int
+	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("list CPUs: %q", b)
+		}
+		z := a
+		if isRange {
+			if z, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("list CPUs: %q", b)
+			}
+		}
+		for c := a; c <= z; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
+// OpenRings opens the event id (a tracepoint, or a kprobe_events probe) on
+// every CPU with a ring buffer each, attaches prog once and enables them.
+func OpenRings(prog *ebpf.Program, what string, id uint64) (*Rings, error) {
+	cpus, err := OnlineCPUs()
+	if err != nil {
+		return nil, err
+	}
+	r := &Rings{what: what}
+	page := os.Getpagesize()
+	for i, cpu := range cpus {
+		attr := unix.PerfEventAttr{
+			Type:        unix.PERF_TYPE_TRACEPOINT,
+			Config:      id,
+			Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+			Sample_type: unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_RAW,
+			Sample:      1,
+			Wakeup:      1,
+			Bits:        unix.PerfBitDisabled | unix.PerfBitComm,
+		}
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("open %s on CPU %d: %w%s", what, cpu, err, privilegeHint(err)), r.Close())
+		}
+		r.fds = append(r.fds, fd)
+		m, err := unix.Mmap(fd, 0, (1+ringPages)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("map the ring buffer of %s on CPU %d: %w", what, cpu, err), r.Close())
+		}
+		r.mmaps = append(r.mmaps, m)
+		if i == 0 {
+			// Once: every SET_BPF adds another copy of the program to the
+			// event's program array.
+			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, prog.FD()); err != nil {
+				return nil, errors.Join(fmt.Errorf("attach %s: PERF_EVENT_IOC_SET_BPF: %w%s", what, err, privilegeHint(err)), r.Close())
+			}
+		}
+	}
+	for _, fd := range r.fds {
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return nil, errors.Join(fmt.Errorf("enable %s: %w", what, err), r.Close())
+		}
+	}
+	return r, nil
+}
+
+// Poll waits up to timeoutMs for data in any ring; it returns early (false)
+// on EINTR.
+func (r *Rings) Poll(timeoutMs int) (bool, error) {
+	pfds := make([]unix.PollFd, len(r.fds))
+	for i, fd := range r.fds {
+		pfds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	}
+	n, err := unix.Poll(pfds, timeoutMs)
+	if errors.Is(err, unix.EINTR) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("poll %s: %w", r.what, err)
+	}
+	return n > 0, nil
+}
+
+// perf_event_mmap_page: data_head at 1024, data_tail at 1032,
+// data_offset at 1040, data_size at 1048 (include/uapi/linux/perf_event.h).
+const (
+	offHead = 1024
+	offTail = 1032
+)
+
+// Read hands every complete record of every ring to fn, and frees it.
+func (r *Rings) Read(fn func(Sample)) {
+	page := os.Getpagesize()
+	for _, m := range r.mmaps {
+		head := atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offHead])))
+		tail := *(*uint64)(unsafe.Pointer(&m[offTail]))
+		data := m[page:]
+		var rec []byte
+		for tail < head {
+			hdr := readWrapped(data, tail, 8, nil)
+			typ := binary.LittleEndian.Uint32(hdr[0:])
+			n := uint64(binary.LittleEndian.Uint16(hdr[6:]))
+			if n < 8 {
+				break
+			}
+			rec = readWrapped(data, tail, n, rec[:0])
+			tail += n
+			switch typ {
+			case unix.PERF_RECORD_SAMPLE:
+				if s, ok := parseSample(rec[8:]); ok {
+					fn(s)
+				}
+			case unix.PERF_RECORD_COMM:
+				if len(rec) > 16 && r.OnComm != nil {
+					comm := string(rec[16:])
+					if i := strings.IndexByte(comm, 0); i >= 0 {
+						comm = comm[:i]
+					}
+					r.OnComm(binary.LittleEndian.Uint32(rec[8:]), comm)
+				}
+			case unix.PERF_RECORD_LOST:
+				if len(rec) >= 24 {
+					r.Lost += binary.LittleEndian.Uint64(rec[16:])
+				}
+			}
+		}
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&m[offTail])), tail)
+	}
+}
+
+// readWrapped copies n bytes at ring position pos, which may wrap.
+func readWrapped(data []byte, pos, n uint64, buf []byte) []byte {
+	size := uint64(len(data))
+	start := pos % size
+	if start+n <= size {
+		return append(buf, data[start:start+n]...)
+	}
+	buf = append(buf, data[start:]...)
+	return append(buf, data[:n-(size-start)]...)
+}
+
+// parseSample reads TID, TIME, CPU, RAW in that order (perf_event.h).
+func parseSample(b []byte) (Sample, bool) {
+	if len(b) < 28 {
+		return Sample{}, false
+	}
+	s := Sample{
+		Pid:  binary.LittleEndian.Uint32(b[0:]),
+		Tid:  binary.LittleEndian.Uint32(b[4:]),
+		Time: binary.LittleEndian.Uint64(b[8:]),
+		CPU:  binary.LittleEndian.Uint32(b[16:]),
+	}
+	n := int(binary.LittleEndian.Uint32(b[24:]))
+	if 28+n > len(b) {
+		return Sample{}, false
+	}
+	s.Raw = append([]byte(nil), b[28:28+n]...)
+	return s, true
+}
+
+// Close disables and closes every CPU's event (which detaches the program)
+// and unmaps the rings; every step is tried.
+func (r *Rings) Close() error {
+	var errs []error
+	for _, fd := range r.fds {
+		errs = append(errs, unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0))
+	}
+	for _, m := range r.mmaps {
+		errs = append(errs, unix.Munmap(m))
+	}
+	for _, fd := range r.fds {
+		errs = append(errs, unix.Close(fd))
+	}
+	r.fds, r.mmaps = nil, nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close %s: %w", r.what, err)
+	}
+	return nil
+}
