@@ -42,8 +42,8 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
 chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
 export CGO_ENABLED=0
-for t in writesize dropmon iolat; do go build -trimpath -o "$stage/tk/bin/$t" "./$t"; done
-pkgs=(asm tracefs terminal tools writesize dropmon iolat)
+for t in writesize dropmon iolat filter; do go build -trimpath -o "$stage/tk/bin/$t" "./$t"; done
+pkgs=(asm tracefs terminal tools writesize dropmon iolat filter)
 for p in "${pkgs[@]}"; do
   go test -c -trimpath -o "$stage/tk/t/$p.test" "./$p"
   mkdir -p "$stage/tk/src/$p"
