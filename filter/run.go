@@ -185,6 +185,15 @@ func info(s *tools.Session, ev event) error {
 				kind = "string"
 			case strings.Contains(fl.Type, "*"):
 				kind = "pointer: cast it to walk it"
+			case len(f.Symbolic[fl.Name]) > 0:
+				names := f.Symbolic[fl.Name]
+				kind = fmt.Sprintf("integer, or one of %d names", len(names))
+				for _, v := range []uint64{3, 2, 1} {
+					if n, ok := names[v]; ok {
+						kind += fmt.Sprintf(" (%d is %q)", v, n)
+						break
+					}
+				}
 			}
 			fmt.Fprintf(s.Stdout, "    %-28s %-10s offset %3d, size %2d, %s\n", fl.Type, fl.Name, fl.Offset, fl.Size, kind)
 		}
