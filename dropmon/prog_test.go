@@ -2,25 +2,14 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
-func format(t *testing.T, name string) *tracefs.Format {
-	t.Helper()
-	b, err := os.ReadFile("../tracefs/testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := tracefs.ParseFormat(string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
+func format(t *testing.T, name string) *tracefs.Format { return tooltest.Format(t, name) }
 
 func TestLayouts(t *testing.T) {
 	for _, tc := range []struct {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"testing"
 
 	bpf "github.com/cilium/ebpf/asm"
@@ -11,21 +10,8 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/golden"
-	"github.com/tracekit/tracekit/tracefs"
+	"github.com/tracekit/tracekit/internal/tooltest"
 )
-
-func readFormat(t *testing.T, name string) *tracefs.Format {
-	t.Helper()
-	b, err := os.ReadFile("../tracefs/testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := tracefs.ParseFormat(string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
 
 // A small BTF of our own: struct layouts fixed for the goldens, whatever
 // kernel the tests run on.
@@ -62,9 +48,9 @@ func testBTF(t *testing.T) (*btf.Spec, *btf.Pointer) {
 func targets(t *testing.T) map[string]Target {
 	spec, skbPtr := testBTF(t)
 	return map[string]Target{
-		"netif":  {Format: readFormat(t, "netif_receive_skb.6.18.format"), BTF: spec, ProbeRead: bpf.FnProbeReadKernel},
-		"kfree":  {Format: readFormat(t, "kfree_skb.6.18.format"), ProbeRead: bpf.FnProbeReadKernel},
-		"sched":  {Format: readFormat(t, "sched_kthread_stop.2.6.format"), ProbeRead: bpf.FnProbeRead},
+		"netif":  {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, ProbeRead: bpf.FnProbeReadKernel},
+		"kfree":  {Format: tooltest.Format(t, "kfree_skb.6.18.format"), ProbeRead: bpf.FnProbeReadKernel},
+		"sched":  {Format: tooltest.Format(t, "sched_kthread_stop.2.6.format"), ProbeRead: bpf.FnProbeRead},
 		"kprobe": {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.PtRegsDI}, {Name: "skb", Type: skbPtr, RegOff: asm.PtRegsSI}}, BTF: spec, ProbeRead: bpf.FnProbeReadKernel},
 		"kret":   {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: ptRegsAX}}, ProbeRead: bpf.FnProbeReadKernel},
 	}

@@ -2,24 +2,15 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/golden"
-	"github.com/tracekit/tracekit/tracefs"
+	"github.com/tracekit/tracekit/internal/tooltest"
 )
 
 func rq(t *testing.T, event string) rqFields {
 	t.Helper()
-	b, err := os.ReadFile("../tracefs/testdata/" + event + ".6.18.format")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := tracefs.ParseFormat(string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := rqFieldsOf(f)
+	r, err := rqFieldsOf(tooltest.Format(t, event+".6.18.format"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,8 +32,10 @@ func AttachTracepoint(prog *ebpf.Program, group, name string) (*Attachment, erro
 	return attachPerfEvent(prog, fmt.Sprintf("tracepoint %s:%s", group, name), unix.PERF_TYPE_TRACEPOINT, id)
 }
 
-func attachPerfEvent(prog *ebpf.Program, what string, typ uint32, config uint64) (*Attachment, error) {
-	attr := unix.PerfEventAttr{
+// perfAttr is the attribute of every perf event a program is attached to:
+// the event of type typ and config, sampled raw, one record per event.
+func perfAttr(typ uint32, config uint64) unix.PerfEventAttr {
+	return unix.PerfEventAttr{
 		Type:        typ,
 		Config:      config,
 		Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
@@ -41,6 +43,10 @@ func attachPerfEvent(prog *ebpf.Program, what string, typ uint32, config uint64)
 		Sample:      1,
 		Wakeup:      1,
 	}
+}
+
+func attachPerfEvent(prog *ebpf.Program, what string, typ uint32, config uint64) (*Attachment, error) {
+	attr := perfAttr(typ, config)
 	fd, err := unix.PerfEventOpen(&attr, -1, 0, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("attach %s: perf_event_open: %w%s", what, err, privilegeHint(err))

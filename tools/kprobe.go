@@ -86,16 +86,9 @@ func attachKprobePMU(prog *ebpf.Program, what string, typ uint32, symbol string,
 	if err != nil {
 		return nil, fmt.Errorf("attach %s: %w", what, err)
 	}
-	attr := unix.PerfEventAttr{
-		Type:        typ,
-		Config:      config,
-		Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
-		Sample_type: unix.PERF_SAMPLE_RAW,
-		Sample:      1,
-		Wakeup:      1,
-		Ext1:        uint64(uintptr(unsafe.Pointer(cname))), // kprobe_func
-		Ext2:        off,                                    // probe_offset
-	}
+	attr := perfAttr(typ, config)
+	attr.Ext1 = uint64(uintptr(unsafe.Pointer(cname))) // kprobe_func
+	attr.Ext2 = off                                    // probe_offset
 	fd, err := unix.PerfEventOpen(&attr, -1, 0, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	runtime.KeepAlive(cname)
 	if err != nil {

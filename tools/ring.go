@@ -76,15 +76,9 @@ func OpenRings(prog *ebpf.Program, what string, id uint64) (*Rings, error) {
 	r := &Rings{what: what}
 	page := os.Getpagesize()
 	for i, cpu := range cpus {
-		attr := unix.PerfEventAttr{
-			Type:        unix.PERF_TYPE_TRACEPOINT,
-			Config:      id,
-			Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
-			Sample_type: unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_RAW,
-			Sample:      1,
-			Wakeup:      1,
-			Bits:        unix.PerfBitDisabled | unix.PerfBitComm,
-		}
+		attr := perfAttr(unix.PERF_TYPE_TRACEPOINT, id)
+		attr.Sample_type |= unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
+		attr.Bits = unix.PerfBitDisabled | unix.PerfBitComm
 		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("open %s on CPU %d: %w%s", what, cpu, err, privilegeHint(err)), r.Close())

@@ -4,24 +4,16 @@ import (
 	"fmt"
 
 	bpf "github.com/cilium/ebpf/asm"
-	"os"
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
 func countField(t *testing.T) tracefs.Field {
 	t.Helper()
-	b, err := os.ReadFile("../tracefs/testdata/sys_enter_write.6.18.format")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := tracefs.ParseFormat(string(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.MustField("count")
+	c, err := tooltest.Format(t, "sys_enter_write.6.18.format").MustField("count")
 	if err != nil {
 		t.Fatal(err)
 	}

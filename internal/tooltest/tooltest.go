@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/tracefs"
 )
 
 // Main runs a workload when the environment asks for one, else the tests.
@@ -278,4 +280,18 @@ func Run(t testing.TB, bin string, args ...string) Result {
 		t.Fatal(err)
 	}
 	return Result{out.String(), errb.String(), status}
+}
+
+// Format parses a copy of a format file from tracefs/testdata.
+func Format(t testing.TB, name string) *tracefs.Format {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "tracefs", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := tracefs.ParseFormat(string(b))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return f
 }
