@@ -90,6 +90,26 @@ func TestLoopDeviceExactCount(t *testing.T) {
 		t.Errorf("no %s histogram, or unit %q, lost %d: %+v", name, rep.Unit, rep.Lost, rep)
 	}
 
+	// -Q (from insert where the request passed through it) and -F (per
+	// operation) count the same IOs: all of them writes.
+	for _, args := range [][]string{{"-Q", "-d", name}, {"-F", "-d", name}} {
+		r := iolat(t, append(args, "--json", "-c", directWrites(dev, n))...)
+		var rep histReport
+		if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil {
+			t.Fatalf("%v: %v: %q %s", args, err, r.Stdout, r.Stderr)
+		}
+		var total uint64
+		for _, h := range rep.Histograms {
+			total += h.Total
+			if args[0] == "-F" && h.Label != "write" {
+				t.Errorf("-F: a %q histogram for direct writes", h.Label)
+			}
+		}
+		if total != n || rep.Lost != 0 {
+			t.Errorf("%v: %d IOs, lost %d; want exactly %d", args, total, rep.Lost, n)
+		}
+	}
+
 	// The text report labels the disk as BCC's biolatency -D does.
 	text := iolat(t, "-D", "-m", "-c", directWrites(dev, n))
 	if !strings.Contains(text.Stdout, "disk = "+name+"\n     msecs ") {
