@@ -56,8 +56,7 @@ func parseEvent(s string) (event, error) {
 }
 
 func validate(o *options) error {
-	ev, err := parseEvent(o.Lead())
-	if err != nil {
+	if _, err := parseEvent(o.Lead()); err != nil {
 		return tools.Usagef("%v", err)
 	}
 	if o.Where != "" {
@@ -68,7 +67,6 @@ func validate(o *options) error {
 	if o.Info && (o.Where != "" || o.Count) {
 		return tools.Usagef("--info prints the event's description: it takes no --where or --count")
 	}
-	_ = ev
 	return nil
 }
 
@@ -283,7 +281,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if o.Count {
 		return count(ctx, s, ev, coll)
 	}
-	return stream(ctx, s, o, ev, coll, fetch, pointers)
+	return stream(ctx, s, ev, coll, fetch, pointers)
 }
 
 func needsBTF(cmps []Cmp) bool {
@@ -330,22 +328,24 @@ func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collectio
 }
 
 // stream opens the rings, prints every passing event, and reports lost ones.
-func stream(ctx context.Context, s *tools.Session, o *options, ev event, coll *ebpf.Collection, fetch []string, pointers map[string]bool) error {
+func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, fetch []string, pointers map[string]bool) (err error) {
 	var id uint64
 	var format *tracefs.Format
-	var err error
 	if ev.kind == "tracepoint" {
 		if id, err = tracefs.EventID(ev.group, ev.name); err != nil {
 			return err
 		}
-		format, _ = tracefs.ReadFormat(ev.group, ev.name)
+		if format, err = tracefs.ReadFormat(ev.group, ev.name); err != nil {
+			return err
+		}
 	} else {
-		group, name, pid, remove, err := tools.RegisterKprobe(s.Tool, ev.symbol, ev.kind == "kretprobe", fetch)
+		group, name, probeID, remove, err := tools.RegisterKprobe(s.Tool, ev.symbol, ev.kind == "kretprobe", fetch)
 		if err != nil {
 			return err
 		}
-		defer remove()
-		id = pid
+		// Runs after the rings are closed (defers run last first).
+		defer func() { err = errors.Join(err, remove()) }()
+		id = probeID
 		if format, err = tracefs.ReadFormat(group, name); err != nil {
 			return err
 		}
