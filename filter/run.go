@@ -339,11 +339,12 @@ func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collecti
 			return err
 		}
 	} else {
-		group, name, probeID, remove, err := tools.RegisterKprobe(s.Tool, ev.symbol, ev.kind == "kretprobe", fetch)
-		if err != nil {
-			return err
+		group, name, probeID, remove, regErr := tools.RegisterKprobe(s.Tool, ev.symbol, ev.kind == "kretprobe", fetch)
+		if regErr != nil {
+			return regErr
 		}
-		// Runs after the rings are closed (defers run last first).
+		// Runs after the rings are closed (defers run last first), and
+		// joins its error into the one returned.
 		defer func() { err = errors.Join(err, remove()) }()
 		id = probeID
 		if format, err = tracefs.ReadFormat(group, name); err != nil {
