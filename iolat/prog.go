@@ -108,8 +108,14 @@ func startProgram(f rqFields, dev uint32, noExist bool) (bpf.Instructions, error
 		bpf.JEq.Imm(bpf.R0, 0, "exit"),
 	)
 	if noExist {
-		insns = append(insns, bpf.JEq.Imm(bpf.R0, -eexist, "exit").
-			WithSource(bpf.Comment("already inserted: the insert time counts")))
+		insns = append(insns,
+			// Before 6.4 map ops returned int, and a call the verifier patched
+			// to the op directly leaves -EEXIST zero-extended in R0 (seen on
+			// 6.1): compare the low 32 bits, sign-extended. No JMP32 (5.1+).
+			bpf.LSh.Imm(bpf.R0, 32).WithSource(bpf.Comment("already inserted (-EEXIST in the low 32 bits): the insert time counts")),
+			bpf.ArSh.Imm(bpf.R0, 32),
+			bpf.JEq.Imm(bpf.R0, -eexist, "exit"),
+		)
 	}
 	insns = append(insns, lostIncrement("full")...)
 	return append(insns, asm.Return("exit", 0)...), nil

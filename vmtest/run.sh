@@ -20,8 +20,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # The newest Debian cloud kernel of each series, downloaded once.
+# TK_VM_SERIES narrows the matrix (e.g. '6\.1\.0-[0-9]+') while debugging.
 kernels=()
-for series in '6\.1\.0-[0-9]+' '6\.12\.[0-9]+\+deb12'; do
+for series in ${TK_VM_SERIES:-'6\.1\.0-[0-9]+' '6\.12\.[0-9]+\+deb12'}; do
   pkg=$(apt-cache search --names-only "^linux-image-${series}-cloud-amd64-unsigned\$" | awk '{print $1}' | sort -V | tail -1)
   if [ -z "$pkg" ]; then
     apt-get update -qq
@@ -51,6 +52,10 @@ for p in "${pkgs[@]}"; do
 done
 cp /bin/busybox "$stage/bin/busybox"
 cp vmtest/init.sh "$stage/init"
+# TK_VM_RUN: a shell command the guests run instead of the tests (debugging).
+if [ -n "${TK_VM_RUN:-}" ]; then
+  printf '%s\n' "$TK_VM_RUN" > "$stage/tk/run.sh"
+fi
 chmod 755 "$stage/init"
 
 status=0
