@@ -20,19 +20,29 @@ type Live struct {
 	text   bool // fewer than 256 colours: the character ramp instead
 	// shadow is what this view last put in each cell: tcell's own
 	// SetContent is costly, and most cells of a heatmap stay blank from one
-	// frame to the next.
+	// frame to the next. Styles are compared by index into styles: a
+	// tcell.Style is too large to compare per cell.
 	shadow  []shadowCell
 	shadowW int
+	styles  [numStyles]tcell.Style
 }
+
+// Style indexes: the plain style, the gray shades 1..Levels, then these.
+const (
+	stylePlain  = 0
+	styleBold   = Levels + 1
+	styleStatus = Levels + 2
+	numStyles   = Levels + 3
+)
 
 type shadowCell struct {
 	r     rune
-	style tcell.Style
+	style uint8
 	set   bool
 }
 
 // set puts a cell unless it already holds exactly that.
-func (l *Live) set(x, y int, r rune, style tcell.Style) {
+func (l *Live) set(x, y int, r rune, style uint8) {
 	i := y*l.shadowW + x
 	if i >= 0 && i < len(l.shadow) {
 		c := &l.shadow[i]
@@ -41,7 +51,7 @@ func (l *Live) set(x, y int, r rune, style tcell.Style) {
 		}
 		*c = shadowCell{r, style, true}
 	}
-	l.screen.SetContent(x, y, r, nil, style)
+	l.screen.SetContent(x, y, r, nil, l.styles[style])
 }
 
 // maxLiveRows bounds the rows kept for redraws.
@@ -49,7 +59,14 @@ const maxLiveRows = 1000
 
 // NewLive prepares a live view on an initialised screen.
 func NewLive(s tcell.Screen, v HeatView) *Live {
-	return &Live{screen: s, view: v, text: s.Colors() < 256}
+	l := &Live{screen: s, view: v, text: s.Colors() < 256}
+	l.styles[stylePlain] = tcell.StyleDefault
+	for sh := 1; sh <= Levels; sh++ {
+		l.styles[sh] = tcell.StyleDefault.Background(tcell.PaletteColor(GrayColor(sh)))
+	}
+	l.styles[styleBold] = tcell.StyleDefault.Bold(true)
+	l.styles[styleStatus] = tcell.StyleDefault.Reverse(true)
+	return l
 }
 
 // Add appends a row and redraws, unless paused (the row is kept and shown
@@ -98,7 +115,7 @@ func (l *Live) Draw() {
 
 // line writes s at the start of line y and blanks the rest of the line, so
 // every cell is set once per frame (no Clear, which would set them twice).
-func (l *Live) line(y int, s string, style tcell.Style) {
+func (l *Live) line(y int, s string, style uint8) {
 	w, _ := l.screen.Size()
 	x := 0
 	for _, r := range s {
@@ -109,7 +126,7 @@ func (l *Live) line(y int, s string, style tcell.Style) {
 		x++
 	}
 	for ; x < w; x++ {
-		l.set(x, y, ' ', tcell.StyleDefault)
+		l.set(x, y, ' ', stylePlain)
 	}
 }
 
@@ -119,7 +136,6 @@ func (l *Live) draw() {
 	if len(l.shadow) != w*h || l.shadowW != w {
 		l.shadow, l.shadowW = make([]shadowCell, w*h), w
 	}
-	plain := tcell.StyleDefault
 	legend := "latency heatmap: light = few, dark = many IOs"
 	if l.text {
 		legend = "latency heatmap: " + Ramp[1:] + " = few to many IOs"
@@ -129,9 +145,9 @@ func (l *Live) draw() {
 	} else {
 		legend += " (shade relative to each row's largest cell)"
 	}
-	l.line(0, legend, plain.Bold(true))
+	l.line(0, legend, styleBold)
 	pw := l.view.PrefixWidth()
-	l.line(1, strings.Repeat(" ", pw)+l.view.Banner(), plain)
+	l.line(1, strings.Repeat(" ", pw)+l.view.Banner(), stylePlain)
 	// Rows fill lines 2 .. h-2, the newest at the bottom.
 	room := max(h-3, 0)
 	rows := l.rows
@@ -144,7 +160,7 @@ func (l *Live) draw() {
 	}
 	top := h - 1 - len(rows)
 	for y := 2; y < top; y++ {
-		l.line(y, "", plain)
+		l.line(y, "", stylePlain)
 	}
 	for i := range rows {
 		r := &rows[i]
@@ -155,18 +171,18 @@ func (l *Live) draw() {
 		}
 		x := 0
 		for _, c := range l.view.prefix(r) {
-			l.set(x, y, c, plain)
+			l.set(x, y, c, stylePlain)
 			x++
 		}
 		for slot := l.view.First; slot < HeatSlots && x < w; slot++ {
 			sh := Shade(r.Counts[slot], m)
 			switch {
 			case sh == 0:
-				l.set(x, y, ' ', plain)
+				l.set(x, y, ' ', stylePlain)
 			case l.text:
-				l.set(x, y, rune(Ramp[sh]), plain)
+				l.set(x, y, rune(Ramp[sh]), stylePlain)
 			default:
-				l.set(x, y, ' ', plain.Background(tcell.PaletteColor(GrayColor(sh))))
+				l.set(x, y, ' ', uint8(sh))
 			}
 			x++
 		}
@@ -174,18 +190,18 @@ func (l *Live) draw() {
 			if x >= w {
 				break
 			}
-			l.set(x, y, c, plain)
+			l.set(x, y, c, stylePlain)
 			x++
 		}
 		for ; x < w; x++ {
-			l.set(x, y, ' ', plain)
+			l.set(x, y, ' ', stylePlain)
 		}
 	}
 	status := l.status + "   p: pause  q: quit"
 	if l.paused {
 		status = "PAUSED   " + status
 	}
-	l.line(h-1, status, plain.Reverse(true))
+	l.line(h-1, status, styleStatus)
 	s.Show()
 }
 
