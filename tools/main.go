@@ -25,8 +25,8 @@ type Common struct {
 	Args       struct {
 		Interval string `positional-arg-name:"interval" description:"Seconds between reports; without it, one report at the end"`
 		Count    string `positional-arg-name:"count" description:"Number of reports to print before exiting"`
-		Rest     []string
 	} `positional-args:"yes"`
+	rest []string // arguments beyond the positional ones
 
 	interval time.Duration
 	count    int
@@ -66,8 +66,8 @@ func Usagef(format string, args ...any) error {
 
 func (c *Common) validate() error {
 	a := c.Args
-	if len(a.Rest) > 0 {
-		return Usagef("unexpected argument %q: the arguments are [interval [count]]", a.Rest[0])
+	if len(c.rest) > 0 {
+		return Usagef("unexpected argument %q: the arguments are [interval [count]]", c.rest[0])
 	}
 	if a.Interval != "" {
 		secs, err := strconv.ParseFloat(a.Interval, 64)
@@ -151,16 +151,18 @@ func Main(t Tool, args []string) (status int) {
 func parse(t Tool, args []string) error {
 	// A fresh parser per call: tests share no state.
 	p := flags.NewNamedParser(t.Name, flags.HelpFlag|flags.PassDoubleDash)
-	p.Usage = "[options] [interval [count]]"
+	// go-flags appends the positional arguments: "[interval] [count]".
+	p.Usage = "[options]"
 	if t.Lead != "" {
-		p.Usage = "[options] " + t.Lead + " [interval [count]]"
+		p.Usage = "[options] " + t.Lead
 	}
 	p.ShortDescription = t.Summary
 	p.LongDescription = t.Summary
 	if _, err := p.AddGroup("Options", "", t.Options); err != nil {
 		return fmt.Errorf("options: %w", err)
 	}
-	if _, err := p.ParseArgs(args); err != nil {
+	rest, err := p.ParseArgs(args)
+	if err != nil {
 		var fe *flags.Error
 		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {
 			var b strings.Builder
@@ -170,16 +172,17 @@ func parse(t Tool, args []string) error {
 		}
 		return err
 	}
+	c := t.Options.common()
+	c.rest = rest
 	if t.Lead != "" {
 		// The first positional is the lead: shift the others down.
-		c := t.Options.common()
 		a := &c.Args
 		if a.Interval == "" {
 			return Usagef("missing %s", t.Lead)
 		}
 		c.lead, a.Interval, a.Count = a.Interval, a.Count, ""
-		if len(a.Rest) > 0 {
-			a.Count, a.Rest = a.Rest[0], a.Rest[1:]
+		if len(c.rest) > 0 {
+			a.Count, c.rest = c.rest[0], c.rest[1:]
 		}
 	}
 	if err := t.Options.common().validate(); err != nil {
