@@ -2,12 +2,12 @@ package tools
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 )
 
 // Symbols maps kernel addresses to the nearest preceding symbol, from
@@ -44,25 +44,31 @@ func ParseKallsyms(r io.Reader) (*Symbols, error) {
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	nonzero := false
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 3 {
+		// "ffffffff81000000 T _stext" or "... t name\t[module]"; parsed
+		// without splitting into fields: the file has ~150k lines, and
+		// garbage made here would be collected while the tool traces.
+		line := sc.Bytes()
+		sp := bytes.IndexByte(line, ' ')
+		if sp < 0 || sp+3 > len(line) || line[sp+2] != ' ' {
 			continue
 		}
-		addr, err := strconv.ParseUint(fields[0], 16, 64)
+		addr, err := strconv.ParseUint(string(line[:sp]), 16, 64)
 		if err != nil {
 			continue
 		}
 		if addr != 0 {
 			nonzero = true
 		}
-		switch fields[1] {
-		case "t", "T", "w", "W":
+		switch line[sp+1] {
+		case 't', 'T', 'w', 'W':
 		default:
 			continue // only code: data symbols would shadow functions
 		}
-		sym := ksym{addr: addr, name: fields[2]}
-		if len(fields) > 3 {
-			sym.module = strings.Trim(fields[3], "[]")
+		rest := line[sp+3:]
+		name, mod, hasMod := bytes.Cut(rest, []byte("\t"))
+		sym := ksym{addr: addr, name: string(bytes.TrimSpace(name))}
+		if hasMod {
+			sym.module = string(bytes.Trim(bytes.TrimSpace(mod), "[]"))
 		}
 		s.syms = append(s.syms, sym)
 	}
