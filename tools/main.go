@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -242,10 +242,11 @@ func (s *Session) PrepareCommand() (pid int, cleanup func(), err error) {
 // reports were printed; then it prints the final report. report(final)
 // writes one report; final is true for the last one.
 func (s *Session) Loop(ctx context.Context, what string, report func(final bool) error) error {
-	// Collect the garbage of the setup (kallsyms, BTF, formats) now, not
-	// while the programs run: a collection during tracing competes with the
-	// traced workload for the CPUs (seen as 4x dropmon's cost in make bench).
-	runtime.GC()
+	// Collect the garbage of the setup (kallsyms, BTF, formats) and hand
+	// the memory back now, not while the programs run: a collection, or the
+	// background scavenger's madvise calls, during tracing compete with the
+	// traced workload (seen as 4x dropmon's cost per drop in make bench).
+	debug.FreeOSMemory()
 	var done <-chan struct{}
 	if s.cmd != nil {
 		c := s.cmd
