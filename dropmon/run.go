@@ -171,7 +171,7 @@ func (r *reporter) rows() ([]row, uint64, error) {
 		}
 		return a.Reason < b.Reason
 	})
-	return rows, r.lost.Lost(lost), nil
+	return rows, r.lost.Counter(lost), nil
 }
 
 func (r *reporter) reasonName(v uint32) string {

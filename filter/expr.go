@@ -50,6 +50,9 @@ type token struct {
 	pos  int
 }
 
+// singleChar are the one-character tokens (tEOF: not one).
+var singleChar = [256]tokKind{'.': tDot, '(': tLParen, ')': tRParen, '*': tStar}
+
 func lex(expr string) ([]token, error) {
 	var toks []token
 	bad := func(pos int, format string, args ...any) error {
@@ -110,17 +113,8 @@ func lex(expr string) ([]token, error) {
 		case c == '<' || c == '>':
 			toks = append(toks, token{kind: tOp, text: expr[i : i+1], pos: i})
 			i++
-		case c == '.':
-			toks = append(toks, token{kind: tDot, text: ".", pos: i})
-			i++
-		case c == '(':
-			toks = append(toks, token{kind: tLParen, text: "(", pos: i})
-			i++
-		case c == ')':
-			toks = append(toks, token{kind: tRParen, text: ")", pos: i})
-			i++
-		case c == '*':
-			toks = append(toks, token{kind: tStar, text: "*", pos: i})
+		case singleChar[c] != tEOF:
+			toks = append(toks, token{kind: singleChar[c], text: expr[i : i+1], pos: i})
 			i++
 		case c == '=':
 			return nil, bad(i, "'=' is not an operator: use '==' to compare")

@@ -313,7 +313,7 @@ func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collectio
 		if err != nil {
 			return err
 		}
-		n = d.Lost(n) // the same delta arithmetic as a lost counter
+		n = d.Counter(n)
 		now := time.Now()
 		if s.Opts.JSON {
 			return s.WriteJSON(map[string]any{"tool": "filter", "time": tools.JSONTime(now), "event": ev.String(), "count": n})

@@ -165,7 +165,7 @@ func (r *reader) slots(n int) (map[uint32][]uint64, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	lost = r.deltas.Lost(lost)
+	lost = r.deltas.Counter(lost)
 	var cur map[uint32][]uint64
 	if r.o.Disks || r.o.Flags {
 		if cur, err = tools.ReadSlotHash(r.coll.Maps["hist"], n); err != nil {

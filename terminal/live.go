@@ -1,6 +1,7 @@
 package terminal
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 
@@ -113,22 +114,31 @@ func (l *Live) Draw() {
 	l.draw()
 }
 
-// line writes s at the start of line y and blanks the rest of the line, so
-// every cell is set once per frame (no Clear, which would set them twice).
-func (l *Live) line(y int, s string, style uint8) {
+// put writes s from column x of line y, up to the screen's width, and
+// returns the column after it.
+func (l *Live) put(x, y int, s string, style uint8) int {
 	w, _ := l.screen.Size()
-	x := 0
 	for _, r := range s {
 		if x >= w {
-			return
+			break
 		}
 		l.set(x, y, r, style)
 		x++
 	}
+	return x
+}
+
+// pad blanks line y from column x to its end.
+func (l *Live) pad(x, y int) {
+	w, _ := l.screen.Size()
 	for ; x < w; x++ {
 		l.set(x, y, ' ', stylePlain)
 	}
 }
+
+// line writes s at the start of line y and blanks the rest of the line, so
+// every cell is set once per frame (no Clear, which would set them twice).
+func (l *Live) line(y int, s string, style uint8) { l.pad(l.put(0, y, s, style), y) }
 
 func (l *Live) draw() {
 	s := l.screen
@@ -169,11 +179,7 @@ func (l *Live) draw() {
 		if !l.view.Global {
 			m = r.Max()
 		}
-		x := 0
-		for _, c := range l.view.prefix(r) {
-			l.set(x, y, c, stylePlain)
-			x++
-		}
+		x := l.put(0, y, l.view.prefix(r), stylePlain)
 		for slot := l.view.First; slot < HeatSlots && x < w; slot++ {
 			sh := Shade(r.Counts[slot], m)
 			switch {
@@ -186,16 +192,7 @@ func (l *Live) draw() {
 			}
 			x++
 		}
-		for _, c := range " " + uitoa(r.Total()) {
-			if x >= w {
-				break
-			}
-			l.set(x, y, c, stylePlain)
-			x++
-		}
-		for ; x < w; x++ {
-			l.set(x, y, ' ', stylePlain)
-		}
+		l.pad(l.put(x, y, " "+strconv.FormatUint(r.Total(), 10), stylePlain), y)
 	}
 	status := l.status + "   p: pause  q: quit"
 	if l.paused {
@@ -203,18 +200,4 @@ func (l *Live) draw() {
 	}
 	l.line(h-1, status, styleStatus)
 	s.Show()
-}
-
-func uitoa(v uint64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for v > 0 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return string(b[i:])
 }

@@ -92,7 +92,7 @@ func ReadPerCPUCounter(m *ebpf.Map) (uint64, error) {
 type Deltas struct {
 	Cumulative bool
 	prev       map[uint32][]uint64
-	prevLost   uint64
+	prevCount  uint64
 }
 
 // Slots returns cur minus what was reported for id last time (all of cur
@@ -118,13 +118,14 @@ func (d *Deltas) Hist(id uint32, cur *terminal.Log2Hist) *terminal.Log2Hist {
 	return out
 }
 
-// Lost returns the lost events since the last report (all when cumulative).
-func (d *Deltas) Lost(cur uint64) uint64 {
+// Counter returns what a single ever-growing counter (lost events, a
+// filter's count) gained since the last report (all of it when cumulative).
+func (d *Deltas) Counter(cur uint64) uint64 {
 	out := cur
 	if !d.Cumulative {
-		out -= d.prevLost
+		out -= d.prevCount
 	}
-	d.prevLost = cur
+	d.prevCount = cur
 	return out
 }
 

@@ -56,7 +56,7 @@ func TestDeltas(t *testing.T) {
 	if got := d.Hist(7, &a); got.Counts[3] != 3 {
 		t.Errorf("second: %d, want 3", got.Counts[3])
 	}
-	if d.Lost(4) != 4 || d.Lost(10) != 6 {
+	if d.Counter(4) != 4 || d.Counter(10) != 6 {
 		t.Error("lost deltas")
 	}
 	c := Deltas{Cumulative: true}

@@ -175,7 +175,7 @@ func (r *reader) report() (*tools.HistReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.Lost = r.deltas.Lost(lost)
+	rep.Lost = r.deltas.Counter(lost)
 	pids := make([]uint32, 0, len(hists))
 	for pid := range hists {
 		pids = append(pids, pid)
