@@ -23,9 +23,10 @@ test: vet ## every test: unit tests, the tests against this kernel (root), and t
 test-vm: ## the kernel matrix: the privileged tests inside Debian's 6.1 and 6.12 kernels under qemu (root; installs qemu)
 	bash vmtest/run.sh
 
-vet: ## gofmt and go vet
+vet: ## gofmt, go vet, and go.mod as go mod tidy leaves it
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod or go.sum is not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 bench: build ## added cost per event versus an empty program and bpftrace (root; installs bpftrace)
 	bash bench/run.sh

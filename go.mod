@@ -7,11 +7,13 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/jessevdk/go-flags v1.6.1
+require (
+	github.com/gdamore/tcell/v2 v2.13.10
+	github.com/jessevdk/go-flags v1.6.1
+)
 
 require (
 	github.com/gdamore/encoding v1.0.1 // indirect
-	github.com/gdamore/tcell/v2 v2.13.10 // indirect
 	github.com/lucasb-eyer/go-colorful v1.3.0 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	golang.org/x/term v0.37.0 // indirect
