@@ -19,10 +19,10 @@ const (
 	RegPid = bpf.R7
 )
 
-// BPF_NOEXIST and BPF_ANY, the flags of bpf_map_update_elem.
+// BPF_ANY and BPF_NOEXIST, the flags of bpf_map_update_elem.
 const (
-	updateAny     = 0
-	updateNoExist = 1
+	UpdateAny     = 0
+	UpdateNoExist = 1
 )
 
 // Prologue saves the context pointer in RegCtx.
@@ -139,18 +139,14 @@ func StoreKey(off int16, src bpf.Register, size bpf.Size) bpf.Instruction {
 // nothing can be lost.
 func PerCPUArrayIncrement(prefix, mapName string, keyOff int16) bpf.Instructions {
 	done := prefix + "_done"
-	return bpf.Instructions{
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName).
-			WithSource(bpf.Comment(fmt.Sprintf("%s[key]++ (per-CPU)", mapName))),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, int32(keyOff)),
-		bpf.FnMapLookupElem.Call(),
+	insns := Note(MapLookup(mapName, keyOff), fmt.Sprintf("%s[key]++ (per-CPU)", mapName))
+	return append(insns,
 		bpf.JEq.Imm(bpf.R0, 0, done),
 		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord),
 		bpf.Add.Imm(bpf.R1, 1),
 		bpf.StoreMem(bpf.R0, 0, bpf.R1, bpf.DWord),
 		bpf.Mov.Imm(bpf.R0, 0).WithSymbol(done),
-	}
+	)
 }
 
 // HashIncrement adds 1 to the u64 value of the key at fp+keyOff in a hash
@@ -161,14 +157,7 @@ func PerCPUArrayIncrement(prefix, mapName string, keyOff int16) bpf.Instructions
 // free 8-byte stack slot for the initial value.
 func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string, onInsert bpf.Instructions) bpf.Instructions {
 	insert, retry, lost, done := prefix+"_insert", prefix+"_retry", prefix+"_lost", prefix+"_done"
-	lookup := func() bpf.Instructions {
-		return bpf.Instructions{
-			bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
-			bpf.Mov.Reg(bpf.R2, bpf.RFP),
-			bpf.Add.Imm(bpf.R2, int32(keyOff)),
-			bpf.FnMapLookupElem.Call(),
-		}
-	}
+	lookup := func() bpf.Instructions { return MapLookup(mapName, keyOff) }
 	atomicAdd := bpf.Instructions{
 		bpf.Mov.Imm(bpf.R1, 1),
 		bpf.StoreXAdd(bpf.R0, bpf.R1, bpf.DWord),
@@ -184,15 +173,9 @@ func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string,
 	ins = append(ins,
 		bpf.Mov.Imm(bpf.R1, 1),
 		bpf.StoreMem(bpf.RFP, valOff, bpf.R1, bpf.DWord),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, int32(keyOff)),
-		bpf.Mov.Reg(bpf.R3, bpf.RFP),
-		bpf.Add.Imm(bpf.R3, int32(valOff)),
-		bpf.Mov.Imm(bpf.R4, updateNoExist),
-		bpf.FnMapUpdateElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, done),
 	)
+	ins = append(ins, MapUpdate(mapName, keyOff, valOff, UpdateNoExist)...)
+	ins = append(ins, bpf.JEq.Imm(bpf.R0, 0, done))
 	ins[0] = ins[0].WithSymbol(insert)
 	insns = append(insns, ins...)
 	again := lookup()
@@ -214,32 +197,17 @@ func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string,
 // StoreComm records the current task's name under the u32 key at fp+keyOff
 // of a hash map, using 16 bytes of stack at fp+bufOff as scratch.
 func StoreComm(mapName string, keyOff, bufOff int16) bpf.Instructions {
-	return bpf.Instructions{
-		bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment(fmt.Sprintf("%s[pid] = bpf_get_current_comm()", mapName))),
-		bpf.Add.Imm(bpf.R1, int32(bufOff)),
-		bpf.Mov.Imm(bpf.R2, 16),
-		bpf.FnGetCurrentComm.Call(),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, int32(keyOff)),
-		bpf.Mov.Reg(bpf.R3, bpf.RFP),
-		bpf.Add.Imm(bpf.R3, int32(bufOff)),
-		bpf.Mov.Imm(bpf.R4, updateAny),
-		bpf.FnMapUpdateElem.Call(),
-	}
+	insns := Note(stackArg(bpf.R1, bufOff), fmt.Sprintf("%s[pid] = bpf_get_current_comm()", mapName))
+	insns = append(insns, bpf.Mov.Imm(bpf.R2, 16), bpf.FnGetCurrentComm.Call())
+	return append(insns, MapUpdate(mapName, keyOff, bufOff, UpdateAny)...)
 }
 
 // PidInSet jumps to skip unless RegPid is a key of the hash mapName (the
 // followed process tree of a -c command). keyOff is 4 bytes of free stack.
 func PidInSet(mapName string, keyOff int16, skip string) bpf.Instructions {
-	return bpf.Instructions{
-		StoreKey(keyOff, RegPid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("only pids in %s", mapName))),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, int32(keyOff)),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, skip),
-	}
+	insns := bpf.Instructions{StoreKey(keyOff, RegPid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("only pids in %s", mapName)))}
+	insns = append(insns, MapLookup(mapName, keyOff)...)
+	return append(insns, bpf.JEq.Imm(bpf.R0, 0, skip))
 }
 
 // FollowForks is a whole program for sched:sched_process_fork: when the
@@ -258,27 +226,16 @@ func FollowForks(mapName string, parentOff, childOff int) (bpf.Instructions, err
 		return nil, err
 	}
 	insns = append(insns, parent...)
-	insns = append(insns,
-		StoreKey(-4, bpf.R1, bpf.Word),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, -4),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, "exit"),
-	)
+	insns = append(insns, StoreKey(-4, bpf.R1, bpf.Word))
+	insns = append(insns, MapLookup(mapName, -4)...)
+	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
 	insns = append(insns, child...)
 	insns = append(insns,
 		StoreKey(-4, bpf.R1, bpf.Word),
 		bpf.Mov.Imm(bpf.R1, 1),
 		StoreKey(-8, bpf.R1, bpf.Word),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName).WithSource(bpf.Comment(mapName+"[child] = 1")),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, -4),
-		bpf.Mov.Reg(bpf.R3, bpf.RFP),
-		bpf.Add.Imm(bpf.R3, -8),
-		bpf.Mov.Imm(bpf.R4, updateAny),
-		bpf.FnMapUpdateElem.Call(),
 	)
+	insns = append(insns, Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[child] = 1")...)
 	return append(insns, Return("exit", 0)...), nil
 }
 
@@ -292,7 +249,7 @@ func FollowForks(mapName string, parentOff, childOff int) (bpf.Instructions, err
 // count minus one (a power of two).
 func CacheIncrement(prefix, cacheMap string, keyOff, idxOff int16, mask int32, miss, done string) bpf.Instructions {
 	claim := prefix + "_claim"
-	return bpf.Instructions{
+	insns := bpf.Instructions{
 		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.DWord).
 			WithSource(bpf.Comment(fmt.Sprintf("slot = %s[(key0 ^ key0>>8) & %d] (per-CPU)", cacheMap, mask))),
 		bpf.Mov.Reg(bpf.R2, bpf.R1),
@@ -300,10 +257,9 @@ func CacheIncrement(prefix, cacheMap string, keyOff, idxOff int16, mask int32, m
 		bpf.Xor.Reg(bpf.R1, bpf.R2),
 		bpf.And.Imm(bpf.R1, mask),
 		StoreKey(idxOff, bpf.R1, bpf.Word),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference(cacheMap),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, int32(idxOff)),
-		bpf.FnMapLookupElem.Call(),
+	}
+	insns = append(insns, MapLookup(cacheMap, idxOff)...)
+	return append(insns,
 		bpf.JEq.Imm(bpf.R0, 0, miss),
 		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("free slot: claim it; another key's: take the hash path")),
 		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.DWord),
@@ -322,7 +278,7 @@ func CacheIncrement(prefix, cacheMap string, keyOff, idxOff int16, mask int32, m
 		bpf.Mov.Imm(bpf.R1, 1),
 		bpf.StoreMem(bpf.R0, 16, bpf.R1, bpf.DWord),
 		bpf.Ja.Label(done),
-	}
+	)
 }
 
 // Ktime puts bpf_ktime_get_ns() into dst (clobbers R0-R5).
@@ -333,14 +289,6 @@ func Ktime(dst bpf.Register) bpf.Instructions {
 	}
 	return insns
 }
-
-// x86-64 struct pt_regs offsets (arch/x86/include/asm/ptrace.h), for kprobe
-// programs, whose context is the registers at the probe.
-const (
-	PtRegsDX = 96  // third argument
-	PtRegsSI = 104 // second argument
-	PtRegsDI = 112 // first argument
-)
 
 // ProbeReadU64 reads the u64 at the kernel address in src into dst, through
 // fp+bufOff (8 bytes of stack), with helper: bpf_probe_read_kernel (5.5+)
@@ -362,4 +310,42 @@ func ProbeReadU64(dst, src bpf.Register, bufOff int16, helper bpf.BuiltinFunc) b
 // its register to be initialised on every path).
 func Nop() bpf.Instruction {
 	return bpf.Instruction{OpCode: bpf.OpCode(bpf.JumpClass).SetJumpOp(bpf.Ja), Offset: 0}
+}
+
+// Note puts a comment on the first instruction of insns, where the
+// disassembly shows it above the snippet.
+func Note(insns bpf.Instructions, comment string) bpf.Instructions {
+	if len(insns) > 0 {
+		insns[0] = insns[0].WithSource(bpf.Comment(comment))
+	}
+	return insns
+}
+
+// stackArg points reg at fp+off.
+func stackArg(reg bpf.Register, off int16) bpf.Instructions {
+	return bpf.Instructions{bpf.Mov.Reg(reg, bpf.RFP), bpf.Add.Imm(reg, int32(off))}
+}
+
+// MapLookup calls bpf_map_lookup_elem(mapName, fp+keyOff): R0 is the
+// value's address, or 0 when the key is absent.
+func MapLookup(mapName string, keyOff int16) bpf.Instructions {
+	insns := bpf.Instructions{bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName)}
+	insns = append(insns, stackArg(bpf.R2, keyOff)...)
+	return append(insns, bpf.FnMapLookupElem.Call())
+}
+
+// MapUpdate calls bpf_map_update_elem(mapName, fp+keyOff, fp+valOff,
+// flags): R0 is 0 or a negative errno. flags: UpdateAny, UpdateNoExist.
+func MapUpdate(mapName string, keyOff, valOff int16, flags int32) bpf.Instructions {
+	insns := bpf.Instructions{bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName)}
+	insns = append(insns, stackArg(bpf.R2, keyOff)...)
+	insns = append(insns, stackArg(bpf.R3, valOff)...)
+	return append(insns, bpf.Mov.Imm(bpf.R4, flags), bpf.FnMapUpdateElem.Call())
+}
+
+// MapDelete calls bpf_map_delete_elem(mapName, fp+keyOff).
+func MapDelete(mapName string, keyOff int16) bpf.Instructions {
+	insns := bpf.Instructions{bpf.LoadMapPtr(bpf.R1, 0).WithReference(mapName)}
+	insns = append(insns, stackArg(bpf.R2, keyOff)...)
+	return append(insns, bpf.FnMapDeleteElem.Call())
 }

@@ -7,6 +7,7 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/slots"
 )
 
 func TestSnippetGoldens(t *testing.T) {
@@ -48,8 +49,8 @@ func TestLog2SlotOf(t *testing.T) {
 		v    uint64
 		slot int
 	}{{0, 1}, {1, 1}, {2, 2}, {3, 2}, {4, 3}, {1023, 10}, {1024, 11}, {1 << 20, 21}, {1<<63 - 1, 63}, {1 << 63, 64}, {^uint64(0), 64}} {
-		if got := Log2SlotOf(tc.v); got != tc.slot {
-			t.Errorf("Log2SlotOf(%d) = %d, want %d", tc.v, got, tc.slot)
+		if got := slots.Log2Of(tc.v); got != tc.slot {
+			t.Errorf("slots.Log2Of(%d) = %d, want %d", tc.v, got, tc.slot)
 		}
 	}
 }
@@ -63,18 +64,18 @@ func TestDecadeSlotOf(t *testing.T) {
 		{999_999, 59}, {1_000_000, 60}, {999_999_999, 89}, {1_000_000_000, 90},
 		{7_943_282_347, 98}, {7_943_282_348, 99}, {1 << 40, 99}, {^uint64(0), 99},
 	} {
-		if got := DecadeSlotOf(tc.v); got != tc.slot {
-			t.Errorf("DecadeSlotOf(%d) = %d, want %d", tc.v, got, tc.slot)
+		if got := slots.DecadeOf(tc.v); got != tc.slot {
+			t.Errorf("slots.DecadeOf(%d) = %d, want %d", tc.v, got, tc.slot)
 		}
 	}
-	for k := 1; k < DecadeSlots; k++ {
+	for k := 1; k < slots.Decade; k++ {
 		// Below 10 ns whole nanoseconds cannot fill ten slots: some start
 		// at the same value and stay empty; above, every slot is distinct.
-		if a, b := DecadeSlotStart(k-1), DecadeSlotStart(k); b < a || k >= 10 && b == a {
+		if a, b := slots.DecadeStart(k-1), slots.DecadeStart(k); b < a || k >= 10 && b == a {
 			t.Errorf("slot starts %d, %d at %d", a, b, k)
 		}
-		if v := DecadeSlotStart(k); k >= 10 && DecadeSlotOf(v) != k {
-			t.Errorf("slot of start(%d) = %d", k, DecadeSlotOf(v))
+		if v := slots.DecadeStart(k); k >= 10 && slots.DecadeOf(v) != k {
+			t.Errorf("slot of start(%d) = %d", k, slots.DecadeOf(v))
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/slots"
 )
 
 // runInKernel runs a slot snippet in the kernel for each value (a socket
@@ -66,14 +67,14 @@ func TestLog2SlotInKernel(t *testing.T) {
 	for b := 0; b < 64; b++ {
 		values = append(values, 1<<b, 1<<b-1, 1<<b+1)
 	}
-	runInKernel(t, Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3), append(values, randomValues(300)...), Log2SlotOf)
+	runInKernel(t, Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3), append(values, randomValues(300)...), slots.Log2Of)
 }
 
 func TestDecadeSlotInKernel(t *testing.T) {
 	values := []uint64{0, 1, 2, ^uint64(0), 1 << 63}
-	for k := 0; k < DecadeSlots; k++ {
-		s := DecadeSlotStart(k)
+	for k := 0; k < slots.Decade; k++ {
+		s := slots.DecadeStart(k)
 		values = append(values, s, s-1, s+1)
 	}
-	runInKernel(t, DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3), append(values, randomValues(300)...), DecadeSlotOf)
+	runInKernel(t, DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3), append(values, randomValues(300)...), slots.DecadeOf)
 }

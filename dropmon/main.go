@@ -34,7 +34,6 @@ Examples:
   dropmon --stacks 10 1          # 10 s of drops with the stacks behind them
   dropmon --json -c 'ping -c 3 10.0.0.1'
 
-Exit status: 0 success, 1 runtime error, 2 usage error.
 `
 
 func main() {

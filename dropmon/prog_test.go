@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -50,16 +51,22 @@ func TestLayouts(t *testing.T) {
 	}
 }
 
-func TestProgramGoldens(t *testing.T) {
+// variants are the program configurations the goldens pin and the load
+// test proves: one line per variant.
+func variants(t *testing.T) map[string]progConfig {
 	now, _ := layoutOf(format(t, "kfree_skb.6.18.format"), false)
 	old, _ := layoutOf(format(t, "kfree_skb.pre-5.17.format"), false)
-	for name, cfg := range map[string]progConfig{
+	return map[string]progConfig{
 		"prog_reason":    {Layout: now, Protocol: -1},
 		"prog_no_reason": {Layout: old, Protocol: -1},
 		"prog_stacks":    {Layout: now, Protocol: -1, Stacks: true},
 		"prog_protocol":  {Layout: now, Protocol: 0x0800},
 		"prog_32bit":     {Layout: mustLayout(t, "kfree_skb.32bit.format"), Protocol: 0x86dd},
-	} {
+	}
+}
+
+func TestProgramGoldens(t *testing.T) {
+	for name, cfg := range variants(t) {
 		insns, err := program(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -67,6 +74,9 @@ func TestProgramGoldens(t *testing.T) {
 		golden.Check(t, name, fmt.Sprintf("%v", insns))
 	}
 }
+
+// TestProgramsLoad hands every variant, with its maps, to the verifier.
+func TestProgramsLoad(t *testing.T) { loadtest.Variants(t, variants(t), collection) }
 
 func mustLayout(t *testing.T, file string) layout {
 	l, err := layoutOf(format(t, file), false)

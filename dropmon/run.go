@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -41,9 +40,6 @@ func validate(o *options) error {
 }
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
-	if err := tools.CheckPrivileges(s.Tool); err != nil {
-		return err
-	}
 	format, err := tracefs.ReadFormat("skb", "kfree_skb")
 	if err != nil {
 		return err
@@ -59,30 +55,21 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if syms.Hidden {
 		fmt.Fprintln(s.Stderr, "dropmon: kernel addresses are hidden (kptr_restrict, or not root): printing addresses only")
 	}
-	_, abort, err := s.PrepareCommand()
-	if err != nil {
-		return err
-	}
-	defer abort()
 	spec, err := collection(progConfig{Layout: l, Protocol: o.proto, Stacks: o.Stacks})
 	if err != nil {
 		return err
 	}
-	coll, err := tools.Load(spec)
+	coll, err := s.Load(spec)
 	if err != nil {
 		return err
 	}
-	defer coll.Close()
-	att, err := tools.AttachTracepoint(coll.Programs[skbProgName], "skb", "kfree_skb")
-	if err != nil {
+	if err := s.AttachTracepoint(coll.Programs[skbProgName], "skb", "kfree_skb"); err != nil {
 		return err
 	}
-	defer att.Close()
 
 	r := &reporter{s: s, o: o, coll: coll, syms: syms, reasons: format.Symbolic["reason"], hasReason: l.Reason != nil}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
-	err = s.Loop(ctx, "packet drops", func(final bool) error { return r.report(time.Now()) })
-	return errors.Join(err, att.Close())
+	return s.Loop(ctx, "packet drops", func(final bool) error { return r.report(time.Now()) })
 }
 
 type dropKey struct {

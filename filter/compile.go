@@ -29,11 +29,6 @@ type Target struct {
 	ProbeRead bpf.BuiltinFunc // bpf_probe_read_kernel, or bpf_probe_read before 5.5
 }
 
-// x86-64 argument registers in pt_regs, in calling-convention order.
-var argRegs = []int16{asm.PtRegsDI, asm.PtRegsSI, asm.PtRegsDX, 88 /* cx */, 72 /* r8 */, 64 /* r9 */}
-
-const ptRegsAX = 80
-
 // Stack layout of the filter program.
 const (
 	scratchOff = -8  // probe-read target of integers and pointers
@@ -79,7 +74,14 @@ func Compile(expr string, cmps []Cmp, t Target, count bool) (bpf.Instructions, e
 	} else {
 		c.emit(bpf.Mov.Imm(bpf.R0, 1).WithSource(bpf.Comment("every comparison held: keep the event")), bpf.Return())
 	}
-	c.emit(asm.Return("reject", 0)...)
+	// Only where something jumps to it: the verifier refuses unreachable
+	// instructions (no --where; a != that always holds).
+	for _, ins := range c.insns {
+		if ins.Reference() == "reject" {
+			c.emit(asm.Return("reject", 0)...)
+			break
+		}
+	}
 	return c.insns, nil
 }
 
@@ -477,9 +479,9 @@ func (c *compiler) stringCmp(v value, lit Operand, op string) error {
 	n := len(s) + 1 // with the terminator
 	if v.strLen > 0 && n > v.strLen {
 		if len(s) > v.strLen {
-			// Longer than the field: never equal.
+			// Longer than the field: never equal, so != always holds.
 			if op == "==" {
-				c.emit(bpf.Ja.Label("reject"))
+				return c.errAt(lit.Pos, "%q is longer than %s (%d bytes): they are never equal", s, v.name, v.strLen)
 			}
 			return nil
 		}

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/loadtest"
+	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 )
 
@@ -51,39 +54,67 @@ func targets(t *testing.T) map[string]Target {
 		"netif":  {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, ProbeRead: bpf.FnProbeReadKernel},
 		"kfree":  {Format: tooltest.Format(t, "kfree_skb.6.18.format"), ProbeRead: bpf.FnProbeReadKernel},
 		"sched":  {Format: tooltest.Format(t, "sched_kthread_stop.2.6.format"), ProbeRead: bpf.FnProbeRead},
-		"kprobe": {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.PtRegsDI}, {Name: "skb", Type: skbPtr, RegOff: asm.PtRegsSI}}, BTF: spec, ProbeRead: bpf.FnProbeReadKernel},
-		"kret":   {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: ptRegsAX}}, ProbeRead: bpf.FnProbeReadKernel},
+		"kprobe": {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}, BTF: spec, ProbeRead: bpf.FnProbeReadKernel},
+		"kret":   {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}, ProbeRead: bpf.FnProbeReadKernel},
 	}
+}
+
+// compileCases are the expressions the goldens pin and the load test
+// proves: one line per variant.
+var compileCases = []struct {
+	golden, target, expr string
+	count                bool
+}{
+	{"netif_name", "netif", `name == "lo"`, false},
+	{"netif_name_ne_len", "netif", `name != "lo" && len >= 1028`, false},
+	{"netif_cast_walk", "netif", `((struct sk_buff *)skbaddr)->dev->name == "lo"`, false},
+	{"kfree_reason_count", "kfree", `reason == "NO_SOCKET" && 0x800 == protocol`, true},
+	{"sched_comm_pid", "sched", `comm == "kworker/0:1" && pid > -100 && 1000 >= pid`, false},
+	{"kprobe_skb_len", "kprobe", `skb->len > 100 && skb->protocol == 8`, false},
+	{"kprobe_skb_dev", "kprobe", `skb->dev->ifindex != 1`, true},
+	{"kret_ret", "kret", `ret < 0`, false},
+	{"no_where", "netif", ``, false},
+	{"no_where_count", "netif", ``, true},
+	{"sched_comm_ne_long", "sched", `comm != "abcdefghijklmnopqrstuvwxyz"`, false},
+}
+
+// compileCase compiles one case of compileCases.
+func compileCase(t *testing.T, ts map[string]Target, i int) bpf.Instructions {
+	t.Helper()
+	tc := compileCases[i]
+	var cmps []Cmp
+	if tc.expr != "" {
+		var err error
+		if cmps, err = Parse(tc.expr); err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+	}
+	insns, err := Compile(tc.expr, cmps, ts[tc.target], tc.count)
+	if err != nil {
+		t.Fatalf("%s: %v", tc.expr, err)
+	}
+	return insns
 }
 
 func TestCompileGoldens(t *testing.T) {
 	ts := targets(t)
-	for _, tc := range []struct {
-		golden, target, expr string
-		count                bool
-	}{
-		{"netif_name", "netif", `name == "lo"`, false},
-		{"netif_name_ne_len", "netif", `name != "lo" && len >= 1028`, false},
-		{"netif_cast_walk", "netif", `((struct sk_buff *)skbaddr)->dev->name == "lo"`, false},
-		{"kfree_reason_count", "kfree", `reason == "NO_SOCKET" && 0x800 == protocol`, true},
-		{"sched_comm_pid", "sched", `comm == "kworker/0:1" && pid > -100 && 1000 >= pid`, false},
-		{"kprobe_skb_len", "kprobe", `skb->len > 100 && skb->protocol == 8`, false},
-		{"kprobe_skb_dev", "kprobe", `skb->dev->ifindex != 1`, true},
-		{"kret_ret", "kret", `ret < 0`, false},
-		{"no_where", "netif", ``, false},
-	} {
-		var cmps []Cmp
-		if tc.expr != "" {
-			var err error
-			if cmps, err = Parse(tc.expr); err != nil {
-				t.Fatalf("%s: %v", tc.expr, err)
-			}
+	for i, tc := range compileCases {
+		golden.Check(t, "compile_"+tc.golden, fmt.Sprintf("%s\n%v", tc.expr, compileCase(t, ts, i)))
+	}
+}
+
+// TestCompiledLoad hands every compiled expression to the verifier, as a
+// tracepoint or kprobe program as its target says.
+func TestCompiledLoad(t *testing.T) {
+	privtest.Require(t)
+	ts := targets(t)
+	for i, tc := range compileCases {
+		typ := ebpf.TracePoint
+		if ts[tc.target].Format == nil {
+			typ = ebpf.Kprobe
 		}
-		insns, err := Compile(tc.expr, cmps, ts[tc.target], tc.count)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.expr, err)
-		}
-		golden.Check(t, "compile_"+tc.golden, fmt.Sprintf("%s\n%v", tc.expr, insns))
+		maps := map[string]*ebpf.MapSpec{"count": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}}
+		loadtest.Program(t, tc.golden, typ, &ebpf.ProgramSpec{Name: "filter", Instructions: compileCase(t, ts, i)}, maps)
 	}
 }
 
@@ -114,6 +145,7 @@ func TestBadExpressions(t *testing.T) {
 		{"kfree", `reason == "NO_SUCH"`, "reason is a number: compare it with a number, or one of its names: ARP_PVLAN_DISABLE, BPF_CGROUP_EGRESS, BRIDGE_INGRESS_STP_STATE, CAKE_FLOOD, CANFD_RX_INVALID_FRAME, CANXL_RX_INVALID_FRAME, ...\n  reason == \"NO_SUCH\"\n            ^"},
 		{"netif", `name == "unterminated`, "unterminated string\n  name == \"unterminated\n          ^"},
 		{"netif", `len == 12abc`, "bad number \"12abc\"\n  len == 12abc\n         ^"},
+		{"sched", `comm == "abcdefghijklmnopqrstuvwxyz"`, "\"abcdefghijklmnopqrstuvwxyz\" is longer than comm (16 bytes): they are never equal\n  comm == \"abcdefghijklmnopqrstuvwxyz\"\n          ^"},
 	} {
 		cmps, err := Parse(tc.expr)
 		if err == nil {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
@@ -160,5 +163,46 @@ func TestKprobeFilters(t *testing.T) {
 	ls = lines(r.Stdout)
 	if len(ls) != n || !strings.Contains(r.Stdout, "ret=4321") {
 		t.Errorf("kretprobe: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
+	}
+}
+
+// "filter ... | head -1": the stream ends within a second of its reader
+// going away, quietly, with status 0; and filter EVENT alone (no --where)
+// loads and streams.
+func TestStreamEndsWhenTheReaderGoes(t *testing.T) {
+	privtest.Require(t)
+	for _, args := range [][]string{
+		{"sched:sched_switch", "--where", "prev_pid >= 0"},
+		{"sched:sched_switch"},
+		{"sched:sched_switch", "--where", `prev_comm != "abcdefghijklmnopqrstuvwxyz"`},
+	} {
+		cmd := exec.Command(tooltest.Tool(t, "filter"), args...)
+		stdout, _ := cmd.StdoutPipe()
+		var errb strings.Builder
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || !strings.Contains(line, "sched_switch:") || !strings.Contains(line, "prev_pid=") {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%v: first line %q, %v; stderr %q", args, line, err, errb.String())
+		}
+		stdout.Close() // as head does after one line
+		closed := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			rest := strings.TrimPrefix(errb.String(), "Tracing events of sched:sched_switch... Hit Ctrl-C to end.\n")
+			if err != nil || rest != "" || time.Since(closed) > 1500*time.Millisecond {
+				t.Errorf("%v: %v after %v, stderr %q", args, err, time.Since(closed), errb.String())
+			}
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Errorf("%v: still streaming 5 s after its reader went away", args)
+		}
 	}
 }

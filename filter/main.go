@@ -37,8 +37,7 @@ Examples:
   filter kretprobe:ksys_write --where 'ret < 0'
   filter --info kprobe:ip_send_skb
 
-Exit status: 0 success, 1 runtime error, 2 usage error (a bad expression
-included: the message points at the offending part).
+A bad --where is a usage error; the message points at the offending part.
 `
 
 func main() {

@@ -5,17 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
-	bpf "github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/features"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -125,10 +123,8 @@ func fetchType(t btf.Type) string {
 	return ""
 }
 
-var regNames = []string{"di", "si", "dx", "cx", "r8", "r9"}
-
 // kprobeTarget builds the compile target and the probe's fetch arguments.
-func kprobeTarget(ev event, spec *btf.Spec) (Target, []string, map[string]bool, error) {
+func kprobeTarget(ev event, spec *btf.Spec, regs *asm.Regs) (Target, []string, map[string]bool, error) {
 	_, proto, err := funcProto(spec, ev.symbol)
 	if err != nil {
 		return Target{}, nil, nil, err
@@ -137,7 +133,7 @@ func kprobeTarget(ev event, spec *btf.Spec) (Target, []string, map[string]bool, 
 	var fetch []string
 	pointers := map[string]bool{}
 	if ev.kind == "kretprobe" {
-		t.Args = []Arg{{Name: "ret", Type: proto.Return, RegOff: ptRegsAX}}
+		t.Args = []Arg{{Name: "ret", Type: proto.Return, RegOff: regs.Ret}}
 		if ft := fetchType(proto.Return); ft != "" {
 			fetch = append(fetch, "ret=$retval:"+ft)
 			pointers["ret"] = ft == "x64"
@@ -145,23 +141,16 @@ func kprobeTarget(ev event, spec *btf.Spec) (Target, []string, map[string]bool, 
 		return t, fetch, pointers, nil
 	}
 	for i, p := range proto.Params {
-		if i >= len(argRegs) {
+		if i >= len(regs.Args) {
 			break // on the stack: not reachable from the registers
 		}
-		t.Args = append(t.Args, Arg{Name: p.Name, Type: p.Type, RegOff: argRegs[i]})
+		t.Args = append(t.Args, Arg{Name: p.Name, Type: p.Type, RegOff: regs.Args[i]})
 		if ft := fetchType(p.Type); ft != "" && tracefs.ValidateName("argument", p.Name) == nil {
-			fetch = append(fetch, fmt.Sprintf("%s=%%%s:%s", p.Name, regNames[i], ft))
+			fetch = append(fetch, fmt.Sprintf("%s=%%%s:%s", p.Name, regs.ArgNames[i], ft))
 			pointers[p.Name] = ft == "x64"
 		}
 	}
 	return t, fetch, pointers, nil
-}
-
-func probeRead() bpf.BuiltinFunc {
-	if features.HaveProgramHelper(ebpf.Kprobe, bpf.FnProbeReadKernel) == nil {
-		return bpf.FnProbeReadKernel
-	}
-	return bpf.FnProbeRead // before 5.5
 }
 
 func info(s *tools.Session, ev event) error {
@@ -211,9 +200,6 @@ func info(s *tools.Session, ev event) error {
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
 	ev, _ := parseEvent(o.Lead())
-	if err := tools.CheckPrivileges(s.Tool); err != nil {
-		return err
-	}
 	if o.Info {
 		return info(s, ev)
 	}
@@ -221,7 +207,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if o.Where != "" {
 		cmps, _ = Parse(o.Where)
 	}
-	target := Target{ProbeRead: probeRead()}
+	target := Target{ProbeRead: tools.KernelRead()}
 	var fetch []string
 	pointers := map[string]bool{}
 	progType := ebpf.TracePoint
@@ -240,11 +226,15 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if !tools.KprobesAvailable() {
 			return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, tools.ErrNoKprobes)
 		}
+		regs, err := asm.HostPtRegs()
+		if err != nil {
+			return fmt.Errorf("%s: %w", ev, err)
+		}
 		spec, err := btf.LoadKernelSpec()
 		if err != nil {
 			return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
 		}
-		t, f, ptrs, err := kprobeTarget(ev, spec)
+		t, f, ptrs, err := kprobeTarget(ev, spec, regs)
 		if err != nil {
 			return err
 		}
@@ -268,16 +258,10 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if o.Count {
 		spec.Maps["count"] = &ebpf.MapSpec{Name: "filter_count", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	}
-	_, abort, err := s.PrepareCommand()
+	coll, err := s.Load(spec)
 	if err != nil {
 		return err
 	}
-	defer abort()
-	coll, err := tools.Load(spec)
-	if err != nil {
-		return err
-	}
-	defer coll.Close()
 	if o.Count {
 		return count(ctx, s, ev, coll)
 	}
@@ -293,22 +277,25 @@ func needsBTF(cmps []Cmp) bool {
 	return false
 }
 
+// probe is the kprobe or kretprobe of ev.
+func (e event) probe() tracefs.Probe {
+	return tracefs.Probe{Type: tracefs.Kprobe, Symbol: e.symbol, Ret: e.kind == "kretprobe"}
+}
+
 // count attaches the counting program and reports per interval.
 func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection) error {
-	var att *tools.Attachment
 	var err error
 	if ev.kind == "tracepoint" {
-		att, err = tools.AttachTracepoint(coll.Programs["filter"], ev.group, ev.name)
+		err = s.AttachTracepoint(coll.Programs["filter"], ev.group, ev.name)
 	} else {
-		att, err = tools.AttachKprobe(coll.Programs["filter"], ev.symbol, ev.kind == "kretprobe", tools.KprobeOptions{Tool: s.Tool})
+		err = s.AttachProbe(coll.Programs["filter"], ev.probe(), false)
 	}
 	if err != nil {
 		return err
 	}
-	defer att.Close()
 	var d tools.Deltas
 	d.Cumulative = s.Opts.Cumulative
-	err = s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
+	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
 		n, err := tools.ReadPerCPUCounter(coll.Maps["count"])
 		if err != nil {
 			return err
@@ -324,13 +311,13 @@ func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collectio
 		_, err = fmt.Fprint(s.Stdout, b.String())
 		return err
 	})
-	return errors.Join(err, att.Close())
 }
 
 // stream opens the rings, prints every passing event, and reports lost ones.
-func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, fetch []string, pointers map[string]bool) (err error) {
+func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, fetch []string, pointers map[string]bool) error {
 	var id uint64
 	var format *tracefs.Format
+	var err error
 	if ev.kind == "tracepoint" {
 		if id, err = tracefs.EventID(ev.group, ev.name); err != nil {
 			return err
@@ -339,23 +326,23 @@ func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collecti
 			return err
 		}
 	} else {
-		group, name, probeID, remove, regErr := tools.RegisterKprobe(s.Tool, ev.symbol, ev.kind == "kretprobe", fetch)
-		if regErr != nil {
-			return regErr
+		// A probe event in tracefs, not the PMU: its records carry the
+		// fetch arguments, and perf events on every CPU can share it.
+		p := ev.probe()
+		p.Args = fetch
+		pe, err := s.ProbeEvent(p)
+		if err != nil {
+			return err
 		}
-		// Runs after the rings are closed (defers run last first), and
-		// joins its error into the one returned.
-		defer func() { err = errors.Join(err, remove()) }()
-		id = probeID
-		if format, err = tracefs.ReadFormat(group, name); err != nil {
+		id = pe.ID()
+		if format, err = pe.Format(); err != nil {
 			return err
 		}
 	}
-	rings, err := tools.OpenRings(coll.Programs["filter"], ev.String(), id)
+	rings, err := s.OpenRings(coll.Programs["filter"], ev.String(), id)
 	if err != nil {
 		return err
 	}
-	defer rings.Close()
 	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}}
 	rings.OnComm = func(pid uint32, comm string) { p.comms[pid] = comm }
 	var mu sync.Mutex
@@ -373,7 +360,12 @@ func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collecti
 			if ok, _ := rings.Poll(100); ok {
 				mu.Lock()
 				rings.Read(p.print)
+				err := p.err
 				mu.Unlock()
+				if err != nil {
+					s.Stop(err) // a closed stdout, at once
+					return
+				}
 			}
 		}
 	}()
@@ -388,7 +380,7 @@ func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collecti
 	})
 	close(done)
 	wg.Wait()
-	return errors.Join(err, rings.Close())
+	return err
 }
 
 // printer decodes and prints records.
@@ -405,9 +397,9 @@ func (p *printer) comm(pid uint32) string {
 	if c, ok := p.comms[pid]; ok {
 		return c
 	}
-	c := "<...>"
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
-		c = strings.TrimSpace(string(b))
+	c := tools.Comm(pid)
+	if c == "" {
+		c = "<...>"
 	}
 	p.comms[pid] = c
 	return c

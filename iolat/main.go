@@ -44,7 +44,6 @@ Examples:
   iolat --heatmap             # the live latency heatmap
   iolat --heatmap --text 1 30 > heat.txt
 
-Exit status: 0 success, 1 runtime error, 2 usage error.
 `
 
 func main() {

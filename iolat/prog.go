@@ -7,6 +7,7 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -94,22 +95,14 @@ func startProgram(f rqFields, dev uint32, noExist bool) (bpf.Instructions, error
 	if err != nil {
 		return nil, err
 	}
-	flags := int32(0)
+	flags := int32(asm.UpdateAny)
 	if noExist {
-		flags = 1
+		flags = asm.UpdateNoExist
 	}
 	insns = append(insns, asm.Ktime(bpf.R0)...)
-	insns = append(insns,
-		asm.StoreKey(tsOff, bpf.R0, bpf.DWord),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference("start").WithSource(bpf.Comment("start[key] = now")),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, keyOff),
-		bpf.Mov.Reg(bpf.R3, bpf.RFP),
-		bpf.Add.Imm(bpf.R3, tsOff),
-		bpf.Mov.Imm(bpf.R4, flags),
-		bpf.FnMapUpdateElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, "exit"),
-	)
+	insns = append(insns, asm.StoreKey(tsOff, bpf.R0, bpf.DWord))
+	insns = append(insns, asm.Note(asm.MapUpdate("start", keyOff, tsOff, flags), "start[key] = now")...)
+	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
 	if noExist {
 		insns = append(insns,
 			// Before 6.4 map ops returned int, and a call the verifier patched
@@ -140,18 +133,12 @@ func completeProgram(cfg progConfig) (bpf.Instructions, error) {
 	if err != nil {
 		return nil, err
 	}
+	insns = append(insns, asm.Note(asm.MapLookup("start", keyOff), "ts = start[key]; issued before tracing began: not counted")...)
 	insns = append(insns,
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference("start").WithSource(bpf.Comment("ts = start[key]; issued before tracing began: not counted")),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, keyOff),
-		bpf.FnMapLookupElem.Call(),
 		bpf.JEq.Imm(bpf.R0, 0, "exit"),
 		bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.DWord),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference("start").WithSource(bpf.Comment("delete start[key]")),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, keyOff),
-		bpf.FnMapDeleteElem.Call(),
 	)
+	insns = append(insns, asm.Note(asm.MapDelete("start", keyOff), "delete start[key]")...)
 	insns = append(insns, asm.Ktime(bpf.R1)...)
 	insns = append(insns,
 		bpf.Sub.Reg(bpf.R1, bpf.R7).WithSource(bpf.Comment("r1 = latency in ns; negative: lost")),
@@ -225,15 +212,15 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	slots := uint32(65)
+	nslots := uint32(slots.Log2)
 	if cfg.Heatmap {
-		slots = asm.DecadeSlots
+		nslots = slots.Decade
 	}
 	spec := &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{
 			"start": {Name: "iolat_start", Type: ebpf.Hash, KeySize: keySize, ValueSize: 8, MaxEntries: maxInFlight},
 			"lost":  {Name: "iolat_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
-			"hist":  {Name: "iolat_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: slots},
+			"hist":  {Name: "iolat_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: nslots},
 		},
 		Programs: map[string]*ebpf.ProgramSpec{
 			"issue":    {Name: "iolat_issue", Type: ebpf.TracePoint, License: "GPL", Instructions: issue},

@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tools"
 )
 
 func rq(t *testing.T, event string) rqFields {
@@ -17,21 +19,33 @@ func rq(t *testing.T, event string) rqFields {
 	return r
 }
 
-func TestProgramGoldens(t *testing.T) {
+// variants are the program configurations the goldens pin and the load
+// test proves: one line per variant.
+func variants(t *testing.T) map[string]progConfig {
 	issue, complete, insert := rq(t, "block_rq_issue"), rq(t, "block_rq_complete"), rq(t, "block_rq_insert")
 	base := progConfig{Issue: issue, Complete: complete, Divisor: 1000}
-	variants := map[string]func(c *progConfig){
+	out := map[string]progConfig{}
+	for name, set := range map[string]func(c *progConfig){
 		"usecs":        func(c *progConfig) {},
 		"msecs_disks":  func(c *progConfig) { c.Divisor, c.By = 1000000, byDisk },
 		"flags":        func(c *progConfig) { c.By = byFlags },
-		"one_disk":     func(c *progConfig) { c.Dev = mkdev(7, 0) },
+		"one_disk":     func(c *progConfig) { c.Dev = tools.MkDev(7, 0) },
 		"heatmap":      func(c *progConfig) { c.Heatmap = true },
 		"heatmap_disk": func(c *progConfig) { c.Heatmap, c.By = true, byDisk },
 		"queued":       func(c *progConfig) { c.Insert = &insert },
-	}
-	for name, set := range variants {
+	} {
 		cfg := base
 		set(&cfg)
+		out[name] = cfg
+	}
+	return out
+}
+
+// TestProgramsLoad hands every variant, with its maps, to the verifier.
+func TestProgramsLoad(t *testing.T) { loadtest.Variants(t, variants(t), collection) }
+
+func TestProgramGoldens(t *testing.T) {
+	for name, cfg := range variants(t) {
 		spec, err := collection(cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -59,6 +73,8 @@ func TestValidate(t *testing.T) {
 		{"global without heatmap", options{Scale: "global"}, false},
 		{"heatmap -F", options{Heatmap: true, Flags: true, Scale: "row"}, false},
 		{"heatmap -m", options{Heatmap: true, Millis: true, Scale: "row"}, false},
+		{"heatmap --cumulative", options{Common: tools.Common{Cumulative: true}, Heatmap: true, Scale: "row"}, false},
+		{"histogram --cumulative", options{Common: tools.Common{Cumulative: true}, Scale: "row"}, true},
 		{"heatmap -D", options{Heatmap: true, Disks: true, Scale: "global"}, true},
 		{"unknown disk", options{Disk: "nosuchdisk0", Scale: "row"}, false},
 		{"path disk", options{Disk: "../../etc", Scale: "row"}, false},

@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gdamore/tcell/v2"
-	"golang.org/x/sys/unix"
 
-	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
@@ -34,10 +32,13 @@ func validate(o *options) error {
 		if o.Millis {
 			return tools.Usagef("--heatmap spans 1 ns to seconds already: -m is for histograms")
 		}
+		if o.Cumulative {
+			return tools.Usagef("--heatmap draws one row per interval: --cumulative is for histograms")
+		}
 		o.DefaultInterval(time.Second)
 	}
 	if o.Disk != "" {
-		dev, err := devOf(o.Disk)
+		dev, err := tools.DevOf(o.Disk)
 		if err != nil {
 			return tools.Usagef("%v", err)
 		}
@@ -47,9 +48,6 @@ func validate(o *options) error {
 }
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
-	if err := tools.CheckPrivileges(s.Tool); err != nil {
-		return err
-	}
 	cfg := progConfig{Dev: o.dev, Heatmap: o.Heatmap, Divisor: 1000}
 	if o.Millis {
 		cfg.Divisor = 1000000
@@ -74,58 +72,38 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		}
 		cfg.Insert = &ins
 	}
-	_, abort, err := s.PrepareCommand()
-	if err != nil {
-		return err
-	}
-	defer abort()
 	spec, err := collection(cfg)
 	if err != nil {
 		return err
 	}
-	coll, err := tools.Load(spec)
+	coll, err := s.Load(spec)
 	if err != nil {
 		return err
 	}
-	defer coll.Close()
 	// Completion first: a request issued before its completion program is
 	// attached would leave a start time behind for nothing to collect.
 	order := []string{"complete", "issue"}
 	if cfg.Insert != nil {
 		order = append(order, "insert")
 	}
-	var atts []*tools.Attachment
-	defer func() {
-		for _, a := range atts {
-			a.Close()
-		}
-	}()
 	for _, p := range order {
-		a, err := tools.AttachTracepoint(coll.Programs[p], "block", "block_rq_"+p)
+		if err := s.AttachTracepoint(coll.Programs[p], "block", "block_rq_"+p); err != nil {
+			return err
+		}
+	}
+
+	r := &reader{coll: coll, o: o, names: tools.Disks{}}
+	r.deltas.Cumulative = o.Cumulative
+	if o.Heatmap {
+		return r.heatmap(ctx, s)
+	}
+	return s.Loop(ctx, "block IO latency", func(final bool) error {
+		rep, err := r.histReport()
 		if err != nil {
 			return err
 		}
-		atts = append(atts, a)
-	}
-
-	r := &reader{coll: coll, o: o, names: disks{}}
-	r.deltas.Cumulative = o.Cumulative
-	if !o.Heatmap {
-		err = s.Loop(ctx, "block IO latency", func(final bool) error {
-			rep, err := r.histReport()
-			if err != nil {
-				return err
-			}
-			return s.WriteHist(rep, time.Now())
-		})
-	} else {
-		err = r.heatmap(ctx, s)
-	}
-	for _, a := range atts {
-		err = errors.Join(err, a.Close())
-	}
-	atts = nil
-	return err
+		return s.WriteHist(rep, time.Now())
+	})
 }
 
 func fields(event string) (rqFields, error) {
@@ -140,7 +118,7 @@ func fields(event string) (rqFields, error) {
 type reader struct {
 	coll   *ebpf.Collection
 	o      *options
-	names  disks
+	names  tools.Disks
 	deltas tools.Deltas
 }
 
@@ -149,7 +127,7 @@ var opNames = map[uint32]string{'R': "read", 'W': "write", 'F': "flush", 'D': "d
 func (r *reader) label(id uint32) string {
 	switch {
 	case r.o.Disks:
-		return r.names.name(id)
+		return r.names.Name(id)
 	case r.o.Flags:
 		if n, ok := opNames[id]; ok {
 			return n
@@ -196,7 +174,7 @@ func (r *reader) sortedIDs(m map[uint32][]uint64) []uint32 {
 }
 
 func (r *reader) histReport() (*tools.HistReport, error) {
-	per, lost, err := r.slots(terminal.Log2Slots)
+	per, lost, err := r.slots(slots.Log2)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +201,7 @@ func (r *reader) histReport() (*tools.HistReport, error) {
 
 // heatRows reads one interval as heatmap rows (one per disk with -D).
 func (r *reader) heatRows(now time.Time) ([]terminal.HeatRow, uint64, error) {
-	per, lost, err := r.slots(asm.DecadeSlots)
+	per, lost, err := r.slots(slots.Decade)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -247,7 +225,7 @@ func (r *reader) heatmap(ctx context.Context, s *tools.Session) error {
 	if r.o.Disks {
 		view.LabelWidth = 8
 	}
-	if !r.o.JSON && !r.o.Text && isTerminal(1) {
+	if !r.o.JSON && !r.o.Text && tools.IsTerminal(1) {
 		return r.live(ctx, s, view)
 	}
 	stream := &terminal.HeatStream{W: s.Stdout, View: view, ANSI: !r.o.Text}
@@ -289,33 +267,17 @@ func heatJSON(row terminal.HeatRow, lost uint64) heatRowJSON {
 }
 
 // live runs the full-screen view until the user quits, the command exits
-// or count rows were drawn. The terminal is restored on every path.
+// or count rows were drawn. The session restores the terminal.
 func (r *reader) live(ctx context.Context, s *tools.Session, view terminal.HeatView) error {
-	screen, err := tcell.NewScreen()
+	var l *terminal.Live
+	err := s.LiveScreen(func(screen tcell.Screen) func(tcell.Event) bool {
+		l = terminal.NewLive(screen, view)
+		return l.Handle
+	})
 	if err != nil {
-		return fmt.Errorf("open the terminal: %w (use --text for a stream)", err)
+		return err
 	}
-	if err := screen.Init(); err != nil {
-		return fmt.Errorf("open the terminal: %w (use --text for a stream)", err)
-	}
-	defer screen.Fini()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	l := terminal.NewLive(screen, view)
 	l.Add(terminal.HeatRow{Time: time.Now()}, "waiting for the first interval...")
-	go func() {
-		for {
-			ev := screen.PollEvent()
-			if ev == nil {
-				return // Fini
-			}
-			if l.Handle(ev) {
-				cancel()
-				return
-			}
-		}
-	}()
-	s.Quiet = true
 	var lostTotal uint64
 	interval := s.Opts.Interval().Seconds()
 	return s.Loop(ctx, "block IO latency", func(final bool) error {
@@ -323,7 +285,7 @@ func (r *reader) live(ctx context.Context, s *tools.Session, view terminal.HeatV
 		if err != nil {
 			return err
 		}
-		lostTotal += lost
+		lostTotal += lost // per interval: --cumulative is refused with --heatmap
 		for _, row := range rows {
 			l.Add(row, status(row, interval, lostTotal))
 		}
@@ -337,9 +299,9 @@ func (r *reader) live(ctx context.Context, s *tools.Session, view terminal.HeatV
 // status is the live view's bottom line for the newest row.
 func status(row terminal.HeatRow, interval float64, lost uint64) string {
 	slowest := "-"
-	for k := terminal.HeatSlots - 1; k >= 0; k-- {
+	for k := slots.Decade - 1; k >= 0; k-- {
 		if row.Counts[k] != 0 {
-			slowest = ">= " + formatNs(asm.DecadeSlotStart(k))
+			slowest = ">= " + formatNs(slots.DecadeStart(k))
 			break
 		}
 	}
@@ -360,9 +322,4 @@ func formatNs(ns uint64) string {
 		return fmt.Sprintf("%.2fus", float64(ns)/1e3)
 	}
 	return fmt.Sprintf("%dns", ns)
-}
-
-func isTerminal(fd int) bool {
-	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	return err == nil
 }

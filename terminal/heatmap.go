@@ -5,17 +5,15 @@ import (
 	"io"
 	"strings"
 	"time"
-)
 
-// HeatSlots is the number of latency slots of a heatmap row: ten per decade
-// of nanoseconds, slot 30 = 1 us, 60 = 1 ms, 90 = 1 s, 99 and slower.
-const HeatSlots = 100
+	"github.com/tracekit/tracekit/internal/slots"
+)
 
 // HeatRow is one interval of a latency heatmap.
 type HeatRow struct {
 	Time   time.Time
 	Label  string // the disk with -D, else ""
-	Counts [HeatSlots]uint64
+	Counts [slots.Decade]uint64
 }
 
 // Total is the row's event count.
@@ -44,7 +42,7 @@ type HeatView struct {
 }
 
 // Columns is how many slots the view shows.
-func (v HeatView) Columns() int { return HeatSlots - v.First }
+func (v HeatView) Columns() int { return slots.Decade - v.First }
 
 // Levels is the number of shades for a non-empty cell.
 const Levels = 9
@@ -76,10 +74,10 @@ var decadeNames = []string{"1ns", "10ns", "100ns", "1us", "10us", "100us", "1ms"
 // Banner is the decade ruler over the cells: "|1us      |10us     |...".
 func (v HeatView) Banner() string {
 	var b strings.Builder
-	for s := v.First; s < HeatSlots; {
+	for s := v.First; s < slots.Decade; {
 		if s%10 == 0 {
 			name := "|" + decadeNames[s/10]
-			w := min(10, HeatSlots-s)
+			w := min(10, slots.Decade-s)
 			if len(name) > w {
 				name = name[:w]
 			}
@@ -131,7 +129,7 @@ func (v HeatView) Legend(ansi bool) string {
 func (v HeatView) TextRow(r *HeatRow, maxCount uint64) string {
 	var b strings.Builder
 	b.WriteString(v.prefix(r))
-	for s := v.First; s < HeatSlots; s++ {
+	for s := v.First; s < slots.Decade; s++ {
 		b.WriteByte(Ramp[Shade(r.Counts[s], maxCount)])
 	}
 	fmt.Fprintf(&b, " %d", r.Total())
@@ -144,7 +142,7 @@ func (v HeatView) ANSIRow(r *HeatRow, maxCount uint64) string {
 	var b strings.Builder
 	b.WriteString(v.prefix(r))
 	cur := 0
-	for s := v.First; s < HeatSlots; s++ {
+	for s := v.First; s < slots.Decade; s++ {
 		sh := Shade(r.Counts[s], maxCount)
 		if sh != cur {
 			if sh == 0 {

@@ -7,16 +7,14 @@ import (
 	"io"
 	"math/bits"
 	"strings"
-)
 
-// Log2Slots is the number of slots of a log2 histogram: slot 0 is unused,
-// slot 1 holds 0 and 1, slot 64 holds 2^63 .. 2^64-1.
-const Log2Slots = 65
+	"github.com/tracekit/tracekit/internal/slots"
+)
 
 // Log2Hist is one log2 histogram: Counts[k] is the count of slot k.
 type Log2Hist struct {
 	Label  string
-	Counts [Log2Slots]uint64
+	Counts [slots.Log2]uint64
 }
 
 // Bucket is one printed row of a histogram.
@@ -47,7 +45,7 @@ func (h *Log2Hist) Total() uint64 {
 // non-empty slot; none for an empty histogram.
 func (h *Log2Hist) Buckets() []Bucket {
 	last := 0
-	for k := Log2Slots - 1; k >= 1; k-- {
+	for k := slots.Log2 - 1; k >= 1; k-- {
 		if h.Counts[k] != 0 {
 			last = k
 			break

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/gdamore/tcell/v2"
+
+	"github.com/tracekit/tracekit/internal/slots"
 )
 
 // Live is the full-screen heatmap: the legend and the decade banner at the
@@ -180,7 +182,7 @@ func (l *Live) draw() {
 			m = r.Max()
 		}
 		x := l.put(0, y, l.view.prefix(r), stylePlain)
-		for slot := l.view.First; slot < HeatSlots && x < w; slot++ {
+		for slot := l.view.First; slot < slots.Decade && x < w; slot++ {
 			sh := Shade(r.Counts[slot], m)
 			switch {
 			case sh == 0:

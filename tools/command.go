@@ -7,6 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // gate holds the command back until its writer end says go: the shell reads
@@ -15,16 +18,24 @@ import (
 // tool dies before the go, the read sees EOF and the command never runs.
 const gate = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec /bin/sh -c "$1"`
 
-// Command is a -c command started behind the gate.
+// StopGrace is how long a command has to exit after SIGTERM before it is
+// sent SIGKILL.
+const StopGrace = time.Second
+
+// Command is a -c command started behind the gate, in a process group of
+// its own, so that the tool can end it with everything it started.
 type Command struct {
-	cmd     *exec.Cmd
-	release *os.File
-	done    chan struct{}
-	err     error
+	cmd      *exec.Cmd
+	release  *os.File
+	released bool
+	done     chan struct{}
+	err      error
 }
 
 // StartCommand starts /bin/sh -c line, held before it runs. stdout is where
 // the command's standard output goes (stderr when stdout carries JSON).
+// The command starts with default signal dispositions: the Go runtime
+// resets the signals it handles on exec, and the toolkit ignores none.
 func StartCommand(line string, stdout io.Writer) (*Command, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -32,7 +43,13 @@ func StartCommand(line string, stdout io.Writer) (*Command, error) {
 	}
 	cmd := exec.Command("/bin/sh", "-c", gate, "sh", line)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, os.Stderr
+	if isTerminal(0) {
+		// Its own process group is in the terminal's background: a read of
+		// the terminal would stop it (SIGTTIN) for good.
+		cmd.Stdin = nil // /dev/null
+	}
 	cmd.ExtraFiles = []*os.File{r}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
@@ -47,11 +64,17 @@ func StartCommand(line string, stdout io.Writer) (*Command, error) {
 	return c, nil
 }
 
-// Pid is the process id the command runs as.
+func isTerminal(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return err == nil
+}
+
+// Pid is the process id the command runs as, and its process group id.
 func (c *Command) Pid() int { return c.cmd.Process.Pid }
 
 // Release lets the command run.
 func (c *Command) Release() error {
+	c.released = true
 	_, err := c.release.Write([]byte("go\n"))
 	c.release.Close()
 	if err != nil {
@@ -63,21 +86,59 @@ func (c *Command) Release() error {
 // Done is closed when the command has exited.
 func (c *Command) Done() <-chan struct{} { return c.done }
 
-// Abort kills a command that has not been released (setup failed) and reaps it.
-func (c *Command) Abort() {
-	c.release.Close()
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.done
+// Exited reports whether the command has exited (and was reaped).
+func (c *Command) Exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
-// ExitCode is the command's exit status once Done is closed (-1 if killed).
-func (c *Command) ExitCode() int {
+// Stop ends a command that is still running and reaps it: SIGTERM to its
+// process group, then SIGKILL after grace. A command never released sees
+// EOF at the gate and exits 125 without running. Stop after the command
+// exited does nothing: what it left running in the background is its own.
+func (c *Command) Stop(grace time.Duration) error {
+	c.release.Close()
+	if !c.released {
+		select {
+		case <-c.done:
+		case <-time.After(grace):
+		}
+	}
+	if c.Exited() {
+		return nil
+	}
+	pgid := c.Pid()
+	if err := unix.Kill(-pgid, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("end the command: %w", err)
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-time.After(grace):
+	}
+	if err := unix.Kill(-pgid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("end the command: %w", err)
+	}
+	<-c.done
+	return nil
+}
+
+// Status is the command's exit status once Done is closed, as a shell
+// reports it: its exit code, or 128+N when signal N ended it.
+func (c *Command) Status() int {
 	var ee *exec.ExitError
 	if errors.As(c.err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
 		return ee.ExitCode()
 	}
 	if c.err != nil {
-		return -1
+		return 1
 	}
 	return 0
 }

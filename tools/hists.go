@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/terminal"
 )
 
@@ -57,7 +58,7 @@ func ReadLog2Array(m *ebpf.Map) (terminal.Log2Hist, error) {
 // ReadLog2Hash reads a hash of {u32 id; u32 slot} -> u64 count into one
 // histogram per id.
 func ReadLog2Hash(m *ebpf.Map) (map[uint32]*terminal.Log2Hist, error) {
-	slots, err := ReadSlotHash(m, terminal.Log2Slots)
+	slots, err := ReadSlotHash(m, slots.Log2)
 	if err != nil {
 		return nil, err
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -107,12 +105,17 @@ type Tool struct {
 }
 
 // Main parses args, runs the tool and turns its error into one line on
-// stderr and an exit status: 0 success, 1 runtime error, 2 usage error. It is
-// the only place that prints errors; every deferred cleanup in Run has run
-// by the time it prints.
+// stderr and an exit status: 0 success, 1 runtime error, 2 usage error;
+// with -c, the command's status when it failed on its own. It is the only
+// place that prints errors, and it closes the session, which undoes
+// everything the run created, before it prints.
 func Main(t Tool, args []string) (status int) {
+	var s *Session
 	defer func() {
 		if r := recover(); r != nil {
+			if s != nil {
+				_ = s.Close() // detach, remove probes, restore the terminal
+			}
 			fmt.Fprintf(os.Stderr, "%s: internal error: %v\n", t.Name, r)
 			status = 1
 		}
@@ -132,24 +135,55 @@ func Main(t Tool, args []string) (status int) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// A closed stdout must end in an error return, which detaches and
-	// removes everything, not in a SIGPIPE death, which removes nothing.
-	signal.Ignore(syscall.SIGPIPE)
+	// removes everything, not in a SIGPIPE death, which removes nothing. A
+	// handler, not SIG_IGN: an ignored signal stays ignored in the -c
+	// command, a handled one is reset to the default on exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	s = NewSession(t.Name, t.Options.common())
+	runErr := run(ctx, t, s)
+	closeErr := s.Close()
+	var ue *UsageError
+	switch {
+	case runErr == nil && closeErr == nil:
+		return s.commandStatus
+	case closeErr == nil && (errors.Is(runErr, ErrStdoutClosed) || errors.Is(runErr, syscall.EPIPE)):
+		// The reader of our output has had enough, as in "yes | head".
+		return 0
+	case errors.As(runErr, &ue):
+		return usage(runErr)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", t.Name, errors.Join(runErr, closeErr))
+	return 1
+}
+
+// run is what every tool's run starts with: privileges, the sweep of
+// probes left by killed runs, and the -c command held at its gate (so that
+// its pid is known while the programs are built); then the tool's own Run.
+func run(ctx context.Context, t Tool, s *Session) error {
+	if err := CheckPrivileges(t.Name); err != nil {
+		return err
+	}
 	if os.Geteuid() == 0 {
 		// Probes left by a toolkit process killed with SIGKILL: best effort.
 		_ = SweepStaleProbes()
 	}
-	s := newSession(t.Name, t.Options.common())
-	err := t.Run(ctx, s)
-	if err == nil {
-		return 0
+	if err := s.startCommand(); err != nil {
+		return err
 	}
-	var ue *UsageError
-	if errors.As(err, &ue) {
-		return usage(err)
-	}
-	fmt.Fprintf(os.Stderr, "%s: %v\n", t.Name, err)
-	return 1
+	return t.Run(ctx, s)
 }
+
+// exitHelp ends every tool's --help.
+const exitHelp = `With -c, the command runs in a process group of its own, with stdin from
+/dev/null when stdin is a terminal. When the tool stops first (Ctrl-C, the
+report count, a closed stdout), it ends the command: SIGTERM to the group,
+SIGKILL a second later.
+
+Exit status: 0 success, also when the reader of stdout goes away (as in
+'| head -1'); 1 runtime error; 2 usage error. With -c, the command's status
+when it fails on its own (128+N when signal N ends it), unless the tool
+fails (1).
+`
 
 func parse(t Tool, args []string) error {
 	// A fresh parser per call: tests share no state.
@@ -170,7 +204,7 @@ func parse(t Tool, args []string) error {
 		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {
 			var b strings.Builder
 			p.WriteHelp(&b)
-			fe.Message = b.String() + "\n" + t.Details
+			fe.Message = b.String() + "\n" + strings.TrimRight(t.Details, "\n") + "\n\n" + exitHelp
 			return fe
 		}
 		return err
@@ -195,92 +229,4 @@ func parse(t Tool, args []string) error {
 		return t.Validate()
 	}
 	return nil
-}
-
-// Session is a tool's run: where reports go, the -c command, the loop.
-type Session struct {
-	Tool    string
-	Opts    *Common
-	Stdout  io.Writer
-	Stderr  io.Writer
-	cmd     *Command
-	reports int
-	// Quiet drops the "Tracing ..." line (a full-screen view owns the
-	// terminal).
-	Quiet bool
-}
-
-func newSession(tool string, c *Common) *Session {
-	return &Session{Tool: tool, Opts: c, Stdout: os.Stdout, Stderr: os.Stderr}
-}
-
-// PrepareCommand starts the -c command held back, if there is one, and
-// returns its pid (0 without -c). Call it before building programs that
-// filter on the pid; Loop releases the command. The returned cleanup kills a
-// command that was never released.
-func (s *Session) PrepareCommand() (pid int, cleanup func(), err error) {
-	if s.Opts.Command == "" {
-		return 0, func() {}, nil
-	}
-	out := io.Writer(os.Stdout)
-	if s.Opts.JSON {
-		out = os.Stderr // stdout carries JSON only
-	}
-	c, err := StartCommand(s.Opts.Command, out)
-	if err != nil {
-		return 0, nil, err
-	}
-	s.cmd = c
-	return c.Pid(), func() {
-		if s.cmd != nil {
-			s.cmd.Abort()
-		}
-	}, nil
-}
-
-// Loop prints reports until ctx is done, the -c command exits or count
-// reports were printed; then it prints the final report. report(final)
-// writes one report; final is true for the last one.
-func (s *Session) Loop(ctx context.Context, what string, report func(final bool) error) error {
-	// Collect the garbage of the setup (kallsyms, BTF, formats) and hand
-	// the memory back now, not while the programs run: a collection, or the
-	// background scavenger's madvise calls, during tracing compete with the
-	// traced workload (seen as 4x dropmon's cost per drop in make bench).
-	debug.FreeOSMemory()
-	var done <-chan struct{}
-	if s.cmd != nil {
-		c := s.cmd
-		if err := c.Release(); err != nil {
-			return err
-		}
-		s.cmd = nil // released: no longer ours to kill
-		done = c.Done()
-	} else if s.Quiet {
-	} else if s.Opts.interval == 0 {
-		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end.\n", what)
-	} else {
-		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end; a report every %v.\n", what, s.Opts.interval)
-	}
-	var tick <-chan time.Time
-	if s.Opts.interval > 0 {
-		t := time.NewTicker(s.Opts.interval)
-		defer t.Stop()
-		tick = t.C
-	}
-	for n := 0; ; {
-		select {
-		case <-ctx.Done():
-			return report(true)
-		case <-done:
-			return report(true)
-		case <-tick:
-			n++
-			if s.Opts.count > 0 && n >= s.Opts.count {
-				return report(true)
-			}
-			if err := report(false); err != nil {
-				return err
-			}
-		}
-	}
 }

@@ -42,14 +42,15 @@ func AddProcessTree(spec *ebpf.CollectionSpec) error {
 	return nil
 }
 
-// FollowProcessTree seeds PidsMap with root and attaches the fork follower.
-func FollowProcessTree(coll *ebpf.Collection, root int) (*Attachment, error) {
+// FollowProcessTree seeds PidsMap with root and attaches the fork
+// follower for the rest of the run.
+func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
 	m, prog := coll.Maps[PidsMap], coll.Programs[followProg]
 	if m == nil || prog == nil {
-		return nil, errors.New("follow the command's processes: AddProcessTree was not called")
+		return errors.New("follow the command's processes: AddProcessTree was not called")
 	}
 	if err := m.Put(uint32(root), uint32(1)); err != nil {
-		return nil, fmt.Errorf("follow pid %d: %w", root, err)
+		return fmt.Errorf("follow pid %d: %w", root, err)
 	}
-	return AttachTracepoint(prog, "sched", "sched_process_fork")
+	return s.AttachTracepoint(prog, "sched", "sched_process_fork")
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"unsafe"
@@ -20,9 +19,9 @@ import (
 // CPU and each kept event is stored in that CPU's ring
 // (kernel/trace/bpf_trace.c: trace_call_bpf, "1 - store").
 type Rings struct {
-	what  string
-	fds   []int
-	mmaps [][]byte
+	what   string
+	events *PerCPU
+	mmaps  [][]byte
 	// Lost counts records the kernel dropped because a ring was full.
 	Lost uint64
 	// OnComm, if set, learns task names as tasks exec (PERF_RECORD_COMM):
@@ -40,76 +39,34 @@ type Sample struct {
 
 const ringPages = 64 // per CPU, a power of two: 256 KiB with 4 KiB pages
 
-// OnlineCPUs lists the online CPUs (/sys/devices/system/cpu/online, "0-3,5").
-func OnlineCPUs() ([]int, error) {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return nil, fmt.Errorf("list CPUs: %w", err)
-	}
-	var cpus []int
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("list CPUs: %q", b)
-		}
-		z := a
-		if isRange {
-			if z, err = strconv.Atoi(hi); err != nil {
-				return nil, fmt.Errorf("list CPUs: %q", b)
-			}
-		}
-		for c := a; c <= z; c++ {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus, nil
-}
-
-// OpenRings opens the event id (a tracepoint, or a kprobe_events probe) on
-// every CPU with a ring buffer each, attaches prog once and enables them.
+// OpenRings opens the event id (a tracepoint, or a probe event in tracefs)
+// on every CPU with a ring buffer each, attaches prog once and enables them.
 func OpenRings(prog *ebpf.Program, what string, id uint64) (*Rings, error) {
-	cpus, err := OnlineCPUs()
-	if err != nil {
-		return nil, err
-	}
 	r := &Rings{what: what}
 	page := os.Getpagesize()
-	for i, cpu := range cpus {
-		attr := perfAttr(unix.PERF_TYPE_TRACEPOINT, id)
-		attr.Sample_type |= unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
-		attr.Bits = unix.PerfBitDisabled | unix.PerfBitComm
-		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("open %s on CPU %d: %w%s", what, cpu, err, privilegeHint(err)), r.Close())
-		}
-		r.fds = append(r.fds, fd)
+	attr := perfAttr(unix.PERF_TYPE_TRACEPOINT, id)
+	attr.Sample_type |= unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
+	attr.Bits = unix.PerfBitComm
+	events, err := OpenPerCPU(what, attr, prog, AttachOnce, func(cpu, fd int) error {
 		m, err := unix.Mmap(fd, 0, (1+ringPages)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("map the ring buffer of %s on CPU %d: %w", what, cpu, err), r.Close())
+			return fmt.Errorf("map the ring buffer of %s on CPU %d: %w", what, cpu, err)
 		}
 		r.mmaps = append(r.mmaps, m)
-		if i == 0 {
-			// Once: every SET_BPF adds another copy of the program to the
-			// event's program array.
-			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, prog.FD()); err != nil {
-				return nil, errors.Join(fmt.Errorf("attach %s: PERF_EVENT_IOC_SET_BPF: %w%s", what, err, privilegeHint(err)), r.Close())
-			}
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(err, r.unmap())
 	}
-	for _, fd := range r.fds {
-		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
-			return nil, errors.Join(fmt.Errorf("enable %s: %w", what, err), r.Close())
-		}
-	}
+	r.events = events
 	return r, nil
 }
 
 // Poll waits up to timeoutMs for data in any ring; it returns early (false)
 // on EINTR.
 func (r *Rings) Poll(timeoutMs int) (bool, error) {
-	pfds := make([]unix.PollFd, len(r.fds))
-	for i, fd := range r.fds {
+	pfds := make([]unix.PollFd, len(r.events.FDs))
+	for i, fd := range r.events.FDs {
 		pfds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
 	}
 	n, err := unix.Poll(pfds, timeoutMs)
@@ -200,21 +157,23 @@ func parseSample(b []byte) (Sample, bool) {
 }
 
 // Close disables and closes every CPU's event (which detaches the program)
-// and unmaps the rings; every step is tried.
+// and unmaps the rings; every step is tried. Twice is harmless.
 func (r *Rings) Close() error {
-	var errs []error
-	for _, fd := range r.fds {
-		errs = append(errs, unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0))
+	var err error
+	if r.events != nil {
+		err = r.events.Close()
 	}
+	return errors.Join(err, r.unmap())
+}
+
+func (r *Rings) unmap() error {
+	var errs []error
 	for _, m := range r.mmaps {
 		errs = append(errs, unix.Munmap(m))
 	}
-	for _, fd := range r.fds {
-		errs = append(errs, unix.Close(fd))
-	}
-	r.fds, r.mmaps = nil, nil
+	r.mmaps = nil
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("close %s: %w", r.what, err)
+		return fmt.Errorf("unmap the rings of %s: %w", r.what, err)
 	}
 	return nil
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/terminal"
 )
@@ -79,7 +79,7 @@ func TestExactCountsPerSize(t *testing.T) {
 			t.Fatalf("size %d: want one report with one histogram, got %+v", size, reps)
 		}
 		h := reps[0].Histograms[0]
-		lo, hi := terminal.SlotRange(asm.Log2SlotOf(uint64(size)))
+		lo, hi := terminal.SlotRange(slots.Log2Of(uint64(size)))
 		got := nonEmpty(h.Buckets)
 		want := []terminal.Bucket{{Low: lo, High: hi, Count: n}}
 		if len(got) != 1 || got[0] != want[0] || h.Total != n {
@@ -250,7 +250,7 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 	r := runTool(t, "--help")
-	if r.Status != 0 || !strings.Contains(r.Stdout, "Examples:") || !strings.Contains(r.Stdout, "--per-process") {
+	if r.Status != 0 || !strings.Contains(r.Stdout, "Examples:") || !strings.Contains(r.Stdout, "--per-process") || !strings.Contains(r.Stdout, "128+N") || !strings.Contains(r.Stdout, "reader of stdout goes away") {
 		t.Errorf("--help: exit %d, stdout %q", r.Status, r.Stdout)
 	}
 }

@@ -33,11 +33,11 @@ Examples:
                                 # trace only that command, report when it ends
   writesize --kprobe            # the same from a kprobe (the seed's tracex4)
 
-With --kprobe, probes are registered per process (group tk_writesize_<pid>)
-and removed on every exit; one left by a run killed with SIGKILL is removed
-by the next run of any of the toolkit's tools.
+With --kprobe, probes are registered per process (group
+tk_writesize_<pidns>_<pid>) and removed on every exit; one left by a run
+killed with SIGKILL is removed by the next run of any of the toolkit's tools
+in the same pid namespace.
 
-Exit status: 0 success, 1 runtime error, 2 usage error.
 `
 
 func main() {

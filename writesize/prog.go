@@ -7,6 +7,7 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -38,6 +39,7 @@ type kprobeConfig struct {
 	// (ksys_write, or sys_write on old kernels).
 	Wrapper   bool
 	ProbeRead bpf.BuiltinFunc
+	Regs      *asm.Regs // where the arguments are in pt_regs
 }
 
 // Stack layout of the per-process program.
@@ -88,16 +90,17 @@ func loadCount(cfg progConfig) (bpf.Instructions, error) {
 	if k == nil {
 		return asm.LoadField(bpf.R1, cfg.Count.Name, cfg.Count.Offset, cfg.Count.Size, false)
 	}
+	count := k.Regs.Args[2]
 	if !k.Wrapper {
 		return bpf.Instructions{
-			bpf.LoadMem(bpf.R1, asm.RegCtx, asm.PtRegsDX, bpf.DWord).
+			bpf.LoadMem(bpf.R1, asm.RegCtx, count, bpf.DWord).
 				WithSource(bpf.Comment(fmt.Sprintf("r1 = count: third argument of %s (ctx->dx)", k.Symbol))),
 		}, nil
 	}
 	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R4, asm.RegCtx, asm.PtRegsDI, bpf.DWord).
+		bpf.LoadMem(bpf.R4, asm.RegCtx, k.Regs.Args[0], bpf.DWord).
 			WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->dx", k.Symbol))),
-		bpf.Add.Imm(bpf.R4, asm.PtRegsDX),
+		bpf.Add.Imm(bpf.R4, int32(count)),
 	}
 	return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, k.ProbeRead)...), nil
 }
@@ -114,7 +117,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		maps["comms"] = &ebpf.MapSpec{Name: "writesize_comm", Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: maxComms}
 		maps["lost"] = &ebpf.MapSpec{Name: "writesize_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	} else {
-		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 65}
+		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: slots.Log2}
 	}
 	progType := ebpf.TracePoint
 	if cfg.Kprobe != nil {

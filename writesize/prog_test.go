@@ -3,10 +3,13 @@ package main
 import (
 	"fmt"
 
-	bpf "github.com/cilium/ebpf/asm"
 	"testing"
 
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -20,18 +23,24 @@ func countField(t *testing.T) tracefs.Field {
 	return c
 }
 
-func TestProgramGoldens(t *testing.T) {
+// variants are the program configurations the goldens pin and the load
+// test proves: one line per variant.
+func variants(t *testing.T) map[string]progConfig {
 	count := countField(t)
-	for name, cfg := range map[string]progConfig{
+	return map[string]progConfig{
 		"prog_all":             {Count: count},
 		"prog_pid":             {Count: count, Pid: 1234},
 		"prog_tree":            {Count: count, Tree: true},
 		"prog_per_process":     {Count: count, PerProcess: true},
 		"prog_pid_per_process": {Count: count, Pid: 1234, PerProcess: true},
-		"prog_kprobe_wrapper":  {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel}},
-		"prog_kprobe_old_read": {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeRead}},
-		"prog_kprobe_ksys":     {Kprobe: &kprobeConfig{Symbol: "ksys_write"}, Tree: true},
-	} {
+		"prog_kprobe_wrapper":  {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.AMD64}},
+		"prog_kprobe_old_read": {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeRead, Regs: asm.AMD64}},
+		"prog_kprobe_ksys":     {Kprobe: &kprobeConfig{Symbol: "ksys_write", Regs: asm.AMD64}, Tree: true},
+	}
+}
+
+func TestProgramGoldens(t *testing.T) {
+	for name, cfg := range variants(t) {
 		insns, err := program(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -39,6 +48,9 @@ func TestProgramGoldens(t *testing.T) {
 		golden.Check(t, name, fmt.Sprintf("%v", insns))
 	}
 }
+
+// TestProgramsLoad hands every variant, with its maps, to the verifier.
+func TestProgramsLoad(t *testing.T) { loadtest.Variants(t, variants(t), collection) }
 
 func TestProgramReadsOffsetFromFormat(t *testing.T) {
 	// A layout where count moved: the program must follow it.

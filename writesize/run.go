@@ -4,17 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
-	bpf "github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
@@ -51,8 +48,9 @@ var writeSymbols = []string{"__x64_sys_write", "ksys_write", "sys_write"}
 
 // kprobeFor picks the function to probe and how to read the size there.
 func kprobeFor(choice string) (*kprobeConfig, error) {
-	if runtime.GOARCH != "amd64" {
-		return nil, fmt.Errorf("--kprobe reads x86-64 registers; on %s use the tracepoint mode (without --kprobe)", runtime.GOARCH)
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		return nil, fmt.Errorf("--kprobe: %w; use the tracepoint mode (without --kprobe)", err)
 	}
 	if !tools.KprobesAvailable() {
 		return nil, fmt.Errorf("--kprobe: %w; writesize without --kprobe uses the syscalls:sys_enter_write tracepoint instead", tools.ErrNoKprobes)
@@ -74,18 +72,11 @@ func kprobeFor(choice string) (*kprobeConfig, error) {
 			return nil, fmt.Errorf("--kprobe: none of %s is in /proc/kallsyms: name the function with --kprobe=SYMBOL", strings.Join(writeSymbols, ", "))
 		}
 	}
-	read := bpf.FnProbeReadKernel
-	if features.HaveProgramHelper(ebpf.Kprobe, bpf.FnProbeReadKernel) != nil {
-		read = bpf.FnProbeRead // before 5.5
-	}
 	name, _ := tracefs.SplitSymbol(sym)
-	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, "__x64_sys_"), ProbeRead: read}, nil
+	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, "__x64_sys_"), ProbeRead: tools.KernelRead(), Regs: regs}, nil
 }
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
-	if err := tools.CheckPrivileges(s.Tool); err != nil {
-		return err
-	}
 	cfg := progConfig{Pid: uint32(o.Pid), PerProcess: o.PerProcess}
 	if o.Kprobe != "" {
 		k, err := kprobeFor(o.Kprobe)
@@ -102,50 +93,40 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 	}
-	cmdPid, abort, err := s.PrepareCommand()
-	if err != nil {
-		return err
-	}
-	defer abort()
 	// With -c, the command's process and its descendants: dash forks even a
 	// single command, so the pid of "sh -c" alone would miss its writes.
+	cmdPid := s.CommandPid()
 	cfg.Tree = cmdPid != 0 && o.Pid == 0 && !o.All
 	spec, err := collection(cfg)
 	if err != nil {
 		return err
 	}
-	coll, err := tools.Load(spec)
+	coll, err := s.Load(spec)
 	if err != nil {
 		return err
 	}
-	defer coll.Close()
 	if cfg.Tree {
-		follow, err := tools.FollowProcessTree(coll, cmdPid)
-		if err != nil {
+		if err := s.FollowProcessTree(coll, cmdPid); err != nil {
 			return err
 		}
-		defer follow.Close()
 	}
-	var att *tools.Attachment
+	prog := coll.Programs["writesize"]
 	if cfg.Kprobe != nil {
-		att, err = tools.AttachKprobe(coll.Programs["writesize"], cfg.Kprobe.Symbol, false, tools.KprobeOptions{Legacy: o.Legacy, Tool: s.Tool})
+		err = s.AttachProbe(prog, tracefs.Probe{Type: tracefs.Kprobe, Symbol: cfg.Kprobe.Symbol}, o.Legacy)
 	} else {
-		att, err = tools.AttachTracepoint(coll.Programs["writesize"], "syscalls", "sys_enter_write")
+		err = s.AttachTracepoint(prog, "syscalls", "sys_enter_write")
 	}
 	if err != nil {
 		return err
 	}
-	defer att.Close()
-
 	r := &reader{coll: coll, perProcess: o.PerProcess, deltas: tools.Deltas{Cumulative: o.Cumulative}}
-	err = s.Loop(ctx, "write(2) sizes", func(final bool) error {
+	return s.Loop(ctx, "write(2) sizes", func(final bool) error {
 		rep, err := r.report()
 		if err != nil {
 			return err
 		}
 		return s.WriteHist(rep, time.Now())
 	})
-	return errors.Join(err, att.Close())
 }
 
 // reader turns the kernel's maps into reports.
@@ -200,8 +181,8 @@ func (r *reader) comm(pid uint32) string {
 			return s
 		}
 	}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
-		return strings.TrimSpace(string(b))
+	if c := tools.Comm(pid); c != "" {
+		return c
 	}
 	return "?"
 }

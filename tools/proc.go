@@ -1,4 +1,4 @@
-package main
+package tools
 
 import (
 	"bufio"
@@ -9,16 +9,18 @@ import (
 	"strings"
 )
 
-// Kernel dev_t as block tracepoints record it: major << 20 | minor.
-func mkdev(major, minor uint32) uint32 { return major<<20 | minor }
+// MkDev is a kernel dev_t as the block tracepoints record it:
+// major << 20 | minor.
+func MkDev(major, minor uint32) uint32 { return major<<20 | minor }
 
-func devString(dev uint32) string { return fmt.Sprintf("%d:%d", dev>>20, dev&(1<<20-1)) }
+// DevString prints a kernel dev_t as "major:minor".
+func DevString(dev uint32) string { return fmt.Sprintf("%d:%d", dev>>20, dev&(1<<20-1)) }
 
 var diskName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
 
-// devOf finds a disk by name ("loop0", "vda", "nvme0n1p2") through
+// DevOf finds a disk by name ("loop0", "vda", "nvme0n1p2") through
 // /sys/class/block. The name becomes part of a path: it is checked first.
-func devOf(name string) (uint32, error) {
+func DevOf(name string) (uint32, error) {
 	if !diskName.MatchString(name) || name == "." || name == ".." {
 		return 0, fmt.Errorf("invalid disk name %q", name)
 	}
@@ -30,19 +32,19 @@ func devOf(name string) (uint32, error) {
 	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d:%d", &major, &minor); err != nil {
 		return 0, fmt.Errorf("disk %q: bad dev %q", name, b)
 	}
-	return mkdev(major, minor), nil
+	return MkDev(major, minor), nil
 }
 
-// disks names devices, caching what it found.
-type disks map[uint32]string
+// Disks names devices, caching what it found.
+type Disks map[uint32]string
 
-// name returns the disk name of dev from /sys/dev/block/MAJ:MIN, else
+// Name returns the disk name of dev from /sys/dev/block/MAJ:MIN, else
 // /proc/partitions, else "MAJ:MIN".
-func (d disks) name(dev uint32) string {
+func (d Disks) Name(dev uint32) string {
 	if n, ok := d[dev]; ok {
 		return n
 	}
-	n := devString(dev)
+	n := DevString(dev)
 	if link, err := os.Readlink("/sys/dev/block/" + n); err == nil {
 		n = filepath.Base(link)
 	} else if p := fromPartitions(dev); p != "" {
@@ -63,9 +65,20 @@ func fromPartitions(dev uint32) string {
 		var major, minor uint32
 		var blocks uint64
 		var name string
-		if n, _ := fmt.Sscanf(s.Text(), "%d %d %d %s", &major, &minor, &blocks, &name); n == 4 && mkdev(major, minor) == dev {
+		if n, _ := fmt.Sscanf(s.Text(), "%d %d %d %s", &major, &minor, &blocks, &name); n == 4 && MkDev(major, minor) == dev {
 			return name
 		}
 	}
 	return ""
+}
+
+// Comm is the name of process pid from /proc/PID/comm, "" when it is gone.
+// The kernel's own record, taken while the process ran, is better where a
+// program can keep it: a short-lived process is often gone by report time.
+func Comm(pid uint32) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

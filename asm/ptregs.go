@@ -1,0 +1,45 @@
+package asm
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Regs locates, in the struct pt_regs a kprobe or uprobe program gets as
+// its context, the registers it reads, for one architecture.
+type Regs struct {
+	Arch string
+	// Args are the argument registers' offsets in calling-convention
+	// order; ArgNames are the same registers as kprobe_events fetch
+	// arguments name them ("%di").
+	Args     []int16
+	ArgNames []string
+	Ret      int16 // the return value, at a return probe
+	IP, SP   int16
+}
+
+// AMD64 is x86-64's pt_regs (arch/x86/include/asm/ptrace.h: r15 at 0 ...
+// rdi 112, orig_ax 120, ip 128, cs, flags, sp 152, ss; 168 bytes).
+var AMD64 = &Regs{
+	Arch:     "amd64",
+	Args:     []int16{112, 104, 96, 88, 72, 64}, // rdi, rsi, rdx, rcx, r8, r9
+	ArgNames: []string{"di", "si", "dx", "cx", "r8", "r9"},
+	Ret:      80, // rax
+	IP:       128,
+	SP:       152,
+}
+
+var ptRegs = map[string]*Regs{"amd64": AMD64}
+
+// PtRegs returns the pt_regs layout of arch (a GOARCH), or an error that
+// says which architectures are known: the one guard every reader of
+// registers goes through.
+func PtRegs(arch string) (*Regs, error) {
+	if r, ok := ptRegs[arch]; ok {
+		return r, nil
+	}
+	return nil, fmt.Errorf("reading registers at a probe needs the CPU's pt_regs layout: this build knows x86-64 (amd64), not %s", arch)
+}
+
+// HostPtRegs is PtRegs of the architecture this binary runs on.
+func HostPtRegs() (*Regs, error) { return PtRegs(runtime.GOARCH) }

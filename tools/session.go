@@ -1,0 +1,244 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// Session is a tool's run. It owns what the run creates (loaded programs
+// and maps, attachments, probe events, perf events and rings, the -c
+// command, the terminal): each is registered as it is created and closed
+// once, in reverse order, on every exit path.
+type Session struct {
+	Tool   string
+	Opts   *Common
+	Stdout io.Writer
+	Stderr io.Writer
+	// Quiet drops the "Tracing ..." line (a full-screen view owns the
+	// terminal).
+	Quiet bool
+
+	mu      sync.Mutex
+	closers []closer
+	closed  bool
+
+	cmd           *Command
+	commandStatus int // a -c command's status when it ended on its own
+	reports       int
+
+	stopOnce sync.Once
+	stopc    chan struct{}
+	stopErr  error
+
+	stdoutFD int // polled for a reader that went away; -1 for none
+}
+
+type closer struct {
+	what  string
+	close func() error
+}
+
+// NewSession starts a run of tool writing to the process's stdout and
+// stderr.
+func NewSession(tool string, c *Common) *Session {
+	return &Session{Tool: tool, Opts: c, Stdout: os.Stdout, Stderr: os.Stderr, stopc: make(chan struct{}), stdoutFD: 1}
+}
+
+// OnClose registers the undoing of something the run created; Close runs
+// it. what names it in an error ("detach tracepoint x:y" reads as context).
+func (s *Session) OnClose(what string, close func() error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closers = append(s.closers, closer{what, close})
+}
+
+// Close undoes everything registered, last first, each once, and joins
+// the errors: one failure never keeps the rest open. Twice is harmless.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	cs := s.closers
+	s.closers, s.closed = nil, true
+	s.mu.Unlock()
+	var errs []error
+	for i := len(cs) - 1; i >= 0; i-- {
+		if err := cs[i].close(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", cs[i].what, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Load loads spec (see Load) and closes the collection with the run.
+func (s *Session) Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
+	coll, err := Load(spec)
+	if err != nil {
+		return nil, err
+	}
+	s.OnClose("unload programs", func() error { coll.Close(); return nil })
+	return coll, nil
+}
+
+// AttachTracepoint attaches prog to group:name for the rest of the run.
+func (s *Session) AttachTracepoint(prog *ebpf.Program, group, name string) error {
+	a, err := AttachTracepoint(prog, group, name)
+	if err != nil {
+		return err
+	}
+	s.OnClose("detach", a.Close)
+	return nil
+}
+
+// AttachProbe attaches prog to a kprobe or uprobe for the rest of the run
+// (see AttachProbe).
+func (s *Session) AttachProbe(prog *ebpf.Program, p tracefs.Probe, legacy bool) error {
+	a, err := AttachProbe(prog, p, s.Tool, legacy)
+	if err != nil {
+		return err
+	}
+	s.OnClose("detach", a.Close)
+	return nil
+}
+
+// ProbeEvent registers a probe event in tracefs for the rest of the run.
+func (s *Session) ProbeEvent(p tracefs.Probe) (*ProbeEvent, error) {
+	e, err := NewProbeEvent(s.Tool, p)
+	if err != nil {
+		return nil, err
+	}
+	s.OnClose("remove "+e.Name(), e.Close)
+	return e, nil
+}
+
+// OpenRings opens per-CPU ring buffers of event id for the rest of the run.
+func (s *Session) OpenRings(prog *ebpf.Program, what string, id uint64) (*Rings, error) {
+	r, err := OpenRings(prog, what, id)
+	if err != nil {
+		return nil, err
+	}
+	s.OnClose("close rings", r.Close)
+	return r, nil
+}
+
+// startCommand starts the -c command, if there is one, held at its gate:
+// Loop releases it. Closing the session ends it if it still runs.
+func (s *Session) startCommand() error {
+	if s.Opts.Command == "" {
+		return nil
+	}
+	out := io.Writer(os.Stdout)
+	if s.Opts.JSON {
+		out = os.Stderr // stdout carries JSON only
+	}
+	c, err := StartCommand(s.Opts.Command, out)
+	if err != nil {
+		return err
+	}
+	s.cmd = c
+	s.OnClose("end the command", func() error { return c.Stop(StopGrace) })
+	return nil
+}
+
+// CommandPid is the pid of the -c command (held until Loop), 0 without -c.
+func (s *Session) CommandPid() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Pid()
+}
+
+// Stop ends Loop from any goroutine: with nil as Ctrl-C does (the final
+// report is printed), with an error at once, returning it.
+func (s *Session) Stop(err error) {
+	s.stopOnce.Do(func() {
+		s.stopErr = err
+		close(s.stopc)
+	})
+}
+
+// ErrStdoutClosed ends a run whose reader went away ("tool | head -1").
+var ErrStdoutClosed = errors.New("stdout was closed")
+
+// stdoutPoll is how often Loop looks for a closed stdout.
+const stdoutPoll = 200 * time.Millisecond
+
+// stdoutClosed reports whether fd is a pipe (or socket, or terminal) whose
+// other end went away: poll reports POLLERR or POLLHUP whatever the events
+// asked for.
+func stdoutClosed(fd int) bool {
+	if fd < 0 {
+		return false
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd)}}
+	n, err := unix.Poll(pfd, 0)
+	return err == nil && n > 0 && pfd[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+}
+
+// Loop releases the -c command and prints reports until ctx is done, the
+// command exits, Stop is called, stdout is closed, or count reports were
+// printed; then it prints the final report. report(final) writes one
+// report; final is true for the last one.
+func (s *Session) Loop(ctx context.Context, what string, report func(final bool) error) error {
+	// Collect the garbage of the setup (kallsyms, BTF, formats) and hand
+	// the memory back now, not while the programs run: a collection, or the
+	// background scavenger's madvise calls, during tracing compete with the
+	// traced workload (seen as 4x dropmon's cost per drop in make bench).
+	debug.FreeOSMemory()
+	var done <-chan struct{}
+	switch {
+	case s.cmd != nil:
+		if err := s.cmd.Release(); err != nil {
+			return err
+		}
+		done = s.cmd.Done()
+	case s.Quiet:
+	case s.Opts.interval == 0:
+		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end.\n", what)
+	default:
+		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end; a report every %v.\n", what, s.Opts.interval)
+	}
+	var tick <-chan time.Time
+	if s.Opts.interval > 0 {
+		t := time.NewTicker(s.Opts.interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	watch := time.NewTicker(stdoutPoll)
+	defer watch.Stop()
+	for n := 0; ; {
+		select {
+		case <-ctx.Done():
+			return report(true)
+		case <-s.stopc:
+			if s.stopErr != nil {
+				return s.stopErr
+			}
+			return report(true)
+		case <-done:
+			s.commandStatus = s.cmd.Status()
+			return report(true)
+		case <-watch.C:
+			if stdoutClosed(s.stdoutFD) {
+				return ErrStdoutClosed
+			}
+		case <-tick:
+			n++
+			if s.Opts.count > 0 && n >= s.Opts.count {
+				return report(true)
+			}
+			if err := report(false); err != nil {
+				return err
+			}
+		}
+	}
+}

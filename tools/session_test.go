@@ -1,0 +1,164 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The session closes everything it was given, last first, each once, even
+// when one close fails, and joins the errors.
+func TestSessionClosesInReverseEvenWhenOneFails(t *testing.T) {
+	s := NewSession("t", &Common{})
+	var order []string
+	add := func(name string, err error) {
+		s.OnClose(name, func() error { order = append(order, name); return err })
+	}
+	add("load", nil)
+	add("attach tracepoint", errors.New("detach failed"))
+	add("probe", nil)
+	add("rings", errors.New("unmap failed"))
+	err := s.Close()
+	if got := strings.Join(order, ","); got != "rings,probe,attach tracepoint,load" {
+		t.Errorf("close order %s", got)
+	}
+	if err == nil || !strings.Contains(err.Error(), "rings: unmap failed") || !strings.Contains(err.Error(), "attach tracepoint: detach failed") {
+		t.Errorf("error %v", err)
+	}
+	order = nil
+	if err := s.Close(); err != nil || len(order) != 0 {
+		t.Errorf("second Close: %v, ran %v", err, order)
+	}
+}
+
+// Stop(nil) ends the loop with the final report; Stop(err) returns err.
+func TestSessionStop(t *testing.T) {
+	for _, stopErr := range []error{nil, errors.New("boom")} {
+		s := NewSession("t", &Common{})
+		s.Quiet, s.stdoutFD = true, -1
+		var finals int
+		go s.Stop(stopErr)
+		err := s.Loop(context.Background(), "x", func(final bool) error {
+			if final {
+				finals++
+			}
+			return nil
+		})
+		if err != stopErr || (stopErr == nil) != (finals == 1) {
+			t.Errorf("Stop(%v): err %v, %d final reports", stopErr, err, finals)
+		}
+	}
+}
+
+// A pipe whose reader went away ends the loop, quietly, within a poll.
+func TestSessionNoticesClosedStdout(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[1])
+	s := NewSession("t", &Common{})
+	s.Quiet, s.stdoutFD = true, p[1]
+	if stdoutClosed(p[1]) {
+		t.Fatal("an open pipe reads as closed")
+	}
+	unix.Close(p[0])
+	start := time.Now()
+	err := s.Loop(context.Background(), "x", func(bool) error { return nil })
+	if !errors.Is(err, ErrStdoutClosed) || time.Since(start) > time.Second {
+		t.Errorf("err %v after %v", err, time.Since(start))
+	}
+}
+
+// A command stopped while it runs is ended with its whole process group
+// and reaped; one that was never released never runs.
+func TestCommandStop(t *testing.T) {
+	c, err := StartCommand("sleep 30 & sleep 30; echo late", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // both sleeps started
+	pgid := c.Pid()
+	start := time.Now()
+	if err := c.Stop(StopGrace); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Exited() || time.Since(start) > StopGrace+time.Second {
+		t.Errorf("not reaped, or too slow: %v", time.Since(start))
+	}
+	// The background sleep was reparented: its zombie waits for init.
+	for i := 0; i < 40 && !errors.Is(unix.Kill(-pgid, 0), unix.ESRCH); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := unix.Kill(-pgid, 0); !errors.Is(err, unix.ESRCH) {
+		t.Errorf("process group %d still has members: %v", pgid, err)
+	}
+	if st := c.Status(); st != 128+int(unix.SIGTERM) {
+		t.Errorf("status %d, want %d (SIGTERM)", st, 128+int(unix.SIGTERM))
+	}
+
+	held, err := StartCommand("exit 0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Stop(StopGrace); err != nil || held.Status() != 125 {
+		t.Errorf("never released: %v, status %d, want 125 from the gate", err, held.Status())
+	}
+}
+
+func TestCommandStatus(t *testing.T) {
+	for line, want := range map[string]int{"true": 0, "exit 3": 3, "kill -9 $$": 137} {
+		c, err := StartCommand(line, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+		<-c.Done()
+		if got := c.Status(); got != want {
+			t.Errorf("%q: status %d, want %d", line, got, want)
+		}
+	}
+}
+
+func TestPMUBits(t *testing.T) {
+	dir := t.TempDir()
+	for text, want := range map[string][2]uint{"config:0\n": {0, 1}, "config:32-63\n": {32, 32}, "config:5-7": {5, 3}} {
+		p := dir + "/f"
+		if err := writeFile(p, text); err != nil {
+			t.Fatal(err)
+		}
+		shift, width, err := pmuBits(p)
+		if err != nil || shift != want[0] || width != want[1] {
+			t.Errorf("%q: %d %d %v", text, shift, width, err)
+		}
+	}
+	for _, bad := range []string{"config1:0", "config:x", "config:9-3", ""} {
+		p := dir + "/f"
+		writeFile(p, bad)
+		if _, _, err := pmuBits(p); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	got, err := parseCPUList("0-3,5,7-8")
+	if err != nil || len(got) != 7 || got[4] != 5 || got[6] != 8 {
+		t.Errorf("%v %v", got, err)
+	}
+	for _, bad := range []string{"", "a", "3-1", "-1", "0-"} {
+		if _, err := parseCPUList(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func writeFile(path, text string) error { return os.WriteFile(path, []byte(text), 0o644) }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tracekit/tracekit/internal/privtest"
+)
+
+// With a report count, the tool stops before its command ends: it ends the
+// command's whole process group and reaps it before it returns, so nothing
+// of the command prints after the tool has exited.
+func TestCountEndsTheCommand(t *testing.T) {
+	privtest.Require(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	start := time.Now()
+	// The run returns only when every writer of its stdout pipe is gone:
+	// a command left running would hold it for 7 s.
+	r := runTool(t, "-c", "echo $$ > "+pidFile+"; sleep 7 & sleep 7; echo late", "0.2", "2")
+	took := time.Since(start)
+	if r.Status != 0 || strings.Contains(r.Stdout, "late") || took > 4*time.Second {
+		t.Fatalf("exit %d after %v, stdout %q, stderr %q", r.Status, took, r.Stdout, r.Stderr)
+	}
+	if n := strings.Count(r.Stdout, "bytes"); n != 2 {
+		t.Errorf("%d reports, want 2:\n%s", n, r.Stdout)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	// The background sleep's zombie waits for init to reap it.
+	for i := 0; i < 40 && !errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := syscall.Kill(-pgid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the command's process group %d outlived the tool: %v", pgid, err)
+	}
+}
+
+// With -c, the tool exits with the command's status when it fails (128+N
+// for signal N), 0 when it succeeds.
+func TestCommandStatusIsTheToolsStatus(t *testing.T) {
+	privtest.Require(t)
+	for line, want := range map[string]int{"true": 0, "exit 3": 3, "kill -9 $$": 137} {
+		r := runTool(t, "-c", line)
+		if r.Status != want {
+			t.Errorf("-c %q: exit %d, want %d (stderr %q)", line, r.Status, want, r.Stderr)
+		}
+		if !strings.Contains(r.Stdout, "bytes") {
+			t.Errorf("-c %q: no report:\n%s", line, r.Stdout)
+		}
+	}
+	// A tool error wins over the command's status.
+	r := runTool(t, "--kprobe=no_such_function_tk", "-c", "exit 3")
+	if r.Status != 1 {
+		t.Errorf("tool error with a failing command: exit %d, want 1 (stderr %q)", r.Status, r.Stderr)
+	}
+}
+
+// The command starts with SIGPIPE at its default: "yes | head -1" ends.
+func TestCommandGetsDefaultSignals(t *testing.T) {
+	privtest.Require(t)
+	start := time.Now()
+	r := runTool(t, "-c", "yes | head -1")
+	if r.Status != 0 || strings.Contains(r.Stderr, "Broken pipe") || strings.Contains(r.Stderr, "I/O error") || time.Since(start) > 5*time.Second {
+		t.Errorf("exit %d after %v, stderr %q", r.Status, time.Since(start), r.Stderr)
+	}
+}
+
+// A closed stdout ends the run within a second, quietly, with status 0,
+// even when the tool has nothing to print until the end.
+func TestClosedStdoutEndsTheRun(t *testing.T) {
+	privtest.Require(t)
+	for _, args := range [][]string{nil, {"1"}, {"--json", "0.3"}} {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(tool(t), args...)
+		cmd.Stdout = pw
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pw.Close()
+		errs := bufio.NewReader(stderr)
+		if line, _ := errs.ReadString('\n'); !strings.HasPrefix(line, "Tracing") {
+			t.Fatalf("%v: %q", args, line)
+		}
+		pr.Close()
+		closed := time.Now()
+		done := make(chan error, 1)
+		var rest string
+		go func() {
+			rest, _ = errs.ReadString(0)
+			done <- cmd.Wait()
+		}()
+		select {
+		case err := <-done:
+			if err != nil || rest != "" || time.Since(closed) > time.Second+500*time.Millisecond {
+				t.Errorf("%v: %v after %v, stderr %q", args, err, time.Since(closed), rest)
+			}
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Errorf("%v: still running 5 s after its stdout was closed", args)
+		}
+	}
+}
