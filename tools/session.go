@@ -56,11 +56,17 @@ func NewSession(tool string, c *Common) *Session {
 }
 
 // OnClose registers the undoing of something the run created; Close runs
-// it. what names it in an error ("detach tracepoint x:y" reads as context).
+// it. what names it in an error, "" where close's errors name it already.
+// Registered after Close (a goroutine late to the end), it runs at once.
 func (s *Session) OnClose(what string, close func() error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closers = append(s.closers, closer{what, close})
+	if !s.closed {
+		s.closers = append(s.closers, closer{what, close})
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	_ = close()
 }
 
 // Close undoes everything registered, last first, each once, and joins
@@ -73,7 +79,10 @@ func (s *Session) Close() error {
 	var errs []error
 	for i := len(cs) - 1; i >= 0; i-- {
 		if err := cs[i].close(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", cs[i].what, err))
+			if cs[i].what != "" {
+				err = fmt.Errorf("%s: %w", cs[i].what, err)
+			}
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
@@ -95,7 +104,7 @@ func (s *Session) AttachTracepoint(prog *ebpf.Program, group, name string) error
 	if err != nil {
 		return err
 	}
-	s.OnClose("detach", a.Close)
+	s.OnClose("", a.Close) // "detach tracepoint x:y: ..."
 	return nil
 }
 
@@ -106,7 +115,7 @@ func (s *Session) AttachProbe(prog *ebpf.Program, p tracefs.Probe, legacy bool) 
 	if err != nil {
 		return err
 	}
-	s.OnClose("detach", a.Close)
+	s.OnClose("", a.Close) // "detach tracepoint x:y: ..."
 	return nil
 }
 
@@ -126,7 +135,7 @@ func (s *Session) OpenRings(prog *ebpf.Program, what string, id uint64) (*Rings,
 	if err != nil {
 		return nil, err
 	}
-	s.OnClose("close rings", r.Close)
+	s.OnClose("", r.Close) // "close x: ..."
 	return r, nil
 }
 

@@ -1,0 +1,31 @@
+package asm
+
+import (
+	"strings"
+	"testing"
+)
+
+// The x86-64 offsets as arch/x86/include/asm/ptrace.h lays them out
+// (REFERENCE.md: r15 0 ... rdi 112, rip 128, rsp 152), and one clear error
+// for an architecture without a table.
+func TestPtRegs(t *testing.T) {
+	r, err := PtRegs("amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int16{"di": 112, "si": 104, "dx": 96, "cx": 88, "r8": 72, "r9": 64}
+	if len(r.Args) != len(r.ArgNames) {
+		t.Fatalf("%d offsets, %d names", len(r.Args), len(r.ArgNames))
+	}
+	for i, name := range r.ArgNames {
+		if r.Args[i] != want[name] {
+			t.Errorf("argument %d (%%%s) at %d, want %d", i+1, name, r.Args[i], want[name])
+		}
+	}
+	if r.Ret != 80 || r.IP != 128 || r.SP != 152 {
+		t.Errorf("ax %d, ip %d, sp %d", r.Ret, r.IP, r.SP)
+	}
+	if _, err := PtRegs("riscv64"); err == nil || !strings.Contains(err.Error(), "riscv64") {
+		t.Errorf("riscv64: %v", err)
+	}
+}
