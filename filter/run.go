@@ -265,7 +265,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if o.Count {
 		return count(ctx, s, ev, coll)
 	}
-	return stream(ctx, s, ev, coll, fetch, pointers)
+	return stream(ctx, s, ev, coll, target.Format, fetch, pointers)
 }
 
 func needsBTF(cmps []Cmp) bool {
@@ -314,15 +314,12 @@ func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collectio
 }
 
 // stream opens the rings, prints every passing event, and reports lost ones.
-func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, fetch []string, pointers map[string]bool) error {
+// format is a tracepoint's, read already; a probe's comes from its event.
+func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, format *tracefs.Format, fetch []string, pointers map[string]bool) error {
 	var id uint64
-	var format *tracefs.Format
 	var err error
 	if ev.kind == "tracepoint" {
 		if id, err = tracefs.EventID(ev.group, ev.name); err != nil {
-			return err
-		}
-		if format, err = tracefs.ReadFormat(ev.group, ev.name); err != nil {
 			return err
 		}
 	} else {

@@ -43,7 +43,7 @@ func StartCommand(line string, stdout io.Writer) (*Command, error) {
 	}
 	cmd := exec.Command("/bin/sh", "-c", gate, "sh", line)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, os.Stderr
-	if isTerminal(0) {
+	if IsTerminal(0) {
 		// Its own process group is in the terminal's background: a read of
 		// the terminal would stop it (SIGTTIN) for good.
 		cmd.Stdin = nil // /dev/null
@@ -64,7 +64,8 @@ func StartCommand(line string, stdout io.Writer) (*Command, error) {
 	return c, nil
 }
 
-func isTerminal(fd int) bool {
+// IsTerminal reports whether fd is a terminal.
+func IsTerminal(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	return err == nil
 }

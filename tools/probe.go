@@ -61,12 +61,25 @@ func ownGroup(tool string) (string, error) {
 // for tool ("tk_<tool>_<pidns>_<pid>"), which a later run of any tool
 // sweeps if this process dies without removing it.
 func NewProbeEvent(tool string, p tracefs.Probe) (*ProbeEvent, error) {
-	if err := p.Validate(); err != nil {
+	if err := checkProbe(p); err != nil {
 		return nil, err
 	}
-	if !p.Type.Available() {
-		return nil, fmt.Errorf("%s: %w", p, missing(p.Type))
+	return newProbeEvent(tool, p)
+}
+
+// checkProbe validates p and says whether the kernel has its kind.
+func checkProbe(p tracefs.Probe) error {
+	if err := p.Validate(); err != nil {
+		return err
 	}
+	if !p.Type.Available() {
+		return fmt.Errorf("%s: %w", p, p.Type.ErrMissing())
+	}
+	return nil
+}
+
+// newProbeEvent is NewProbeEvent for a probe checkProbe passed.
+func newProbeEvent(tool string, p tracefs.Probe) (*ProbeEvent, error) {
 	group, err := ownGroup(tool)
 	if err != nil {
 		return nil, err
@@ -77,13 +90,6 @@ func NewProbeEvent(tool string, p tracefs.Probe) (*ProbeEvent, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return &ProbeEvent{probe: p, group: group, event: event, id: id}, nil
-}
-
-func missing(t tracefs.ProbeType) error {
-	if t == tracefs.Uprobe {
-		return tracefs.ErrNoUprobes
-	}
-	return tracefs.ErrNoKprobes
 }
 
 // ID is the event id, the config of a PERF_TYPE_TRACEPOINT perf event.
@@ -115,18 +121,15 @@ func (e *ProbeEvent) Close() error {
 // is written to the kernel. Closing the attachment detaches the program and
 // removes any probe event it registered.
 func AttachProbe(prog *ebpf.Program, p tracefs.Probe, tool string, legacy bool) (*Attachment, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
-	if !p.Type.Available() {
-		return nil, fmt.Errorf("attach %s: %w", p, missing(p.Type))
+	if err := checkProbe(p); err != nil {
+		return nil, fmt.Errorf("attach %w", err)
 	}
 	if !legacy && !legacyForced() {
 		if typ, err := readUint(p.Type.PMU() + "/type"); err == nil {
 			return attachPMU(prog, p, uint32(typ))
 		}
 	}
-	e, err := NewProbeEvent(tool, p)
+	e, err := newProbeEvent(tool, p)
 	if err != nil {
 		return nil, fmt.Errorf("attach %w", err)
 	}
@@ -203,13 +206,7 @@ func attachPMU(prog *ebpf.Program, p tracefs.Probe, typ uint32) (*Attachment, er
 	fd, err := unix.PerfEventOpen(&attr, -1, 0, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	runtime.KeepAlive(ctarget)
 	if err != nil {
-		switch {
-		case p.Type == tracefs.Kprobe && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL)):
-			return nil, fmt.Errorf("attach %s: %w (no such function, or one that cannot be probed: see available_filter_functions)", what, err)
-		case p.Type == tracefs.Uprobe && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL)):
-			return nil, fmt.Errorf("attach %s: %w (no such file, an offset outside it, or a semaphore mismatch: see dmesg)", what, err)
-		}
-		return nil, fmt.Errorf("attach %s: perf_event_open: %w%s", what, err, privilegeHint(err))
+		return nil, fmt.Errorf("attach %s: perf_event_open: %w%s%s", what, err, p.Type.NotFoundHint(err), privilegeHint(err))
 	}
 	return setBPF(prog, what, fd)
 }

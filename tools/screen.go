@@ -6,9 +6,6 @@ import (
 	"github.com/gdamore/tcell/v2"
 )
 
-// IsTerminal reports whether fd is a terminal.
-func IsTerminal(fd int) bool { return isTerminal(fd) }
-
 // LiveScreen takes the terminal full-screen for the rest of the run; the
 // session's Close restores it, on every exit path (a panic included, which
 // Main recovers). Every key and resize event goes to handle; when it

@@ -41,7 +41,8 @@ var (
 	ErrNoUprobes = errors.New("this kernel has no uprobes (CONFIG_UPROBE_EVENTS is not set)")
 )
 
-func (t ProbeType) errMissing() error {
+// ErrMissing is ErrNoKprobes or ErrNoUprobes, as t is.
+func (t ProbeType) ErrMissing() error {
 	if t == Uprobe {
 		return ErrNoUprobes
 	}
@@ -69,11 +70,24 @@ func (t ProbeType) eventsPath() (string, error) {
 	p := filepath.Join(root, t.eventsFile())
 	if _, err := os.Stat(p); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", t.errMissing()
+			return "", t.ErrMissing()
 		}
 		return "", err
 	}
 	return p, nil
+}
+
+// NotFoundHint explains the ENOENT or EINVAL with which the kernel refuses
+// a probe it cannot place, by either path (PMU or tracefs); "" for other
+// errors.
+func (t ProbeType) NotFoundHint(err error) string {
+	if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.EINVAL) {
+		return ""
+	}
+	if t == Uprobe {
+		return " (no such file, an offset outside it, or a semaphore the kernel refuses: see dmesg or tracefs error_log)"
+	}
+	return " (no such function, or one that cannot be probed: see available_filter_functions)"
 }
 
 // Probe says where a dynamic probe goes and what its records carry.
@@ -225,13 +239,7 @@ func AddProbe(group, event string, p Probe) (uint64, error) {
 		return 0, err
 	}
 	if err := appendLine(path, line); err != nil {
-		switch {
-		case p.Type == Kprobe && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EINVAL)):
-			return 0, fmt.Errorf("register %q: %w (no such function, or one that cannot be probed: see available_filter_functions)", line, err)
-		case p.Type == Uprobe && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EINVAL)):
-			return 0, fmt.Errorf("register %q: %w (no such file, or an offset or semaphore the kernel refuses: see %s/error_log)", line, err, filepath.Dir(path))
-		}
-		return 0, fmt.Errorf("register %q: %w", line, err)
+		return 0, fmt.Errorf("register %q: %w%s", line, err, p.Type.NotFoundHint(err))
 	}
 	id, err := EventID(group, event)
 	if err != nil {
@@ -348,7 +356,7 @@ func SweepStale(ns uint64, alive func(pid int) bool) error {
 	var errs []error
 	for _, t := range []ProbeType{Kprobe, Uprobe} {
 		events, err := ListProbes(t)
-		if errors.Is(err, t.errMissing()) {
+		if errors.Is(err, t.ErrMissing()) {
 			continue
 		}
 		if err != nil {
