@@ -1,8 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -23,25 +23,40 @@ type Arg struct {
 
 // Target is what an expression is compiled against.
 type Target struct {
-	Format    *tracefs.Format // a tracepoint's fields
-	Args      []Arg           // a kprobe's arguments
-	BTF       *btf.Spec       // struct layouts, for casts and walks
-	ProbeRead bpf.BuiltinFunc // bpf_probe_read_kernel, or bpf_probe_read before 5.5
+	Format *tracefs.Format // a tracepoint's fields
+	Args   []Arg           // a kprobe's arguments
+	BTF    *btf.Spec       // struct layouts, for casts and walks
+	Read   asm.Readers     // the kernel's reading helpers
+	// UserSpace: the event's pointers are user addresses (a syscall
+	// tracepoint's arguments). Otherwise a string pointer without a __user
+	// tag in BTF is read as a user string first, as a kernel one if that
+	// fails: on x86-64 and arm64 the two address ranges never overlap.
+	UserSpace bool
 }
 
 // Stack layout of the filter program.
 const (
-	scratchOff = -8  // probe-read target of integers and pointers
-	strOff     = -80 // probe-read target of strings (up to maxString+1 bytes)
-	maxString  = 63
-	countKey   = -84
+	scratchOff = -8   // probe-read target of integers and pointers
+	strOff     = -136 // probe-read target of strings (up to maxString+1 bytes)
+	maxString  = 127
+	countKey   = -140
 )
 
+// maxInsns is the instruction limit of kernels before 5.2; an expression
+// that compiles to more is refused rather than left to fail at load.
+const maxInsns = 4096
+
+// Builtins are the names every event has (an event's own field or argument
+// of the same name wins).
+var builtins = []string{"pid", "tid", "comm", "cpu", "uid", "gid"}
+
 type compiler struct {
-	t     Target
-	expr  string
-	insns bpf.Instructions
-	n     int // label counter
+	t       Target
+	expr    string
+	insns   bpf.Instructions
+	n       int               // label counter
+	pending string            // a label waiting for the next instruction
+	alias   map[string]string // labels that ended up at the same instruction
 }
 
 func (c *compiler) errAt(pos int, format string, args ...any) error {
@@ -53,26 +68,52 @@ func (c *compiler) label(s string) string {
 	return fmt.Sprintf("%s%d", s, c.n)
 }
 
-func (c *compiler) emit(insns ...bpf.Instruction) { c.insns = append(c.insns, insns...) }
+// mark puts label on the next instruction emitted.
+func (c *compiler) mark(label string) {
+	if c.pending != "" {
+		c.alias[label] = c.pending
+		return
+	}
+	c.pending = label
+}
 
-// Compile turns parsed comparisons into a filter program: return 1 keeps the
-// event (the kernel stores it), 0 discards it. With count, kept events are
-// counted in slot 0 of the per-CPU array "count" and discarded.
-func Compile(expr string, cmps []Cmp, t Target, count bool) (bpf.Instructions, error) {
-	c := &compiler{t: t, expr: expr}
+func (c *compiler) emit(insns ...bpf.Instruction) {
+	if c.pending != "" && len(insns) > 0 {
+		if s := insns[0].Symbol(); s != "" {
+			c.alias[c.pending] = s
+		} else {
+			insns[0] = insns[0].WithSymbol(c.pending)
+		}
+		c.pending = ""
+	}
+	c.insns = append(c.insns, insns...)
+}
+
+// Compile turns a parsed expression (nil: none) into a filter program:
+// return 1 keeps the event (the kernel stores it), 0 discards it. With
+// count, kept events are counted in slot 0 of the per-CPU array "count"
+// and discarded. Conditions short-circuit: the right side of && and || runs
+// only when the left side does not decide.
+func Compile(expr string, root Node, t Target, count bool) (bpf.Instructions, error) {
+	c := &compiler{t: t, expr: expr, alias: map[string]string{}}
 	c.emit(asm.Prologue()...)
-	for _, cmp := range cmps {
-		if err := c.cmp(cmp); err != nil {
+	if root != nil {
+		if err := c.branch(root, "reject", false); err != nil {
 			return nil, err
 		}
 	}
 	if count {
-		c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("every comparison held: count the event")),
+		c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the event passed: count it")),
 			asm.StoreKey(countKey, bpf.R1, bpf.Word))
 		c.emit(asm.PerCPUArrayIncrement("count", "count", countKey)...)
 		c.emit(bpf.Ja.Label("reject"))
 	} else {
-		c.emit(bpf.Mov.Imm(bpf.R0, 1).WithSource(bpf.Comment("every comparison held: keep the event")), bpf.Return())
+		c.emit(bpf.Mov.Imm(bpf.R0, 1).WithSource(bpf.Comment("the event passed: keep it")), bpf.Return())
+	}
+	for i, ins := range c.insns {
+		if a, ok := c.alias[ins.Reference()]; ok {
+			c.insns[i] = ins.WithReference(a)
+		}
 	}
 	// Only where something jumps to it: the verifier refuses unreachable
 	// instructions (no --where; a != that always holds).
@@ -82,69 +123,240 @@ func Compile(expr string, cmps []Cmp, t Target, count bool) (bpf.Instructions, e
 			break
 		}
 	}
+	if n := slots(c.insns); n > maxInsns {
+		return nil, c.errAt(0, "the expression compiles to %d instructions, more than the %d a program may have on kernels before 5.2: shorten it", n, maxInsns)
+	}
 	return c.insns, nil
 }
 
-// flipped is the operator with its operands swapped (3 < x is x > 3).
-var flipped = map[string]string{"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+// slots counts instruction slots (a 64-bit immediate load takes two).
+func slots(insns bpf.Instructions) int {
+	n := 0
+	for _, ins := range insns {
+		n += int(ins.Size() / bpf.InstructionSize)
+	}
+	return n
+}
 
-func (c *compiler) cmp(cmp Cmp) error {
-	path, lit, op := cmp.Left, cmp.Right, cmp.Op
-	if path.IsInt || path.IsString {
-		path, lit, op = lit, path, flipped[op]
-	}
-	if path.IsInt || path.IsString {
-		return c.errAt(cmp.Left.Pos, "compare a field with a constant: both sides are constants")
-	}
-	if !lit.IsInt && !lit.IsString {
-		return c.errAt(lit.Pos, "comparing two fields is not supported: compare a field with a number or a string")
-	}
-	start := len(c.insns)
-	defer func() {
-		// The comparison's text rides on its first instruction.
+// branch emits code that jumps to target when n evaluates to when, and
+// falls through otherwise.
+func (c *compiler) branch(n Node, target string, when bool) error {
+	switch n := n.(type) {
+	case *Not:
+		return c.branch(n.X, target, !when)
+	case *And:
+		if !when { // either side failing fails the whole
+			if err := c.branch(n.L, target, false); err != nil {
+				return err
+			}
+			return c.branch(n.R, target, false)
+		}
+		skip := c.label("and")
+		if err := c.branch(n.L, skip, false); err != nil {
+			return err
+		}
+		if err := c.branch(n.R, target, true); err != nil {
+			return err
+		}
+		c.mark(skip)
+		return nil
+	case *Or:
+		if when { // either side holding holds the whole
+			if err := c.branch(n.L, target, true); err != nil {
+				return err
+			}
+			return c.branch(n.R, target, true)
+		}
+		skip := c.label("or")
+		if err := c.branch(n.L, skip, true); err != nil {
+			return err
+		}
+		if err := c.branch(n.R, target, false); err != nil {
+			return err
+		}
+		c.mark(skip)
+		return nil
+	case *Cmp:
+		start := len(c.insns)
+		err := c.cmp(n, target, when)
 		if start < len(c.insns) {
-			note := c.describe(cmp)
+			// The comparison's text rides on its first instruction.
+			from, to := n.span()
+			note := "where " + c.expr[from:to]
 			if src := c.insns[start].Source(); src != nil {
 				note += "; " + src.String()
 			}
 			c.insns[start] = c.insns[start].WithSource(bpf.Comment(note))
 		}
-	}()
-	v, err := c.resolve(path)
+		return err
+	}
+	return fmt.Errorf("unknown expression node %T", n)
+}
+
+// flipped is the operator with its operands swapped (3 < x is x > 3).
+var flipped = map[string]string{"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<=", "~": "~"}
+
+// negated is the operator that holds exactly when op does not.
+var negated = map[string]string{"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+func (c *compiler) cmp(cmp *Cmp, target string, when bool) error {
+	l, r, op := cmp.Left, cmp.Right, cmp.Op
+	if l.IsConst() && r.IsConst() {
+		return c.errAt(l.Pos, "compare a field with a constant or another field: both sides are constants")
+	}
+	if l.IsConst() {
+		l, r, op = r, l, flipped[op]
+		if op == "~" {
+			return c.errAt(cmp.OpPos, "the pattern goes on the right: FIELD ~ \"PREFIX*\"")
+		}
+	}
+	v, err := c.resolve(l)
 	if err != nil {
 		return err
 	}
-	switch v.kind {
-	case kString:
-		if !lit.IsString {
-			return c.errAt(lit.Pos, "%s is a string: compare it with a string literal", v.name)
-		}
-		if op != "==" && op != "!=" {
-			return c.errAt(cmp.OpPos, "strings compare only with == and !=")
-		}
-		return c.stringCmp(v, lit, op)
-	case kInt:
-		if lit.IsString {
-			val, ok := symbolic(v, lit.Str)
-			if !ok {
-				return c.errAt(lit.Pos, "%s is a number: compare it with a number%s", v.name, symbolicHint(v))
-			}
-			lit = Operand{IsInt: true, Int: val, Pos: lit.Pos}
-		}
-		return c.intCmp(v, lit, op)
+	if !r.IsConst() {
+		return c.fieldCmp(v, l, r, op, cmp.OpPos, target, when)
 	}
-	return c.errAt(path.Pos, "%s cannot be compared", v.name)
+	if op == "~" && v.kind != kString {
+		return c.errAt(cmp.OpPos, "~ matches a string prefix: %s is a number", v.name)
+	}
+	switch {
+	case v.kind == kString && r.IsInt && v.ptr != nil && op != "~":
+		// A string pointer against a number: the address itself.
+		v = *v.ptr
+	case v.kind == kString:
+		if !r.IsString {
+			return c.errAt(r.Pos, "%s is a string: compare it with a string literal", v.name)
+		}
+		return c.stringCmp(v, r, op, cmp.OpPos, target, when)
+	case r.IsString:
+		val, ok := symbolic(v, r.Str)
+		if !ok {
+			return c.errAt(r.Pos, "%s is a number: compare it with a number%s", v.name, symbolicHint(v))
+		}
+		r = Operand{IsInt: true, Int: val, Pos: r.Pos}
+	}
+	lit, err := c.literal(v, r)
+	if err != nil {
+		return err
+	}
+	if err := c.fetchInt(v, bpf.R1); err != nil {
+		return err
+	}
+	if !when {
+		op = negated[op]
+	}
+	c.jumpImm(op, v.signed, lit, target)
+	return nil
 }
 
-// describe is the comparison's own text: from its first operand to the
-// next && (or the end).
-func (c *compiler) describe(cmp Cmp) string {
-	from := min(cmp.Left.Pos, cmp.Right.Pos)
-	to := len(c.expr)
-	if i := strings.Index(c.expr[from:], "&&"); i >= 0 {
-		to = from + i
+// literal checks that a number fits the value it is compared with.
+func (c *compiler) literal(v value, lit Operand) (int64, error) {
+	if lit.Neg && !v.signed {
+		return 0, c.errAt(lit.Pos, "%s is unsigned: it is never negative", v.name)
 	}
-	return "where " + strings.TrimSpace(c.expr[from:to])
+	if lit.Neg {
+		if lit.Int > 1<<63 {
+			return 0, c.errAt(lit.Pos, "number out of range")
+		}
+		if v.size < 8 && lit.Int > 1<<(8*v.size-1) {
+			return 0, c.errAt(lit.Pos, "%s does not fit in %s (%d bytes, signed)", lit.Text, v.name, v.size)
+		}
+		return -int64(lit.Int), nil
+	}
+	if v.size < 8 && lit.Int >= 1<<(8*v.size) {
+		return 0, c.errAt(lit.Pos, "%d does not fit in %s (%d bytes)", lit.Int, v.name, v.size)
+	}
+	return int64(lit.Int), nil
+}
+
+// fieldCmp compares two integer values: the left one is kept in R7 while
+// the right one is fetched.
+func (c *compiler) fieldCmp(lv value, l, r Operand, op string, opPos int, target string, when bool) error {
+	if lv.kind == kString {
+		if lv.ptr == nil {
+			return c.errAt(r.Pos, "%s is a string: compare it with a string literal", lv.name)
+		}
+		lv = *lv.ptr
+	}
+	if op == "~" {
+		return c.errAt(opPos, "~ matches a string prefix: it takes a string literal on the right")
+	}
+	if err := c.fetchInt(lv, bpf.R7); err != nil {
+		return err
+	}
+	rv, err := c.resolve(r)
+	if err != nil {
+		return err
+	}
+	if rv.kind == kString {
+		if rv.ptr == nil {
+			return c.errAt(r.Pos, "%s is a string: compare it with a string literal", rv.name)
+		}
+		rv = *rv.ptr
+	}
+	if err := c.fetchInt(rv, bpf.R1); err != nil {
+		return err
+	}
+	if !when {
+		op = negated[op]
+	}
+	// Both are 64-bit now, each extended by its own sign; the comparison
+	// is signed only when both are (C's rule for operands of one rank).
+	signed := lv.signed && rv.signed
+	switch op {
+	case "<": // r7 < r1: r1 > r7
+		c.emit(jumpOp(">", signed).Reg(bpf.R1, bpf.R7, target))
+	case "<=":
+		c.emit(jumpOp(">=", signed).Reg(bpf.R1, bpf.R7, target))
+	default:
+		c.emit(jumpOp(op, signed).Reg(bpf.R7, bpf.R1, target))
+	}
+	return nil
+}
+
+// jumpOp is the jump taken when "a op b" holds, for == != > >=. (JLT and
+// JLE are 4.14+: "<" and "<=" swap their operands instead.)
+func jumpOp(op string, signed bool) bpf.JumpOp {
+	switch op {
+	case "==":
+		return bpf.JEq
+	case "!=":
+		return bpf.JNE
+	case ">":
+		if signed {
+			return bpf.JSGT
+		}
+		return bpf.JGT
+	case ">=":
+		if signed {
+			return bpf.JSGE
+		}
+		return bpf.JGE
+	}
+	panic("jumpOp: " + op)
+}
+
+// jumpImm jumps to target when "R1 op lit" holds.
+func (c *compiler) jumpImm(op string, signed bool, lit int64, target string) {
+	fits := lit >= math.MinInt32 && lit <= math.MaxInt32
+	if fits && op != "<" && op != "<=" {
+		c.emit(jumpOp(op, signed).Imm(bpf.R1, int32(lit), target))
+		return
+	}
+	if fits {
+		c.emit(bpf.Mov.Imm(bpf.R2, int32(lit))) // sign-extended to 64 bits
+	} else {
+		c.emit(bpf.LoadImm(bpf.R2, lit, bpf.DWord))
+	}
+	switch op {
+	case "<":
+		c.emit(jumpOp(">", signed).Reg(bpf.R2, bpf.R1, target))
+	case "<=":
+		c.emit(jumpOp(">=", signed).Reg(bpf.R2, bpf.R1, target))
+	default:
+		c.emit(jumpOp(op, signed).Reg(bpf.R1, bpf.R2, target))
+	}
 }
 
 type valueKind int
@@ -154,50 +366,174 @@ const (
 	kString
 )
 
-// value is a resolved operand, ready to compare.
+// source is where a value is.
+type source int
+
+const (
+	srcCtx     source = iota // a tracepoint field at ctxOff
+	srcDataLoc               // a __data_loc string of the record
+	srcArg                   // a probe's argument, in the register at regOff
+	srcWalk                  // at the address resolve left in R1
+	srcBuiltin               // from a helper
+)
+
+// space is the address space a string pointer points into.
+type space int
+
+const (
+	spaceKernel space = iota
+	spaceUser
+	spaceEither // user first, kernel if that read fails
+)
+
+// value is a resolved operand, ready to fetch.
 type value struct {
-	name   string
-	kind   valueKind
-	signed bool
-	size   int
-	// Where it is: a tracepoint field (ctxOff), a data_loc string in the
-	// record, or an object at the address in R1 (walked).
+	name    string
+	kind    valueKind
+	signed  bool
+	size    int
+	src     source
 	ctxOff  int
-	dataLoc bool
-	walked  bool
-	strLen  int               // the string's room, for fixed arrays
+	regOff  int16
+	builtin string
+	pointer bool              // an address (printed in hex)
+	strLen  int               // a char array's room
+	ptr     *value            // a NUL-terminated string at the address this value holds
+	space   space             // where ptr points
 	symbols map[uint64]string // __print_symbolic names of an int field
 }
 
-// resolve finds what a path denotes and emits code that puts its address in
-// R1 when it has to be walked to.
+// resolve finds what an operand denotes. For a walked path it emits the
+// code that leaves the address in R1; fetch it right after.
 func (c *compiler) resolve(o Operand) (value, error) {
-	name := o.Base
+	if o.CharPtr {
+		inner := o
+		inner.CharPtr = false
+		v, err := c.resolve(inner)
+		if err != nil {
+			return v, err
+		}
+		if v.ptr != nil {
+			return v, nil // already a string pointer: str() is harmless
+		}
+		if v.kind != kInt || v.size != 8 {
+			return value{}, c.errAt(o.Pos, "%s is %s: only an 8-byte address can be read as a string", v.name, v.describe())
+		}
+		return c.stringAt(v, nil), nil
+	}
 	if c.t.Format != nil {
-		return c.resolveField(o)
+		if _, ok := c.t.Format.Field(o.Base); !ok && o.Base == "args" && len(o.Steps) > 0 {
+			// bpftrace's args->NAME (or args.NAME) for a field.
+			o = Operand{Pos: o.Steps[0].Pos, Base: o.Steps[0].Member, Steps: o.Steps[1:]}
+			return c.resolveField(o)
+		}
+		if _, ok := c.t.Format.Field(o.Base); ok || !isBuiltin(o.Base) {
+			return c.resolveField(o)
+		}
+		return c.builtin(o)
 	}
 	for i, a := range c.t.Args {
-		if a.Name != name {
+		if a.Name != o.Base {
 			continue
+		}
+		arg := value{name: a.Name, src: srcArg, regOff: a.RegOff}
+		if len(o.Steps) == 0 {
+			v, err := scalar(arg, a.Type)
+			if err != nil {
+				return value{}, c.errAt(o.Pos, "%v", err)
+			}
+			if v.kind == kInt && isCharPointer(a.Type) {
+				v = c.stringAt(v, a.Type)
+			}
+			return v, nil
 		}
 		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, a.RegOff, bpf.DWord).
 			WithSource(bpf.Comment(fmt.Sprintf("r1 = %s (argument %d)", a.Name, i+1))))
-		if len(o.Steps) == 0 {
-			return scalar(name, a.Type, false)
-		}
 		return c.walk(o, a.Type)
+	}
+	if isBuiltin(o.Base) {
+		return c.builtin(o)
 	}
 	var names []string
 	for _, a := range c.t.Args {
 		names = append(names, a.Name)
 	}
-	return value{}, c.errAt(o.Pos, "no argument %q (arguments: %s)", name, strings.Join(names, ", "))
+	return value{}, c.errAt(o.Pos, "no argument or builtin %q (arguments: %s; builtins: %s)", o.Base, strings.Join(names, ", "), strings.Join(builtins, ", "))
+}
+
+func isBuiltin(name string) bool {
+	for _, b := range builtins {
+		if b == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *compiler) builtin(o Operand) (value, error) {
+	if len(o.Steps) > 0 || o.Cast != "" {
+		return value{}, c.errAt(o.Pos, "%s is a builtin: it has no members", o.Base)
+	}
+	v := value{name: o.Base, src: srcBuiltin, builtin: o.Base, size: 4}
+	if o.Base == "comm" {
+		v.kind, v.strLen = kString, 16 // TASK_COMM_LEN
+	}
+	return v, nil
+}
+
+// stringAt is the NUL-terminated string at the address p holds; t is the
+// pointer's BTF type, for its __user tag (nil: none known).
+func (c *compiler) stringAt(p value, t btf.Type) value {
+	sp := spaceEither
+	switch {
+	case c.t.UserSpace || hasUserTag(t):
+		sp = spaceUser
+	case p.src == srcCtx && c.t.Format != nil:
+		sp = spaceKernel // a tracepoint's own char * points at kernel memory
+	}
+	p.pointer = true
+	return value{name: p.name, kind: kString, ptr: &p, space: sp}
+}
+
+// hasUserTag reports a btf_type_tag("user") on the pointer's target (kernels
+// built with clang and pahole 1.23+; Debian's gcc-built BTF has none).
+func hasUserTag(t btf.Type) bool {
+	p, ok := t.(*btf.Pointer)
+	if !ok {
+		return false
+	}
+	for t := p.Target; t != nil; {
+		switch u := t.(type) {
+		case *btf.TypeTag:
+			if u.Value == "user" {
+				return true
+			}
+			t = u.Type
+		case *btf.Const:
+			t = u.Type
+		case *btf.Volatile:
+			t = u.Type
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// isCharPointer reports whether t is a pointer to char (const or not).
+func isCharPointer(t btf.Type) bool {
+	p, ok := btf.UnderlyingType(t).(*btf.Pointer)
+	if !ok {
+		return false
+	}
+	i, ok := btf.UnderlyingType(p.Target).(*btf.Int)
+	return ok && i.Size == 1
 }
 
 func (c *compiler) resolveField(o Operand) (value, error) {
 	f, ok := c.t.Format.Field(o.Base)
 	if !ok {
-		return value{}, c.errAt(o.Pos, "event %s has no field %q (fields: %s)", c.t.Format.Name, o.Base, strings.Join(c.t.Format.FieldNames(), ", "))
+		return value{}, c.errAt(o.Pos, "event %s has no field %q (fields: %s; builtins: %s)", c.t.Format.Name, o.Base, strings.Join(c.t.Format.FieldNames(), ", "), strings.Join(builtins, ", "))
 	}
 	if o.Cast != "" {
 		if f.Size != 8 || f.DataLoc || f.ArrayLen > 0 {
@@ -220,15 +556,29 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 	if len(o.Steps) > 0 {
 		return value{}, c.errAt(o.Steps[0].Pos-2, "field %s is not a struct pointer that can be walked: cast it, as in ((struct sk_buff *)%s)->len", f.Name, f.Name)
 	}
+	return fieldVal(f, c.t.Format, c.t.UserSpace)
+}
+
+// fieldVal is the value of a tracepoint field.
+func fieldVal(f tracefs.Field, format *tracefs.Format, userSpace bool) (value, error) {
 	switch {
 	case f.DataLoc:
-		return value{name: f.Name, kind: kString, ctxOff: f.Offset, dataLoc: true}, nil
+		return value{name: f.Name, kind: kString, src: srcDataLoc, ctxOff: f.Offset}, nil
 	case f.ArrayLen > 0 && strings.HasPrefix(f.Type, "char"):
-		return value{name: f.Name, kind: kString, ctxOff: f.Offset, strLen: f.ArrayLen}, nil
+		return value{name: f.Name, kind: kString, src: srcCtx, ctxOff: f.Offset, strLen: f.ArrayLen}, nil
 	case f.ArrayLen > 0 || f.Size > 8 || f.Size == 0:
-		return value{}, c.errAt(o.Pos, "field %s (%s) is neither a number nor a string", f.Name, f.Type)
+		return value{}, fmt.Errorf("field %s (%s) is neither a number nor a string", f.Name, f.Type)
 	}
-	return value{name: f.Name, kind: kInt, signed: f.Signed, size: f.Size, ctxOff: f.Offset, symbols: c.t.Format.Symbolic[f.Name]}, nil
+	size, signed := f.Value()
+	v := value{name: f.Name, kind: kInt, signed: signed, size: size, src: srcCtx, ctxOff: f.Offset, pointer: f.IsPointer(), symbols: format.Symbolic[f.Name]}
+	if f.IsCharPointer() && f.Size == 8 {
+		sp := spaceKernel
+		if userSpace {
+			sp = spaceUser
+		}
+		return value{name: f.Name, kind: kString, ptr: &v, space: sp}, nil
+	}
+	return v, nil
 }
 
 func (c *compiler) structByName(name string) (btf.Type, error) {
@@ -239,21 +589,35 @@ func (c *compiler) structByName(name string) (btf.Type, error) {
 	return st, nil
 }
 
-// scalar describes an argument or walked member of type t.
-func scalar(name string, t btf.Type, walked bool) (value, error) {
+// scalar describes v, an argument or walked member, as its type t says.
+func scalar(v value, t btf.Type) (value, error) {
 	switch u := btf.UnderlyingType(t).(type) {
 	case *btf.Int:
-		return value{name: name, kind: kInt, signed: u.Encoding&btf.Signed != 0, size: int(u.Size), walked: walked}, nil
+		v.kind, v.signed, v.size = kInt, u.Encoding&btf.Signed != 0, int(u.Size)
+		return v, nil
 	case *btf.Enum:
-		return value{name: name, kind: kInt, signed: u.Signed, size: int(u.Size), walked: walked}, nil
+		v.kind, v.signed, v.size = kInt, u.Signed, int(u.Size)
+		return v, nil
 	case *btf.Pointer:
-		return value{name: name, kind: kInt, size: 8, walked: walked}, nil
+		v.kind, v.size, v.pointer = kInt, 8, true
+		return v, nil
 	case *btf.Array:
-		if i, ok := btf.UnderlyingType(u.Type).(*btf.Int); ok && i.Size == 1 {
-			return value{name: name, kind: kString, strLen: int(u.Nelems), walked: walked}, nil
+		if i, ok := btf.UnderlyingType(u.Type).(*btf.Int); ok && i.Size == 1 && v.src == srcWalk {
+			v.kind, v.strLen = kString, int(u.Nelems)
+			return v, nil
 		}
 	}
-	return value{}, fmt.Errorf("%s has type %s, neither a number nor a char array", name, typeName(t))
+	return value{}, fmt.Errorf("%s has type %s, neither a number nor a char array", v.name, typeName(t))
+}
+
+func (v value) describe() string {
+	switch {
+	case v.kind == kString:
+		return "a string"
+	case v.pointer:
+		return "a pointer"
+	}
+	return fmt.Sprintf("a %d-byte number", v.size)
 }
 
 func typeName(t btf.Type) string {
@@ -267,6 +631,8 @@ func typeName(t btf.Type) string {
 	case *btf.Const:
 		return "const " + typeName(u.Type)
 	case *btf.Volatile:
+		return typeName(u.Type)
+	case *btf.TypeTag:
 		return typeName(u.Type)
 	case *btf.Array:
 		return fmt.Sprintf("%s[%d]", typeName(u.Type), u.Nelems)
@@ -295,7 +661,8 @@ func (c *compiler) walk(o Operand, t btf.Type) (value, error) {
 				if _, ok := btf.UnderlyingType(t).(*btf.Pointer); !ok {
 					return value{}, c.errAt(s.Pos-2, "%s is %s, not a pointer: use '.' instead of '->'", name, typeName(t))
 				}
-				c.read(8, "")
+				c.read(8, scratchOff)
+				c.emit(bpf.LoadMem(bpf.R1, bpf.RFP, scratchOff, bpf.DWord))
 			}
 			p, ok := btf.UnderlyingType(t).(*btf.Pointer)
 			if !ok {
@@ -309,15 +676,19 @@ func (c *compiler) walk(o Operand, t btf.Type) (value, error) {
 		if err != nil {
 			return value{}, c.errAt(s.Pos, "%s: %v", name, err)
 		}
+		sep := map[bool]string{true: "->", false: "."}[s.Deref]
 		if off != 0 {
-			c.emit(bpf.Add.Imm(bpf.R1, int32(off)).WithSource(bpf.Comment(fmt.Sprintf("r1 = &%s%s%s (offset %d, from BTF)", name, map[bool]string{true: "->", false: "."}[s.Deref], s.Member, off))))
+			c.emit(bpf.Add.Imm(bpf.R1, int32(off)).WithSource(bpf.Comment(fmt.Sprintf("r1 = &%s%s%s (offset %d, from BTF)", name, sep, s.Member, off))))
 		}
-		name += map[bool]string{true: "->", false: "."}[s.Deref] + s.Member
+		name += sep + s.Member
 		t, inReg = mt, false
 	}
-	v, err := scalar(name, t, true)
+	v, err := scalar(value{name: name, src: srcWalk}, t)
 	if err != nil {
 		return value{}, c.errAt(o.Steps[len(o.Steps)-1].Pos, "%v", err)
+	}
+	if v.kind == kInt && isCharPointer(t) {
+		v = c.stringAt(v, t)
 	}
 	return v, nil
 }
@@ -360,25 +731,16 @@ func member(t btf.Type, name string) (int, btf.Type, error) {
 	return 0, nil, fmt.Errorf("%s has no member %q (members: %s)", typeName(t), name, strings.Join(names, ", "))
 }
 
-// read probe-reads size bytes at the address in R1 into the scratch slot
-// and loads them into R1 (size 1, 2, 4 or 8), or into the string buffer
-// (into != "").
-func (c *compiler) read(size int, into string) {
-	off := int16(scratchOff)
-	if into != "" {
-		off = strOff
-	}
+// read probe-reads size bytes of kernel memory at the address in R1 to the
+// stack at off.
+func (c *compiler) read(size int, off int16) {
 	c.emit(
-		bpf.Mov.Reg(bpf.R3, bpf.R1).WithSource(bpf.Comment(fmt.Sprintf("read %d bytes at r1 with %v", size, c.t.ProbeRead))),
+		bpf.Mov.Reg(bpf.R3, bpf.R1).WithSource(bpf.Comment(fmt.Sprintf("read %d bytes at r1 with %v", size, c.t.Read.Kernel))),
 		bpf.Mov.Reg(bpf.R1, bpf.RFP),
 		bpf.Add.Imm(bpf.R1, int32(off)),
 		bpf.Mov.Imm(bpf.R2, int32(size)),
-		c.t.ProbeRead.Call(),
+		c.t.Read.Kernel.Call(),
 	)
-	if into == "" {
-		// Loaded at exactly its size: zero-extended, whatever else the slot held.
-		c.emit(bpf.LoadMem(bpf.R1, bpf.RFP, off, sizeOf(size)))
-	}
 }
 
 func sizeOf(n int) bpf.Size {
@@ -393,83 +755,142 @@ func sizeOf(n int) bpf.Size {
 	return bpf.DWord
 }
 
-// intCmp loads the value into R1 and jumps to reject unless "R1 op lit".
-// Only JEQ/JNE/JGT/JGE and their signed forms are used (JLT/JLE are 4.14+).
-func (c *compiler) intCmp(v value, lit Operand, op string) error {
+// fetchInt emits code that leaves an integer value in dst, extended to 64
+// bits by its sign. It may call helpers: R1-R5 are clobbered.
+func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 	if v.size != 1 && v.size != 2 && v.size != 4 && v.size != 8 {
-		return c.errAt(lit.Pos, "%s has an unsupported size %d", v.name, v.size)
+		return fmt.Errorf("%s has an unsupported size %d", v.name, v.size)
 	}
-	if v.walked {
-		c.read(v.size, "")
-	} else if c.t.Format != nil {
-		ld, err := asm.LoadField(bpf.R1, v.name, v.ctxOff, v.size, false)
+	narrow := v.size < 8 // a register's upper bits need clearing or extending
+	switch v.src {
+	case srcCtx:
+		ld, err := asm.LoadField(dst, v.name, v.ctxOff, v.size, v.signed)
 		if err != nil {
 			return err
 		}
 		c.emit(ld...)
-	}
-	if shift := int32(64 - 8*v.size); v.signed && v.size < 8 {
-		c.emit(bpf.LSh.Imm(bpf.R1, shift), bpf.ArSh.Imm(bpf.R1, shift))
-	} else if v.size < 8 && !v.walked && c.t.Format == nil {
-		// A register argument narrower than 64 bits: its upper bits are junk.
-		c.emit(bpf.LSh.Imm(bpf.R1, shift), bpf.RSh.Imm(bpf.R1, shift))
-	}
-	if lit.Neg && !v.signed {
-		return c.errAt(lit.Pos, "%s is unsigned: it is never negative", v.name)
-	}
-	val := int64(lit.Int)
-	if lit.Neg {
-		if lit.Int > 1<<63 {
-			return c.errAt(lit.Pos, "number out of range")
+		return nil // LoadField extends
+	case srcArg:
+		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (register at pt_regs+%d)", dst, v.name, v.regOff))))
+	case srcWalk:
+		c.read(v.size, scratchOff)
+		c.emit(bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(v.size)))
+		narrow = v.signed && v.size < 8 // loaded at its size: zero-extended already
+	case srcBuiltin:
+		switch v.builtin {
+		case "pid", "tid":
+			c.emit(bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment(v.builtin + " from bpf_get_current_pid_tgid()")))
+		case "uid", "gid":
+			c.emit(bpf.FnGetCurrentUidGid.Call().WithSource(bpf.Comment(v.builtin + " from bpf_get_current_uid_gid()")))
+		case "cpu":
+			c.emit(bpf.FnGetSmpProcessorId.Call().WithSource(bpf.Comment("cpu = bpf_get_smp_processor_id()")))
+		default:
+			return fmt.Errorf("%s is not a number", v.name)
 		}
-		val = -int64(lit.Int)
-	}
-	if !lit.Neg && v.size < 8 && lit.Int >= 1<<(8*v.size) {
-		return c.errAt(lit.Pos, "%d does not fit in %s (%d bytes)", lit.Int, v.name, v.size)
-	}
-	c.emit(bpf.LoadImm(bpf.R2, val, bpf.DWord))
-	type jump struct {
-		op      bpf.JumpOp
-		swapped bool
-	}
-	// The jump to reject when the comparison fails.
-	var j jump
-	switch op {
-	case "==":
-		j = jump{bpf.JNE, false}
-	case "!=":
-		j = jump{bpf.JEq, false}
-	case "<": // fails if v >= c
-		j = jump{bpf.JGE, false}
-	case "<=": // fails if v > c
-		j = jump{bpf.JGT, false}
-	case ">": // fails if c >= v
-		j = jump{bpf.JGE, true}
-	case ">=": // fails if c > v
-		j = jump{bpf.JGT, true}
+		c.emit(bpf.Mov.Reg(dst, bpf.R0))
+		switch v.builtin {
+		case "pid", "gid": // the upper half
+			c.emit(bpf.RSh.Imm(dst, 32))
+			return nil
+		case "cpu":
+			return nil
+		}
+		narrow = true
 	default:
-		return errors.New("unknown operator " + op)
+		return fmt.Errorf("%s is not a number", v.name)
 	}
-	if v.signed {
-		switch j.op {
-		case bpf.JGE:
-			j.op = bpf.JSGE
-		case bpf.JGT:
-			j.op = bpf.JSGT
+	if narrow {
+		shift := int32(64 - 8*v.size)
+		c.emit(bpf.LSh.Imm(dst, shift))
+		if v.signed {
+			c.emit(bpf.ArSh.Imm(dst, shift))
+		} else {
+			c.emit(bpf.RSh.Imm(dst, shift))
 		}
-	}
-	if j.swapped {
-		c.emit(j.op.Reg(bpf.R2, bpf.R1, "reject"))
-	} else {
-		c.emit(j.op.Reg(bpf.R1, bpf.R2, "reject"))
 	}
 	return nil
 }
 
-// stringCmp compares a string with a literal byte by byte, the NUL
-// terminator included where the string has room for one.
-func (c *compiler) stringCmp(v value, lit Operand, op string) error {
+// fetchStr emits code that makes the first n bytes of a string readable,
+// and returns where: the record (RegCtx) or the stack (RFP), at off.
+func (c *compiler) fetchStr(v value, n int) (bpf.Register, int16, error) {
+	switch {
+	case v.ptr != nil:
+		if err := c.fetchInt(*v.ptr, bpf.R1); err != nil {
+			return 0, 0, err
+		}
+		c.readStr(v, n)
+	case v.src == srcCtx:
+		return asm.RegCtx, int16(v.ctxOff), nil
+	case v.src == srcDataLoc:
+		c.emit(
+			bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff), bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("%s: __data_loc, offset in the low 16 bits", v.name))),
+			bpf.And.Imm(bpf.R1, 0xffff),
+			bpf.Add.Reg(bpf.R1, asm.RegCtx),
+		)
+		c.read(n, strOff)
+	case v.src == srcWalk:
+		c.read(n, strOff)
+	case v.builtin == "comm":
+		c.emit(
+			bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("comm = bpf_get_current_comm()")),
+			bpf.Add.Imm(bpf.R1, strOff),
+			bpf.Mov.Imm(bpf.R2, 16),
+			bpf.FnGetCurrentComm.Call(),
+		)
+	default:
+		return 0, 0, fmt.Errorf("%s is not a string", v.name)
+	}
+	return bpf.RFP, strOff, nil
+}
+
+// readStr reads at most n-1 bytes and a NUL of the string at the address in
+// R1 to the string buffer. A string that cannot be read (a fault, or a page
+// not yet touched) reads as empty: the helpers zero the buffer.
+func (c *compiler) readStr(v value, n int) {
+	helper := c.t.Read.KernelStr
+	if v.space != spaceKernel {
+		helper = c.t.Read.UserStr
+	}
+	either := v.space == spaceEither && c.t.Read.Split()
+	from := bpf.R1
+	if either {
+		from = bpf.R8 // kept for the second read
+		c.emit(bpf.Mov.Reg(bpf.R8, bpf.R1))
+	}
+	call := func(h bpf.BuiltinFunc, note string) {
+		c.emit(
+			bpf.Mov.Reg(bpf.R3, from).WithSource(bpf.Comment(note)),
+			bpf.Mov.Reg(bpf.R1, bpf.RFP),
+			bpf.Add.Imm(bpf.R1, strOff),
+			bpf.Mov.Imm(bpf.R2, int32(n)),
+			h.Call(),
+		)
+	}
+	call(helper, fmt.Sprintf("read up to %d bytes of the string at %s with %v", n, v.name, helper))
+	if either {
+		done := c.label("read")
+		c.emit(bpf.JSGE.Imm(bpf.R0, 0, done))
+		call(c.t.Read.KernelStr, "not a user address: a kernel one")
+		c.mark(done)
+	}
+}
+
+// stringCmp compares a string with a literal: ==, != and the prefix match
+// ~ "PREFIX*".
+func (c *compiler) stringCmp(v value, lit Operand, op string, opPos int, target string, when bool) error {
 	s := lit.Str
+	prefix := false
+	switch op {
+	case "==", "!=":
+	case "~":
+		if strings.IndexByte(s, '*') != len(s)-1 {
+			return c.errAt(lit.Pos, "~ takes a prefix ending in a single '*', as in \"/etc/*\" (use == for an exact match)")
+		}
+		s, prefix = s[:len(s)-1], true
+	default:
+		return c.errAt(opPos, "strings compare only with ==, != and ~ (prefix)")
+	}
 	if len(s) > maxString {
 		return c.errAt(lit.Pos, "string literals are limited to %d bytes", maxString)
 	}
@@ -477,56 +898,75 @@ func (c *compiler) stringCmp(v value, lit Operand, op string) error {
 		return c.errAt(lit.Pos, "string literal contains a NUL byte")
 	}
 	n := len(s) + 1 // with the terminator
+	if prefix {
+		n = len(s)
+	}
 	if v.strLen > 0 && n > v.strLen {
 		if len(s) > v.strLen {
-			// Longer than the field: never equal, so != always holds.
-			if op == "==" {
-				return c.errAt(lit.Pos, "%q is longer than %s (%d bytes): they are never equal", s, v.name, v.strLen)
+			// Longer than the field: never equal.
+			if op != "!=" {
+				return c.errAt(lit.Pos, "%q is longer than %s (%d bytes): it never matches", s, v.name, v.strLen)
+			}
+			if when { // != always holds
+				c.emit(bpf.Ja.Label(target))
 			}
 			return nil
 		}
 		n = v.strLen // exactly as long: no terminator to check
 	}
-	// Where the bytes are: the record (ctx) at a constant offset, or the
-	// string buffer after a probe read.
-	fromCtx := !v.walked && !v.dataLoc
-	switch {
-	case v.dataLoc:
-		c.emit(
-			bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff), bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("%s: __data_loc, offset in the low 16 bits", v.name))),
-			bpf.And.Imm(bpf.R1, 0xffff),
-			bpf.Mov.Reg(bpf.R3, asm.RegCtx),
-			bpf.Add.Reg(bpf.R3, bpf.R1),
-			bpf.Mov.Reg(bpf.R1, bpf.RFP),
-			bpf.Add.Imm(bpf.R1, strOff),
-			bpf.Mov.Imm(bpf.R2, int32(n)),
-			c.t.ProbeRead.Call(),
-		)
-	case v.walked:
-		c.read(n, "str")
-	}
-	// ==: the first differing byte rejects. !=: the first differing byte
-	// passes (jumps past the comparison); all equal rejects.
-	miss := "reject"
-	if op == "!=" {
-		miss = c.label("ne")
-	}
-	for i := 0; i < n; i++ {
-		var b byte
-		if i < len(s) {
-			b = s[i]
+	if n == 0 { // ~ "*": every string
+		if when {
+			c.emit(bpf.Ja.Label(target))
 		}
-		if fromCtx {
-			c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff+i), bpf.Byte))
-		} else {
-			c.emit(bpf.LoadMem(bpf.R1, bpf.RFP, int16(strOff+i), bpf.Byte))
-		}
-		c.emit(bpf.JNE.Imm(bpf.R1, int32(b), miss))
+		return nil
 	}
-	if op == "!=" {
-		c.emit(bpf.Ja.Label("reject"), asm.Nop().WithSymbol(miss))
+	readLen := n
+	if v.ptr != nil && prefix {
+		readLen = n + 1 // a string read always ends in a NUL
 	}
+	base, off, err := c.fetchStr(v, readLen)
+	if err != nil {
+		return err
+	}
+	jumpIfEqual := (op == "!=") != when
+	c.equalBranch(base, off, []byte(s), n, target, jumpIfEqual)
 	return nil
+}
+
+// equalBranch compares n bytes at base+off with want (NUL-padded to n) in
+// the widest aligned loads, and jumps to target when they are equal
+// (ifEqual) or when they differ.
+func (c *compiler) equalBranch(base bpf.Register, off int16, want []byte, n int, target string, ifEqual bool) {
+	differ := target
+	if ifEqual {
+		differ = c.label("differ")
+	}
+	for i := 0; i < n; {
+		size := 8
+		for size > 1 && ((int(off)+i)%size != 0 || i+size > n) {
+			size /= 2
+		}
+		var val uint64
+		for k := size - 1; k >= 0; k-- { // little-endian
+			val <<= 8
+			if i+k < len(want) {
+				val |= uint64(want[i+k])
+			}
+		}
+		chunk := make([]byte, size)
+		copy(chunk, want[min(i, len(want)):])
+		c.emit(bpf.LoadMem(bpf.R1, base, off+int16(i), sizeOf(size)).WithSource(bpf.Comment(fmt.Sprintf("bytes %d..%d: %q?", i, i+size-1, chunk))))
+		if val <= math.MaxInt32 {
+			c.emit(bpf.JNE.Imm(bpf.R1, int32(val), differ))
+		} else {
+			c.emit(bpf.LoadImm(bpf.R2, int64(val), bpf.DWord), bpf.JNE.Reg(bpf.R1, bpf.R2, differ))
+		}
+		i += size
+	}
+	if ifEqual {
+		c.emit(bpf.Ja.Label(target))
+		c.mark(differ)
+	}
 }
 
 // symbolic maps a name of a field's __print_symbolic table to its value,

@@ -6,12 +6,13 @@ import (
 	"strings"
 )
 
-// The --where language: comparisons joined by &&, each a path compared with
-// a constant.
+// The --where language, with C's precedence (!, comparisons, &&, ||):
 //
-//	expr    := cmp ('&&' cmp)*
-//	cmp     := operand OP operand          OP: == != < <= > >=
-//	operand := path | INT | STRING
+//	expr    := and ('||' and)*
+//	and     := unary ('&&' unary)*
+//	unary   := '!' unary | '(' expr ')' | cmp
+//	cmp     := operand OP operand          OP: == != < <= > >= ~
+//	operand := INT | STRING | path | '(' ['const'] 'char' '*' ')' path | 'str' '(' path ')'
 //	path    := base ('->' IDENT | '.' IDENT)*
 //	base    := IDENT | '(' '(' 'struct' IDENT '*' ')' path ')' | '(' path ')'
 
@@ -33,13 +34,16 @@ const (
 	tIdent
 	tInt
 	tString
-	tOp     // == != < <= > >=
+	tOp     // == != < <= > >= ~
 	tAnd    // &&
+	tOr     // ||
+	tNot    // !
 	tArrow  // ->
 	tDot    // .
 	tLParen // (
 	tRParen // )
 	tStar   // *
+	tComma  // ,
 )
 
 type token struct {
@@ -48,10 +52,14 @@ type token struct {
 	num  uint64
 	neg  bool // a negative integer: num is its magnitude
 	pos  int
+	end  int // just past the token
 }
 
 // singleChar are the one-character tokens (tEOF: not one).
-var singleChar = [256]tokKind{'.': tDot, '(': tLParen, ')': tRParen, '*': tStar}
+var singleChar = [256]tokKind{'.': tDot, '(': tLParen, ')': tRParen, '*': tStar, ',': tComma, '~': tOp, '!': tNot}
+
+// twoChar are the two-character tokens, tried before singleChar.
+var twoChar = map[string]tokKind{"&&": tAnd, "||": tOr, "->": tArrow, "==": tOp, "!=": tOp, "<=": tOp, ">=": tOp}
 
 func lex(expr string) ([]token, error) {
 	var toks []token
@@ -60,75 +68,103 @@ func lex(expr string) ([]token, error) {
 	}
 	for i := 0; i < len(expr); {
 		c := expr[i]
+		start := i
 		switch {
-		case c == ' ' || c == '\t':
+		case c == ' ' || c == '\t' || c == '\n':
 			i++
+			continue
 		case isIdentStart(c):
-			j := i
-			for j < len(expr) && isIdentChar(expr[j]) {
-				j++
+			for i < len(expr) && isIdentChar(expr[i]) {
+				i++
 			}
-			toks = append(toks, token{kind: tIdent, text: expr[i:j], pos: i})
-			i = j
+			toks = append(toks, token{kind: tIdent, text: expr[start:i]})
 		case c >= '0' && c <= '9' || c == '-' && i+1 < len(expr) && expr[i+1] >= '0' && expr[i+1] <= '9':
-			j := i
 			if c == '-' {
-				j++
+				i++
 			}
-			for j < len(expr) && (isIdentChar(expr[j])) {
-				j++
+			for i < len(expr) && isIdentChar(expr[i]) {
+				i++
 			}
-			text := expr[i:j]
-			neg := strings.HasPrefix(text, "-")
+			text := expr[start:i]
 			n, err := strconv.ParseUint(strings.TrimPrefix(text, "-"), 0, 64)
 			if err != nil {
-				return nil, bad(i, "bad number %q", text)
+				return nil, bad(start, "bad number %q", text)
 			}
-			toks = append(toks, token{kind: tInt, text: text, num: n, neg: neg, pos: i})
-			i = j
+			toks = append(toks, token{kind: tInt, text: text, num: n, neg: c == '-'})
 		case c == '"':
-			j := i + 1
 			var b strings.Builder
-			for ; j < len(expr) && expr[j] != '"'; j++ {
-				if expr[j] == '\\' && j+1 < len(expr) {
-					j++
+			for i++; i < len(expr) && expr[i] != '"'; i++ {
+				if expr[i] == '\\' && i+1 < len(expr) {
+					i++
 				}
-				b.WriteByte(expr[j])
+				b.WriteByte(expr[i])
 			}
-			if j >= len(expr) {
-				return nil, bad(i, "unterminated string")
+			if i >= len(expr) {
+				return nil, bad(start, "unterminated string")
 			}
-			toks = append(toks, token{kind: tString, text: b.String(), pos: i})
-			i = j + 1
-		case strings.HasPrefix(expr[i:], "&&"):
-			toks = append(toks, token{kind: tAnd, text: "&&", pos: i})
+			i++
+			toks = append(toks, token{kind: tString, text: b.String()})
+		case i+1 < len(expr) && twoChar[expr[i:i+2]] != tEOF:
 			i += 2
-		case strings.HasPrefix(expr[i:], "->"):
-			toks = append(toks, token{kind: tArrow, text: "->", pos: i})
-			i += 2
-		case strings.HasPrefix(expr[i:], "=="), strings.HasPrefix(expr[i:], "!="),
-			strings.HasPrefix(expr[i:], "<="), strings.HasPrefix(expr[i:], ">="):
-			toks = append(toks, token{kind: tOp, text: expr[i : i+2], pos: i})
-			i += 2
+			toks = append(toks, token{kind: twoChar[expr[start:i]], text: expr[start:i]})
 		case c == '<' || c == '>':
-			toks = append(toks, token{kind: tOp, text: expr[i : i+1], pos: i})
 			i++
+			toks = append(toks, token{kind: tOp, text: expr[start:i]})
 		case singleChar[c] != tEOF:
-			toks = append(toks, token{kind: singleChar[c], text: expr[i : i+1], pos: i})
 			i++
+			toks = append(toks, token{kind: singleChar[c], text: expr[start:i]})
 		case c == '=':
 			return nil, bad(i, "'=' is not an operator: use '==' to compare")
-		case c == '|' || c == '!':
-			return nil, bad(i, "only && joins comparisons (all must hold)")
+		case c == '&' || c == '|':
+			return nil, bad(i, "'%c' is not an operator: use '%c%c' to join comparisons", c, c, c)
 		default:
 			return nil, bad(i, "unexpected character %q", c)
 		}
+		toks[len(toks)-1].pos, toks[len(toks)-1].end = start, i
 	}
-	return append(toks, token{kind: tEOF, pos: len(expr)}), nil
+	return append(toks, token{kind: tEOF, pos: len(expr), end: len(expr)}), nil
 }
 
 func isIdentStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 func isIdentChar(c byte) bool  { return isIdentStart(c) || c >= '0' && c <= '9' }
+
+// Node is a parsed expression: *Or, *And, *Not or *Cmp.
+type Node interface{ span() (int, int) }
+
+// Or holds when either side does; R is not evaluated when L holds.
+type Or struct{ L, R Node }
+
+// And holds when both sides do; R is not evaluated when L fails.
+type And struct{ L, R Node }
+
+// Not holds when X does not.
+type Not struct {
+	X   Node
+	Pos int
+}
+
+// Cmp is one comparison.
+type Cmp struct {
+	Left, Right Operand
+	Op          string
+	OpPos       int
+	End         int // just past the right operand
+}
+
+func (n *Or) span() (int, int) {
+	a, _ := n.L.span()
+	_, b := n.R.span()
+	return a, b
+}
+
+func (n *And) span() (int, int) {
+	a, _ := n.L.span()
+	_, b := n.R.span()
+	return a, b
+}
+
+func (n *Not) span() (int, int) { _, b := n.X.span(); return n.Pos, b }
+func (n *Cmp) span() (int, int) { return min(n.Left.Pos, n.Right.Pos), n.End }
 
 // Operand is one side of a comparison.
 type Operand struct {
@@ -137,12 +173,19 @@ type Operand struct {
 	Base  string
 	Cast  string
 	Steps []Step
+	// CharPtr: the path is the address of a NUL-terminated string,
+	// (char *)path or str(path).
+	CharPtr bool
 	// A constant.
 	IsInt, IsString bool
 	Int             uint64
 	Neg             bool
+	Text            string // the constant as written
 	Str             string
 }
+
+// IsConst reports whether the operand is a number or a string literal.
+func (o Operand) IsConst() bool { return o.IsInt || o.IsString }
 
 // Step is one "->member" (Deref) or ".member" of a path.
 type Step struct {
@@ -151,42 +194,30 @@ type Step struct {
 	Pos    int
 }
 
-// Cmp is one comparison.
-type Cmp struct {
-	Left, Right Operand
-	Op          string
-	OpPos       int
-}
-
 type parser struct {
 	expr string
 	toks []token
 	i    int
 }
 
+// maxDepth bounds nesting, so a hostile expression cannot exhaust the stack.
+const maxDepth = 64
+
 // Parse parses a --where expression.
-func Parse(expr string) ([]Cmp, error) {
+func Parse(expr string) (Node, error) {
 	toks, err := lex(expr)
 	if err != nil {
 		return nil, err
 	}
 	p := &parser{expr: expr, toks: toks}
-	var cmps []Cmp
-	for {
-		c, err := p.cmp()
-		if err != nil {
-			return nil, err
-		}
-		cmps = append(cmps, c)
-		switch p.peek().kind {
-		case tAnd:
-			p.i++
-			continue
-		case tEOF:
-			return cmps, nil
-		}
-		return nil, p.errAt(p.peek().pos, "expected && or the end of the expression")
+	n, err := p.or(0)
+	if err != nil {
+		return nil, err
 	}
+	if t := p.peek(); t.kind != tEOF {
+		return nil, p.errAt(t.pos, "expected &&, || or the end of the expression")
+	}
+	return n, nil
 }
 
 func (p *parser) peek() token { return p.toks[p.i] }
@@ -196,36 +227,154 @@ func (p *parser) errAt(pos int, format string, args ...any) error {
 	return &ExprError{Expr: p.expr, Pos: pos, Msg: fmt.Sprintf(format, args...)}
 }
 
-func (p *parser) cmp() (Cmp, error) {
+func (p *parser) or(depth int) (Node, error) {
+	l, err := p.and(depth)
+	for err == nil && p.peek().kind == tOr {
+		p.i++
+		var r Node
+		if r, err = p.and(depth); err == nil {
+			l = &Or{L: l, R: r}
+		}
+	}
+	return l, err
+}
+
+func (p *parser) and(depth int) (Node, error) {
+	l, err := p.unary(depth)
+	for err == nil && p.peek().kind == tAnd {
+		p.i++
+		var r Node
+		if r, err = p.unary(depth); err == nil {
+			l = &And{L: l, R: r}
+		}
+	}
+	return l, err
+}
+
+func (p *parser) unary(depth int) (Node, error) {
+	t := p.peek()
+	if depth > maxDepth {
+		return nil, p.errAt(t.pos, "expression nested deeper than %d levels", maxDepth)
+	}
+	switch t.kind {
+	case tNot:
+		p.i++
+		x, err := p.unary(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		return &Not{X: x, Pos: t.pos}, nil
+	case tLParen:
+		// A parenthesised expression, or a comparison whose operand starts
+		// with a parenthesis: ((struct sk_buff *)skbaddr)->len, (char *)arg0.
+		// Try the comparison first; keep the error that got further.
+		start := p.i
+		cmp, cerr := p.cmp()
+		if cerr == nil {
+			return cmp, nil
+		}
+		p.i = start + 1
+		x, err := p.or(depth + 1)
+		if err == nil {
+			if r := p.peek(); r.kind == tRParen {
+				p.i++
+				return x, nil
+			}
+			err = p.errAt(p.peek().pos, "expected ')'")
+		}
+		if errPos(cerr) > errPos(err) {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	return p.cmp()
+}
+
+func errPos(err error) int {
+	if ee, ok := err.(*ExprError); ok {
+		return ee.Pos
+	}
+	return -1
+}
+
+func (p *parser) cmp() (*Cmp, error) {
 	l, err := p.operand()
 	if err != nil {
-		return Cmp{}, err
+		return nil, err
 	}
 	op := p.peek()
 	if op.kind != tOp {
-		return Cmp{}, p.errAt(op.pos, "expected a comparison (== != < <= > >=)")
+		return nil, p.errAt(op.pos, "expected a comparison (== != < <= > >= ~)")
 	}
 	p.i++
 	r, err := p.operand()
 	if err != nil {
-		return Cmp{}, err
+		return nil, err
 	}
-	return Cmp{Left: l, Right: r, Op: op.text, OpPos: op.pos}, nil
+	return &Cmp{Left: l, Right: r, Op: op.text, OpPos: op.pos, End: p.toks[p.i-1].end}, nil
 }
 
+// Operand parses one side of a comparison; --fields, --count-by and
+// --hist take operands too.
 func (p *parser) operand() (Operand, error) {
 	t := p.peek()
 	switch t.kind {
 	case tInt:
 		p.i++
-		return Operand{Pos: t.pos, IsInt: true, Int: t.num, Neg: t.neg}, nil
+		return Operand{Pos: t.pos, IsInt: true, Int: t.num, Neg: t.neg, Text: t.text}, nil
 	case tString:
 		p.i++
-		return Operand{Pos: t.pos, IsString: true, Str: t.text}, nil
-	case tIdent, tLParen:
+		return Operand{Pos: t.pos, IsString: true, Str: t.text, Text: p.expr[t.pos:t.end]}, nil
+	case tIdent:
+		if t.text == "str" && p.toks[p.i+1].kind == tLParen {
+			// str(path), as bpftrace writes it.
+			p.i += 2
+			o, err := p.path()
+			if err != nil {
+				return o, err
+			}
+			if r := p.next(); r.kind != tRParen {
+				return o, p.errAt(r.pos, "expected ')' to close str(")
+			}
+			return p.strOf(o, t.pos)
+		}
+		return p.path()
+	case tLParen:
+		if p.isCharCast() {
+			for p.next().kind != tRParen {
+			}
+			o, err := p.path()
+			if err != nil {
+				return o, err
+			}
+			return p.strOf(o, t.pos)
+		}
 		return p.path()
 	}
 	return Operand{}, p.errAt(t.pos, "expected a field, a number or a string")
+}
+
+// isCharCast reports whether the tokens at p.i are (char *) or
+// (const char *).
+func (p *parser) isCharCast() bool {
+	want := []string{"(", "char", "*", ")"}
+	if p.toks[p.i+1].text == "const" {
+		want = []string{"(", "const", "char", "*", ")"}
+	}
+	for k, w := range want {
+		if p.i+k >= len(p.toks) || p.toks[p.i+k].text != w || p.toks[p.i+k].kind == tString {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parser) strOf(o Operand, pos int) (Operand, error) {
+	if o.CharPtr {
+		return o, p.errAt(pos, "already a string: one (char *) or str() is enough")
+	}
+	o.CharPtr, o.Pos = true, pos
+	return o, nil
 }
 
 func (p *parser) path() (Operand, error) {
@@ -285,5 +434,36 @@ func (p *parser) path() (Operand, error) {
 		default:
 			return o, nil
 		}
+	}
+}
+
+// ParseOperands parses a comma-separated list of operands (--fields,
+// --count-by) or one operand (--hist, want 1).
+func ParseOperands(list string, want int) ([]Operand, error) {
+	toks, err := lex(list)
+	if err != nil {
+		return nil, err
+	}
+	p := &parser{expr: list, toks: toks}
+	var ops []Operand
+	for {
+		o, err := p.operand()
+		if err != nil {
+			return nil, err
+		}
+		if o.IsConst() {
+			return nil, p.errAt(o.Pos, "expected a field or a builtin, not a constant")
+		}
+		ops = append(ops, o)
+		t := p.next()
+		switch {
+		case t.kind == tEOF:
+			return ops, nil
+		case t.kind == tComma && want == 0:
+			continue
+		case want == 1:
+			return nil, p.errAt(t.pos, "expected one field or builtin")
+		}
+		return nil, p.errAt(t.pos, "expected ',' or the end of the list")
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -50,12 +51,20 @@ func testBTF(t *testing.T) (*btf.Spec, *btf.Pointer) {
 
 func targets(t *testing.T) map[string]Target {
 	spec, skbPtr := testBTF(t)
+	s32 := &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed}
+	cstr := &btf.Pointer{Target: &btf.Const{Type: &btf.Int{Name: "char", Size: 1, Encoding: btf.Signed}}}
+	openat := tooltest.Format(t, "sys_enter_openat.6.18.format")
 	return map[string]Target{
-		"netif":  {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, ProbeRead: bpf.FnProbeReadKernel},
-		"kfree":  {Format: tooltest.Format(t, "kfree_skb.6.18.format"), ProbeRead: bpf.FnProbeReadKernel},
-		"sched":  {Format: tooltest.Format(t, "sched_kthread_stop.2.6.format"), ProbeRead: bpf.FnProbeRead},
-		"kprobe": {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}, BTF: spec, ProbeRead: bpf.FnProbeReadKernel},
-		"kret":   {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}, ProbeRead: bpf.FnProbeReadKernel},
+		"netif":      {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, Read: asm.NewReaders},
+		"kfree":      {Format: tooltest.Format(t, "kfree_skb.6.18.format"), Read: asm.NewReaders},
+		"sched":      {Format: tooltest.Format(t, "sched_kthread_stop.2.6.format"), Read: asm.OldReaders},
+		"switch":     {Format: tooltest.Format(t, "sched_switch.6.18.format"), Read: asm.NewReaders},
+		"openat":     {Format: openat, Read: asm.NewReaders, UserSpace: true},
+		"openat_old": {Format: openat, Read: asm.OldReaders, UserSpace: true},
+		"kprobe":     {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}, BTF: spec, Read: asm.NewReaders},
+		"kret":       {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}, Read: asm.NewReaders},
+		"kopen":      {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.NewReaders},
+		"kopen_old":  {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.OldReaders},
 	}
 }
 
@@ -76,20 +85,33 @@ var compileCases = []struct {
 	{"no_where", "netif", ``, false},
 	{"no_where_count", "netif", ``, true},
 	{"sched_comm_ne_long", "sched", `comm != "abcdefghijklmnopqrstuvwxyz"`, false},
+	{"openat_filename", "openat", `filename == "/etc/passwd"`, false},
+	{"openat_prefix_or_not", "openat", `(filename ~ "/etc/*" || filename == "/tmp/x") && !(dfd == -100)`, true},
+	{"openat_old_prefix", "openat_old", `str(args->filename) ~ "/usr/lib/*"`, false},
+	{"openat_address", "openat", `filename != 0 && flags >= 0x8000`, false},
+	{"builtins", "netif", `pid == 1 || tid != 2 && uid == 0 && gid >= 10 && cpu < 4 || comm == "filter"`, false},
+	{"builtins_count", "switch", `comm ~ "kworker/*" && !(cpu > 1)`, true},
+	{"field_vs_field", "switch", `prev_pid == next_pid || prev_prio < next_prio && prev_state != 0`, false},
+	{"field_vs_field_count", "switch", `!(prev_pid <= next_pid) && prev_comm == "swapper/0"`, true},
+	{"kprobe_str_arg", "kopen", `filename == "/etc/passwd" && dfd == -100`, false},
+	{"kprobe_str_arg_old", "kopen_old", `filename ~ "/proc/*" || filename == 0`, true},
+	{"kprobe_cast_str", "kprobe", `(char *)net == "x" || !((const char *)skb->dev ~ "eth*")`, false},
+	{"kprobe_walk_str", "kprobe", `skb->dev->name ~ "lo*" && skb->dev->ifindex > skb->len`, false},
+	{"double_not", "netif", `!!(len > 3) && !(name == "lo" || name == "eth0")`, false},
 }
 
 // compileCase compiles one case of compileCases.
 func compileCase(t *testing.T, ts map[string]Target, i int) bpf.Instructions {
 	t.Helper()
 	tc := compileCases[i]
-	var cmps []Cmp
+	var root Node
 	if tc.expr != "" {
 		var err error
-		if cmps, err = Parse(tc.expr); err != nil {
+		if root, err = Parse(tc.expr); err != nil {
 			t.Fatalf("%s: %v", tc.expr, err)
 		}
 	}
-	insns, err := Compile(tc.expr, cmps, ts[tc.target], tc.count)
+	insns, err := Compile(tc.expr, root, ts[tc.target], tc.count)
 	if err != nil {
 		t.Fatalf("%s: %v", tc.expr, err)
 	}
@@ -123,14 +145,13 @@ func TestBadExpressions(t *testing.T) {
 	for _, tc := range []struct {
 		target, expr, want string
 	}{
-		{"netif", `nme == "lo"`, "event netif_receive_skb has no field \"nme\" (fields: skbaddr, len, name)\n  nme == \"lo\"\n  ^"},
+		{"netif", `nme == "lo"`, "event netif_receive_skb has no field \"nme\" (fields: skbaddr, len, name; builtins: pid, tid, comm, cpu, uid, gid)\n  nme == \"lo\"\n  ^"},
 		{"netif", `len == "lo"`, "len is a number: compare it with a number\n  len == \"lo\"\n         ^"},
-		{"netif", `name < "lo"`, "strings compare only with == and !=\n  name < \"lo\"\n       ^"},
+		{"netif", `name < "lo"`, "strings compare only with ==, != and ~ (prefix)\n  name < \"lo\"\n       ^"},
 		{"netif", `name == 3`, "name is a string: compare it with a string literal\n  name == 3\n          ^"},
 		{"netif", `len = 3`, "'=' is not an operator: use '==' to compare\n  len = 3\n      ^"},
-		{"netif", `len == 3 || len == 4`, "only && joins comparisons (all must hold)\n  len == 3 || len == 4\n           ^"},
 		{"netif", `len == 3 &&`, "expected a field, a number or a string\n  len == 3 &&\n             ^"},
-		{"netif", `len 3`, "expected a comparison (== != < <= > >=)\n  len 3\n      ^"},
+		{"netif", `len 3`, "expected a comparison (== != < <= > >= ~)\n  len 3\n      ^"},
 		{"netif", `skbaddr->len == 3`, "field skbaddr is not a struct pointer that can be walked: cast it, as in ((struct sk_buff *)skbaddr)->len\n  skbaddr->len == 3\n         ^"},
 		{"netif", `((struct sk_buff *)len)->len == 3`, "field len (unsigned int) is not a pointer: it cannot be cast to struct sk_buff *\n  ((struct sk_buff *)len)->len == 3\n  ^"},
 		{"netif", `((struct nosuch *)skbaddr)->len == 3`, "no struct nosuch in the kernel's BTF\n  ((struct nosuch *)skbaddr)->len == 3\n  ^"},
@@ -138,18 +159,35 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `((struct sk_buff *)skbaddr)->len->x == 3`, "((struct sk_buff *)skbaddr)->len is unsigned int, not a pointer: use '.' instead of '->'\n  ((struct sk_buff *)skbaddr)->len->x == 3\n                                  ^"},
 		{"netif", `len == -1`, "len is unsigned: it is never negative\n  len == -1\n         ^"},
 		{"netif", `len == 0x100000000`, "4294967296 does not fit in len (4 bytes)\n  len == 0x100000000\n         ^"},
-		{"netif", `len == skbaddr`, "comparing two fields is not supported: compare a field with a number or a string\n  len == skbaddr\n         ^"},
-		{"netif", `1 == 1`, "compare a field with a constant: both sides are constants\n  1 == 1\n  ^"},
-		{"kprobe", `sk->len > 1`, "no argument \"sk\" (arguments: net, skb)\n  sk->len > 1\n  ^"},
+		{"netif", `1 == 1`, "compare a field with a constant or another field: both sides are constants\n  1 == 1\n  ^"},
+		{"kprobe", `sk->len > 1`, "no argument or builtin \"sk\" (arguments: net, skb; builtins: pid, tid, comm, cpu, uid, gid)\n  sk->len > 1\n  ^"},
 		{"kprobe", `skb.len > 1`, "skb is a pointer: use '->'\n  skb.len > 1\n     ^"},
 		{"kfree", `reason == "NO_SUCH"`, "reason is a number: compare it with a number, or one of its names: ARP_PVLAN_DISABLE, BPF_CGROUP_EGRESS, BRIDGE_INGRESS_STP_STATE, CAKE_FLOOD, CANFD_RX_INVALID_FRAME, CANXL_RX_INVALID_FRAME, ...\n  reason == \"NO_SUCH\"\n            ^"},
 		{"netif", `name == "unterminated`, "unterminated string\n  name == \"unterminated\n          ^"},
 		{"netif", `len == 12abc`, "bad number \"12abc\"\n  len == 12abc\n         ^"},
-		{"sched", `comm == "abcdefghijklmnopqrstuvwxyz"`, "\"abcdefghijklmnopqrstuvwxyz\" is longer than comm (16 bytes): they are never equal\n  comm == \"abcdefghijklmnopqrstuvwxyz\"\n          ^"},
+		{"sched", `comm == "abcdefghijklmnopqrstuvwxyz"`, "\"abcdefghijklmnopqrstuvwxyz\" is longer than comm (16 bytes): it never matches\n  comm == \"abcdefghijklmnopqrstuvwxyz\"\n          ^"},
+		{"openat", `filename ~ "/etc/*x"`, "~ takes a prefix ending in a single '*', as in \"/etc/*\" (use == for an exact match)\n  filename ~ \"/etc/*x\"\n             ^"},
+		{"openat", `filename ~ "/etc/"`, "~ takes a prefix ending in a single '*', as in \"/etc/*\" (use == for an exact match)\n  filename ~ \"/etc/\"\n             ^"},
+		{"openat", `filename < "a"`, "strings compare only with ==, != and ~ (prefix)\n  filename < \"a\"\n           ^"},
+		{"openat", `"/etc/*" ~ filename`, "the pattern goes on the right: FIELD ~ \"PREFIX*\"\n  \"/etc/*\" ~ filename\n           ^"},
+		{"openat", `dfd ~ "1*"`, "~ matches a string prefix: dfd is a number\n  dfd ~ \"1*\"\n      ^"},
+		{"openat", `dfd == -2147483649`, "-2147483649 does not fit in dfd (4 bytes, signed)\n  dfd == -2147483649\n         ^"},
+		{"openat", `filename == "` + strings.Repeat("x", 128) + `"`, "string literals are limited to 127 bytes\n  filename == \"" + strings.Repeat("x", 128) + "\"\n              ^"},
+		{"netif", `(len == 3`, "expected ')'\n  (len == 3\n           ^"},
+		{"netif", `!`, "expected a field, a number or a string\n  !\n   ^"},
+		{"netif", `len & 3`, "'&' is not an operator: use '&&' to join comparisons\n  len & 3\n      ^"},
+		{"netif", `len == 3 ||`, "expected a field, a number or a string\n  len == 3 ||\n             ^"},
+		{"netif", `name == comm`, "name is a string: compare it with a string literal\n  name == comm\n          ^"},
+		{"netif", `(char *)len == "x"`, "len is a 4-byte number: only an 8-byte address can be read as a string\n  (char *)len == \"x\"\n  ^"},
+		{"netif", `str(name) == "x"`, "name is a string: only an 8-byte address can be read as a string\n  str(name) == \"x\"\n  ^"},
+		{"netif", `comm->x == 1`, "comm is a builtin: it has no members\n  comm->x == 1\n  ^"},
+		{"netif", `cpu == "x"`, "cpu is a number: compare it with a number\n  cpu == \"x\"\n         ^"},
+		{"netif", strings.Repeat("!", 70) + `(len == 1)`, "expression nested deeper than 64 levels\n  " + strings.Repeat("!", 70) + "(len == 1)\n  " + strings.Repeat(" ", 65) + "^"},
+		{"netif", strings.Repeat(`name == "abcdefghijklmnopqrstuvwxyz" || `, 300) + `len == 1`, "the expression compiles to 7507 instructions, more than the 4096 a program may have on kernels before 5.2: shorten it\n  " + strings.Repeat(`name == "abcdefghijklmnopqrstuvwxyz" || `, 300) + "len == 1\n  ^"},
 	} {
-		cmps, err := Parse(tc.expr)
+		root, err := Parse(tc.expr)
 		if err == nil {
-			_, err = Compile(tc.expr, cmps, ts[tc.target], false)
+			_, err = Compile(tc.expr, root, ts[tc.target], false)
 		}
 		if err == nil {
 			t.Errorf("%s: accepted", tc.expr)
@@ -169,7 +207,7 @@ func FuzzParse(f *testing.F) {
 	}
 	ts := targets(&testing.T{})
 	f.Fuzz(func(t *testing.T, s string) {
-		cmps, err := Parse(s)
+		root, err := Parse(s)
 		if err != nil {
 			ee, ok := err.(*ExprError)
 			if !ok || ee.Pos < 0 || ee.Pos > len(s) {
@@ -177,9 +215,9 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if len(cmps) == 0 {
-			t.Fatalf("%q: no comparisons and no error", s)
+		if root == nil {
+			t.Fatalf("%q: no expression and no error", s)
 		}
-		_, _ = Compile(s, cmps, ts["netif"], false)
+		_, _ = Compile(s, root, ts["netif"], false)
 	})
 }

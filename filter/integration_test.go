@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -137,7 +138,7 @@ func TestFilterUsageErrors(t *testing.T) {
 	privtest.Require(t)
 	// Checked against the event's fields once it is known: still exit 2.
 	r := filter(t, "net:netif_receive_skb", "--where", `nme == "lo"`)
-	if r.Status != 2 || !strings.Contains(r.Stderr, "has no field \"nme\" (fields: skbaddr, len, name)") || !strings.Contains(r.Stderr, "^") {
+	if r.Status != 2 || !strings.Contains(r.Stderr, "has no field \"nme\" (fields: skbaddr, len, name; builtins: pid, tid, comm, cpu, uid, gid)") || !strings.Contains(r.Stderr, "^") {
 		t.Errorf("unknown field: exit %d, stderr %q", r.Status, r.Stderr)
 	}
 }
@@ -204,5 +205,91 @@ func TestStreamEndsWhenTheReaderGoes(t *testing.T) {
 			<-done
 			t.Errorf("%v: still streaming 5 s after its reader went away", args)
 		}
+	}
+}
+
+// countOf runs filter --count --json and returns the count.
+func countOf(t *testing.T, args ...string) int {
+	t.Helper()
+	r := filter(t, append([]string{"--count", "--json"}, args...)...)
+	var rep struct {
+		Count *int `json:"count"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil || r.Status != 0 || rep.Count == nil {
+		t.Fatalf("filter %q: exit %d, %v: %q %q", args, r.Status, err, r.Stdout, r.Stderr)
+	}
+	return *rep.Count
+}
+
+// bpftraceCount runs a bpftrace one-liner that counts into @ and returns
+// the count (an empty map prints nothing: 0).
+func bpftraceCount(t *testing.T, bt, script, command string) int {
+	t.Helper()
+	out, err := exec.Command(bt, "-e", script, "-c", command).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bpftrace -e %q: %v\n%s", script, err, out)
+	}
+	m := regexp.MustCompile(`(?m)^@: (\d+)$`).FindStringSubmatch(string(out))
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// User strings (a syscall's const char *filename), the prefix match, ||, !
+// and comm, each counted exactly, side by side with bpftrace's count of the
+// same predicate over the same workload.
+func TestUserStringsSideBySide(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	a, b, other := dir+"/a", dir+"/b", dir+"-other"
+	for _, p := range []string{a, b, other} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(p)
+	}
+	const na, nb, no = 7, 5, 3
+	work := tooltest.Opens(t, "tk-opens", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: b, Times: nb}, tooltest.Open{Path: other, Times: no})
+	bt := tooltest.Peer(t, "bpftrace", "bpftrace")
+	fn := `str(args->filename)`
+	prefix := fmt.Sprintf(`strncmp(%s, "%s/", %d) == 0`, fn, dir, len(dir)+1)
+	for _, tc := range []struct {
+		where, bpftrace string
+		want            int
+	}{
+		{fmt.Sprintf(`filename == "%s"`, a), fmt.Sprintf(`%s == "%s"`, fn, a), na},
+		{fmt.Sprintf(`filename ~ "%s/*"`, dir), prefix, na + nb},
+		{fmt.Sprintf(`filename == "%s" || filename == "%s"`, a, b), fmt.Sprintf(`%s == "%s" || %s == "%s"`, fn, a, fn, b), na + nb},
+		{fmt.Sprintf(`filename ~ "%s/*" && !(filename == "%s")`, dir, a), fmt.Sprintf(`%s && !(%s == "%s")`, prefix, fn, a), nb},
+		{fmt.Sprintf(`comm == "tk-opens" && filename ~ "%s*" && dfd == -100`, dir), fmt.Sprintf(`comm == "tk-opens" && strncmp(%s, "%s", %d) == 0 && args->dfd == -100`, fn, dir, len(dir)), na + nb + no},
+	} {
+		got := countOf(t, "syscalls:sys_enter_openat", "--where", tc.where, "-c", work)
+		if got != tc.want {
+			t.Errorf("--where '%s': %d events, want exactly %d", tc.where, got, tc.want)
+		}
+		if bt == "" {
+			t.Logf("--where '%s': %d; bpftrace is compared on the host, not in the matrix's guests", tc.where, got)
+			continue
+		}
+		peer := bpftraceCount(t, bt, fmt.Sprintf("tracepoint:syscalls:sys_enter_openat /%s/ { @ = count(); }", tc.bpftrace), work)
+		if peer != got {
+			t.Errorf("--where '%s': filter counted %d, bpftrace %d", tc.where, got, peer)
+		}
+	}
+}
+
+// -c and --where reach /bin/sh and the parser verbatim: go-flags would
+// otherwise unquote a value that starts with a quote.
+func TestQuotedValuesVerbatim(t *testing.T) {
+	privtest.Require(t)
+	r := filter(t, "--count", "net:netif_receive_skb", "--where", `"nosuchdev" == name`, "-c", `"/bin/echo" hi`)
+	if r.Status != 0 || r.Stdout != "hi\n0 events of net:netif_receive_skb passed\n" {
+		t.Errorf(`-c '"/bin/echo" hi': exit %d, %q %q`, r.Status, r.Stdout, r.Stderr)
+	}
+	r = filter(t, "--count", "net:netif_receive_skb", "-c", `"echo hi"`)
+	if r.Status != 127 || !strings.Contains(r.Stderr, "echo hi: not found") {
+		t.Errorf(`-c '"echo hi"' runs a command named "echo hi", as sh does: exit %d, %q`, r.Status, r.Stderr)
 	}
 }

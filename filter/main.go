@@ -12,7 +12,7 @@ import (
 
 type options struct {
 	tools.Common
-	Where string `short:"w" long:"where" value-name:"EXPR" description:"Keep only events for which EXPR holds: comparisons (== != < <= > >=) of a field, argument or pointer walk with a number or a string, joined by &&"`
+	Where string `short:"w" long:"where" value-name:"EXPR" unquote:"false" description:"Keep only events for which EXPR holds: comparisons of fields, arguments, builtins and strings, joined by &&, || and !, with parentheses (see below)"`
 	Count bool   `long:"count" description:"Count the passing events in the kernel and report the count per interval instead of printing them"`
 	Info  bool   `long:"info" description:"Print the event's fields (tracepoint) or the function's signature from BTF (kprobe) and exit"`
 }
@@ -20,22 +20,41 @@ type options struct {
 const details = `EVENT is a tracepoint GROUP:NAME (net:netif_receive_skb,
 syscalls:sys_enter_openat), kprobe:FUNCTION or kretprobe:FUNCTION.
 
-In EXPR, a tracepoint's fields are named as its format file names them
-(filter --info GROUP:NAME lists them): integers of any size, char arrays and
-__data_loc strings. A kprobe's arguments are named as the kernel's BTF names
-them (filter --info kprobe:FUNCTION), a kretprobe's return value is ret. '->'
-follows a pointer whose type BTF knows, a tracepoint field included once cast:
-((struct sk_buff *)skbaddr)->dev->name. Offsets come from BTF at run time, so
-the same command works across kernels. An enum field with a name table in
-its format takes the names as strings: reason == "NO_SOCKET".
+EXPR compares operands with == != < <= > >= and, for strings, ~ "PREFIX*"
+(a prefix match: one trailing '*', nothing else is a pattern). Comparisons
+join with && and ||, negate with !, group with parentheses; the precedence
+is C's (! before comparisons before && before ||) and the right side of &&
+or || runs only when the left side does not decide. An operand is:
+  - a tracepoint field, named as its format file names it (filter --info
+    GROUP:NAME lists them; args->NAME works too, as in bpftrace). An integer
+    follows its C type: a syscall's "int dfd" is signed, dfd == -100 holds.
+  - a kprobe argument, named as the kernel's BTF names it (filter --info
+    kprobe:FUNCTION); a kretprobe's return value is ret.
+  - a builtin: pid (the process id), tid, comm, cpu, uid, gid. A field or
+    argument of the same name wins.
+  - a path through pointers BTF knows: skb->dev->name, or a tracepoint
+    field once cast: ((struct sk_buff *)skbaddr)->dev->name. Offsets come
+    from BTF at run time, so the same command works across kernels.
+  - a string: char arrays, __data_loc strings, comm, and char * fields and
+    arguments (a syscall's filename, pathname: read from user memory);
+    (char *)EXPR or str(EXPR) reads any address as a string. Strings compare
+    over at most 127 bytes; a longer literal is an error. A string that
+    cannot be read (a fault, a page not yet touched) reads as "".
+  - an integer (decimal, 0x hex, negative) or a "string" literal; an enum
+    field with a name table in its format takes the names: reason ==
+    "NO_SOCKET". Two fields compare with each other: prev_pid == next_pid.
+An expression compiles to at most 4096 instructions (the limit of kernels
+before 5.2); a longer one is refused.
 
 Examples:
-  filter net:netif_receive_skb --where 'name == "lo"'
+  filter syscalls:sys_enter_openat --where 'filename == "/etc/passwd"'
+  filter syscalls:sys_enter_openat --where 'filename ~ "/etc/*" && !(comm == "cat")'
+  filter sched:sched_switch --where 'prev_pid == 1 || next_pid == 1'
   filter net:netif_receive_skb --where '((struct sk_buff *)skbaddr)->dev->name == "lo"'
   filter --count skb:kfree_skb --where 'reason == "NO_SOCKET"' 1
   filter kprobe:ip_send_skb --where 'skb->len > 100 && skb->protocol == 8'
   filter kretprobe:ksys_write --where 'ret < 0'
-  filter --info kprobe:ip_send_skb
+  filter --info kprobe:do_sys_openat2
 
 A bad --where is a usage error; the message points at the offending part.
 `

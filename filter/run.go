@@ -203,11 +203,11 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if o.Info {
 		return info(s, ev)
 	}
-	var cmps []Cmp
+	var root Node
 	if o.Where != "" {
-		cmps, _ = Parse(o.Where)
+		root, _ = Parse(o.Where)
 	}
-	target := Target{ProbeRead: tools.KernelRead()}
+	target := Target{Read: tools.Readers(), UserSpace: ev.group == "syscalls"}
 	var fetch []string
 	pointers := map[string]bool{}
 	progType := ebpf.TracePoint
@@ -217,7 +217,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 		target.Format = f
-		if needsBTF(cmps) {
+		if needsBTF(root) {
 			if target.BTF, err = btf.LoadKernelSpec(); err != nil {
 				return fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
 			}
@@ -238,10 +238,10 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err != nil {
 			return err
 		}
-		t.ProbeRead = target.ProbeRead
+		t.Read = target.Read
 		target, fetch, pointers, progType = t, f, ptrs, ebpf.Kprobe
 	}
-	insns, err := Compile(o.Where, cmps, target, o.Count)
+	insns, err := Compile(o.Where, root, target, o.Count)
 	if err != nil {
 		var ee *ExprError
 		if errors.As(err, &ee) {
@@ -268,11 +268,17 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	return stream(ctx, s, ev, coll, target.Format, fetch, pointers)
 }
 
-func needsBTF(cmps []Cmp) bool {
-	for _, c := range cmps {
-		if c.Left.Cast != "" || c.Right.Cast != "" {
-			return true
-		}
+// needsBTF reports whether an expression casts a field to a struct.
+func needsBTF(n Node) bool {
+	switch n := n.(type) {
+	case *Or:
+		return needsBTF(n.L) || needsBTF(n.R)
+	case *And:
+		return needsBTF(n.L) || needsBTF(n.R)
+	case *Not:
+		return needsBTF(n.X)
+	case *Cmp:
+		return n.Left.Cast != "" || n.Right.Cast != ""
 	}
 	return false
 }
@@ -426,8 +432,9 @@ func fieldValue(f tracefs.Field, raw []byte, pointer bool) (any, string) {
 	case f.ArrayLen > 0 || f.Size > 8:
 		return nil, ""
 	}
+	size, signed := f.Value()
 	var u uint64
-	switch f.Size {
+	switch size {
 	case 1:
 		u = uint64(b[0])
 	case 2:
@@ -440,8 +447,8 @@ func fieldValue(f tracefs.Field, raw []byte, pointer bool) (any, string) {
 	if pointer || strings.Contains(f.Type, "*") {
 		return fmt.Sprintf("0x%x", u), fmt.Sprintf("0x%x", u)
 	}
-	if f.Signed {
-		shift := 64 - 8*f.Size
+	if signed {
+		shift := 64 - 8*size
 		v := int64(u<<shift) >> shift
 		return v, strconv.FormatInt(v, 10)
 	}

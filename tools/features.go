@@ -6,6 +6,8 @@ import (
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
+
+	"github.com/tracekit/tracekit/asm"
 )
 
 // Memory-reading helpers by kernel: bpf_probe_read (4.1) reads kernel and
@@ -22,6 +24,9 @@ var (
 	})
 	userReadStr = sync.OnceValue(func() bpf.BuiltinFunc {
 		return newest(bpf.FnProbeReadUserStr, bpf.FnProbeReadStr)
+	})
+	kernelReadStr = sync.OnceValue(func() bpf.BuiltinFunc {
+		return newest(bpf.FnProbeReadKernelStr, bpf.FnProbeReadStr)
 	})
 )
 
@@ -41,3 +46,8 @@ func UserRead() bpf.BuiltinFunc { return userRead() }
 // UserReadStr is the helper that reads a user string on this kernel
 // (bpf_probe_read_str: 4.11).
 func UserReadStr() bpf.BuiltinFunc { return userReadStr() }
+
+// Readers are the four reading helpers of this kernel.
+func Readers() asm.Readers {
+	return asm.Readers{Kernel: kernelRead(), User: userRead(), KernelStr: kernelReadStr(), UserStr: userReadStr()}
+}

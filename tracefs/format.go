@@ -176,3 +176,50 @@ func parseSymbolic(printFmt string) map[string]map[uint64]string {
 	}
 	return out
 }
+
+// cTypes are the C integer types whose size and signedness a field's value
+// follows, whatever its slot in the record (see Field.Value).
+var cTypes = map[string]struct {
+	size   int
+	signed bool
+}{
+	"int": {4, true}, "signed int": {4, true}, "unsigned int": {4, false}, "unsigned": {4, false},
+	"short": {2, true}, "unsigned short": {2, false}, "signed char": {1, true}, "unsigned char": {1, false},
+	"long": {8, true}, "unsigned long": {8, false}, "long long": {8, true}, "unsigned long long": {8, false},
+	"bool": {1, false}, "_Bool": {1, false},
+	"s8": {1, true}, "u8": {1, false}, "s16": {2, true}, "u16": {2, false},
+	"s32": {4, true}, "u32": {4, false}, "s64": {8, true}, "u64": {8, false},
+	"__s8": {1, true}, "__u8": {1, false}, "__s16": {2, true}, "__u16": {2, false},
+	"__s32": {4, true}, "__u32": {4, false}, "__s64": {8, true}, "__u64": {8, false},
+	"pid_t": {4, true}, "uid_t": {4, false}, "gid_t": {4, false}, "umode_t": {2, false},
+	"key_serial_t": {4, true}, "clockid_t": {4, true}, "qid_t": {4, false}, "rwf_t": {4, false},
+	"size_t": {8, false}, "ssize_t": {8, true}, "loff_t": {8, true}, "off_t": {8, true},
+	"aio_context_t": {8, false}, "key_t": {4, true}, "mqd_t": {4, true}, "timer_t": {4, true},
+}
+
+// Value is the size and signedness of an integer field's value as its C
+// type declares them. A syscall tracepoint stores every argument in an
+// 8-byte slot marked unsigned ("int dfd; size:8; signed:0"), yet an int
+// argument is its low 4 bytes, signed, as the kernel itself reads it: dfd
+// is -100 (AT_FDCWD), not 4294967196. Other fields keep the format's size
+// and sign.
+func (f Field) Value() (size int, signed bool) {
+	if f.DataLoc || f.ArrayLen > 0 || f.IsPointer() {
+		return f.Size, false
+	}
+	t, ok := cTypes[strings.TrimPrefix(f.Type, "const ")]
+	if !ok || t.size > f.Size {
+		return f.Size, f.Signed
+	}
+	return t.size, t.signed
+}
+
+// IsPointer reports whether the field's C type is a pointer.
+func (f Field) IsPointer() bool { return strings.HasSuffix(f.Type, "*") }
+
+// IsCharPointer reports whether the field is a char * (const or not): the
+// address of a NUL-terminated string.
+func (f Field) IsCharPointer() bool {
+	t := strings.ReplaceAll(strings.TrimPrefix(f.Type, "const "), " ", "")
+	return t == "char*" || t == "unsignedchar*"
+}

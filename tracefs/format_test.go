@@ -148,3 +148,37 @@ func TestParseMountinfo(t *testing.T) {
 		t.Errorf("got %q, want none", got)
 	}
 }
+
+// A syscall tracepoint declares "int dfd" in an 8-byte unsigned slot: the
+// value is the low 4 bytes, signed (AT_FDCWD is -100), as the C type says.
+func TestFieldValueFollowsTheCType(t *testing.T) {
+	f := readFormat(t, "sys_enter_openat.6.18.format")
+	for _, tc := range []struct {
+		field  string
+		size   int
+		signed bool
+	}{
+		{"dfd", 4, true},
+		{"flags", 4, true},
+		{"mode", 2, false}, // umode_t
+		{"filename", 8, false},
+		{"__syscall_nr", 4, true},
+	} {
+		fl, _ := f.Field(tc.field)
+		if size, signed := fl.Value(); size != tc.size || signed != tc.signed {
+			t.Errorf("%s (%s, size %d): value %d bytes signed=%v, want %d %v", tc.field, fl.Type, fl.Size, size, signed, tc.size, tc.signed)
+		}
+	}
+	if fl, _ := f.Field("filename"); !fl.IsCharPointer() || !fl.IsPointer() {
+		t.Errorf("filename (%s) is a char pointer", fl.Type)
+	}
+	// Where the format's size is the type's, nothing changes; an unknown
+	// type keeps the format's size and sign.
+	w := readFormat(t, "sched_switch.6.18.format")
+	for _, name := range []string{"prev_pid", "prev_state", "prev_comm"} {
+		fl, _ := w.Field(name)
+		if size, signed := fl.Value(); size != fl.Size || signed != fl.Signed {
+			t.Errorf("%s: %d %v, want the format's %d %v", name, size, signed, fl.Size, fl.Signed)
+		}
+	}
+}

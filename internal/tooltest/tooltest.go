@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -35,6 +36,9 @@ func Main(m *testing.M) {
 	if spec := os.Getenv("TK_UDP_SIZES"); spec != "" {
 		os.Exit(udpSizes(spec))
 	}
+	if spec := os.Getenv("TK_OPENS"); spec != "" {
+		os.Exit(opens(spec, os.Getenv("TK_COMM")))
+	}
 	os.Exit(m.Run())
 }
 
@@ -49,6 +53,91 @@ func Writes(t testing.TB, size, n int) string {
 func UDPDrops(t testing.TB, n int) string {
 	return fmt.Sprintf("TK_UDP_DROPS=%d %s", n, self(t))
 }
+
+// Open is a file a workload opens Times times.
+type Open struct {
+	Path  string
+	Times int
+}
+
+// Opens is the shell command that opens each file its number of times
+// (openat(2), then close), as a process named comm (prctl PR_SET_NAME)
+// when comm is not "". Paths must not hold ',' or ':'.
+func Opens(t testing.TB, comm string, files ...Open) string {
+	var parts []string
+	for _, f := range files {
+		if strings.ContainsAny(f.Path, ",: '") {
+			t.Fatalf("workload path %q holds ',', ':', ' ' or a quote", f.Path)
+		}
+		parts = append(parts, fmt.Sprintf("%s:%d", f.Path, f.Times))
+	}
+	env, err := exec.LookPath("env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s TK_COMM=%s TK_OPENS=%s %s", env, comm, strings.Join(parts, ","), self(t))
+}
+
+func opens(spec, comm string) int {
+	if comm != "" {
+		// A thread's name: stay on the thread that is renamed.
+		runtime.LockOSThread()
+		name, err := unix.BytePtrFromString(comm)
+		if err != nil {
+			return 3
+		}
+		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0); err != nil {
+			return 3
+		}
+	}
+	for _, part := range strings.Split(spec, ",") {
+		path, n, ok := strings.Cut(part, ":")
+		times, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return 3
+		}
+		for i := 0; i < times; i++ {
+			fd, err := unix.Open(path, unix.O_RDONLY, 0)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, path, err)
+				return 4
+			}
+			unix.Close(fd)
+		}
+	}
+	return 0
+}
+
+// Peer returns the path of a peer tool (bpftrace), installing its Debian
+// package when it is missing; "" inside the kernel matrix's guests, which
+// have no package manager (the comparison runs on the host).
+func Peer(t testing.TB, name, pkg string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if os.Getenv("TRACEKIT_BIN") != "" {
+		return ""
+	}
+	peerMu.Lock()
+	defer peerMu.Unlock()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	t.Logf("installing %s from Debian's packages", pkg)
+	cmd := exec.Command("sh", "-c", "apt-get update -qq && apt-get install -y -qq "+pkg)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install %s: %v\n%s", pkg, err, out)
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s installed, yet %s is not on PATH", pkg, name)
+	}
+	return p
+}
+
+var peerMu sync.Mutex
 
 func self(t testing.TB) string {
 	p, err := os.Executable()
