@@ -29,7 +29,7 @@ var (
 	rounds = flag.Int("rounds", 15, "interleaved rounds; each config is measured once per round")
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, drop or IO")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, open, drop or IO")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -85,7 +85,19 @@ func run() error {
 				{"untraced", untraced},
 				{"empty program", emptyProgram("syscalls:sys_enter_write")},
 				{"writesize", toolProcess(*bin+"/writesize", nil)},
+				{"filter --hist count", toolProcess(*bin+"/filter", []string{"--hist", "count", "syscalls:sys_enter_write"})},
 			}, peer("bpftrace hist()", "tracepoint:syscalls:sys_enter_write { @ = hist(args->count); }")...),
+		},
+		{
+			// Three comparisons, one of them a user string read from the
+			// syscall's argument; every one holds, so all of them run.
+			title: "openat(2) and close(2) of a file, a predicate of three comparisons (one a user string) that holds", unit: "open", ops: *writes / 3, setup: opens,
+			tracers: append([]tracer{
+				{"untraced", untraced},
+				{"empty program", emptyProgram("syscalls:sys_enter_openat")},
+				{"filter --count", toolProcess(*bin+"/filter", []string{"--count", "syscalls:sys_enter_openat", "--where",
+					fmt.Sprintf(`filename == "%s" && flags == 0 && mode == 0`, openPath)})},
+			}, peer("bpftrace count()", fmt.Sprintf(`tracepoint:syscalls:sys_enter_openat /str(args->filename) == "%s" && args->flags == 0 && args->mode == 0/ { @ = count(); }`, openPath))...),
 		},
 		{
 			title: "UDP datagram to a closed port on 127.0.0.1 (one kfree_skb each)", unit: "drop", ops: *writes / 3, setup: udpDrops,
@@ -280,6 +292,23 @@ func directIO(dev string) (func(), func(), error) {
 		}, func() {
 			unix.Munmap(buf)
 			unix.Close(fd)
+		}, nil
+}
+
+// openPath is the file the open suite opens.
+const openPath = "/tmp/tracekit-bench-open"
+
+// opens opens openPath read-only and closes it: one openat(2) each.
+func opens() (func(), func(), error) {
+	if err := os.WriteFile(openPath, nil, 0o644); err != nil {
+		return nil, nil, err
+	}
+	return func() {
+			if fd, err := unix.Open(openPath, unix.O_RDONLY, 0); err == nil {
+				unix.Close(fd)
+			}
+		}, func() {
+			os.Remove(openPath)
 		}, nil
 }
 

@@ -32,6 +32,9 @@ type Target struct {
 	// tag in BTF is read as a user string first, as a kernel one if that
 	// fails: on x86-64 and arm64 the two address ranges never overlap.
 	UserSpace bool
+	// SelfPid, if not 0, is filter's own process id: its events are
+	// dropped first (its writes to stdout would feed the stream).
+	SelfPid uint32
 }
 
 // Stack layout of the filter program.
@@ -39,7 +42,11 @@ const (
 	scratchOff = -8   // probe-read target of integers and pointers
 	strOff     = -136 // probe-read target of strings (up to maxString+1 bytes)
 	maxString  = 127
-	countKey   = -140
+	countKey   = -140 // a u32 array key
+	valOff     = -152 // a u64 value to insert
+	// The key (--count-by) or record (--fields) sits below, up to the
+	// 512 bytes of stack a program has.
+	maxRecord = 512 + valOff
 )
 
 // maxInsns is the instruction limit of kernels before 5.2; an expression
@@ -52,6 +59,7 @@ var builtins = []string{"pid", "tid", "comm", "cpu", "uid", "gid"}
 
 type compiler struct {
 	t       Target
+	option  string // the option expr came from ("" is --where)
 	expr    string
 	insns   bpf.Instructions
 	n       int               // label counter
@@ -60,7 +68,7 @@ type compiler struct {
 }
 
 func (c *compiler) errAt(pos int, format string, args ...any) error {
-	return &ExprError{Expr: c.expr, Pos: pos, Msg: fmt.Sprintf(format, args...)}
+	return &ExprError{Option: c.option, Expr: c.expr, Pos: pos, Msg: fmt.Sprintf(format, args...)}
 }
 
 func (c *compiler) label(s string) string {
@@ -89,26 +97,32 @@ func (c *compiler) emit(insns ...bpf.Instruction) {
 	c.insns = append(c.insns, insns...)
 }
 
-// Compile turns a parsed expression (nil: none) into a filter program:
-// return 1 keeps the event (the kernel stores it), 0 discards it. With
-// count, kept events are counted in slot 0 of the per-CPU array "count"
-// and discarded. Conditions short-circuit: the right side of && and || runs
-// only when the left side does not decide.
-func Compile(expr string, root Node, t Target, count bool) (bpf.Instructions, error) {
+// Compile turns a parsed expression (nil: none) and an action into a
+// filter program. Conditions short-circuit: the right side of && and ||
+// runs only when the left side does not decide. Every action but Keep
+// returns 0, so the kernel stores nothing.
+func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
 	c := &compiler{t: t, expr: expr, alias: map[string]string{}}
 	c.emit(asm.Prologue()...)
+	if t.SelfPid != 0 {
+		c.emit(asm.CurrentPid()...)
+		c.emit(bpf.JEq.Imm(asm.RegPid, int32(t.SelfPid), "reject").WithSource(bpf.Comment("not filter's own events (--self includes them)")))
+	}
+	if root != nil {
+		var always *bool
+		root, always = c.fold(root)
+		if always != nil && !*always {
+			return nil, c.errAt(0, "the expression never holds: no event would pass")
+		}
+	}
 	if root != nil {
 		if err := c.branch(root, "reject", false); err != nil {
 			return nil, err
 		}
 	}
-	if count {
-		c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the event passed: count it")),
-			asm.StoreKey(countKey, bpf.R1, bpf.Word))
-		c.emit(asm.PerCPUArrayIncrement("count", "count", countKey)...)
-		c.emit(bpf.Ja.Label("reject"))
-	} else {
-		c.emit(bpf.Mov.Imm(bpf.R0, 1).WithSource(bpf.Comment("the event passed: keep it")), bpf.Return())
+	prog, err := c.action(act)
+	if err != nil {
+		return nil, err
 	}
 	for i, ins := range c.insns {
 		if a, ok := c.alias[ins.Reference()]; ok {
@@ -123,19 +137,90 @@ func Compile(expr string, root Node, t Target, count bool) (bpf.Instructions, er
 			break
 		}
 	}
-	if n := slots(c.insns); n > maxInsns {
+	if n := slotCount(c.insns); n > maxInsns {
+		c.option, c.expr = "", expr
 		return nil, c.errAt(0, "the expression compiles to %d instructions, more than the %d a program may have on kernels before 5.2: shorten it", n, maxInsns)
 	}
-	return c.insns, nil
+	prog.Insns = c.insns
+	return prog, nil
 }
 
-// slots counts instruction slots (a 64-bit immediate load takes two).
-func slots(insns bpf.Instructions) int {
+// slotCount counts instruction slots (a 64-bit immediate load takes two).
+func slotCount(insns bpf.Instructions) int {
 	n := 0
 	for _, ins := range insns {
 		n += int(ins.Size() / bpf.InstructionSize)
 	}
 	return n
+}
+
+// fold replaces the comparisons whose outcome the types decide (a string
+// ~ "*", a literal longer than the array it is compared with by !=) by
+// their value, and simplifies around them: code after an unconditional
+// jump would be unreachable, and the verifier refuses that. A nil node
+// comes with the value it always has.
+func (c *compiler) fold(n Node) (Node, *bool) {
+	known := func(b bool) (Node, *bool) { return nil, &b }
+	switch n := n.(type) {
+	case *Not:
+		x, k := c.fold(n.X)
+		if k != nil {
+			return known(!*k)
+		}
+		return &Not{X: x, Pos: n.Pos}, nil
+	case *And, *Or:
+		var l, r Node
+		isAnd := false
+		if a, ok := n.(*And); ok {
+			l, r, isAnd = a.L, a.R, true
+		} else {
+			o := n.(*Or)
+			l, r = o.L, o.R
+		}
+		l, kl := c.fold(l)
+		r, kr := c.fold(r)
+		// For &&, false decides and true drops out; for ||, the reverse.
+		switch {
+		case kl != nil && *kl != isAnd, kr != nil && *kr != isAnd:
+			return known(!isAnd)
+		case kl != nil:
+			return r, kr
+		case kr != nil:
+			return l, nil
+		case isAnd:
+			return &And{L: l, R: r}, nil
+		}
+		return &Or{L: l, R: r}, nil
+	case *Cmp:
+		if v, ok := c.constCmp(n); ok {
+			return known(v)
+		}
+	}
+	return n, nil
+}
+
+// constCmp reports the value of a comparison the types decide.
+func (c *compiler) constCmp(cmp *Cmp) (value bool, ok bool) {
+	l, r, op := cmp.Left, cmp.Right, cmp.Op
+	if l.IsConst() {
+		l, r = r, l
+	}
+	if !r.IsString || l.IsConst() || (op != "~" && op != "!=") {
+		return false, false
+	}
+	start, pending := len(c.insns), c.pending
+	v, err := c.resolve(l)
+	c.insns, c.pending = c.insns[:start], pending
+	if err != nil || v.kind != kString {
+		return false, false
+	}
+	switch {
+	case op == "~" && r.Str == "*":
+		return true, true
+	case op == "!=" && v.strLen > 0 && len(r.Str) > v.strLen:
+		return true, true
+	}
+	return false, false
 }
 
 // branch emits code that jumps to target when n evaluates to when, and
@@ -819,7 +904,7 @@ func (c *compiler) fetchStr(v value, n int) (bpf.Register, int16, error) {
 		if err := c.fetchInt(*v.ptr, bpf.R1); err != nil {
 			return 0, 0, err
 		}
-		c.readStr(v, n)
+		c.readStr(v, strOff, n, true)
 	case v.src == srcCtx:
 		return asm.RegCtx, int16(v.ctxOff), nil
 	case v.src == srcDataLoc:
@@ -844,13 +929,22 @@ func (c *compiler) fetchStr(v value, n int) (bpf.Register, int16, error) {
 	return bpf.RFP, strOff, nil
 }
 
-// readStr reads at most n-1 bytes and a NUL of the string at the address in
-// R1 to the string buffer. A string that cannot be read (a fault, or a page
-// not yet touched) reads as empty: the helpers zero the buffer.
-func (c *compiler) readStr(v value, n int) {
-	helper := c.t.Read.KernelStr
+// readStr reads the string at the address in R1 to the stack at dst: at
+// most n-1 bytes and a NUL (a key or a record's column), or, exact, n bytes
+// as they are (a comparison with a literal of n bytes, its NUL included).
+// An exact read is cheaper and decides the same: a string shorter than the
+// literal differs from it whether its tail reads or faults, and a string
+// as long or longer lies within the n bytes. A string that cannot be read
+// (a fault, a page not yet touched) reads as zeros: the helpers clear the
+// buffer.
+func (c *compiler) readStr(v value, dst int16, n int, exact bool) {
+	kernel, user := c.t.Read.KernelStr, c.t.Read.UserStr
+	if exact {
+		kernel, user = c.t.Read.Kernel, c.t.Read.User
+	}
+	helper := kernel
 	if v.space != spaceKernel {
-		helper = c.t.Read.UserStr
+		helper = user
 	}
 	either := v.space == spaceEither && c.t.Read.Split()
 	from := bpf.R1
@@ -862,16 +956,20 @@ func (c *compiler) readStr(v value, n int) {
 		c.emit(
 			bpf.Mov.Reg(bpf.R3, from).WithSource(bpf.Comment(note)),
 			bpf.Mov.Reg(bpf.R1, bpf.RFP),
-			bpf.Add.Imm(bpf.R1, strOff),
+			bpf.Add.Imm(bpf.R1, int32(dst)),
 			bpf.Mov.Imm(bpf.R2, int32(n)),
 			h.Call(),
 		)
 	}
-	call(helper, fmt.Sprintf("read up to %d bytes of the string at %s with %v", n, v.name, helper))
+	what := "up to %d bytes of the string"
+	if exact {
+		what = "%d bytes of the string"
+	}
+	call(helper, fmt.Sprintf("read "+what+" at %s with %v", n, v.name, helper))
 	if either {
 		done := c.label("read")
 		c.emit(bpf.JSGE.Imm(bpf.R0, 0, done))
-		call(c.t.Read.KernelStr, "not a user address: a kernel one")
+		call(kernel, "not a user address: a kernel one")
 		c.mark(done)
 	}
 }
@@ -920,11 +1018,7 @@ func (c *compiler) stringCmp(v value, lit Operand, op string, opPos int, target 
 		}
 		return nil
 	}
-	readLen := n
-	if v.ptr != nil && prefix {
-		readLen = n + 1 // a string read always ends in a NUL
-	}
-	base, off, err := c.fetchStr(v, readLen)
+	base, off, err := c.fetchStr(v, n)
 	if err != nil {
 		return err
 	}

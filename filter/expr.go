@@ -18,9 +18,10 @@ import (
 
 // ExprError is a bad expression: a message and where it points.
 type ExprError struct {
-	Expr string
-	Pos  int
-	Msg  string
+	Option string // the option it came from: "" for --where
+	Expr   string
+	Pos    int
+	Msg    string
 }
 
 func (e *ExprError) Error() string {
@@ -180,8 +181,8 @@ type Operand struct {
 	IsInt, IsString bool
 	Int             uint64
 	Neg             bool
-	Text            string // the constant as written
 	Str             string
+	Text            string // the operand as written
 }
 
 // IsConst reports whether the operand is a number or a string literal.
@@ -314,17 +315,26 @@ func (p *parser) cmp() (*Cmp, error) {
 	return &Cmp{Left: l, Right: r, Op: op.text, OpPos: op.pos, End: p.toks[p.i-1].end}, nil
 }
 
-// Operand parses one side of a comparison; --fields, --count-by and
-// --hist take operands too.
+// operand parses one side of a comparison; --fields, --count-by and
+// --hist take operands too. Text is the operand as written.
 func (p *parser) operand() (Operand, error) {
+	start := p.peek().pos
+	o, err := p.operand1()
+	if err == nil {
+		o.Text = p.expr[start:p.toks[p.i-1].end]
+	}
+	return o, err
+}
+
+func (p *parser) operand1() (Operand, error) {
 	t := p.peek()
 	switch t.kind {
 	case tInt:
 		p.i++
-		return Operand{Pos: t.pos, IsInt: true, Int: t.num, Neg: t.neg, Text: t.text}, nil
+		return Operand{Pos: t.pos, IsInt: true, Int: t.num, Neg: t.neg}, nil
 	case tString:
 		p.i++
-		return Operand{Pos: t.pos, IsString: true, Str: t.text, Text: p.expr[t.pos:t.end]}, nil
+		return Operand{Pos: t.pos, IsString: true, Str: t.text}, nil
 	case tIdent:
 		if t.text == "str" && p.toks[p.i+1].kind == tLParen {
 			// str(path), as bpftrace writes it.

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
-	bpf "github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
@@ -58,6 +61,7 @@ func targets(t *testing.T) map[string]Target {
 		"netif":      {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, Read: asm.NewReaders},
 		"kfree":      {Format: tooltest.Format(t, "kfree_skb.6.18.format"), Read: asm.NewReaders},
 		"sched":      {Format: tooltest.Format(t, "sched_kthread_stop.2.6.format"), Read: asm.OldReaders},
+		"netif_self": {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), Read: asm.NewReaders, SelfPid: 4242},
 		"switch":     {Format: tooltest.Format(t, "sched_switch.6.18.format"), Read: asm.NewReaders},
 		"openat":     {Format: openat, Read: asm.NewReaders, UserSpace: true},
 		"openat_old": {Format: openat, Read: asm.OldReaders, UserSpace: true},
@@ -72,36 +76,49 @@ func targets(t *testing.T) map[string]Target {
 // proves: one line per variant.
 var compileCases = []struct {
 	golden, target, expr string
-	count                bool
+	act                  string // "", "count", "count-by:KEYS", "hist:EXPR", "fields:LIST", "emit" (every field)
 }{
-	{"netif_name", "netif", `name == "lo"`, false},
-	{"netif_name_ne_len", "netif", `name != "lo" && len >= 1028`, false},
-	{"netif_cast_walk", "netif", `((struct sk_buff *)skbaddr)->dev->name == "lo"`, false},
-	{"kfree_reason_count", "kfree", `reason == "NO_SOCKET" && 0x800 == protocol`, true},
-	{"sched_comm_pid", "sched", `comm == "kworker/0:1" && pid > -100 && 1000 >= pid`, false},
-	{"kprobe_skb_len", "kprobe", `skb->len > 100 && skb->protocol == 8`, false},
-	{"kprobe_skb_dev", "kprobe", `skb->dev->ifindex != 1`, true},
-	{"kret_ret", "kret", `ret < 0`, false},
-	{"no_where", "netif", ``, false},
-	{"no_where_count", "netif", ``, true},
-	{"sched_comm_ne_long", "sched", `comm != "abcdefghijklmnopqrstuvwxyz"`, false},
-	{"openat_filename", "openat", `filename == "/etc/passwd"`, false},
-	{"openat_prefix_or_not", "openat", `(filename ~ "/etc/*" || filename == "/tmp/x") && !(dfd == -100)`, true},
-	{"openat_old_prefix", "openat_old", `str(args->filename) ~ "/usr/lib/*"`, false},
-	{"openat_address", "openat", `filename != 0 && flags >= 0x8000`, false},
-	{"builtins", "netif", `pid == 1 || tid != 2 && uid == 0 && gid >= 10 && cpu < 4 || comm == "filter"`, false},
-	{"builtins_count", "switch", `comm ~ "kworker/*" && !(cpu > 1)`, true},
-	{"field_vs_field", "switch", `prev_pid == next_pid || prev_prio < next_prio && prev_state != 0`, false},
-	{"field_vs_field_count", "switch", `!(prev_pid <= next_pid) && prev_comm == "swapper/0"`, true},
-	{"kprobe_str_arg", "kopen", `filename == "/etc/passwd" && dfd == -100`, false},
-	{"kprobe_str_arg_old", "kopen_old", `filename ~ "/proc/*" || filename == 0`, true},
-	{"kprobe_cast_str", "kprobe", `(char *)net == "x" || !((const char *)skb->dev ~ "eth*")`, false},
-	{"kprobe_walk_str", "kprobe", `skb->dev->name ~ "lo*" && skb->dev->ifindex > skb->len`, false},
-	{"double_not", "netif", `!!(len > 3) && !(name == "lo" || name == "eth0")`, false},
+	{"netif_name", "netif", `name == "lo"`, ""},
+	{"netif_name_ne_len", "netif", `name != "lo" && len >= 1028`, ""},
+	{"netif_cast_walk", "netif", `((struct sk_buff *)skbaddr)->dev->name == "lo"`, ""},
+	{"kfree_reason_count", "kfree", `reason == "NO_SOCKET" && 0x800 == protocol`, "count"},
+	{"sched_comm_pid", "sched", `comm == "kworker/0:1" && pid > -100 && 1000 >= pid`, ""},
+	{"kprobe_skb_len", "kprobe", `skb->len > 100 && skb->protocol == 8`, ""},
+	{"kprobe_skb_dev", "kprobe", `skb->dev->ifindex != 1`, "count"},
+	{"kret_ret", "kret", `ret < 0`, ""},
+	{"no_where", "netif", ``, ""},
+	{"no_where_count", "netif", ``, "count"},
+	{"sched_comm_ne_long", "sched", `comm != "abcdefghijklmnopqrstuvwxyz"`, ""},
+	{"openat_filename", "openat", `filename == "/etc/passwd"`, ""},
+	{"openat_prefix_or_not", "openat", `(filename ~ "/etc/*" || filename == "/tmp/x") && !(dfd == -100)`, "count"},
+	{"openat_old_prefix", "openat_old", `str(args->filename) ~ "/usr/lib/*"`, ""},
+	{"openat_address", "openat", `filename != 0 && flags >= 0x8000`, ""},
+	{"builtins", "netif", `pid == 1 || tid != 2 && uid == 0 && gid >= 10 && cpu < 4 || comm == "filter"`, ""},
+	{"builtins_count", "switch", `comm ~ "kworker/*" && !(cpu > 1)`, "count"},
+	{"field_vs_field", "switch", `prev_pid == next_pid || prev_prio < next_prio && prev_state != 0`, ""},
+	{"field_vs_field_count", "switch", `!(prev_pid <= next_pid) && prev_comm == "swapper/0"`, "count"},
+	{"kprobe_str_arg", "kopen", `filename == "/etc/passwd" && dfd == -100`, ""},
+	{"kprobe_str_arg_old", "kopen_old", `filename ~ "/proc/*" || filename == 0`, "count"},
+	{"kprobe_cast_str", "kprobe", `(char *)net == "x" || !((const char *)skb->dev ~ "eth*")`, ""},
+	{"kprobe_walk_str", "kprobe", `skb->dev->name ~ "lo*" && skb->dev->ifindex > skb->len`, ""},
+	{"double_not", "netif", `!!(len > 3) && !(name == "lo" || name == "eth0")`, ""},
+	{"self", "netif_self", `len > 100`, ""},
+	{"emit_openat", "openat", `dfd == -100`, "emit"},
+	{"emit_kopen", "kopen", ``, "emit"},
+	{"fields_mixed", "netif", `len > 0`, "fields:comm,pid,len,name,((struct sk_buff *)skbaddr)->dev->ifindex"},
+	{"fields_sched_old", "sched", ``, "fields:comm,pid,tid,cpu,uid,gid"},
+	{"fields_kprobe_walk", "kprobe", `skb->len > 0`, "fields:skb->len,skb->dev->name,cpu"},
+	{"count_by_comm_filename", "openat", `filename ~ "/etc/*"`, "count-by:comm,filename"},
+	{"count_by_switch", "switch", ``, "count-by:prev_comm,next_pid"},
+	{"count_by_kopen", "kopen_old", `dfd == -100`, "count-by:filename,dfd,uid"},
+	{"count_by_reason", "kfree", ``, "count-by:reason"},
+	{"hist_len", "netif", `name == "lo"`, "hist:len"},
+	{"hist_signed", "openat", ``, "hist:dfd"},
+	{"hist_walk", "kprobe", ``, "hist:skb->len"},
 }
 
 // compileCase compiles one case of compileCases.
-func compileCase(t *testing.T, ts map[string]Target, i int) bpf.Instructions {
+func compileCase(t *testing.T, ts map[string]Target, i int) *Program {
 	t.Helper()
 	tc := compileCases[i]
 	var root Node
@@ -111,17 +128,71 @@ func compileCase(t *testing.T, ts map[string]Target, i int) bpf.Instructions {
 			t.Fatalf("%s: %v", tc.expr, err)
 		}
 	}
-	insns, err := Compile(tc.expr, root, ts[tc.target], tc.count)
+	prog, err := Compile(tc.expr, root, ts[tc.target], caseAction(t, ts[tc.target], tc.act))
 	if err != nil {
 		t.Fatalf("%s: %v", tc.expr, err)
 	}
-	return insns
+	return prog
+}
+
+// caseAction turns a case's act into an Action.
+func caseAction(t *testing.T, target Target, act string) Action {
+	kind, list, _ := strings.Cut(act, ":")
+	k, ok := map[string]ActionKind{"": Keep, "count": Count, "count-by": CountBy, "hist": Hist, "fields": Emit, "emit": Emit}[kind]
+	if !ok {
+		t.Fatalf("unknown act %q", act)
+	}
+	a := Action{Kind: k, Option: "--" + kind, Source: list}
+	switch {
+	case kind == "emit":
+		a.Columns = defaultColumns(target)
+	case list != "":
+		ops, err := ParseOperands(list, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", act, err)
+		}
+		a.Columns = ops
+		if k == Hist {
+			a.Columns, a.Hist = nil, ops[0]
+		}
+	}
+	return a
+}
+
+// layout prints a program's columns, so the goldens pin what user space
+// decodes too.
+func layout(p *Program) string {
+	var b strings.Builder
+	for _, c := range p.Columns {
+		kind := "u64"
+		switch {
+		case c.String:
+			kind = fmt.Sprintf("char[%d]", c.Size)
+		case c.Pointer:
+			kind = "pointer"
+		case c.Signed:
+			kind = "s64"
+		}
+		fmt.Fprintf(&b, "column %s: %s at %d\n", c.Name, kind, c.Offset)
+	}
+	if p.Size > 0 {
+		fmt.Fprintf(&b, "size %d\n", p.Size)
+	}
+	if p.Signed {
+		b.WriteString("signed: below zero counted apart\n")
+	}
+	return b.String()
 }
 
 func TestCompileGoldens(t *testing.T) {
 	ts := targets(t)
 	for i, tc := range compileCases {
-		golden.Check(t, "compile_"+tc.golden, fmt.Sprintf("%s\n%v", tc.expr, compileCase(t, ts, i)))
+		p := compileCase(t, ts, i)
+		act := ""
+		if tc.act != "" {
+			act = "--" + tc.act + "\n"
+		}
+		golden.Check(t, "compile_"+tc.golden, fmt.Sprintf("%s\n%s%s%v", tc.expr, act, layout(p), p.Insns))
 	}
 }
 
@@ -135,8 +206,9 @@ func TestCompiledLoad(t *testing.T) {
 		if ts[tc.target].Format == nil {
 			typ = ebpf.Kprobe
 		}
-		maps := map[string]*ebpf.MapSpec{"count": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}}
-		loadtest.Program(t, tc.golden, typ, &ebpf.ProgramSpec{Name: "filter", Instructions: compileCase(t, ts, i)}, maps)
+		p := compileCase(t, ts, i)
+		kind := caseAction(t, ts[tc.target], tc.act).Kind
+		loadtest.Program(t, tc.golden, typ, &ebpf.ProgramSpec{Name: "filter", Instructions: p.Insns}, maps(kind, p))
 	}
 }
 
@@ -173,6 +245,7 @@ func TestBadExpressions(t *testing.T) {
 		{"openat", `dfd ~ "1*"`, "~ matches a string prefix: dfd is a number\n  dfd ~ \"1*\"\n      ^"},
 		{"openat", `dfd == -2147483649`, "-2147483649 does not fit in dfd (4 bytes, signed)\n  dfd == -2147483649\n         ^"},
 		{"openat", `filename == "` + strings.Repeat("x", 128) + `"`, "string literals are limited to 127 bytes\n  filename == \"" + strings.Repeat("x", 128) + "\"\n              ^"},
+		{"openat", `!(filename ~ "*") && dfd == 1`, "the expression never holds: no event would pass\n  !(filename ~ \"*\") && dfd == 1\n  ^"},
 		{"netif", `(len == 3`, "expected ')'\n  (len == 3\n           ^"},
 		{"netif", `!`, "expected a field, a number or a string\n  !\n   ^"},
 		{"netif", `len & 3`, "'&' is not an operator: use '&&' to join comparisons\n  len & 3\n      ^"},
@@ -187,7 +260,7 @@ func TestBadExpressions(t *testing.T) {
 	} {
 		root, err := Parse(tc.expr)
 		if err == nil {
-			_, err = Compile(tc.expr, root, ts[tc.target], false)
+			_, err = Compile(tc.expr, root, ts[tc.target], Action{})
 		}
 		if err == nil {
 			t.Errorf("%s: accepted", tc.expr)
@@ -202,7 +275,8 @@ func TestBadExpressions(t *testing.T) {
 // FuzzParse: the parser never panics, and an error always points inside
 // the expression (or just past its end).
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{`name == "lo"`, `((struct sk_buff *)skbaddr)->dev->name == "lo"`, `a->b.c >= -0x10 && d != "x\"y"`, `((`, `"`, `&&`, `a -> `} {
+	for _, s := range []string{`name == "lo"`, `((struct sk_buff *)skbaddr)->dev->name == "lo"`, `a->b.c >= -0x10 && d != "x\"y"`, `((`, `"`, `&&`, `a -> `,
+		`!(a == 1 || (b ~ "x*")) && (char *)c == "d"`, `str(x) == "" || !!!y < 3`, `((a == 1)`, `(a == 1))`, `a == 1 || `, `!`} {
 		f.Add(s)
 	}
 	ts := targets(&testing.T{})
@@ -218,6 +292,129 @@ func FuzzParse(f *testing.F) {
 		if root == nil {
 			t.Fatalf("%q: no expression and no error", s)
 		}
-		_, _ = Compile(s, root, ts["netif"], false)
+		_, _ = Compile(s, root, ts["netif"], Action{})
+	})
+}
+
+// operandsOf are the operands a generated expression draws from, per
+// target: integers (with their signedness) and strings (with their room).
+var operandsOf = map[string]struct {
+	ints    map[string]bool // name: signed
+	strs    map[string]int  // name: room (0: a pointer's string)
+	actions []string
+}{
+	"switch": {
+		ints:    map[string]bool{"prev_pid": true, "next_pid": true, "prev_prio": true, "prev_state": true, "pid": false, "tid": false, "cpu": false, "uid": false, "gid": false},
+		strs:    map[string]int{"prev_comm": 16, "next_comm": 16, "comm": 16},
+		actions: []string{"", "count", "count-by:prev_comm,next_pid,cpu", "hist:prev_state", "fields:prev_comm,next_comm,pid,comm"},
+	},
+	"openat": {
+		ints:    map[string]bool{"dfd": true, "flags": true, "mode": false, "__syscall_nr": true, "uid": false},
+		strs:    map[string]int{"filename": 0, "comm": 16, "str(args->filename)": 0},
+		actions: []string{"", "count", "count-by:filename,comm", "hist:flags", "emit", "fields:filename,dfd"},
+	},
+	"kopen": {
+		ints:    map[string]bool{"dfd": true, "pid": false, "gid": false},
+		strs:    map[string]int{"filename": 0, "comm": 16},
+		actions: []string{"", "count", "count-by:filename", "hist:dfd", "emit"},
+	},
+}
+
+// genExpr writes a random valid expression over a target's operands.
+func genExpr(r *rand.Rand, target string, depth int) string {
+	ops := operandsOf[target]
+	if depth > 0 {
+		switch r.Intn(5) {
+		case 0:
+			return "!(" + genExpr(r, target, depth-1) + ")"
+		case 1:
+			return "(" + genExpr(r, target, depth-1) + " && " + genExpr(r, target, depth-1) + ")"
+		case 2:
+			return genExpr(r, target, depth-1) + " || " + genExpr(r, target, depth-1)
+		}
+	}
+	pick := func(m map[string]bool) (string, bool) {
+		names := make([]string, 0, len(m))
+		for n := range m {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		n := names[r.Intn(len(names))]
+		return n, m[n]
+	}
+	if r.Intn(2) == 0 {
+		names := make([]string, 0, len(ops.strs))
+		for n := range ops.strs {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		name := names[r.Intn(len(names))]
+		limit := maxString
+		if room := ops.strs[name]; room > 0 {
+			limit = room - 1
+		}
+		lit := make([]byte, r.Intn(min(limit, 40)+1))
+		for i := range lit {
+			lit[i] = "abcdefghij/._-XYZ"[r.Intn(17)]
+		}
+		switch r.Intn(3) {
+		case 0:
+			return fmt.Sprintf(`%s == "%s"`, name, lit)
+		case 1:
+			return fmt.Sprintf(`%s != "%s"`, name, lit)
+		}
+		return fmt.Sprintf(`%s ~ "%s*"`, name, lit)
+	}
+	name, signed := pick(ops.ints)
+	op := []string{"==", "!=", "<", "<=", ">", ">="}[r.Intn(6)]
+	if r.Intn(4) == 0 {
+		other, _ := pick(ops.ints)
+		return fmt.Sprintf("%s %s %s", name, op, other)
+	}
+	lit := strconv.Itoa(r.Intn(1 << 15))
+	if signed && r.Intn(2) == 0 {
+		lit = "-" + lit
+	}
+	if r.Intn(3) == 0 {
+		return fmt.Sprintf("%s %s %s", lit, op, name)
+	}
+	return fmt.Sprintf("%s %s %s", name, op, lit)
+}
+
+// FuzzCompile generates valid expressions and actions from a seed: each
+// must compile, and as root the kernel's verifier must take each program
+// (go test runs the seeds below; go test -fuzz explores further).
+func FuzzCompile(f *testing.F) {
+	for seed := int64(0); seed < 24; seed++ {
+		f.Add(seed)
+	}
+	ts := targets(&testing.T{})
+	targetNames := []string{"kopen", "openat", "switch"}
+	f.Fuzz(func(t *testing.T, seed int64) {
+		r := rand.New(rand.NewSource(seed))
+		target := targetNames[r.Intn(len(targetNames))]
+		expr := genExpr(r, target, r.Intn(4))
+		acts := operandsOf[target].actions
+		actText := acts[r.Intn(len(acts))]
+		root, err := Parse(expr)
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		act := caseAction(t, ts[target], actText)
+		prog, err := Compile(expr, root, ts[target], act)
+		if err != nil && strings.Contains(err.Error(), "never holds") {
+			return // !(x ~ "*"): refused, rightly
+		}
+		if err != nil {
+			t.Fatalf("%s on %s (%s): %v", expr, target, actText, err)
+		}
+		if os.Geteuid() != 0 {
+			return
+		}
+		typ := ebpf.TracePoint
+		if ts[target].Format == nil {
+			typ = ebpf.Kprobe
+		}
+		loadtest.Program(t, fmt.Sprintf("seed %d: %s on %s (%s)", seed, expr, target, actText), typ, &ebpf.ProgramSpec{Name: "filter", Instructions: prog.Insns}, maps(act.Kind, prog))
 	})
 }

@@ -12,9 +12,14 @@ import (
 
 type options struct {
 	tools.Common
-	Where string `short:"w" long:"where" value-name:"EXPR" unquote:"false" description:"Keep only events for which EXPR holds: comparisons of fields, arguments, builtins and strings, joined by &&, || and !, with parentheses (see below)"`
-	Count bool   `long:"count" description:"Count the passing events in the kernel and report the count per interval instead of printing them"`
-	Info  bool   `long:"info" description:"Print the event's fields (tracepoint) or the function's signature from BTF (kprobe) and exit"`
+	Where       string `short:"w" long:"where" value-name:"EXPR" unquote:"false" description:"Keep only events for which EXPR holds: comparisons of fields, arguments, builtins and strings, joined by &&, || and !, with parentheses (see below)"`
+	Fields      string `long:"fields" value-name:"LIST" unquote:"false" description:"Print only these comma-separated fields, arguments, builtins, paths or str() on each line; strings print as text"`
+	Count       bool   `long:"count" description:"Count the passing events in the kernel and report the count per interval instead of printing them"`
+	CountBy     string `long:"count-by" value-name:"KEYS" unquote:"false" description:"Count the passing events in the kernel by KEYS (comma-separated fields, builtins, paths or strings): a table per interval, largest first"`
+	Hist        string `long:"hist" value-name:"EXPR" unquote:"false" description:"A log2 histogram of the integer EXPR (a field, builtin or path) over the passing events, built in the kernel, per interval"`
+	Self        bool   `long:"self" description:"Include filter's own events (left out by default: its writes would feed the stream)"`
+	BufferPages int    `long:"buffer-pages" value-name:"N" default:"64" description:"Ring buffer pages per CPU for printed events, a power of two"`
+	Info        bool   `long:"info" description:"Print the event's fields (tracepoint) or the function's signature from BTF (kprobe) and exit"`
 }
 
 const details = `EVENT is a tracepoint GROUP:NAME (net:netif_receive_skb,

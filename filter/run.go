@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
+	"os"
+	"sort"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -62,8 +61,32 @@ func validate(o *options) error {
 			return tools.Usagef("--where: %v", err)
 		}
 	}
-	if o.Info && (o.Where != "" || o.Count) {
-		return tools.Usagef("--info prints the event's description: it takes no --where or --count")
+	var modes []string
+	for name, set := range map[string]bool{"--count": o.Count, "--count-by": o.CountBy != "", "--hist": o.Hist != "", "--fields": o.Fields != ""} {
+		if set {
+			modes = append(modes, name)
+		}
+	}
+	sort.Strings(modes)
+	if o.Info && (o.Where != "" || len(modes) > 0) {
+		return tools.Usagef("--info prints the event's description: it takes no --where, --count, --count-by, --hist or --fields")
+	}
+	if len(modes) > 1 {
+		return tools.Usagef("%s: choose one of printing (--fields), --count, --count-by and --hist", strings.Join(modes, " and "))
+	}
+	for _, opt := range []struct {
+		name, text string
+		want       int
+	}{{"--fields", o.Fields, 0}, {"--count-by", o.CountBy, 0}, {"--hist", o.Hist, 1}} {
+		if opt.text == "" {
+			continue
+		}
+		if _, err := ParseOperands(opt.text, opt.want); err != nil {
+			return tools.Usagef("%s: %v", opt.name, err)
+		}
+	}
+	if p := o.BufferPages; p < 1 || p > 1<<16 || p&(p-1) != 0 {
+		return tools.Usagef("--buffer-pages %d: a power of two from 1 to 65536", p)
 	}
 	return nil
 }
@@ -198,6 +221,12 @@ func info(s *tools.Session, ev event) error {
 	return nil
 }
 
+// mode is what a run does, decided from the options and the event.
+type mode struct {
+	act     Action
+	columns bool // Emit: the records are ours (Program.Columns), not the kernel's
+}
+
 func run(ctx context.Context, s *tools.Session, o *options) error {
 	ev, _ := parseEvent(o.Lead())
 	if o.Info {
@@ -208,16 +237,23 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		root, _ = Parse(o.Where)
 	}
 	target := Target{Read: tools.Readers(), UserSpace: ev.group == "syscalls"}
+	if !o.Self {
+		target.SelfPid = uint32(os.Getpid())
+	}
 	var fetch []string
 	pointers := map[string]bool{}
 	progType := ebpf.TracePoint
+	act, err := action(o)
+	if err != nil {
+		return err
+	}
 	if ev.kind == "tracepoint" {
 		f, err := tracefs.ReadFormat(ev.group, ev.name)
 		if err != nil {
 			return err
 		}
 		target.Format = f
-		if needsBTF(root) {
+		if needsBTF(root) || columnsNeedBTF(act) {
 			if target.BTF, err = btf.LoadKernelSpec(); err != nil {
 				return fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
 			}
@@ -238,34 +274,158 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err != nil {
 			return err
 		}
-		t.Read = target.Read
+		t.Read, t.SelfPid = target.Read, target.SelfPid
 		target, fetch, pointers, progType = t, f, ptrs, ebpf.Kprobe
 	}
-	insns, err := Compile(o.Where, root, target, o.Count)
+	if act.Kind == Keep && hasStringPointer(target) {
+		// The kernel's record holds the address, not the string: build our
+		// own records, every field in them.
+		act = Action{Kind: Emit, Columns: defaultColumns(target)}
+	}
+	prog, err := Compile(o.Where, root, target, act)
 	if err != nil {
 		var ee *ExprError
 		if errors.As(err, &ee) {
-			return tools.Usagef("--where: %v", err)
+			opt := ee.Option
+			if opt == "" {
+				opt = "--where"
+			}
+			return tools.Usagef("%s: %v", opt, err)
 		}
 		return err
 	}
 	spec := &ebpf.CollectionSpec{
-		Maps: map[string]*ebpf.MapSpec{},
+		Maps: maps(act.Kind, prog),
 		Programs: map[string]*ebpf.ProgramSpec{
-			"filter": {Name: "filter", Type: progType, License: "GPL", Instructions: insns},
+			"filter": {Name: "filter", Type: progType, License: "GPL", Instructions: prog.Insns},
 		},
-	}
-	if o.Count {
-		spec.Maps["count"] = &ebpf.MapSpec{Name: "filter_count", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	}
 	coll, err := s.Load(spec)
 	if err != nil {
 		return err
 	}
-	if o.Count {
-		return count(ctx, s, ev, coll)
+	if act.Kind != Keep {
+		// Our program makes what is reported: attach it once, as cheaply
+		// as the event allows (a kprobe through the PMU where there is one).
+		if ev.kind == "tracepoint" {
+			err = s.AttachTracepoint(coll.Programs["filter"], ev.group, ev.name)
+		} else {
+			err = s.AttachProbe(coll.Programs["filter"], ev.probe(), false)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return stream(ctx, s, ev, coll, target.Format, fetch, pointers)
+	switch act.Kind {
+	case Count:
+		return count(ctx, s, ev, coll)
+	case CountBy:
+		return countBy(ctx, s, ev, coll, prog)
+	case Hist:
+		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
+	case Emit:
+		rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.BufferPages)
+		if err != nil {
+			return err
+		}
+		return stream(ctx, s, ev, rings, recordFormat(ev, prog), nil)
+	}
+	return streamKept(ctx, s, ev, coll, target.Format, fetch, pointers, o.BufferPages)
+}
+
+// action is what the options ask for; the event may still turn Keep into
+// Emit.
+func action(o *options) (Action, error) {
+	switch {
+	case o.Count:
+		return Action{Kind: Count}, nil
+	case o.CountBy != "":
+		cols, err := ParseOperands(o.CountBy, 0)
+		return Action{Kind: CountBy, Columns: cols, Option: "--count-by", Source: o.CountBy}, err
+	case o.Hist != "":
+		cols, err := ParseOperands(o.Hist, 1)
+		if err != nil {
+			return Action{}, err
+		}
+		return Action{Kind: Hist, Hist: cols[0], Option: "--hist", Source: o.Hist}, nil
+	case o.Fields != "":
+		cols, err := ParseOperands(o.Fields, 0)
+		return Action{Kind: Emit, Columns: cols, Option: "--fields", Source: o.Fields}, err
+	}
+	return Action{Kind: Keep}, nil
+}
+
+// maps are the maps an action's program uses.
+func maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
+	perCPU := func(name string, n uint32) *ebpf.MapSpec {
+		return &ebpf.MapSpec{Name: "filter_" + name, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: n}
+	}
+	switch kind {
+	case Count:
+		return map[string]*ebpf.MapSpec{"count": perCPU("count", 1)}
+	case CountBy:
+		return map[string]*ebpf.MapSpec{
+			"counts": {Name: "filter_counts", Type: ebpf.Hash, KeySize: uint32(prog.Size), ValueSize: 8, MaxEntries: countsEntries},
+			"lost":   perCPU("lost", 1),
+		}
+	case Hist:
+		m := map[string]*ebpf.MapSpec{"hist": perCPU("hist", slots.Log2)}
+		if prog.Signed {
+			m["neg"] = perCPU("neg", 1)
+		}
+		return m
+	case Emit:
+		// Sized by the kernel: one entry per possible CPU.
+		return map[string]*ebpf.MapSpec{"events": {Name: "filter_events", Type: ebpf.PerfEventArray}}
+	}
+	return map[string]*ebpf.MapSpec{}
+}
+
+// hasStringPointer reports whether an event has a char * field or
+// argument, whose string the kernel's record does not hold.
+func hasStringPointer(t Target) bool {
+	if t.Format != nil {
+		for _, f := range t.Format.Fields {
+			if !f.Common && f.IsCharPointer() && f.Size == 8 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, a := range t.Args {
+		if isCharPointer(a.Type) {
+			return true
+		}
+	}
+	return false
+}
+
+// defaultColumns are every field (or argument) that has a value.
+func defaultColumns(t Target) []Operand {
+	var cols []Operand
+	if t.Format != nil {
+		for _, f := range t.Format.Fields {
+			if _, err := fieldVal(f, t.Format, t.UserSpace); err == nil && !f.Common {
+				cols = append(cols, Operand{Base: f.Name, Text: f.Name})
+			}
+		}
+		return cols
+	}
+	for _, a := range t.Args {
+		if _, err := scalar(value{name: a.Name, src: srcArg}, a.Type); err == nil {
+			cols = append(cols, Operand{Base: a.Name, Text: a.Name})
+		}
+	}
+	return cols
+}
+
+func columnsNeedBTF(act Action) bool {
+	for _, o := range append(act.Columns, act.Hist) {
+		if o.Cast != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // needsBTF reports whether an expression casts a field to a struct.
@@ -286,208 +446,4 @@ func needsBTF(n Node) bool {
 // probe is the kprobe or kretprobe of ev.
 func (e event) probe() tracefs.Probe {
 	return tracefs.Probe{Type: tracefs.Kprobe, Symbol: e.symbol, Ret: e.kind == "kretprobe"}
-}
-
-// count attaches the counting program and reports per interval.
-func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection) error {
-	var err error
-	if ev.kind == "tracepoint" {
-		err = s.AttachTracepoint(coll.Programs["filter"], ev.group, ev.name)
-	} else {
-		err = s.AttachProbe(coll.Programs["filter"], ev.probe(), false)
-	}
-	if err != nil {
-		return err
-	}
-	var d tools.Deltas
-	d.Cumulative = s.Opts.Cumulative
-	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
-		n, err := tools.ReadPerCPUCounter(coll.Maps["count"])
-		if err != nil {
-			return err
-		}
-		n = d.Counter(n)
-		now := time.Now()
-		if s.Opts.JSON {
-			return s.WriteJSON(map[string]any{"tool": "filter", "time": tools.JSONTime(now), "event": ev.String(), "count": n})
-		}
-		var b strings.Builder
-		s.BeginText(&b, now)
-		fmt.Fprintf(&b, "%d events of %s passed\n", n, ev)
-		_, err = fmt.Fprint(s.Stdout, b.String())
-		return err
-	})
-}
-
-// stream opens the rings, prints every passing event, and reports lost ones.
-// format is a tracepoint's, read already; a probe's comes from its event.
-func stream(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, format *tracefs.Format, fetch []string, pointers map[string]bool) error {
-	var id uint64
-	var err error
-	if ev.kind == "tracepoint" {
-		if id, err = tracefs.EventID(ev.group, ev.name); err != nil {
-			return err
-		}
-	} else {
-		// A probe event in tracefs, not the PMU: its records carry the
-		// fetch arguments, and perf events on every CPU can share it.
-		p := ev.probe()
-		p.Args = fetch
-		pe, err := s.ProbeEvent(p)
-		if err != nil {
-			return err
-		}
-		id = pe.ID()
-		if format, err = pe.Format(); err != nil {
-			return err
-		}
-	}
-	rings, err := s.OpenRings(coll.Programs["filter"], ev.String(), id)
-	if err != nil {
-		return err
-	}
-	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}}
-	rings.OnComm = func(pid uint32, comm string) { p.comms[pid] = comm }
-	var mu sync.Mutex
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			if ok, _ := rings.Poll(100); ok {
-				mu.Lock()
-				rings.Read(p.print)
-				err := p.err
-				mu.Unlock()
-				if err != nil {
-					s.Stop(err) // a closed stdout, at once
-					return
-				}
-			}
-		}
-	}()
-	err = s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
-		mu.Lock()
-		defer mu.Unlock()
-		rings.Read(p.print)
-		if final && rings.Lost > 0 {
-			fmt.Fprintf(s.Stderr, "filter: %d events lost: a ring buffer was full (a stricter --where, or --count, keeps up)\n", rings.Lost)
-		}
-		return p.err
-	})
-	close(done)
-	wg.Wait()
-	return err
-}
-
-// printer decodes and prints records.
-type printer struct {
-	s        *tools.Session
-	ev       event
-	format   *tracefs.Format
-	pointers map[string]bool
-	comms    map[uint32]string
-	err      error
-}
-
-func (p *printer) comm(pid uint32) string {
-	if c, ok := p.comms[pid]; ok {
-		return c
-	}
-	c := tools.Comm(pid)
-	if c == "" {
-		c = "<...>"
-	}
-	p.comms[pid] = c
-	return c
-}
-
-// fieldValue decodes a field of a raw record: a number, a string or "".
-func fieldValue(f tracefs.Field, raw []byte, pointer bool) (any, string) {
-	if f.Offset+f.Size > len(raw) {
-		return nil, ""
-	}
-	b := raw[f.Offset : f.Offset+f.Size]
-	switch {
-	case f.DataLoc:
-		loc := binary.LittleEndian.Uint32(b)
-		off, n := int(loc&0xffff), int(loc>>16)
-		if off+n > len(raw) {
-			return nil, ""
-		}
-		str := strings.TrimRight(string(raw[off:off+n]), "\x00")
-		return str, str
-	case f.ArrayLen > 0 && strings.HasPrefix(f.Type, "char"):
-		str := string(b)
-		if i := strings.IndexByte(str, 0); i >= 0 {
-			str = str[:i]
-		}
-		return str, str
-	case f.ArrayLen > 0 || f.Size > 8:
-		return nil, ""
-	}
-	size, signed := f.Value()
-	var u uint64
-	switch size {
-	case 1:
-		u = uint64(b[0])
-	case 2:
-		u = uint64(binary.LittleEndian.Uint16(b))
-	case 4:
-		u = uint64(binary.LittleEndian.Uint32(b))
-	case 8:
-		u = binary.LittleEndian.Uint64(b)
-	}
-	if pointer || strings.Contains(f.Type, "*") {
-		return fmt.Sprintf("0x%x", u), fmt.Sprintf("0x%x", u)
-	}
-	if signed {
-		shift := 64 - 8*size
-		v := int64(u<<shift) >> shift
-		return v, strconv.FormatInt(v, 10)
-	}
-	return u, strconv.FormatUint(u, 10)
-}
-
-func (p *printer) print(smp tools.Sample) {
-	if p.err != nil {
-		return
-	}
-	name := p.ev.name
-	if p.ev.kind != "tracepoint" {
-		name = p.ev.symbol
-	}
-	secs := float64(smp.Time) / 1e9
-	if p.s.Opts.JSON {
-		fields := map[string]any{}
-		for _, f := range p.format.Fields {
-			if f.Common || strings.HasPrefix(f.Name, "__probe") {
-				continue
-			}
-			if v, _ := fieldValue(f, smp.Raw, p.pointers[f.Name]); v != nil {
-				fields[f.Name] = v
-			}
-		}
-		p.err = p.s.WriteJSON(map[string]any{"tool": "filter", "event": p.ev.String(), "comm": p.comm(smp.Pid),
-			"pid": smp.Pid, "tid": smp.Tid, "cpu": smp.CPU, "ts": secs, "fields": fields})
-		return
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%16s-%-7d [%03d] %.6f: %s:", p.comm(smp.Pid), smp.Tid, smp.CPU, secs, name)
-	for _, f := range p.format.Fields {
-		if f.Common || strings.HasPrefix(f.Name, "__probe") {
-			continue
-		}
-		if _, text := fieldValue(f, smp.Raw, p.pointers[f.Name]); text != "" || f.DataLoc {
-			fmt.Fprintf(&b, " %s=%s", f.Name, text)
-		}
-	}
-	b.WriteByte('\n')
-	_, p.err = fmt.Fprint(p.s.Stdout, b.String())
 }

@@ -68,3 +68,14 @@ func TestStars(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteTable(t *testing.T) {
+	var b strings.Builder
+	WriteTable(&b, [][]string{{"comm", "pid", "count"}, {"bash", "12", "3"}, {"kworker/0:1", "7", "1024"}}, []bool{false, true, true})
+	want := "comm         pid  count\n" +
+		"bash          12      3\n" +
+		"kworker/0:1    7   1024\n"
+	if b.String() != want {
+		t.Errorf("got:\n%swant:\n%s", b.String(), want)
+	}
+}

@@ -65,7 +65,7 @@ const (
 )
 
 // OpenPerCPU opens attr on every online CPU (any process), attaches prog
-// as shared says and enables the events. Nothing stays open on failure.
+// (if not nil) as shared says and enables the events. Nothing stays open on failure.
 // prepare, if set, runs on each event before it is enabled (e.g. to map its
 // ring buffer).
 func OpenPerCPU(what string, attr unix.PerfEventAttr, prog *ebpf.Program, shared Shared, prepare func(cpu, fd int) error) (*PerCPU, error) {
@@ -86,7 +86,7 @@ func OpenPerCPU(what string, attr unix.PerfEventAttr, prog *ebpf.Program, shared
 				return nil, errors.Join(err, p.Close())
 			}
 		}
-		if i == 0 || shared == AttachEach {
+		if prog != nil && (i == 0 || shared == AttachEach) {
 			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, prog.FD()); err != nil {
 				return nil, errors.Join(fmt.Errorf("attach %s on CPU %d: PERF_EVENT_IOC_SET_BPF: %w%s", what, cpu, err, privilegeHint(err)), p.Close())
 			}

@@ -16,6 +16,9 @@ type HistReport struct {
 	LabelKind string
 	Hists     []*terminal.Log2Hist
 	Lost      uint64
+	// Below, if set, counts values below zero: a signed value's negative
+	// side has no log2 slot.
+	Below *uint64
 }
 
 type jsonHist struct {
@@ -30,6 +33,7 @@ type jsonHistReport struct {
 	Unit       string     `json:"unit"`
 	Histograms []jsonHist `json:"histograms"`
 	Lost       uint64     `json:"lost"`
+	Below      *uint64    `json:"below_zero,omitempty"`
 }
 
 // JSONTime is the time format of every JSON report: UTC, milliseconds.
@@ -39,7 +43,7 @@ func JSONTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.0
 // Reports after the first are separated by a blank line in text.
 func (s *Session) WriteHist(r *HistReport, now time.Time) error {
 	if s.Opts.JSON {
-		out := jsonHistReport{Tool: s.Tool, Time: JSONTime(now), Unit: r.Unit, Histograms: []jsonHist{}, Lost: r.Lost}
+		out := jsonHistReport{Tool: s.Tool, Time: JSONTime(now), Unit: r.Unit, Histograms: []jsonHist{}, Lost: r.Lost, Below: r.Below}
 		for _, h := range r.Hists {
 			out.Histograms = append(out.Histograms, jsonHist{Label: h.Label, Total: h.Total(), Buckets: h.Buckets()})
 		}
@@ -60,6 +64,9 @@ func (s *Session) WriteHist(r *HistReport, now time.Time) error {
 	}
 	if len(r.Hists) == 0 {
 		b.WriteString("(no events)\n")
+	}
+	if r.Below != nil && *r.Below > 0 {
+		fmt.Fprintf(&b, "below zero: %d (no log2 slot; not in the histogram)\n", *r.Below)
 	}
 	if r.Lost > 0 {
 		fmt.Fprintf(&b, "lost: %d events could not be counted (map full)\n", r.Lost)

@@ -37,22 +37,49 @@ type Sample struct {
 	Raw      []byte // the trace event record, as the format file lays it out
 }
 
-const ringPages = 64 // per CPU, a power of two: 256 KiB with 4 KiB pages
+// DefaultRingPages is each CPU's ring size in pages, a power of two: 256
+// KiB with 4 KiB pages.
+const DefaultRingPages = 64
 
 // OpenRings opens the event id (a tracepoint, or a probe event in tracefs)
-// on every CPU with a ring buffer each, attaches prog once and enables them.
-func OpenRings(prog *ebpf.Program, what string, id uint64) (*Rings, error) {
+// on every CPU with a ring buffer of pages pages each, attaches prog once
+// and enables them.
+func OpenRings(prog *ebpf.Program, what string, id uint64, pages int) (*Rings, error) {
+	return openRings(what, perfAttr(unix.PERF_TYPE_TRACEPOINT, id), prog, pages, nil)
+}
+
+// OpenOutputRings opens a BPF output event on every CPU with a ring buffer
+// of pages pages each and stores each CPU's in events (a
+// PERF_EVENT_ARRAY, indexed by CPU): where a program's
+// bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, ...) records go.
+// The kernel fills in the pid, tid, time and CPU of each as for any sample.
+func OpenOutputRings(events *ebpf.Map, what string, pages int) (*Rings, error) {
+	attr := perfAttr(unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_BPF_OUTPUT)
+	return openRings(what, attr, nil, pages, func(cpu, fd int) error {
+		if err := events.Put(uint32(cpu), uint32(fd)); err != nil {
+			return fmt.Errorf("store the ring of %s on CPU %d: %w", what, cpu, err)
+		}
+		return nil
+	})
+}
+
+func openRings(what string, attr unix.PerfEventAttr, prog *ebpf.Program, pages int, prepare func(cpu, fd int) error) (*Rings, error) {
+	if pages < 1 || pages&(pages-1) != 0 {
+		return nil, fmt.Errorf("ring buffer of %d pages: not a power of two", pages)
+	}
 	r := &Rings{what: what}
 	page := os.Getpagesize()
-	attr := perfAttr(unix.PERF_TYPE_TRACEPOINT, id)
 	attr.Sample_type |= unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
 	attr.Bits = unix.PerfBitComm
 	events, err := OpenPerCPU(what, attr, prog, AttachOnce, func(cpu, fd int) error {
-		m, err := unix.Mmap(fd, 0, (1+ringPages)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		m, err := unix.Mmap(fd, 0, (1+pages)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
 			return fmt.Errorf("map the ring buffer of %s on CPU %d: %w", what, cpu, err)
 		}
 		r.mmaps = append(r.mmaps, m)
+		if prepare != nil {
+			return prepare(cpu, fd)
+		}
 		return nil
 	})
 	if err != nil {

@@ -130,8 +130,16 @@ func (s *Session) ProbeEvent(p tracefs.Probe) (*ProbeEvent, error) {
 }
 
 // OpenRings opens per-CPU ring buffers of event id for the rest of the run.
-func (s *Session) OpenRings(prog *ebpf.Program, what string, id uint64) (*Rings, error) {
-	r, err := OpenRings(prog, what, id)
+func (s *Session) OpenRings(prog *ebpf.Program, what string, id uint64, pages int) (*Rings, error) {
+	return s.rings(OpenRings(prog, what, id, pages))
+}
+
+// OpenOutputRings is tools.OpenOutputRings, closed with the session.
+func (s *Session) OpenOutputRings(events *ebpf.Map, what string, pages int) (*Rings, error) {
+	return s.rings(OpenOutputRings(events, what, pages))
+}
+
+func (s *Session) rings(r *Rings, err error) (*Rings, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -54,7 +55,8 @@ func UDPDrops(t testing.TB, n int) string {
 	return fmt.Sprintf("TK_UDP_DROPS=%d %s", n, self(t))
 }
 
-// Open is a file a workload opens Times times.
+// Open is a file a workload opens Times times; with no Path, a pause of
+// Times milliseconds.
 type Open struct {
 	Path  string
 	Times int
@@ -95,6 +97,10 @@ func opens(spec, comm string) int {
 		times, err := strconv.Atoi(n)
 		if !ok || err != nil {
 			return 3
+		}
+		if path == "" {
+			time.Sleep(time.Duration(times) * time.Millisecond)
+			continue
 		}
 		for i := 0; i < times; i++ {
 			fd, err := unix.Open(path, unix.O_RDONLY, 0)

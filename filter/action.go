@@ -1,0 +1,253 @@
+package main
+
+import (
+	"fmt"
+
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+)
+
+// ActionKind is what a program does with an event that passed.
+type ActionKind int
+
+const (
+	Keep    ActionKind = iota // return 1: the kernel stores the event's record
+	Count                     // count[0]++, per CPU
+	CountBy                   // counts[columns]++ in a hash; a full map counts in lost[0]
+	Hist                      // hist[log2 slot of Hist]++, per CPU; below zero in neg[0]
+	Emit                      // a record of the columns, through bpf_perf_event_output
+)
+
+// Action is what to do with a passing event, and with what: the columns of
+// a key (CountBy) or a record (Emit), the value of a histogram (Hist).
+type Action struct {
+	Kind    ActionKind
+	Columns []Operand
+	Hist    Operand
+	// Option and Source are where the operands were written, for errors.
+	Option, Source string
+}
+
+// Column is one value of a key or record, as user space decodes it:
+// integers take 8 bytes (extended by their sign), strings a fixed room.
+type Column struct {
+	Name            string
+	String          bool
+	Offset, Size    int
+	Signed, Pointer bool
+	Symbols         map[uint64]string
+}
+
+// Program is a compiled filter and the layout of what it produces.
+type Program struct {
+	Insns   bpf.Instructions
+	Columns []Column // the key or record
+	Size    int      // its bytes
+	Signed  bool     // Hist: negative values are counted apart
+}
+
+// keyString is the room of a string that is not a char array of its own
+// size: a pointer's string, a __data_loc one.
+const keyString = 64
+
+// Map names and sizes of the actions.
+const (
+	countsEntries = 10240 // --count-by keys, as BCC's default hash
+)
+
+func (c *compiler) action(act Action) (*Program, error) {
+	prog := &Program{}
+	switch act.Kind {
+	case Keep:
+		c.emit(bpf.Mov.Imm(bpf.R0, 1).WithSource(bpf.Comment("the event passed: keep it")), bpf.Return())
+		return prog, nil
+	case Count:
+		c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the event passed: count it")),
+			asm.StoreKey(countKey, bpf.R1, bpf.Word))
+		c.emit(asm.PerCPUArrayIncrement("count", "count", countKey)...)
+		c.emit(bpf.Ja.Label("reject"))
+		return prog, nil
+	case Hist:
+		return prog, c.hist(act, prog)
+	}
+	c.option, c.expr = act.Option, act.Source
+	start := len(c.insns)
+	if err := c.columns(act.Columns, prog); err != nil {
+		return nil, err
+	}
+	off := int16(valOff - prog.Size)
+	switch act.Kind {
+	case CountBy:
+		c.emit(asm.HashIncrement("counts", "counts", off, valOff, "lost", nil)...)
+	case Emit:
+		c.emit(
+			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, record, %d)", prog.Size))),
+			bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"),
+			bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
+			bpf.Mov.Reg(bpf.R4, bpf.RFP),
+			bpf.Add.Imm(bpf.R4, int32(off)),
+			bpf.Mov.Imm(bpf.R5, int32(prog.Size)),
+			bpf.FnPerfEventOutput.Call(),
+		)
+	}
+	c.emit(bpf.Ja.Label("reject"))
+	if start < len(c.insns) {
+		note := map[ActionKind]string{CountBy: "the event passed: count it by its key", Emit: "the event passed: build its record"}[act.Kind]
+		if src := c.insns[start].Source(); src != nil {
+			note += "; " + src.String()
+		}
+		c.insns[start] = c.insns[start].WithSource(bpf.Comment(note))
+	}
+	return prog, nil
+}
+
+// columns lays out the key or record and emits the code that fills it.
+func (c *compiler) columns(ops []Operand, prog *Program) error {
+	type planned struct {
+		v   value
+		col Column
+	}
+	// Lay out first (sizes), then fill: the record's place on the stack
+	// depends on its size.
+	var plan []planned
+	size := 0
+	for _, o := range ops {
+		col := Column{Name: o.Text, Offset: size, Size: 8}
+		start, pending := len(c.insns), c.pending
+		v, err := c.resolve(o)
+		if err != nil {
+			return err
+		}
+		// resolve's walk, if any, is emitted again below, where it is used.
+		c.insns, c.pending = c.insns[:start], pending
+		if v.kind == kString {
+			col.String, col.Size = true, keyString
+			if v.strLen > 0 && v.ptr == nil {
+				col.Size = min((v.strLen+7)&^7, keyString)
+			}
+		} else {
+			col.Signed, col.Pointer, col.Symbols = v.signed, v.pointer, v.symbols
+		}
+		plan = append(plan, planned{v, col})
+		size += col.Size
+	}
+	if size > maxRecord {
+		return c.errAt(0, "the columns take %d bytes, more than the %d of stack a program has left for them: drop a string", size, maxRecord)
+	}
+	prog.Size = size
+	base := int16(valOff - size)
+	for i, o := range ops {
+		col := plan[i].col
+		off := base + int16(col.Offset)
+		v, err := c.resolve(o) // emits the walk, if any, right before the fetch
+		if err != nil {
+			return err
+		}
+		first := len(c.insns)
+		if err := c.store(v, off, col.Size); err != nil {
+			return c.errAt(o.Pos, "%v", err)
+		}
+		if first < len(c.insns) && c.insns[first].Source() == nil {
+			c.insns[first] = c.insns[first].WithSource(bpf.Comment(fmt.Sprintf("column %s at fp%d", col.Name, off)))
+		}
+		prog.Columns = append(prog.Columns, col)
+	}
+	return nil
+}
+
+// store emits code that writes a value to the stack at off: an integer as
+// 8 bytes, a string into size bytes.
+func (c *compiler) store(v value, off int16, size int) error {
+	if v.kind == kInt {
+		if err := c.fetchInt(v, bpf.R1); err != nil {
+			return err
+		}
+		c.emit(bpf.StoreMem(bpf.RFP, off, bpf.R1, bpf.DWord))
+		return nil
+	}
+	switch {
+	case v.ptr != nil:
+		if err := c.fetchInt(*v.ptr, bpf.R1); err != nil {
+			return err
+		}
+		c.readStr(v, off, size, false)
+	case v.src == srcDataLoc:
+		c.emit(
+			bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff), bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("%s: __data_loc, offset in the low 16 bits", v.name))),
+			bpf.And.Imm(bpf.R1, 0xffff),
+			bpf.Add.Reg(bpf.R1, asm.RegCtx),
+		)
+		v.space = spaceKernel
+		c.readStr(v, off, size, false)
+	case v.src == srcWalk:
+		n := min(v.strLen, size)
+		c.read(n, off)
+		c.zero(off+int16(n), size-n)
+	case v.src == srcCtx:
+		n := min(v.strLen, size)
+		for i := 0; i < n; {
+			w := 8
+			for w > 1 && ((v.ctxOff+i)%w != 0 || i%w != 0 || i+w > n) {
+				w /= 2
+			}
+			c.emit(
+				bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff+i), sizeOf(w)),
+				bpf.StoreMem(bpf.RFP, off+int16(i), bpf.R1, sizeOf(w)),
+			)
+			i += w
+		}
+		c.zero(off+int16(n), size-n)
+	case v.builtin == "comm":
+		c.emit(
+			bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("comm = bpf_get_current_comm()")),
+			bpf.Add.Imm(bpf.R1, int32(off)),
+			bpf.Mov.Imm(bpf.R2, int32(size)),
+			bpf.FnGetCurrentComm.Call(),
+		)
+	default:
+		return fmt.Errorf("%s cannot be stored", v.name)
+	}
+	return nil
+}
+
+// zero clears n bytes of stack at off (the padding of a copied array, so
+// that two equal keys are equal bytes).
+func (c *compiler) zero(off int16, n int) {
+	for i := 0; i < n; {
+		w := 4 // BPF_ST with a DWord is refused by cilium/ebpf's encoder
+		for w > 1 && ((int(off)+i)%w != 0 || i+w > n) {
+			w /= 2
+		}
+		c.emit(bpf.StoreImm(bpf.RFP, off+int16(i), 0, sizeOf(w)))
+		i += w
+	}
+}
+
+// hist emits the log2 histogram of an integer operand.
+func (c *compiler) hist(act Action, prog *Program) error {
+	c.option, c.expr = act.Option, act.Source
+	v, err := c.resolve(act.Hist)
+	if err != nil {
+		return err
+	}
+	if v.kind == kString {
+		return c.errAt(act.Hist.Pos, "%s is a string: a histogram needs a number", v.name)
+	}
+	if err := c.fetchInt(v, bpf.R1); err != nil {
+		return c.errAt(act.Hist.Pos, "%v", err)
+	}
+	if v.signed {
+		prog.Signed = true
+		c.emit(bpf.JSGE.Imm(bpf.R1, 0, "hist_slot").WithSource(bpf.Comment("below zero: no log2 slot, counted apart")))
+		c.emit(bpf.Mov.Imm(bpf.R1, 0), asm.StoreKey(countKey, bpf.R1, bpf.Word))
+		c.emit(asm.PerCPUArrayIncrement("neg", "neg", countKey)...)
+		c.emit(bpf.Ja.Label("reject"))
+		c.mark("hist_slot")
+	}
+	c.emit(asm.Log2Slot("hist", bpf.R1, bpf.R2, bpf.R3)...)
+	c.emit(asm.StoreKey(countKey, bpf.R3, bpf.Word))
+	c.emit(asm.PerCPUArrayIncrement("hist", "hist", countKey)...)
+	c.emit(bpf.Ja.Label("reject"))
+	return nil
+}

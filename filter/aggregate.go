@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/terminal"
+	"github.com/tracekit/tracekit/tools"
+)
+
+// count reports the passing events per interval.
+func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection) error {
+	d := tools.Deltas{Cumulative: s.Opts.Cumulative}
+	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
+		n, err := tools.ReadPerCPUCounter(coll.Maps["count"])
+		if err != nil {
+			return err
+		}
+		n = d.Counter(n)
+		now := time.Now()
+		if s.Opts.JSON {
+			return s.WriteJSON(map[string]any{"tool": "filter", "time": tools.JSONTime(now), "event": ev.String(), "count": n})
+		}
+		var b strings.Builder
+		s.BeginText(&b, now)
+		fmt.Fprintf(&b, "%d events of %s passed\n", n, ev)
+		_, err = fmt.Fprint(s.Stdout, b.String())
+		return err
+	})
+}
+
+// hist reports the log2 histogram of an expression per interval.
+func hist(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, prog *Program, expr string) error {
+	d := tools.Deltas{Cumulative: s.Opts.Cumulative}
+	var below tools.Deltas
+	below.Cumulative = s.Opts.Cumulative
+	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
+		h, err := tools.ReadLog2Array(coll.Maps["hist"])
+		if err != nil {
+			return err
+		}
+		rep := &tools.HistReport{Unit: expr, Hists: []*terminal.Log2Hist{d.Hist(0, &h)}}
+		if prog.Signed {
+			n, err := tools.ReadPerCPUCounter(coll.Maps["neg"])
+			if err != nil {
+				return err
+			}
+			n = below.Counter(n)
+			rep.Below = &n
+		}
+		if rep.Hists[0].Total() == 0 {
+			rep.Hists = nil
+		}
+		return s.WriteHist(rep, time.Now())
+	})
+}
+
+// keyCount is one row of a --count-by table: the key's columns, decoded.
+type keyCount struct {
+	cells []cell
+	count uint64
+}
+
+// cell is one decoded column: its JSON value and its text.
+type cell struct {
+	value any
+	text  string
+}
+
+// decodeColumn decodes a column of a key or record.
+func decodeColumn(col Column, raw []byte) cell {
+	if col.Offset+col.Size > len(raw) {
+		return cell{nil, "?"}
+	}
+	b := raw[col.Offset : col.Offset+col.Size]
+	if col.String {
+		str := string(b)
+		if i := strings.IndexByte(str, 0); i >= 0 {
+			str = str[:i]
+		}
+		return cell{str, str}
+	}
+	u := binary.LittleEndian.Uint64(b)
+	switch {
+	case col.Pointer:
+		t := fmt.Sprintf("0x%x", u)
+		return cell{t, t}
+	case col.Symbols[u] != "":
+		return cell{col.Symbols[u], col.Symbols[u]}
+	case col.Signed:
+		return cell{int64(u), strconv.FormatInt(int64(u), 10)}
+	}
+	return cell{u, strconv.FormatUint(u, 10)}
+}
+
+// countBy reports the counts by key per interval, largest first.
+func countBy(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, prog *Program) error {
+	prev := map[string]uint64{}
+	lostDeltas := tools.Deltas{Cumulative: s.Opts.Cumulative}
+	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
+		rows, err := readCounts(coll.Maps["counts"], prog.Columns)
+		if err != nil {
+			return err
+		}
+		lost, err := tools.ReadPerCPUCounter(coll.Maps["lost"])
+		if err != nil {
+			return err
+		}
+		lost = lostDeltas.Counter(lost)
+		var shown []keyCount
+		for _, r := range rows {
+			k := rowKey(r)
+			n := r.count
+			if !s.Opts.Cumulative {
+				n -= prev[k]
+			}
+			prev[k] = r.count
+			if n > 0 {
+				r.count = n
+				shown = append(shown, r)
+			}
+		}
+		sort.SliceStable(shown, func(i, j int) bool { return shown[i].count > shown[j].count })
+		return writeCounts(s, ev, prog.Columns, shown, lost, time.Now())
+	})
+}
+
+// readCounts reads the counts hash. Keys that decode alike (a string's
+// bytes after its NUL are not part of it) are summed; rows come sorted by
+// key text.
+func readCounts(m *ebpf.Map, cols []Column) ([]keyCount, error) {
+	key := make([]byte, m.KeySize())
+	var val uint64
+	byKey := map[string]*keyCount{}
+	it := m.Iterate()
+	for it.Next(&key, &val) {
+		r := keyCount{count: val}
+		for _, col := range cols {
+			r.cells = append(r.cells, decodeColumn(col, key))
+		}
+		k := rowKey(r)
+		if have, ok := byKey[k]; ok {
+			have.count += val
+			continue
+		}
+		byKey[k] = &r
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read the counts: %w", err)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	rows := make([]keyCount, 0, len(keys))
+	for _, k := range keys {
+		rows = append(rows, *byKey[k])
+	}
+	return rows, nil
+}
+
+func rowKey(r keyCount) string {
+	var parts []string
+	for _, c := range r.cells {
+		parts = append(parts, c.text)
+	}
+	return strings.Join(parts, "\x00")
+}
+
+// writeCounts prints a --count-by table: one column per key (strings to the
+// left, numbers to the right) and the count, or one JSON object.
+func writeCounts(s *tools.Session, ev event, cols []Column, rows []keyCount, lost uint64, now time.Time) error {
+	if s.Opts.JSON {
+		names := make([]string, len(cols))
+		for i, c := range cols {
+			names[i] = c.Name
+		}
+		counts := make([]map[string]any, 0, len(rows))
+		var total uint64
+		for _, r := range rows {
+			key := map[string]any{}
+			for i, c := range r.cells {
+				key[cols[i].Name] = c.value
+			}
+			counts = append(counts, map[string]any{"key": key, "count": r.count})
+			total += r.count
+		}
+		return s.WriteJSON(map[string]any{"tool": "filter", "time": tools.JSONTime(now), "event": ev.String(),
+			"keys": names, "counts": counts, "total": total, "lost": lost})
+	}
+	var b strings.Builder
+	s.BeginText(&b, now)
+	if len(rows) == 0 {
+		b.WriteString("(no events)\n")
+	} else {
+		header := make([]string, len(cols)+1)
+		table := [][]string{header}
+		for i, c := range cols {
+			header[i] = c.Name
+		}
+		header[len(cols)] = "count"
+		for _, r := range rows {
+			line := make([]string, 0, len(cols)+1)
+			for _, c := range r.cells {
+				line = append(line, c.text)
+			}
+			table = append(table, append(line, strconv.FormatUint(r.count, 10)))
+		}
+		right := make([]bool, len(cols)+1)
+		for i, c := range cols {
+			right[i] = !c.String && c.Symbols == nil
+		}
+		right[len(cols)] = true
+		terminal.WriteTable(&b, table, right)
+	}
+	if lost > 0 {
+		fmt.Fprintf(&b, "lost: %d events could not be counted (%d keys: the map is full)\n", lost, countsEntries)
+	}
+	_, err := fmt.Fprint(s.Stdout, b.String())
+	return err
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// streamKept prints the records the kernel keeps when the program returns
+// 1. format is a tracepoint's, read already; a probe's comes from its
+// event.
+func streamKept(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, format *tracefs.Format, fetch []string, pointers map[string]bool, pages int) error {
+	var id uint64
+	var err error
+	if ev.kind == "tracepoint" {
+		if id, err = tracefs.EventID(ev.group, ev.name); err != nil {
+			return err
+		}
+	} else {
+		// A probe event in tracefs, not the PMU: its records carry the
+		// fetch arguments, and perf events on every CPU can share it.
+		p := ev.probe()
+		p.Args = fetch
+		pe, err := s.ProbeEvent(p)
+		if err != nil {
+			return err
+		}
+		id = pe.ID()
+		if format, err = pe.Format(); err != nil {
+			return err
+		}
+	}
+	rings, err := s.OpenRings(coll.Programs["filter"], ev.String(), id, pages)
+	if err != nil {
+		return err
+	}
+	return stream(ctx, s, ev, rings, format, pointers)
+}
+
+// recordFormat describes the records a program emits as a format file
+// would: integers as 8-byte longs (pointers as void *), strings as char
+// arrays.
+func recordFormat(ev event, prog *Program) *tracefs.Format {
+	f := &tracefs.Format{Name: ev.String()}
+	for _, c := range prog.Columns {
+		fl := tracefs.Field{Name: c.Name, Offset: c.Offset, Size: c.Size, Signed: c.Signed, Type: "unsigned long"}
+		switch {
+		case c.String:
+			fl.Type, fl.ArrayLen = "char", c.Size
+		case c.Pointer:
+			fl.Type = "void *"
+		case c.Signed:
+			fl.Type = "long"
+		}
+		f.Fields = append(f.Fields, fl)
+	}
+	return f
+}
+
+// stream prints every record of the rings as format lays it out, and
+// reports lost ones.
+func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings, format *tracefs.Format, pointers map[string]bool) error {
+	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}}
+	rings.OnComm = func(pid uint32, comm string) { p.comms[pid] = comm }
+	var mu sync.Mutex
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if ok, _ := rings.Poll(100); ok {
+				mu.Lock()
+				rings.Read(p.print)
+				err := p.err
+				mu.Unlock()
+				if err != nil {
+					s.Stop(err) // a closed stdout, at once
+					return
+				}
+			}
+		}
+	}()
+	err := s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
+		mu.Lock()
+		defer mu.Unlock()
+		rings.Read(p.print)
+		if final && rings.Lost > 0 {
+			fmt.Fprintf(s.Stderr, "filter: %d events lost: a ring buffer was full (a stricter --where, --count or a larger --buffer-pages keeps up)\n", rings.Lost)
+		}
+		return p.err
+	})
+	close(done)
+	wg.Wait()
+	return err
+}
+
+// printer decodes and prints records.
+type printer struct {
+	s        *tools.Session
+	ev       event
+	format   *tracefs.Format
+	pointers map[string]bool
+	comms    map[uint32]string
+	err      error
+}
+
+func (p *printer) comm(pid uint32) string {
+	if c, ok := p.comms[pid]; ok {
+		return c
+	}
+	c := tools.Comm(pid)
+	if c == "" {
+		c = "<...>"
+	}
+	p.comms[pid] = c
+	return c
+}
+
+// fieldValue decodes a field of a raw record: a number, a string or "".
+func fieldValue(f tracefs.Field, raw []byte, pointer bool) (any, string) {
+	if f.Offset+f.Size > len(raw) {
+		return nil, ""
+	}
+	b := raw[f.Offset : f.Offset+f.Size]
+	switch {
+	case f.DataLoc:
+		loc := binary.LittleEndian.Uint32(b)
+		off, n := int(loc&0xffff), int(loc>>16)
+		if off+n > len(raw) {
+			return nil, ""
+		}
+		str := strings.TrimRight(string(raw[off:off+n]), "\x00")
+		return str, str
+	case f.ArrayLen > 0 && strings.HasPrefix(f.Type, "char"):
+		str := string(b)
+		if i := strings.IndexByte(str, 0); i >= 0 {
+			str = str[:i]
+		}
+		return str, str
+	case f.ArrayLen > 0 || f.Size > 8:
+		return nil, ""
+	}
+	size, signed := f.Value()
+	var u uint64
+	switch size {
+	case 1:
+		u = uint64(b[0])
+	case 2:
+		u = uint64(binary.LittleEndian.Uint16(b))
+	case 4:
+		u = uint64(binary.LittleEndian.Uint32(b))
+	case 8:
+		u = binary.LittleEndian.Uint64(b)
+	}
+	if pointer || strings.Contains(f.Type, "*") {
+		return fmt.Sprintf("0x%x", u), fmt.Sprintf("0x%x", u)
+	}
+	if signed {
+		shift := 64 - 8*size
+		v := int64(u<<shift) >> shift
+		return v, strconv.FormatInt(v, 10)
+	}
+	return u, strconv.FormatUint(u, 10)
+}
+
+func (p *printer) print(smp tools.Sample) {
+	if p.err != nil {
+		return
+	}
+	name := p.ev.name
+	if p.ev.kind != "tracepoint" {
+		name = p.ev.symbol
+	}
+	secs := float64(smp.Time) / 1e9
+	if p.s.Opts.JSON {
+		fields := map[string]any{}
+		for _, f := range p.format.Fields {
+			if f.Common || strings.HasPrefix(f.Name, "__probe") {
+				continue
+			}
+			if v, _ := fieldValue(f, smp.Raw, p.pointers[f.Name]); v != nil {
+				fields[f.Name] = v
+			}
+		}
+		p.err = p.s.WriteJSON(map[string]any{"tool": "filter", "event": p.ev.String(), "comm": p.comm(smp.Pid),
+			"pid": smp.Pid, "tid": smp.Tid, "cpu": smp.CPU, "ts": secs, "fields": fields})
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%16s-%-7d [%03d] %.6f: %s:", p.comm(smp.Pid), smp.Tid, smp.CPU, secs, name)
+	for _, f := range p.format.Fields {
+		if f.Common || strings.HasPrefix(f.Name, "__probe") {
+			continue
+		}
+		if _, text := fieldValue(f, smp.Raw, p.pointers[f.Name]); text != "" || f.DataLoc {
+			fmt.Fprintf(&b, " %s=%s", f.Name, text)
+		}
+	}
+	b.WriteByte('\n')
+	_, p.err = fmt.Fprint(p.s.Stdout, b.String())
+}
