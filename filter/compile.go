@@ -179,6 +179,11 @@ func (c *compiler) fold(n Node) (Node, *bool) {
 		}
 		l, kl := c.fold(l)
 		r, kr := c.fold(r)
+		if kl == nil && kr == nil && c.cost(r) < c.cost(l) {
+			// The cheaper side first: it decides alone as often as the
+			// other, and the expression has no side effects.
+			l, r = r, l
+		}
 		// For &&, false decides and true drops out; for ||, the reverse.
 		switch {
 		case kl != nil && *kl != isAnd, kr != nil && *kr != isAnd:
@@ -197,6 +202,42 @@ func (c *compiler) fold(n Node) (Node, *bool) {
 		}
 	}
 	return n, nil
+}
+
+// cost estimates what evaluating n costs, in rough instruction counts: a
+// string read from memory is a helper call and a copy; a field of the
+// record is one load.
+func (c *compiler) cost(n Node) int {
+	switch n := n.(type) {
+	case *Not:
+		return c.cost(n.X)
+	case *And:
+		return c.cost(n.L) + c.cost(n.R)
+	case *Or:
+		return c.cost(n.L) + c.cost(n.R)
+	case *Cmp:
+		return c.operandCost(n.Left) + c.operandCost(n.Right)
+	}
+	return 0
+}
+
+func (c *compiler) operandCost(o Operand) int {
+	if o.IsConst() {
+		return 0
+	}
+	start, pending := len(c.insns), c.pending
+	v, err := c.resolve(o)
+	walk := len(c.insns) - start
+	c.insns, c.pending = c.insns[:start], pending
+	cost := 2 + walk
+	switch {
+	case err != nil:
+	case v.ptr != nil, v.src == srcDataLoc, v.src == srcWalk:
+		cost += 20 // a helper call that copies memory
+	case v.src == srcBuiltin:
+		cost += 5 // a helper call
+	}
+	return cost
 }
 
 // constCmp reports the value of a comparison the types decide.

@@ -256,7 +256,7 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `comm->x == 1`, "comm is a builtin: it has no members\n  comm->x == 1\n  ^"},
 		{"netif", `cpu == "x"`, "cpu is a number: compare it with a number\n  cpu == \"x\"\n         ^"},
 		{"netif", strings.Repeat("!", 70) + `(len == 1)`, "expression nested deeper than 64 levels\n  " + strings.Repeat("!", 70) + "(len == 1)\n  " + strings.Repeat(" ", 65) + "^"},
-		{"netif", strings.Repeat(`name == "abcdefghijklmnopqrstuvwxyz" || `, 300) + `len == 1`, "the expression compiles to 7507 instructions, more than the 4096 a program may have on kernels before 5.2: shorten it\n  " + strings.Repeat(`name == "abcdefghijklmnopqrstuvwxyz" || `, 300) + "len == 1\n  ^"},
+		{"netif", strings.Repeat(`name == "abcdefghijklmnopqrstuvwxyz" || `, 300) + `len == 1`, "the expression compiles to 7506 instructions, more than the 4096 a program may have on kernels before 5.2: shorten it"},
 	} {
 		root, err := Parse(tc.expr)
 		if err == nil {
@@ -266,8 +266,12 @@ func TestBadExpressions(t *testing.T) {
 			t.Errorf("%s: accepted", tc.expr)
 			continue
 		}
-		if err.Error() != tc.want {
-			t.Errorf("%s:\ngot:\n%s\nwant:\n%s", tc.expr, err, tc.want)
+		got := err.Error()
+		if !strings.Contains(tc.want, "\n") {
+			got, _, _ = strings.Cut(got, "\n") // the message alone: the expression is long
+		}
+		if got != tc.want {
+			t.Errorf("%.200s:\ngot:\n%.2000s\nwant:\n%.2000s", tc.expr, got, tc.want)
 		}
 	}
 }
