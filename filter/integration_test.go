@@ -129,6 +129,11 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"net:netif_receive_skb", "--where", "len = 3"}, "'=' is not an operator"},
 		{[]string{"net:netif_receive_skb", "-1"}, "unknown flag"},
 		{[]string{"--info", "--count", "net:netif_receive_skb"}, "--info"},
+		{[]string{"--count", "--hist", "len", "net:netif_receive_skb"}, "--count and --hist: choose one of printing (--fields), --count, --count-by and --hist"},
+		{[]string{"--fields", "len,,name", "net:netif_receive_skb"}, "--fields: expected a field, a number or a string\n  len,,name\n      ^"},
+		{[]string{"--hist", "len,name", "net:netif_receive_skb"}, "--hist: expected one field or builtin\n  len,name\n     ^"},
+		{[]string{"--count-by", `comm,"x"`, "net:netif_receive_skb"}, "--count-by: expected a field or a builtin, not a constant\n  comm,\"x\"\n       ^"},
+		{[]string{"--buffer-pages", "3", "net:netif_receive_skb"}, "--buffer-pages 3: a power of two from 1 to 65536"},
 	} {
 		r := filter(t, tc.args...)
 		if r.Status != 2 || !strings.Contains(r.Stderr, tc.want) || !strings.Contains(r.Stderr, "Try 'filter --help'") {
@@ -140,6 +145,19 @@ func TestFilterUsageErrors(t *testing.T) {
 	r := filter(t, "net:netif_receive_skb", "--where", `nme == "lo"`)
 	if r.Status != 2 || !strings.Contains(r.Stderr, "has no field \"nme\" (fields: skbaddr, len, name; builtins: pid, tid, comm, cpu, uid, gid)") || !strings.Contains(r.Stderr, "^") {
 		t.Errorf("unknown field: exit %d, stderr %q", r.Status, r.Stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fields", "len,nosuch", "net:netif_receive_skb"}, "filter: --fields: event netif_receive_skb has no field \"nosuch\""},
+		{[]string{"--hist", "name", "net:netif_receive_skb"}, "filter: --hist: name is a string: a histogram needs a number\n  name\n  ^"},
+		{[]string{"--count-by", "skbaddr->len", "net:netif_receive_skb"}, "filter: --count-by: field skbaddr is not a struct pointer that can be walked"},
+	} {
+		r := filter(t, tc.args...)
+		if r.Status != 2 || !strings.HasPrefix(r.Stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q", tc.args, r.Status, r.Stderr)
+		}
 	}
 }
 

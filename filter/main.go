@@ -51,12 +51,26 @@ or || runs only when the left side does not decide. An operand is:
 An expression compiles to at most 4096 instructions (the limit of kernels
 before 5.2); a longer one is refused.
 
+What passes is printed, one line per event, with the event's own fields
+(the kernel's record of it), or with the operands --fields lists (a record
+the program builds). A char * field prints as text: an event that has one
+gets a record of its own by default. Instead of printing, the kernel can
+aggregate: --count (a count), --count-by KEYS (a table, largest first, as
+bpftrace's @[comm] = count()), --hist EXPR (a log2 histogram in BCC's
+layout, as hist()). Keys and printed strings keep up to 63 bytes. Reports
+come per interval or at the end, as the other tools' do; a full map or
+ring buffer is reported as lost, never dropped silently. filter's own
+events are left out unless --self.
+
 Examples:
   filter syscalls:sys_enter_openat --where 'filename == "/etc/passwd"'
   filter syscalls:sys_enter_openat --where 'filename ~ "/etc/*" && !(comm == "cat")'
   filter sched:sched_switch --where 'prev_pid == 1 || next_pid == 1'
   filter net:netif_receive_skb --where '((struct sk_buff *)skbaddr)->dev->name == "lo"'
   filter --count skb:kfree_skb --where 'reason == "NO_SOCKET"' 1
+  filter --count-by comm,filename syscalls:sys_enter_openat --where 'filename ~ "/etc/*"'
+  filter --hist len net:netif_receive_skb --where 'name == "lo"' 5
+  filter --fields comm,pid,filename syscalls:sys_enter_execve
   filter kprobe:ip_send_skb --where 'skb->len > 100 && skb->protocol == 8'
   filter kretprobe:ksys_write --where 'ret < 0'
   filter --info kprobe:do_sys_openat2
