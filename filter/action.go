@@ -171,7 +171,7 @@ func (c *compiler) store(v value, off int16, size int) error {
 		if err := c.fetchInt(*v.ptr, bpf.R1); err != nil {
 			return err
 		}
-		c.readStr(v, off, size, false)
+		c.readStr(v, off, size)
 	case v.src == srcDataLoc:
 		c.emit(
 			bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff), bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("%s: __data_loc, offset in the low 16 bits", v.name))),
@@ -179,7 +179,7 @@ func (c *compiler) store(v value, off int16, size int) error {
 			bpf.Add.Reg(bpf.R1, asm.RegCtx),
 		)
 		v.space = spaceKernel
-		c.readStr(v, off, size, false)
+		c.readStr(v, off, size)
 	case v.src == srcWalk:
 		n := min(v.strLen, size)
 		c.read(n, off)

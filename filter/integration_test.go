@@ -274,15 +274,11 @@ func bpftraceCount(t *testing.T, bt, script, command string) int {
 func TestUserStringsSideBySide(t *testing.T) {
 	privtest.Require(t)
 	dir := t.TempDir()
-	a, b, other := dir+"/a", dir+"/b", dir+"-other"
-	for _, p := range []string{a, b, other} {
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		defer os.Remove(p)
-	}
-	const na, nb, no = 7, 5, 3
-	work := tooltest.Opens(t, "tk-opens", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: b, Times: nb}, tooltest.Open{Path: other, Times: no})
+	// ax: a string that a starts, which == a must not count.
+	a, b, ax, other := dir+"/a", dir+"/b", dir+"/ax", dir+"-other"
+	openFiles(t, a, b, ax, other)
+	const na, nb, nx, no = 7, 5, 2, 3
+	work := tooltest.Opens(t, "tk-opens", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: b, Times: nb}, tooltest.Open{Path: ax, Times: nx}, tooltest.Open{Path: other, Times: no})
 	bt := tooltest.Peer(t, "bpftrace", "bpftrace")
 	fn := `str(args->filename)`
 	prefix := fmt.Sprintf(`strncmp(%s, "%s/", %d) == 0`, fn, dir, len(dir)+1)
@@ -291,10 +287,10 @@ func TestUserStringsSideBySide(t *testing.T) {
 		want            int
 	}{
 		{fmt.Sprintf(`filename == "%s"`, a), fmt.Sprintf(`%s == "%s"`, fn, a), na},
-		{fmt.Sprintf(`filename ~ "%s/*"`, dir), prefix, na + nb},
+		{fmt.Sprintf(`filename ~ "%s/*"`, dir), prefix, na + nb + nx},
 		{fmt.Sprintf(`filename == "%s" || filename == "%s"`, a, b), fmt.Sprintf(`%s == "%s" || %s == "%s"`, fn, a, fn, b), na + nb},
-		{fmt.Sprintf(`filename ~ "%s/*" && !(filename == "%s")`, dir, a), fmt.Sprintf(`%s && !(%s == "%s")`, prefix, fn, a), nb},
-		{fmt.Sprintf(`comm == "tk-opens" && filename ~ "%s*" && dfd == -100`, dir), fmt.Sprintf(`comm == "tk-opens" && strncmp(%s, "%s", %d) == 0 && args->dfd == -100`, fn, dir, len(dir)), na + nb + no},
+		{fmt.Sprintf(`filename ~ "%s/*" && !(filename == "%s")`, dir, a), fmt.Sprintf(`%s && !(%s == "%s")`, prefix, fn, a), nb + nx},
+		{fmt.Sprintf(`comm == "tk-opens" && filename ~ "%s*" && dfd == -100`, dir), fmt.Sprintf(`comm == "tk-opens" && strncmp(%s, "%s", %d) == 0 && args->dfd == -100`, fn, dir, len(dir)), na + nb + nx + no},
 	} {
 		got := countOf(t, "syscalls:sys_enter_openat", "--where", tc.where, "-c", work)
 		if got != tc.want {
