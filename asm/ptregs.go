@@ -16,6 +16,9 @@ type Regs struct {
 	ArgNames []string
 	Ret      int16 // the return value, at a return probe
 	IP, SP   int16
+	// Named are every general register's offset by its 64-bit name, as a
+	// USDT argument spec names them ("rax", "r13", "rip").
+	Named map[string]int16
 }
 
 // AMD64 is x86-64's pt_regs (arch/x86/include/asm/ptrace.h: r15 at 0 ...
@@ -27,6 +30,10 @@ var AMD64 = &Regs{
 	Ret:      80, // rax
 	IP:       128,
 	SP:       152,
+	Named: map[string]int16{
+		"r15": 0, "r14": 8, "r13": 16, "r12": 24, "rbp": 32, "rbx": 40, "r11": 48, "r10": 56,
+		"r9": 64, "r8": 72, "rax": 80, "rcx": 88, "rdx": 96, "rsi": 104, "rdi": 112, "rip": 128, "rsp": 152,
+	},
 }
 
 var ptRegs = map[string]*Regs{"amd64": AMD64}

@@ -25,6 +25,17 @@ func TestPtRegs(t *testing.T) {
 	if r.Ret != 80 || r.IP != 128 || r.SP != 152 {
 		t.Errorf("ax %d, ip %d, sp %d", r.Ret, r.IP, r.SP)
 	}
+	// The named table agrees with the argument table and with ptrace.h's
+	// order: r15 first, then 8 bytes each, orig_ax skipped at 120.
+	order := []string{"r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi", "rdi"}
+	for i, name := range order {
+		if r.Named[name] != int16(8*i) {
+			t.Errorf("%s at %d, want %d", name, r.Named[name], 8*i)
+		}
+	}
+	if r.Named["rip"] != r.IP || r.Named["rsp"] != r.SP || r.Named["rdi"] != r.Args[0] || r.Named["rax"] != r.Ret || len(r.Named) != len(order)+2 {
+		t.Errorf("named table %v", r.Named)
+	}
 	if _, err := PtRegs("riscv64"); err == nil || !strings.Contains(err.Error(), "riscv64") {
 		t.Errorf("riscv64: %v", err)
 	}

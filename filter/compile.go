@@ -11,6 +11,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/tracefs"
+	"github.com/tracekit/tracekit/uprobe"
 )
 
 // Arg is a kprobe argument (or "ret" of a kretprobe): its BTF type and
@@ -35,6 +36,13 @@ type Target struct {
 	// SelfPid, if not 0, is filter's own process id: its events are
 	// dropped first (its writes to stdout would feed the stream).
 	SelfPid uint32
+	// USDT are a USDT call site's arguments, arg0 onwards; Site is the
+	// site's link-time address (a rip-relative argument is found from the
+	// instruction pointer, which a uprobe sets to the site) and Regs the
+	// register layout the specs name registers in.
+	USDT []uprobe.Arg
+	Site uint64
+	Regs *asm.Regs
 }
 
 // Stack layout of the filter program.
@@ -501,6 +509,7 @@ const (
 	srcArg                   // a probe's argument, in the register at regOff
 	srcWalk                  // at the address resolve left in R1
 	srcBuiltin               // from a helper
+	srcUSDT                  // a USDT argument, as its spec says
 )
 
 // space is the address space a string pointer points into.
@@ -527,6 +536,7 @@ type value struct {
 	ptr     *value            // a NUL-terminated string at the address this value holds
 	space   space             // where ptr points
 	symbols map[uint64]string // __print_symbolic names of an int field
+	usdt    *uprobe.Arg       // srcUSDT
 }
 
 // resolve finds what an operand denotes. For a walked path it emits the
@@ -558,6 +568,9 @@ func (c *compiler) resolve(o Operand) (value, error) {
 		}
 		return c.builtin(o)
 	}
+	if c.t.USDT != nil {
+		return c.usdtArg(o)
+	}
 	for i, a := range c.t.Args {
 		if a.Name != o.Base {
 			continue
@@ -585,6 +598,25 @@ func (c *compiler) resolve(o Operand) (value, error) {
 		names = append(names, a.Name)
 	}
 	return value{}, c.errAt(o.Pos, "no argument or builtin %q (arguments: %s; builtins: %s)", o.Base, strings.Join(names, ", "), strings.Join(builtins, ", "))
+}
+
+// usdtArg resolves arg0..argN of a USDT probe, or a builtin.
+func (c *compiler) usdtArg(o Operand) (value, error) {
+	var i int
+	if n, err := fmt.Sscanf(o.Base, "arg%d", &i); n != 1 || err != nil || o.Base != fmt.Sprintf("arg%d", i) {
+		if isBuiltin(o.Base) {
+			return c.builtin(o)
+		}
+		return value{}, c.errAt(o.Pos, "no argument or builtin %q (a USDT probe has arg0..arg%d; builtins: %s)", o.Base, len(c.t.USDT)-1, strings.Join(builtins, ", "))
+	}
+	if i >= len(c.t.USDT) {
+		return value{}, c.errAt(o.Pos, "%s: this probe has %d argument(s), arg0..arg%d", o.Base, len(c.t.USDT), len(c.t.USDT)-1)
+	}
+	if len(o.Steps) > 0 || o.Cast != "" {
+		return value{}, c.errAt(o.Pos, "%s is a number: it has no members (no BTF describes user space)", o.Base)
+	}
+	a := c.t.USDT[i]
+	return value{name: o.Base, kind: kInt, size: a.Size, signed: a.Signed, src: srcUSDT, usdt: &a}, nil
 }
 
 func isBuiltin(name string) bool {
@@ -902,6 +934,8 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		c.read(v.size, scratchOff)
 		c.emit(bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(v.size)))
 		narrow = v.signed && v.size < 8 // loaded at its size: zero-extended already
+	case srcUSDT:
+		return c.fetchUSDT(v, dst)
 	case srcBuiltin:
 		switch v.builtin {
 		case "pid", "tid":
@@ -933,6 +967,113 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		} else {
 			c.emit(bpf.RSh.Imm(dst, shift))
 		}
+	}
+	return nil
+}
+
+// fetchUSDT emits the load of a USDT argument into dst: a register, a
+// constant, or |size| bytes of user memory at an address computed from
+// registers, the spec's displacement and symbol.
+func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
+	a := v.usdt
+	regOff := func(name string) (int16, error) {
+		off, ok := c.t.Regs.Named[name]
+		if !ok {
+			return 0, fmt.Errorf("%s: register %s is not in this architecture's pt_regs", a.Text, name)
+		}
+		return off, nil
+	}
+	note := fmt.Sprintf("%s = %s (USDT spec %s)", dst, v.name, a.Text)
+	switch a.Kind {
+	case uprobe.ArgConst:
+		// Truncated and extended here, as the load would be.
+		v := a.Off
+		if shift := 64 - 8*a.Size; shift > 0 && a.Signed {
+			v = v << shift >> shift
+		} else if shift > 0 {
+			v = int64(uint64(v) << shift >> shift)
+		}
+		if v >= math.MinInt32 && v <= math.MaxInt32 {
+			c.emit(bpf.Mov.Imm(dst, int32(v)).WithSource(bpf.Comment(note)))
+		} else {
+			c.emit(bpf.LoadImm(dst, v, bpf.DWord).WithSource(bpf.Comment(note)))
+		}
+		return nil
+	case uprobe.ArgReg:
+		off, err := regOff(a.Reg)
+		if err != nil {
+			return err
+		}
+		c.emit(bpf.LoadMem(dst, asm.RegCtx, off, bpf.DWord).WithSource(bpf.Comment(note)))
+		return c.extend(dst, a.Size, a.Signed)
+	}
+	// An address in R1, then a read of user memory.
+	disp := a.Off + int64(a.SymAddr)
+	first := len(c.insns)
+	switch a.Kind {
+	case uprobe.ArgMem:
+		off, err := regOff(a.Reg)
+		if err != nil {
+			return err
+		}
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, off, bpf.DWord))
+	case uprobe.ArgIndex:
+		idx, err := regOff(a.Index)
+		if err != nil {
+			return err
+		}
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, idx, bpf.DWord))
+		if shift := map[int]int32{2: 1, 4: 2, 8: 3}[a.Scale]; shift != 0 {
+			c.emit(bpf.LSh.Imm(bpf.R1, shift))
+		}
+		if a.Reg != "" {
+			base, err := regOff(a.Reg)
+			if err != nil {
+				return err
+			}
+			c.emit(bpf.LoadMem(bpf.R2, asm.RegCtx, base, bpf.DWord), bpf.Add.Reg(bpf.R1, bpf.R2))
+		}
+	case uprobe.ArgGlobal:
+		// The uprobe sets ip to the site: the global is as far from it as
+		// their link-time addresses are.
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, c.t.Regs.IP, bpf.DWord))
+		disp = int64(a.SymAddr) + a.Off - int64(c.t.Site)
+	default:
+		return fmt.Errorf("%s: unknown argument form", a.Text)
+	}
+	c.insns[first] = c.insns[first].WithSource(bpf.Comment(note))
+	switch {
+	case disp == 0:
+	case disp >= math.MinInt32 && disp <= math.MaxInt32:
+		c.emit(bpf.Add.Imm(bpf.R1, int32(disp)))
+	default:
+		c.emit(bpf.LoadImm(bpf.R2, disp, bpf.DWord), bpf.Add.Reg(bpf.R1, bpf.R2))
+	}
+	c.emit(
+		bpf.Mov.Reg(bpf.R3, bpf.R1),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, scratchOff),
+		bpf.Mov.Imm(bpf.R2, int32(a.Size)),
+		c.t.Read.User.Call(),
+		bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(a.Size)),
+	)
+	if a.Signed && a.Size < 8 {
+		return c.extend(dst, a.Size, true)
+	}
+	return nil
+}
+
+// extend clears or sign-extends the bits of dst above its size bytes.
+func (c *compiler) extend(dst bpf.Register, size int, signed bool) error {
+	if size >= 8 {
+		return nil
+	}
+	shift := int32(64 - 8*size)
+	c.emit(bpf.LSh.Imm(dst, shift))
+	if signed {
+		c.emit(bpf.ArSh.Imm(dst, shift))
+	} else {
+		c.emit(bpf.RSh.Imm(dst, shift))
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/uprobe"
 )
 
 // A small BTF of our own: struct layouts fixed for the goldens, whatever
@@ -57,7 +58,27 @@ func targets(t *testing.T) map[string]Target {
 	s32 := &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed}
 	cstr := &btf.Pointer{Target: &btf.Const{Type: &btf.Int{Name: "char", Size: 1, Encoding: btf.Signed}}}
 	openat := tooltest.Format(t, "sys_enter_openat.6.18.format")
+	var specs []uprobe.Arg
+	for _, a := range []string{"-4@%r13d", "1@%dl", "-4@$-9", "8@$0x1122334455", "-4@112(%rsp)", "-8@(%rax)", "-8@0(%rbp,%rdx,8)", "-8@tk_table(,%rax,8)", "-8@tk_global(%rip)", "8@%r15"} {
+		arg, err := uprobe.ParseArg(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		arg.SymAddr = map[string]uint64{"tk_table": 0x404040, "tk_global": 0x4010}[arg.Sym]
+		specs = append(specs, arg)
+	}
+	ev := event{kind: "uprobe"}
+	uprobeT := userTarget(ev, site{addr: 0x1139}, asm.AMD64)
+	ev.kind = "uretprobe"
+	uretT := userTarget(ev, site{addr: 0x1139}, asm.AMD64)
+	for _, u := range []*Target{&uprobeT, &uretT} {
+		u.Read = asm.NewReaders
+	}
 	return map[string]Target{
+		"usdt":       {USDT: specs, Site: 0x10ac, Regs: asm.AMD64, Read: asm.NewReaders, UserSpace: true},
+		"usdt_none":  {USDT: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64, Read: asm.OldReaders, UserSpace: true, SelfPid: 4242},
+		"uprobe":     uprobeT,
+		"uretprobe":  uretT,
 		"netif":      {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, Read: asm.NewReaders},
 		"kfree":      {Format: tooltest.Format(t, "kfree_skb.6.18.format"), Read: asm.NewReaders},
 		"sched":      {Format: tooltest.Format(t, "sched_kthread_stop.2.6.format"), Read: asm.OldReaders},
@@ -115,6 +136,12 @@ var compileCases = []struct {
 	{"hist_len", "netif", `name == "lo"`, "hist:len"},
 	{"hist_signed", "openat", ``, "hist:dfd"},
 	{"hist_walk", "kprobe", ``, "hist:skb->len"},
+	{"usdt_forms", "usdt", ``, "fields:arg0,arg1,arg2,arg3,arg4,arg5,arg6,arg7,arg8"},
+	{"usdt_where", "usdt", `arg0 < 0 && (char *)arg9 == "tk-string" || arg8 == -7`, "count"},
+	{"usdt_hist", "usdt", `arg1 != 0`, "hist:arg4"},
+	{"usdt_none_count", "usdt_none", ``, "count"},
+	{"uprobe_args", "uprobe", `arg1 == 1000 && comm == "fx"`, "count-by:arg0"},
+	{"uretprobe_ret", "uretprobe", `ret == 1007`, "fields:ret,pid"},
 }
 
 // compileCase compiles one case of compileCases.
@@ -317,6 +344,16 @@ var operandsOf = map[string]struct {
 		strs:    map[string]int{"filename": 0, "comm": 16, "str(args->filename)": 0},
 		actions: []string{"", "count", "count-by:filename,comm", "hist:flags", "emit", "fields:filename,dfd"},
 	},
+	"usdt": {
+		ints:    map[string]bool{"arg0": true, "arg2": true, "arg3": false, "arg4": true, "arg6": true, "arg7": true, "arg8": true, "arg9": false, "pid": false},
+		strs:    map[string]int{"comm": 16, "str(arg9)": 0, "(char *)arg5": 0},
+		actions: []string{"", "count", "count-by:arg0,comm", "hist:arg4", "fields:arg0,str(arg9),arg8"},
+	},
+	"uprobe": {
+		ints:    map[string]bool{"arg0": false, "arg1": false, "arg5": false, "tid": false},
+		strs:    map[string]int{"comm": 16, "str(arg0)": 0},
+		actions: []string{"count", "count-by:arg0", "hist:arg1", "fields:arg0,arg1,str(arg2)"},
+	},
 	"kopen": {
 		ints:    map[string]bool{"dfd": true, "pid": false, "gid": false},
 		strs:    map[string]int{"filename": 0, "comm": 16},
@@ -393,7 +430,7 @@ func FuzzCompile(f *testing.F) {
 		f.Add(seed)
 	}
 	ts := targets(&testing.T{})
-	targetNames := []string{"kopen", "openat", "switch"}
+	targetNames := []string{"kopen", "openat", "switch", "usdt", "uprobe"}
 	f.Fuzz(func(t *testing.T, seed int64) {
 		r := rand.New(rand.NewSource(seed))
 		target := targetNames[r.Intn(len(targetNames))]

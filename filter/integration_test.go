@@ -435,7 +435,11 @@ func TestHistLen(t *testing.T) {
 }
 
 // A ring too small for a burst: what is printed plus what is reported lost
-// is exactly what passed.
+// is what passed. The kernel counts lost records, not events: the sum came
+// out one over in a 6.12 guest (one CPU), where the likely cause is the one
+// other record this ring holds, a process-name record (PERF_RECORD_COMM, an
+// exec) that met the full ring. So the sum may exceed the events by a
+// record or two, never fall short of them.
 func TestRingOverflowIsCounted(t *testing.T) {
 	privtest.Require(t)
 	a := t.TempDir() + "/a"
@@ -446,13 +450,13 @@ func TestRingOverflowIsCounted(t *testing.T) {
 	work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: burst}, tooltest.Open{Times: 300}, tooltest.Open{Path: a, Times: 1})
 	r := filter(t, "--buffer-pages", "1", "syscalls:sys_enter_openat", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work)
 	printed := len(lines(r.Stdout))
-	m := regexp.MustCompile(`filter: (\d+) events lost: a ring buffer was full`).FindStringSubmatch(r.Stderr)
+	m := regexp.MustCompile(`filter: (\d+) records lost: a ring buffer was full`).FindStringSubmatch(r.Stderr)
 	lost := 0
 	if m != nil {
 		lost, _ = strconv.Atoi(m[1])
 	}
-	if r.Status != 0 || printed+lost != burst+1 {
-		t.Errorf("exit %d: %d printed + %d lost, want %d: %s", r.Status, printed, lost, burst+1, r.Stderr)
+	if r.Status != 0 || printed+lost < burst+1 || printed+lost > burst+3 {
+		t.Errorf("exit %d: %d printed + %d lost, want %d (up to 2 more: process-name records): %s", r.Status, printed, lost, burst+1, r.Stderr)
 	}
 	if lost == 0 {
 		t.Errorf("a 1-page ring kept up with %d events: no overflow was tested", burst)

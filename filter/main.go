@@ -19,11 +19,20 @@ type options struct {
 	Hist        string `long:"hist" value-name:"EXPR" unquote:"false" description:"A log2 histogram of the integer EXPR (a field, builtin or path) over the passing events, built in the kernel, per interval"`
 	Self        bool   `long:"self" description:"Include filter's own events (left out by default: its writes would feed the stream)"`
 	BufferPages int    `long:"buffer-pages" value-name:"N" default:"64" description:"Ring buffer pages per CPU for printed events, a power of two"`
-	Info        bool   `long:"info" description:"Print the event's fields (tracepoint) or the function's signature from BTF (kprobe) and exit"`
+	Info        bool   `long:"info" description:"Print the event's fields (tracepoint), the function's signature from BTF (kprobe), a file's USDT probes (usdt:PATH) or functions (uprobe:PATH[:GLOB]), and exit"`
 }
 
 const details = `EVENT is a tracepoint GROUP:NAME (net:netif_receive_skb,
-syscalls:sys_enter_openat), kprobe:FUNCTION or kretprobe:FUNCTION.
+syscalls:sys_enter_openat), kprobe:FUNCTION or kretprobe:FUNCTION, or a
+user-space probe: uprobe:PATH:FUNCTION[+OFFSET], uprobe:PATH:0xADDRESS,
+uretprobe:PATH:FUNCTION, usdt:PATH:[PROVIDER:]NAME. PATH is absolute, or a
+bare name looked up on $PATH and in the library directories. A user-space
+probe is on the file: every process that runs it, now or later, a library
+before any process has loaded it. A USDT probe is attached at every call
+site, each with its own argument specs, and its semaphore is raised by the
+kernel (ref_ctr_offset, 4.20+; refused on older kernels rather than written
+into the processes). filter --info usdt:PATH lists a file's USDT probes,
+filter --info uprobe:PATH:GLOB its functions.
 
 EXPR compares operands with == != < <= > >= and, for strings, ~ "PREFIX*"
 (a prefix match: one trailing '*', nothing else is a pattern). Comparisons
@@ -35,6 +44,12 @@ or || runs only when the left side does not decide. An operand is:
     follows its C type: a syscall's "int dfd" is signed, dfd == -100 holds.
   - a kprobe argument, named as the kernel's BTF names it (filter --info
     kprobe:FUNCTION); a kretprobe's return value is ret.
+  - a USDT argument arg0..arg11, decoded as its call site's spec says
+    (registers, constants, memory, globals) and extended by its size and
+    sign; a uprobe's arg0..arg5 from the calling convention's registers
+    (unsigned 64-bit: nothing describes user-space types), a uretprobe's
+    ret (signed 64-bit). (char *)arg0 reads a user string. Memory a process
+    has not touched yet (a page not faulted in) reads as 0 or "".
   - a builtin: pid (the process id), tid, comm, cpu, uid, gid. A field or
     argument of the same name wins.
   - a path through pointers BTF knows: skb->dev->name, or a tracepoint
@@ -71,6 +86,9 @@ Examples:
   filter --count-by comm,filename syscalls:sys_enter_openat --where 'filename ~ "/etc/*"'
   filter --hist len net:netif_receive_skb --where 'name == "lo"' 5
   filter --fields comm,pid,filename syscalls:sys_enter_execve
+  filter --count usdt:/usr/bin/python3.11:python:audit --where '(char *)arg0 == "os.system"'
+  filter --hist arg0 uprobe:libc.so.6:malloc
+  filter --info usdt:/usr/bin/python3.11
   filter kprobe:ip_send_skb --where 'skb->len > 100 && skb->protocol == 8'
   filter kretprobe:ksys_write --where 'ret < 0'
   filter --info kprobe:do_sys_openat2

@@ -19,22 +19,51 @@ import (
 
 // event is a parsed EVENT argument.
 type event struct {
-	kind        string // "tracepoint", "kprobe", "kretprobe"
+	kind        string // "tracepoint", "kprobe", "kretprobe", "uprobe", "uretprobe", "usdt"
 	group, name string // tracepoint
-	symbol      string // kprobe
+	symbol      string // kprobe, uprobe: the function (or a uprobe's 0xADDR)
+	path        string // uprobe, usdt: the file
+	provider    string // usdt ("" until found: any)
+	probeName   string // usdt
 }
 
 func (e event) String() string {
-	if e.kind == "tracepoint" {
+	switch e.kind {
+	case "tracepoint":
 		return e.group + ":" + e.name
+	case "uprobe", "uretprobe":
+		return e.kind + ":" + e.path + ":" + e.symbol
+	case "usdt":
+		if e.provider != "" {
+			return "usdt:" + e.path + ":" + e.provider + ":" + e.probeName
+		}
+		return "usdt:" + e.path + ":" + e.probeName
 	}
 	return e.kind + ":" + e.symbol
 }
 
-func parseEvent(s string) (event, error) {
+// shortName names the event in a printed line, as trace_pipe would.
+func (e event) shortName() string {
+	switch e.kind {
+	case "tracepoint":
+		return e.name
+	case "usdt":
+		return e.provider + ":" + e.probeName
+	}
+	return e.symbol
+}
+
+// user reports a user-space probe.
+func (e event) user() bool { return e.kind == "uprobe" || e.kind == "uretprobe" || e.kind == "usdt" }
+
+const eventForms = "GROUP:NAME, kprobe:FUNCTION, kretprobe:FUNCTION, uprobe:PATH:FUNCTION, uretprobe:PATH:FUNCTION or usdt:PATH:[PROVIDER:]NAME"
+
+// parseEvent parses EVENT; info allows a user-space probe without its
+// target (a listing).
+func parseEvent(s string, info bool) (event, error) {
 	a, b, ok := strings.Cut(s, ":")
 	if !ok {
-		return event{}, fmt.Errorf("invalid event %q: want GROUP:NAME, kprobe:FUNCTION or kretprobe:FUNCTION", s)
+		return event{}, fmt.Errorf("invalid event %q: want %s", s, eventForms)
 	}
 	switch a {
 	case "kprobe", "kretprobe":
@@ -42,6 +71,8 @@ func parseEvent(s string) (event, error) {
 			return event{}, err
 		}
 		return event{kind: a, symbol: b}, nil
+	case "uprobe", "uretprobe", "usdt":
+		return parseUserEvent(a, b, info)
 	}
 	if err := tracefs.ValidateName("event group", a); err != nil {
 		return event{}, err
@@ -53,7 +84,7 @@ func parseEvent(s string) (event, error) {
 }
 
 func validate(o *options) error {
-	if _, err := parseEvent(o.Lead()); err != nil {
+	if _, err := parseEvent(o.Lead(), o.Info); err != nil {
 		return tools.Usagef("%v", err)
 	}
 	if o.Where != "" {
@@ -228,8 +259,11 @@ type mode struct {
 }
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
-	ev, _ := parseEvent(o.Lead())
+	ev, _ := parseEvent(o.Lead(), o.Info)
 	if o.Info {
+		if ev.user() {
+			return userInfo(s, ev)
+		}
 		return info(s, ev)
 	}
 	var root Node
@@ -246,6 +280,9 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	act, err := action(o)
 	if err != nil {
 		return err
+	}
+	if ev.user() {
+		return runUser(ctx, s, o, ev, root, act, target.SelfPid)
 	}
 	if ev.kind == "tracepoint" {
 		f, err := tracefs.ReadFormat(ev.group, ev.name)
@@ -284,15 +321,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	}
 	prog, err := Compile(o.Where, root, target, act)
 	if err != nil {
-		var ee *ExprError
-		if errors.As(err, &ee) {
-			opt := ee.Option
-			if opt == "" {
-				opt = "--where"
-			}
-			return tools.Usagef("%s: %v", opt, err)
-		}
-		return err
+		return usageOr(err)
 	}
 	spec := &ebpf.CollectionSpec{
 		Maps: maps(act.Kind, prog),
@@ -316,6 +345,15 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 	}
+	if act.Kind == Keep {
+		return streamKept(ctx, s, ev, coll, target.Format, fetch, pointers, o.BufferPages)
+	}
+	return report(ctx, s, o, ev, coll, prog, act)
+}
+
+// report runs an action's loop: the maps read per interval, or the output
+// rings printed.
+func report(ctx context.Context, s *tools.Session, o *options, ev event, coll *ebpf.Collection, prog *Program, act Action) error {
 	switch act.Kind {
 	case Count:
 		return count(ctx, s, ev, coll)
@@ -323,14 +361,75 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		return countBy(ctx, s, ev, coll, prog)
 	case Hist:
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
-	case Emit:
-		rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.BufferPages)
-		if err != nil {
-			return err
-		}
-		return stream(ctx, s, ev, rings, recordFormat(ev, prog), nil)
 	}
-	return streamKept(ctx, s, ev, coll, target.Format, fetch, pointers, o.BufferPages)
+	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.BufferPages)
+	if err != nil {
+		return err
+	}
+	return stream(ctx, s, ev, rings, recordFormat(ev, prog), nil)
+}
+
+// runUser runs a user-space probe: one program per site (each USDT site
+// has its own argument specs), sharing the maps, all attached or none.
+func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root Node, act Action, self uint32) error {
+	if !tracefs.Uprobe.Available() {
+		return fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
+	}
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		return fmt.Errorf("%s: %w", ev, err)
+	}
+	sites, err := userSites(&ev)
+	if err != nil {
+		// No such file, symbol or probe, or not an ELF file: the command
+		// line is wrong, as with an unknown tracepoint field.
+		return tools.Usagef("%v", err)
+	}
+	if act.Kind == Keep {
+		// A uprobe's record in the kernel holds no arguments: always our own.
+		act = Action{Kind: Emit, Columns: defaultColumns(userTarget(ev, sites[0], regs))}
+	}
+	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{}}
+	var prog *Program
+	for i, st := range sites {
+		t := userTarget(ev, st, regs)
+		t.SelfPid = self
+		p, err := Compile(o.Where, root, t, act)
+		if err != nil {
+			return usageOr(err)
+		}
+		if prog == nil {
+			prog = p
+		} else if p.Size != prog.Size {
+			return fmt.Errorf("%s: sites lay out their columns differently", ev)
+		}
+		name := fmt.Sprintf("filter%d", i)
+		spec.Programs[name] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, License: "GPL", Instructions: p.Insns}
+	}
+	spec.Maps = maps(act.Kind, prog)
+	coll, err := s.Load(spec)
+	if err != nil {
+		return err
+	}
+	for i, st := range sites {
+		if err := s.AttachProbe(coll.Programs[fmt.Sprintf("filter%d", i)], st.probe, false); err != nil {
+			return fmt.Errorf("%s: %w", ev, err)
+		}
+	}
+	return report(ctx, s, o, ev, coll, prog, act)
+}
+
+// usageOr turns an expression error into a usage error.
+func usageOr(err error) error {
+	var ee *ExprError
+	if errors.As(err, &ee) {
+		opt := ee.Option
+		if opt == "" {
+			opt = "--where"
+		}
+		return tools.Usagef("%s: %v", opt, err)
+	}
+	return err
 }
 
 // action is what the options ask for; the event may still turn Keep into
@@ -410,6 +509,10 @@ func defaultColumns(t Target) []Operand {
 			}
 		}
 		return cols
+	}
+	for i := range t.USDT {
+		name := fmt.Sprintf("arg%d", i)
+		cols = append(cols, Operand{Base: name, Text: name})
 	}
 	for _, a := range t.Args {
 		if _, err := scalar(value{name: a.Name, src: srcArg}, a.Type); err == nil {

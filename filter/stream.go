@@ -99,7 +99,9 @@ func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings,
 		defer mu.Unlock()
 		rings.Read(p.print)
 		if final && rings.Lost > 0 {
-			fmt.Fprintf(s.Stderr, "filter: %d events lost: a ring buffer was full (a stricter --where, --count or a larger --buffer-pages keeps up)\n", rings.Lost)
+			// The kernel counts lost records: events, and the rare
+			// process-name record (PERF_RECORD_COMM) that met a full ring.
+			fmt.Fprintf(s.Stderr, "filter: %d records lost: a ring buffer was full (a stricter --where, --count or a larger --buffer-pages keeps up)\n", rings.Lost)
 		}
 		return p.err
 	})
@@ -181,10 +183,7 @@ func (p *printer) print(smp tools.Sample) {
 	if p.err != nil {
 		return
 	}
-	name := p.ev.name
-	if p.ev.kind != "tracepoint" {
-		name = p.ev.symbol
-	}
+	name := p.ev.shortName()
 	secs := float64(smp.Time) / 1e9
 	if p.s.Opts.JSON {
 		fields := map[string]any{}

@@ -129,6 +129,11 @@ func AttachProbe(prog *ebpf.Program, p tracefs.Probe, tool string, legacy bool) 
 			return attachPMU(prog, p, uint32(typ))
 		}
 	}
+	if p.RefCtrOffset != 0 && !tracefs.RefCtrSupported() {
+		// The semaphore would stay 0 and the probe never fire. Raising it
+		// by hand means writing into other processes' memory: never.
+		return nil, fmt.Errorf("attach %s: the probe is guarded by a semaphore, and this kernel's uprobe_events takes no semaphore offset (4.20+; tracefs README lists no \"(ref_ctr_offset)\"): refused rather than written into the processes' memory", p)
+	}
 	e, err := newProbeEvent(tool, p)
 	if err != nil {
 		return nil, fmt.Errorf("attach %w", err)

@@ -14,6 +14,8 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v cpio >/dev/null || need+=(cpio)
 command -v xz >/dev/null || need+=(xz-utils)
+command -v gcc >/dev/null || need+=(gcc)
+[ -f /usr/include/x86_64-linux-gnu/sys/sdt.h ] || [ -f /usr/include/sys/sdt.h ] || need+=(systemtap-sdt-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-vm: installing ${need[*]}" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -44,11 +46,19 @@ mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
 chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
 export CGO_ENABLED=0
 for t in writesize dropmon iolat filter; do go build -trimpath -o "$stage/tk/bin/$t" "./$t"; done
-pkgs=(asm tracefs terminal tools writesize dropmon iolat filter)
+pkgs=(asm tracefs terminal tools uprobe writesize dropmon iolat filter)
 for p in "${pkgs[@]}"; do
   go test -c -trimpath -o "$stage/tk/t/$p.test" "./$p"
   mkdir -p "$stage/tk/src/$p"
   [ -d "$p/testdata" ] && cp -r "$p/testdata" "$stage/tk/src/$p/"
+done
+# The USDT fixtures, built here (the guests have no compiler), and the C
+# library they run on, at the paths the dynamic linker looks in.
+fx="$stage/tk/src/filter/testdata/usdt/build"
+bash filter/testdata/usdt/build.sh "$fx"
+for lib in $(ldd "$fx/fx-pie-O2" | grep -o '/[^ ]*'); do
+  mkdir -p "$stage$(dirname "$lib")"
+  cp -L "$lib" "$stage$lib"
 done
 cp /bin/busybox "$stage/bin/busybox"
 cp vmtest/init.sh "$stage/init"

@@ -119,28 +119,37 @@ func opens(spec, comm string) int {
 // have no package manager (the comparison runs on the host).
 func Peer(t testing.TB, name, pkg string) string {
 	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
 	if os.Getenv("TRACEKIT_BIN") != "" {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
 		return ""
 	}
-	peerMu.Lock()
-	defer peerMu.Unlock()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	t.Logf("installing %s from Debian's packages", pkg)
-	cmd := exec.Command("sh", "-c", "apt-get update -qq && apt-get install -y -qq "+pkg)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("install %s: %v\n%s", pkg, err, out)
-	}
+	Install(t, pkg, func() bool { _, err := exec.LookPath(name); return err == nil })
 	p, err := exec.LookPath(name)
 	if err != nil {
 		t.Fatalf("%s installed, yet %s is not on PATH", pkg, name)
 	}
 	return p
+}
+
+// Install installs Debian packages unless have says they are there.
+func Install(t testing.TB, pkgs string, have func() bool) {
+	t.Helper()
+	peerMu.Lock()
+	defer peerMu.Unlock()
+	if have() {
+		return
+	}
+	t.Logf("installing %s from Debian's packages", pkgs)
+	cmd := exec.Command("sh", "-c", "apt-get update -qq && apt-get install -y -qq "+pkgs)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install %s: %v\n%s", pkgs, err, out)
+	}
+	if !have() {
+		t.Fatalf("%s installed, yet still missing", pkgs)
+	}
 }
 
 var peerMu sync.Mutex

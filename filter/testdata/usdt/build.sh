@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds the USDT and uprobe fixtures into $1: the same program as a PIE at
+# -O0 and -O2 and as a non-PIE at -O2 (between them every argument form
+# sys/sdt.h writes: register, constant, off(reg), (base,index,scale),
+# sym(%rip), sym(,index,scale)), and a PIE that calls into a shared library
+# (libtk.so, found through its rpath). Needs gcc and sys/sdt.h
+# (systemtap-sdt-dev).
+set -euo pipefail
+src=$(cd "$(dirname "$0")" && pwd)
+out=$1
+mkdir -p "$out"
+gcc -O0 -fPIE -pie -o "$out/fx-pie-O0" "$src/fixture.c" "$src/guarded.c"
+gcc -O2 -fPIE -pie -o "$out/fx-pie-O2" "$src/fixture.c" "$src/guarded.c"
+gcc -O2 -fno-pie -no-pie -o "$out/fx-nopie-O2" "$src/fixture.c" "$src/guarded.c"
+gcc -O2 -fPIC -shared -o "$out/libtk.so" "$src/lib.c"
+gcc -O2 -fPIE -pie -DTK_LIB -o "$out/fx-lib" "$src/fixture.c" "$src/guarded.c" -L"$out" -ltk -Wl,-rpath,'$ORIGIN'

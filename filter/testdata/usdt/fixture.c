@@ -1,0 +1,43 @@
+// A USDT and uprobe fixture: every probe fires exactly N times (argv[1]),
+// with values known from the loop index.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sdt.h>
+
+void tk_fire_guarded(int i); // guarded.c: a probe behind a semaphore
+void tk_lib_fire(int i);     // lib.c, in libtk.so (with -DTK_LIB)
+
+volatile long tk_global = -7;
+long tk_table[4] = {10, -20, 30, -40};
+
+__attribute__((noinline)) long tk_add(long a, long b) {
+	__asm__ volatile("" ::: "memory");
+	return a + b;
+}
+
+int main(int argc, char **argv) {
+	int n = argc > 1 ? atoi(argv[1]) : 1;
+	// A probe reads memory without faulting pages in: touch the table's
+	// page (at -O2 only the probe would read it).
+	if (tk_table[argc & 3] == 12345)
+		return 3;
+	char str[32];
+	strcpy(str, "tk-string"); // written here: its page is touched
+	for (int i = 0; i < n; i++) {
+		int neg = -i - 1;
+		long long wide = 0x100000000LL * (i + 1);
+		unsigned char small = (unsigned char)(200 + i);
+		short sh = (short)(-300 - i);
+		STAP_PROBE(tk, plain);
+		STAP_PROBE5(tk, args, neg, wide, str, small, sh);
+		STAP_PROBE1(tk, constant, 42);
+		STAP_PROBE1(tk, global, tk_global);
+		STAP_PROBE2(tk, indexed, tk_table[i & 3], i);
+		tk_fire_guarded(i);
+		tk_add(i, 1000);
+#ifdef TK_LIB
+		tk_lib_fire(i);
+#endif
+	}
+	return 0;
+}

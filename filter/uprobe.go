@@ -1,0 +1,264 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/tracefs"
+	"github.com/tracekit/tracekit/uprobe"
+)
+
+var (
+	// fileName is a bare file name looked up on $PATH and in the library
+	// directories; a path must be absolute (tracefs.ValidatePath).
+	fileName = regexp.MustCompile(`^[A-Za-z0-9._+-]+$`)
+	// userSymbol is a uprobe target: a function with an optional +offset,
+	// or a virtual address.
+	userSymbol = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_.$@]*(\+(0x[0-9a-fA-F]+|[0-9]+))?|0x[0-9a-fA-F]+)$`)
+	usdtName   = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+)
+
+// parseUserEvent parses uprobe:PATH:SYMBOL[+OFF], uprobe:PATH:0xADDR,
+// uretprobe:PATH:SYMBOL and usdt:PATH:[PROVIDER:]NAME; with info, the
+// target may be left out (usdt:PATH lists the probes, uprobe:PATH[:GLOB]
+// the functions).
+func parseUserEvent(kind, rest string, info bool) (event, error) {
+	ev := event{kind: kind}
+	path, target, _ := strings.Cut(rest, ":")
+	if err := checkFileArg(path); err != nil {
+		return ev, err
+	}
+	ev.path = path
+	switch {
+	case target == "" && info:
+		return ev, nil
+	case target == "":
+		if kind == "usdt" {
+			return ev, fmt.Errorf("invalid event %q: want usdt:PATH:[PROVIDER:]NAME", kind+":"+rest)
+		}
+		return ev, fmt.Errorf("invalid event %q: want %s:PATH:FUNCTION[+OFFSET] or %s:PATH:0xADDRESS", kind+":"+rest, kind, kind)
+	case kind == "usdt":
+		prov, name, ok := strings.Cut(target, ":")
+		if !ok {
+			prov, name = "", target
+		}
+		if (prov != "" && !usdtName.MatchString(prov)) || !usdtName.MatchString(name) {
+			return ev, fmt.Errorf("invalid USDT probe %q: want [PROVIDER:]NAME, letters, digits and _", target)
+		}
+		ev.provider, ev.probeName = prov, name
+	case info:
+		ev.symbol = target // a glob
+	default:
+		if !userSymbol.MatchString(target) {
+			return ev, fmt.Errorf("invalid function %q: want a symbol with an optional +offset, or a 0x address", target)
+		}
+		if kind == "uretprobe" && strings.Contains(target, "+") {
+			return ev, fmt.Errorf("%s: a uretprobe goes on a function's entry, not at an offset", target)
+		}
+		ev.symbol = target
+	}
+	return ev, nil
+}
+
+func checkFileArg(path string) error {
+	if strings.HasPrefix(path, "/") {
+		return tracefs.ValidatePath(path)
+	}
+	if !fileName.MatchString(path) {
+		return fmt.Errorf("invalid file %q: an absolute path, or a bare name to look up on $PATH and in the library directories", path)
+	}
+	return nil
+}
+
+// libDirs are where a bare library name is looked for, after
+// $LD_LIBRARY_PATH: the dynamic linker's defaults on Debian and others.
+var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
+
+// resolveFile finds the file a probe names, as the kernel will see it: an
+// absolute path with its symbolic links resolved (a uprobe is on the
+// inode). A bare name is looked up on $PATH, then in the library
+// directories.
+func resolveFile(name string) (string, error) {
+	path := name
+	if !strings.HasPrefix(name, "/") {
+		path = ""
+		var dirs []string
+		dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
+		dirs = append(dirs, filepath.SplitList(os.Getenv("LD_LIBRARY_PATH"))...)
+		dirs = append(dirs, libDirs...)
+		for _, d := range dirs {
+			if d == "" || !filepath.IsAbs(d) {
+				continue
+			}
+			if st, err := os.Stat(filepath.Join(d, name)); err == nil && st.Mode().IsRegular() {
+				path = filepath.Join(d, name)
+				break
+			}
+		}
+		if path == "" {
+			return "", fmt.Errorf("%s: not found on $PATH or in the library directories (%s)", name, strings.Join(libDirs, ", "))
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return "", fmt.Errorf("%s: %w", path, pe.Err)
+		}
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", err
+	}
+	if err := tracefs.ValidatePath(real); err != nil {
+		return "", err
+	}
+	return real, nil
+}
+
+// site is one place a user-space probe goes, and what the program there
+// compiles against.
+type site struct {
+	probe tracefs.Probe
+	usdt  []uprobe.Arg // nil for a uprobe
+	addr  uint64
+}
+
+// userSites opens the event's file and finds its sites.
+func userSites(ev *event) ([]site, error) {
+	path, err := resolveFile(ev.path)
+	if err != nil {
+		return nil, err
+	}
+	ev.path = path
+	f, err := uprobe.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if ev.kind == "usdt" {
+		p, err := f.FindUSDT(ev.provider, ev.probeName)
+		if err != nil {
+			return nil, err
+		}
+		ev.provider = p.Provider
+		var sites []site
+		for _, s := range p.Sites {
+			sites = append(sites, site{
+				probe: tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: s.Offset, RefCtrOffset: p.Semaphore},
+				usdt:  append([]uprobe.Arg{}, s.Args...), addr: s.Addr,
+			})
+		}
+		return sites, nil
+	}
+	var addr uint64
+	if strings.HasPrefix(ev.symbol, "0x") {
+		if addr, err = strconv.ParseUint(ev.symbol[2:], 16, 64); err != nil {
+			return nil, fmt.Errorf("bad address %s", ev.symbol)
+		}
+	} else {
+		name, off := tracefs.SplitSymbol(ev.symbol)
+		sym, err := f.Function(name)
+		if err != nil {
+			return nil, err
+		}
+		if off != 0 && sym.Size != 0 && off >= sym.Size {
+			return nil, fmt.Errorf("%s: offset %d is past the function's %d bytes", ev.symbol, off, sym.Size)
+		}
+		addr = sym.Value + off
+	}
+	off, err := f.Offset(addr)
+	if err != nil {
+		return nil, err
+	}
+	return []site{{probe: tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: off, Ret: ev.kind == "uretprobe"}, addr: addr}}, nil
+}
+
+// userTarget is what a site's program compiles against: USDT arguments
+// from their specs, a uprobe's from the calling convention's registers
+// (arg0..arg5, unsigned 64-bit: no BTF describes user space), a
+// uretprobe's ret (signed 64-bit).
+func userTarget(ev event, s site, regs *asm.Regs) Target {
+	t := Target{Read: tools.Readers(), UserSpace: true, Regs: regs, Site: s.addr}
+	switch {
+	case ev.kind == "usdt":
+		t.USDT = s.usdt
+		if t.USDT == nil {
+			t.USDT = []uprobe.Arg{} // no arguments, still a USDT probe
+		}
+	case ev.kind == "uretprobe":
+		t.Args = []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: regs.Ret}}
+	default:
+		for i, off := range regs.Args {
+			t.Args = append(t.Args, Arg{Name: fmt.Sprintf("arg%d", i), Type: &btf.Int{Name: "unsigned long", Size: 8}, RegOff: off})
+		}
+	}
+	return t
+}
+
+// userInfo lists a file's USDT probes, or its functions.
+func userInfo(s *tools.Session, ev event) error {
+	path, err := resolveFile(ev.path)
+	if err != nil {
+		return err
+	}
+	f, err := uprobe.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if ev.kind != "usdt" {
+		syms, err := f.Glob(ev.symbol)
+		if err != nil {
+			return err
+		}
+		if len(syms) == 0 {
+			return fmt.Errorf("%s: no function matches %q", path, ev.symbol)
+		}
+		for _, sym := range syms {
+			fmt.Fprintf(s.Stdout, "%s:%s\n", path, sym.Name)
+		}
+		return nil
+	}
+	probes, err := f.USDT()
+	if err != nil {
+		return err
+	}
+	if len(probes) == 0 {
+		return errors.New(path + " has no USDT probes (no .note.stapsdt section)")
+	}
+	for _, p := range probes {
+		if ev.probeName != "" && (p.Name != ev.probeName || ev.provider != "" && p.Provider != ev.provider) {
+			continue
+		}
+		sem := "none"
+		if p.Semaphore != 0 {
+			sem = fmt.Sprintf("0x%x", p.Semaphore)
+		}
+		plural := "s"
+		if len(p.Sites) == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(s.Stdout, "usdt:%s:%s  %d site%s, semaphore %s\n", path, p, len(p.Sites), plural, sem)
+		for _, st := range p.Sites {
+			var args []string
+			for i, a := range st.Args {
+				args = append(args, fmt.Sprintf("arg%d %s (%s)", i, a.Type(), a.Text))
+			}
+			if len(args) == 0 {
+				args = []string{"no arguments"}
+			}
+			fmt.Fprintf(s.Stdout, "    0x%x: %s\n", st.Offset, strings.Join(args, ", "))
+		}
+	}
+	return nil
+}

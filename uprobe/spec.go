@@ -1,0 +1,206 @@
+package uprobe
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ArgKind is where a USDT argument is at its call site.
+type ArgKind int
+
+const (
+	ArgReg    ArgKind = iota // in a register: N@%reg
+	ArgConst                 // a constant: N@$imm
+	ArgMem                   // in memory at reg+off: N@off(%reg), N@(%reg)
+	ArgIndex                 // at base+index*scale+off: N@off(%base,%index,scale)
+	ArgGlobal                // a rip-relative global: N@sym+off(%rip)
+)
+
+// Arg is one USDT argument spec, as sys/sdt.h writes it for the assembler:
+// a size (negative: signed) and an operand in AT&T syntax.
+type Arg struct {
+	Text   string
+	Size   int  // 1, 2, 4 or 8 bytes
+	Signed bool // sign-extend the Size bytes
+	Kind   ArgKind
+	Reg    string // the 64-bit register: "rax", "r13"; the base of ArgIndex ("" for none)
+	Index  string // ArgIndex
+	Scale  int    // ArgIndex: 1, 2, 4 or 8
+	Off    int64  // ArgMem, ArgIndex, ArgGlobal: added to the address; ArgConst: the value
+	// Sym is a symbol whose address is added: rip-relative for ArgGlobal
+	// (where the file is loaded), absolute for ArgMem and ArgIndex (a
+	// non-PIE's "tbl(,%rax,8)").
+	Sym string
+	// SymAddr is Sym's link-time address, filled in from the file.
+	SymAddr uint64
+}
+
+// regs64 maps every x86-64 register name an operand may use to its 64-bit
+// register (the pt_regs slot): rax, eax, ax, al; r8, r8d, r8w, r8b; ...
+var regs64 = func() map[string]string {
+	m := map[string]string{}
+	for _, r := range []struct{ q, d, w, b string }{
+		{"rax", "eax", "ax", "al"}, {"rbx", "ebx", "bx", "bl"}, {"rcx", "ecx", "cx", "cl"}, {"rdx", "edx", "dx", "dl"},
+		{"rsi", "esi", "si", "sil"}, {"rdi", "edi", "di", "dil"}, {"rbp", "ebp", "bp", "bpl"}, {"rsp", "esp", "sp", "spl"},
+	} {
+		m[r.q], m[r.d], m[r.w], m[r.b] = r.q, r.q, r.q, r.q
+	}
+	for _, hi := range []string{"ah", "bh", "ch", "dh"} {
+		m[hi] = "" // the second byte: no slot of its own, refused below
+	}
+	for i := 8; i <= 15; i++ {
+		q := fmt.Sprintf("r%d", i)
+		m[q], m[q+"d"], m[q+"w"], m[q+"b"] = q, q, q, q
+	}
+	m["rip"] = "rip"
+	return m
+}()
+
+// ParseArgs parses a note's argument string: specs separated by spaces.
+func ParseArgs(s string) ([]Arg, error) {
+	var args []Arg
+	for _, f := range strings.Fields(s) {
+		a, err := ParseArg(f)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, a)
+	}
+	if len(args) > 12 {
+		return nil, fmt.Errorf("%d arguments: sys/sdt.h writes at most 12", len(args))
+	}
+	return args, nil
+}
+
+// ParseArg parses one spec: "-4@%r13d", "8@$42", "-8@16(%rbp)",
+// "-8@0(%rbp,%rdx,8)", "-4@gcount(%rip)".
+func ParseArg(s string) (Arg, error) {
+	a := Arg{Text: s}
+	bad := func(why string) (Arg, error) { return Arg{}, fmt.Errorf("argument spec %q: %s", s, why) }
+	size, op, ok := strings.Cut(s, "@")
+	if !ok {
+		// sys/sdt.h before 2010 wrote the operand alone: 8 bytes, unsigned.
+		size, op = "8", s
+	}
+	n, err := strconv.Atoi(size)
+	if err != nil {
+		return bad("the size is not a number")
+	}
+	if n < 0 {
+		a.Signed, n = true, -n
+	}
+	if n != 1 && n != 2 && n != 4 && n != 8 {
+		return bad("the size is not 1, 2, 4 or 8 bytes")
+	}
+	a.Size = n
+	switch {
+	case strings.HasPrefix(op, "$"):
+		v, err := parseInt(op[1:])
+		if err != nil {
+			return bad("a constant that is not a number")
+		}
+		a.Kind, a.Off = ArgConst, v
+		return a, nil
+	case strings.HasPrefix(op, "%"):
+		r, err := reg(op)
+		if err != nil || r == "rip" {
+			return bad("an unknown register")
+		}
+		a.Kind, a.Reg = ArgReg, r
+		return a, nil
+	}
+	open := strings.IndexByte(op, '(')
+	if open < 0 || !strings.HasSuffix(op, ")") {
+		return bad("not a register, a constant or a memory operand")
+	}
+	disp, inner := op[:open], op[open+1:len(op)-1]
+	parts := strings.Split(inner, ",")
+	if len(parts) > 3 {
+		return bad("a memory operand of more than three parts")
+	}
+	if disp != "" {
+		if a.Off, err = parseInt(disp); err != nil {
+			// A symbol: "gcount(%rip)", or an absolute "tbl(,%rax,8)".
+			if a.Sym, a.Off, err = symOff(disp); err != nil || a.Sym == "" {
+				return bad("a displacement that is neither a number nor a symbol")
+			}
+		}
+	}
+	if parts[0] != "" {
+		if a.Reg, err = reg(parts[0]); err != nil {
+			return bad("an unknown base register")
+		}
+	}
+	if a.Reg == "rip" {
+		if len(parts) != 1 || a.Sym == "" {
+			return bad("a rip-relative operand must be sym(%rip)")
+		}
+		a.Kind, a.Reg = ArgGlobal, ""
+		return a, nil
+	}
+	if len(parts) == 1 {
+		if a.Reg == "" {
+			return bad("a memory operand without a register")
+		}
+		a.Kind = ArgMem
+		return a, nil
+	}
+	if a.Index, err = reg(parts[1]); err != nil || a.Index == "rip" {
+		return bad("an unknown index register")
+	}
+	a.Kind, a.Scale = ArgIndex, 1
+	if len(parts) == 3 {
+		if a.Scale, err = strconv.Atoi(parts[2]); err != nil || (a.Scale != 1 && a.Scale != 2 && a.Scale != 4 && a.Scale != 8) {
+			return bad("a scale that is not 1, 2, 4 or 8")
+		}
+	}
+	return a, nil
+}
+
+// reg is the 64-bit register of an operand "%eax".
+func reg(s string) (string, error) {
+	name, ok := strings.CutPrefix(s, "%")
+	if !ok {
+		return "", fmt.Errorf("not a register")
+	}
+	r, ok := regs64[name]
+	if !ok || r == "" {
+		return "", fmt.Errorf("unknown register %s", s)
+	}
+	return r, nil
+}
+
+// symOff splits "gcount", "gcount+8", "tbl-4" (or a bare number).
+func symOff(s string) (string, int64, error) {
+	i := strings.IndexAny(s, "+-")
+	if i <= 0 {
+		if _, err := parseInt(s); err == nil {
+			return "", 0, nil
+		}
+		return s, 0, nil
+	}
+	off, err := parseInt(s[i:])
+	return s[:i], off, err
+}
+
+func parseInt(s string) (int64, error) {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(strings.TrimPrefix(s, "-"), "+")
+	u, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		return 0, err
+	}
+	if neg {
+		return -int64(u), nil
+	}
+	return int64(u), nil
+}
+
+// Type is the argument's C-like type as --info prints it: s32, u64, ...
+func (a Arg) Type() string {
+	if a.Signed {
+		return fmt.Sprintf("s%d", a.Size*8)
+	}
+	return fmt.Sprintf("u%d", a.Size*8)
+}
