@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 	"github.com/tracekit/tracekit/uprobe"
 )
@@ -36,6 +37,10 @@ type Target struct {
 	// SelfPid, if not 0, is filter's own process id: its events are
 	// dropped first (its writes to stdout would feed the stream).
 	SelfPid uint32
+	// Pid, if not 0, keeps only that process's events (-p); Tree keeps
+	// only those of the processes in the map tools.PidsMap (-c's tree).
+	Pid  uint32
+	Tree bool
 	// USDT are a USDT call site's arguments, arg0 onwards; Site is the
 	// site's link-time address (a rip-relative argument is found from the
 	// instruction pointer, which a uprobe sets to the site) and Regs the
@@ -112,9 +117,17 @@ func (c *compiler) emit(insns ...bpf.Instruction) {
 func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
 	c := &compiler{t: t, expr: expr, alias: map[string]string{}}
 	c.emit(asm.Prologue()...)
-	if t.SelfPid != 0 {
+	if t.SelfPid != 0 || t.Pid != 0 || t.Tree {
 		c.emit(asm.CurrentPid()...)
+	}
+	if t.SelfPid != 0 {
 		c.emit(bpf.JEq.Imm(asm.RegPid, int32(t.SelfPid), "reject").WithSource(bpf.Comment("not filter's own events (--self includes them)")))
+	}
+	if t.Pid != 0 {
+		c.emit(asm.PidFilter(t.Pid, "reject")...)
+	}
+	if t.Tree {
+		c.emit(asm.PidInSet(tools.PidsMap, countKey, "reject")...)
 	}
 	if root != nil {
 		var always *bool

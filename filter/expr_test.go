@@ -18,6 +18,7 @@ import (
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/uprobe"
 )
 
@@ -75,9 +76,15 @@ func targets(t *testing.T) map[string]Target {
 		u.Read = asm.NewReaders
 	}
 	return map[string]Target{
-		"usdt":       {USDT: specs, Site: 0x10ac, Regs: asm.AMD64, Read: asm.NewReaders, UserSpace: true},
-		"usdt_none":  {USDT: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64, Read: asm.OldReaders, UserSpace: true, SelfPid: 4242},
-		"uprobe":     uprobeT,
+		"usdt":      {USDT: specs, Site: 0x10ac, Regs: asm.AMD64, Read: asm.NewReaders, UserSpace: true},
+		"usdt_none": {USDT: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64, Read: asm.OldReaders, UserSpace: true, SelfPid: 4242},
+		"uprobe":    uprobeT,
+		"uprobe_tree": func() Target {
+			t := uprobeT
+			t.Tree, t.SelfPid = true, 4242
+			return t
+		}(),
+		"usdt_pid":   {USDT: specs[:2], Site: 0x10ac, Regs: asm.AMD64, Read: asm.NewReaders, UserSpace: true, Pid: 1234},
 		"uretprobe":  uretT,
 		"netif":      {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, Read: asm.NewReaders},
 		"kfree":      {Format: tooltest.Format(t, "kfree_skb.6.18.format"), Read: asm.NewReaders},
@@ -142,6 +149,8 @@ var compileCases = []struct {
 	{"usdt_none_count", "usdt_none", ``, "count"},
 	{"uprobe_args", "uprobe", `arg1 == 1000 && comm == "fx"`, "count-by:arg0"},
 	{"uretprobe_ret", "uretprobe", `ret == 1007`, "fields:ret,pid"},
+	{"uprobe_tree", "uprobe_tree", `arg0 < 5`, "count"},
+	{"usdt_pid", "usdt_pid", `arg0 == -1`, "count"},
 }
 
 // compileCase compiles one case of compileCases.
@@ -235,7 +244,11 @@ func TestCompiledLoad(t *testing.T) {
 		}
 		p := compileCase(t, ts, i)
 		kind := caseAction(t, ts[tc.target], tc.act).Kind
-		loadtest.Program(t, tc.golden, typ, &ebpf.ProgramSpec{Name: "filter", Instructions: p.Insns}, maps(kind, p))
+		m := maps(kind, p)
+		if ts[tc.target].Tree {
+			m[tools.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+		}
+		loadtest.Program(t, tc.golden, typ, &ebpf.ProgramSpec{Name: "filter", Instructions: p.Insns}, m)
 	}
 }
 

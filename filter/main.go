@@ -17,6 +17,7 @@ type options struct {
 	Count       bool   `long:"count" description:"Count the passing events in the kernel and report the count per interval instead of printing them"`
 	CountBy     string `long:"count-by" value-name:"KEYS" unquote:"false" description:"Count the passing events in the kernel by KEYS (comma-separated fields, builtins, paths or strings): a table per interval, largest first"`
 	Hist        string `long:"hist" value-name:"EXPR" unquote:"false" description:"A log2 histogram of the integer EXPR (a field, builtin or path) over the passing events, built in the kernel, per interval"`
+	Pid         int    `short:"p" long:"pid" value-name:"PID" description:"Only events in this process's context (its pid, the tgid); a user-space probe's file is looked up in its root (/proc/PID/root), as a container sees it"`
 	Self        bool   `long:"self" description:"Include filter's own events (left out by default: its writes would feed the stream)"`
 	BufferPages int    `long:"buffer-pages" value-name:"N" default:"64" description:"Ring buffer pages per CPU for printed events, a power of two"`
 	Info        bool   `long:"info" description:"Print the event's fields (tracepoint), the function's signature from BTF (kprobe), a file's USDT probes (usdt:PATH) or functions (uprobe:PATH[:GLOB]), and exit"`
@@ -32,7 +33,10 @@ before any process has loaded it. A USDT probe is attached at every call
 site, each with its own argument specs, and its semaphore is raised by the
 kernel (ref_ctr_offset, 4.20+; refused on older kernels rather than written
 into the processes). filter --info usdt:PATH lists a file's USDT probes,
-filter --info uprobe:PATH:GLOB its functions.
+filter --info uprobe:PATH:GLOB its functions. With -c, a user-space probe
+counts only the command and its descendants; other events are
+system-wide, as their context is often not the process that caused them
+(a packet's softirq).
 
 EXPR compares operands with == != < <= > >= and, for strings, ~ "PREFIX*"
 (a prefix match: one trailing '*', nothing else is a pattern). Comparisons

@@ -61,6 +61,9 @@ const eventForms = "GROUP:NAME, kprobe:FUNCTION, kretprobe:FUNCTION, uprobe:PATH
 // parseEvent parses EVENT; info allows a user-space probe without its
 // target (a listing).
 func parseEvent(s string, info bool) (event, error) {
+	if s == "usdt" && info {
+		return event{kind: "usdt"}, nil // every file a process maps (-p)
+	}
 	a, b, ok := strings.Cut(s, ":")
 	if !ok {
 		return event{}, fmt.Errorf("invalid event %q: want %s", s, eventForms)
@@ -115,6 +118,15 @@ func validate(o *options) error {
 		if _, err := ParseOperands(opt.text, opt.want); err != nil {
 			return tools.Usagef("%s: %v", opt.name, err)
 		}
+	}
+	if err := tools.CheckPid(o.Pid); err != nil {
+		return err
+	}
+	if o.Lead() == "usdt" && o.Pid == 0 {
+		return tools.Usagef("--info usdt lists the probes of the files a process maps: it needs -p PID (or name a file: usdt:PATH)")
+	}
+	if o.Pid != 0 && o.Command != "" {
+		return tools.Usagef("-p and -c: trace a running process or a command, not both")
 	}
 	if p := o.BufferPages; p < 1 || p > 1<<16 || p&(p-1) != 0 {
 		return tools.Usagef("--buffer-pages %d: a power of two from 1 to 65536", p)
@@ -262,7 +274,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	ev, _ := parseEvent(o.Lead(), o.Info)
 	if o.Info {
 		if ev.user() {
-			return userInfo(s, ev)
+			return userInfo(s, ev, o.Pid)
 		}
 		return info(s, ev)
 	}
@@ -274,6 +286,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if !o.Self {
 		target.SelfPid = uint32(os.Getpid())
 	}
+	target.Pid = uint32(o.Pid)
 	var fetch []string
 	pointers := map[string]bool{}
 	progType := ebpf.TracePoint
@@ -311,7 +324,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err != nil {
 			return err
 		}
-		t.Read, t.SelfPid = target.Read, target.SelfPid
+		t.Read, t.SelfPid, t.Pid = target.Read, target.SelfPid, target.Pid
 		target, fetch, pointers, progType = t, f, ptrs, ebpf.Kprobe
 	}
 	if act.Kind == Keep && hasStringPointer(target) {
@@ -379,7 +392,7 @@ func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root N
 	if err != nil {
 		return fmt.Errorf("%s: %w", ev, err)
 	}
-	sites, err := userSites(&ev)
+	sites, err := userSites(&ev, o.Pid)
 	if err != nil {
 		// No such file, symbol or probe, or not an ELF file: the command
 		// line is wrong, as with an unknown tracepoint field.
@@ -390,10 +403,12 @@ func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root N
 		act = Action{Kind: Emit, Columns: defaultColumns(userTarget(ev, sites[0], regs))}
 	}
 	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{}}
+	// -c: the command's process tree, as the other tools follow it.
+	tree := s.CommandPid() != 0
 	var prog *Program
 	for i, st := range sites {
 		t := userTarget(ev, st, regs)
-		t.SelfPid = self
+		t.SelfPid, t.Pid, t.Tree = self, uint32(o.Pid), tree
 		p, err := Compile(o.Where, root, t, act)
 		if err != nil {
 			return usageOr(err)
@@ -407,9 +422,19 @@ func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root N
 		spec.Programs[name] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, License: "GPL", Instructions: p.Insns}
 	}
 	spec.Maps = maps(act.Kind, prog)
+	if tree {
+		if err := tools.AddProcessTree(spec); err != nil {
+			return err
+		}
+	}
 	coll, err := s.Load(spec)
 	if err != nil {
 		return err
+	}
+	if tree {
+		if err := s.FollowProcessTree(coll, s.CommandPid()); err != nil {
+			return err
+		}
 	}
 	for i, st := range sites {
 		if err := s.AttachProbe(coll.Programs[fmt.Sprintf("filter%d", i)], st.probe, false); err != nil {

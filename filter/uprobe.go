@@ -87,7 +87,10 @@ var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/l
 // absolute path with its symbolic links resolved (a uprobe is on the
 // inode). A bare name is looked up on $PATH, then in the library
 // directories.
-func resolveFile(name string) (string, error) {
+func resolveFile(name string, pid int) (string, error) {
+	if pid != 0 {
+		return resolveIn(name, fmt.Sprintf("/proc/%d/root", pid))
+	}
 	path := name
 	if !strings.HasPrefix(name, "/") {
 		path = ""
@@ -125,6 +128,30 @@ func resolveFile(name string) (string, error) {
 	return real, nil
 }
 
+// resolveIn finds a file as the process whose root is root sees it (a
+// container's): an absolute path under root, or a bare name in the usual
+// directories under root. The kernel follows root's magic link, and any
+// symbolic link below it, when it places the probe.
+func resolveIn(name, root string) (string, error) {
+	var candidates []string
+	if strings.HasPrefix(name, "/") {
+		candidates = []string{root + name}
+	} else {
+		for _, d := range append([]string{"/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"}, libDirs...) {
+			candidates = append(candidates, root+d+"/"+name)
+		}
+	}
+	for _, p := range candidates {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			if err := tracefs.ValidatePath(p); err != nil {
+				return "", err
+			}
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in the process's root (%s)", name, root)
+}
+
 // site is one place a user-space probe goes, and what the program there
 // compiles against.
 type site struct {
@@ -134,8 +161,8 @@ type site struct {
 }
 
 // userSites opens the event's file and finds its sites.
-func userSites(ev *event) ([]site, error) {
-	path, err := resolveFile(ev.path)
+func userSites(ev *event, pid int) ([]site, error) {
+	path, err := resolveFile(ev.path, pid)
 	if err != nil {
 		return nil, err
 	}
@@ -206,8 +233,11 @@ func userTarget(ev event, s site, regs *asm.Regs) Target {
 }
 
 // userInfo lists a file's USDT probes, or its functions.
-func userInfo(s *tools.Session, ev event) error {
-	path, err := resolveFile(ev.path)
+func userInfo(s *tools.Session, ev event, pid int) error {
+	if ev.path == "" {
+		return mappedInfo(s, pid)
+	}
+	path, err := resolveFile(ev.path, pid)
 	if err != nil {
 		return err
 	}
@@ -261,4 +291,47 @@ func userInfo(s *tools.Session, ev event) error {
 		}
 	}
 	return nil
+}
+
+// mappedInfo lists the USDT probes of every file process pid maps, as
+// /proc/PID/maps names them, read through the process's root.
+func mappedInfo(s *tools.Session, pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return fmt.Errorf("read the mappings of pid %d: %w", pid, err)
+	}
+	seen := map[string]bool{}
+	found := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 6 || !strings.HasPrefix(fields[5], "/") || seen[fields[5]] {
+			continue
+		}
+		seen[fields[5]] = true
+		path := fmt.Sprintf("/proc/%d/root%s", pid, fields[5])
+		f, err := uprobe.Open(path)
+		if err != nil {
+			continue // deleted, not ELF, gone: nothing to list
+		}
+		probes, err := f.USDT()
+		f.Close()
+		if err != nil || len(probes) == 0 {
+			continue
+		}
+		found += len(probes)
+		for _, p := range probes {
+			fmt.Fprintf(s.Stdout, "usdt:%s:%s  %d site(s), semaphore %s\n", fields[5], p, len(p.Sites), semName(p.Semaphore))
+		}
+	}
+	if found == 0 {
+		return fmt.Errorf("pid %d maps no file with USDT probes", pid)
+	}
+	return nil
+}
+
+func semName(off uint64) string {
+	if off == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("0x%x", off)
 }

@@ -216,7 +216,7 @@ func TestUserInfo(t *testing.T) {
 		}
 	}
 	r = filter(t, "--info", "uprobe:"+bin+":tk_*")
-	if r.Status != 0 || r.Stdout != bin+":tk_add\n"+bin+":tk_fire_guarded\n" {
+	if r.Status != 0 || r.Stdout != bin+":tk_add\n"+bin+":tk_fire_guarded\n"+bin+":tk_semaphore\n" {
 		t.Errorf("--info uprobe glob: %d %q %q", r.Status, r.Stdout, r.Stderr)
 	}
 }
@@ -284,4 +284,76 @@ func TestPythonUSDT(t *testing.T) {
 	if got := userCount(t, nil, "usdt:/usr/bin/python3.11:gc__start", "--where", "arg0 == 1", "-c", run); got != m {
 		t.Errorf("python:gc__start arg0 == 1: %d, want exactly %d", got, m)
 	}
+}
+
+// -c counts the command's process tree only, while the same probe fires in
+// another process; -p counts one running process only (SIGINT ends the run
+// and prints the report), and the semaphore the kernel raised for it is
+// back to 0 once filter is gone.
+func TestUserProbeProcesses(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	bin := filepath.Join(dir, "fx-pie-O2")
+	// Another process fires the probe all along.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				exec.Command(bin, "50").Run()
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	// The command's tree: sh, then the fixture.
+	if got := userCount(t, nil, "usdt:"+bin+":tk:plain", "-c", bin+" 13"); got != 13 {
+		t.Errorf("-c: %d, want exactly 13 (the command's own)", got)
+	}
+	if got := userCount(t, nil, "usdt:"+bin+":tk:guarded", "-c", "sh -c '"+bin+" 4; "+bin+" 3'"); got != 7 {
+		t.Errorf("-c with children: %d, want exactly 7", got)
+	}
+
+	// -p: a fixture that waits for us.
+	fx := exec.Command(bin, "17", "wait")
+	in, _ := fx.StdinPipe()
+	out, _ := fx.StdoutPipe()
+	if err := fx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer fx.Process.Kill()
+	cmd := exec.Command(tooltest.Tool(t, "filter"), "--count", "--json", "-p", strconv.Itoa(fx.Process.Pid), "usdt:"+bin+":tk:guarded")
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	if n, _ := stderr.Read(buf); !strings.Contains(string(buf[:n]), "Tracing") {
+		cmd.Process.Kill()
+		t.Fatalf("filter -p did not start: %q", buf[:n])
+	}
+	in.Write([]byte("go\n"))
+	if n, _ := out.Read(buf); string(buf[:n]) != "fired\n" {
+		t.Fatalf("fixture: %q", buf[:n])
+	}
+	cmd.Process.Signal(os.Interrupt)
+	cmd.Wait()
+	var rep struct {
+		Count int `json:"count"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &rep); err != nil || rep.Count != 17 {
+		t.Errorf("-p: %q (%v), want a count of exactly 17", stdout.String(), err)
+	}
+	in.Write([]byte("go\n"))
+	n, _ := out.Read(buf)
+	if got := strings.TrimSpace(string(buf[:n])); got != "semaphore 0" {
+		t.Errorf("after filter is gone: %q, want semaphore 0", got)
+	}
+	fx.Wait()
 }

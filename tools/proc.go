@@ -2,11 +2,14 @@ package tools
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // MkDev is a kernel dev_t as the block tracepoints record it:
@@ -81,4 +84,18 @@ func Comm(pid uint32) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// CheckPid checks a -p option: 0 (none) or a process that exists. Its
+// errors are usage errors.
+func CheckPid(pid int) error {
+	if pid < 0 {
+		return Usagef("invalid pid %d", pid)
+	}
+	if pid > 0 {
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			return Usagef("no process with pid %d", pid)
+		}
+	}
+	return nil
 }

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/terminal"
@@ -18,13 +16,8 @@ import (
 )
 
 func validate(o *options) error {
-	if o.Pid < 0 {
-		return tools.Usagef("invalid pid %d", o.Pid)
-	}
-	if o.Pid > 0 {
-		if err := unix.Kill(o.Pid, 0); errors.Is(err, unix.ESRCH) {
-			return tools.Usagef("no process with pid %d", o.Pid)
-		}
+	if err := tools.CheckPid(o.Pid); err != nil {
+		return err
 	}
 	if o.All && o.Command == "" {
 		return tools.Usagef("--all goes with -c: without -c every process is traced already")

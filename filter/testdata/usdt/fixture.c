@@ -1,10 +1,12 @@
 // A USDT and uprobe fixture: every probe fires exactly N times (argv[1]),
 // with values known from the loop index.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sdt.h>
 
 void tk_fire_guarded(int i); // guarded.c: a probe behind a semaphore
+unsigned short tk_semaphore(void);
 void tk_lib_fire(int i);     // lib.c, in libtk.so (with -DTK_LIB)
 
 volatile long tk_global = -7;
@@ -15,8 +17,16 @@ __attribute__((noinline)) long tk_add(long a, long b) {
 	return a + b;
 }
 
+// With "wait" as argv[2], the fixture reads a line before it fires, says
+// "fired", reads another line, prints its semaphore's value and exits: a
+// test can attach to it with -p in between, and see the semaphore fall
+// back to 0 once the tracer is gone.
 int main(int argc, char **argv) {
 	int n = argc > 1 ? atoi(argv[1]) : 1;
+	int wait = argc > 2 && strcmp(argv[2], "wait") == 0;
+	char line[64];
+	if (wait && !fgets(line, sizeof line, stdin))
+		return 4;
 	// A probe reads memory without faulting pages in: touch the table's
 	// page (at -O2 only the probe would read it).
 	if (tk_table[argc & 3] == 12345)
@@ -38,6 +48,13 @@ int main(int argc, char **argv) {
 #ifdef TK_LIB
 		tk_lib_fire(i);
 #endif
+	}
+	if (wait) {
+		printf("fired\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof line, stdin))
+			return 4;
+		printf("semaphore %u\n", tk_semaphore());
 	}
 	return 0;
 }

@@ -9,3 +9,5 @@ void tk_fire_guarded(int i) {
 	if (tk_guarded_semaphore)
 		STAP_PROBE1(tk, guarded, i);
 }
+
+unsigned short tk_semaphore(void) { return tk_guarded_semaphore; }
