@@ -447,7 +447,7 @@ func TestRingOverflowIsCounted(t *testing.T) {
 	const burst = 20000
 	// The pause, then one more open: the kernel reports a loss with the
 	// next record that fits.
-	work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: burst}, tooltest.Open{Times: 300}, tooltest.Open{Path: a, Times: 1})
+	work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: burst}, tooltest.Open{Times: 1000}, tooltest.Open{Path: a, Times: 1})
 	r := filter(t, "--buffer-pages", "1", "syscalls:sys_enter_openat", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work)
 	printed := len(lines(r.Stdout))
 	m := regexp.MustCompile(`filter: (\d+) records lost: a ring buffer was full`).FindStringSubmatch(r.Stderr)

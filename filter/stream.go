@@ -98,10 +98,10 @@ func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings,
 		mu.Lock()
 		defer mu.Unlock()
 		rings.Read(p.print)
-		if final && rings.Lost > 0 {
+		if lost := rings.TotalLost(); final && lost > 0 {
 			// The kernel counts lost records: events, and the rare
 			// process-name record (PERF_RECORD_COMM) that met a full ring.
-			fmt.Fprintf(s.Stderr, "filter: %d records lost: a ring buffer was full (a stricter --where, --count or a larger --buffer-pages keeps up)\n", rings.Lost)
+			fmt.Fprintf(s.Stderr, "filter: %d records lost: a ring buffer was full (a stricter --where, --count or a larger --buffer-pages keeps up)\n", lost)
 		}
 		return p.err
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -71,6 +72,9 @@ func openRings(what string, attr unix.PerfEventAttr, prog *ebpf.Program, pages i
 	page := os.Getpagesize()
 	attr.Sample_type |= unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
 	attr.Bits = unix.PerfBitComm
+	if lostReadable() {
+		attr.Read_format |= perfFormatLost
+	}
 	events, err := OpenPerCPU(what, attr, prog, AttachOnce, func(cpu, fd int) error {
 		m, err := unix.Mmap(fd, 0, (1+pages)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
@@ -87,6 +91,43 @@ func openRings(what string, attr unix.PerfEventAttr, prog *ebpf.Program, pages i
 	}
 	r.events = events
 	return r, nil
+}
+
+// perfFormatLost is PERF_FORMAT_LOST (6.0+): read() on the event also
+// returns how many of its samples met a full ring.
+const perfFormatLost = 1 << 4
+
+// lostReadable reports whether the kernel takes PERF_FORMAT_LOST: a
+// software event opened with it, and closed.
+var lostReadable = sync.OnceValue(func() bool {
+	attr := perfAttr(unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_DUMMY)
+	attr.Read_format = perfFormatLost
+	attr.Bits = unix.PerfBitDisabled
+	fd, err := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+})
+
+// TotalLost is the number of records lost to full rings, including those
+// the kernel has counted but not yet reported: it reports a loss in the
+// next record that fits, and after the last event of a run there is none.
+// Where the kernel keeps each event's count of lost samples (6.0+), that
+// count is read and the larger of the two returned.
+func (r *Rings) TotalLost() uint64 {
+	if !lostReadable() || r.events == nil {
+		return r.Lost
+	}
+	var counted uint64
+	buf := make([]byte, 16) // u64 value, u64 lost
+	for _, fd := range r.events.FDs {
+		if n, err := unix.Read(fd, buf); err == nil && n == 16 {
+			counted += binary.LittleEndian.Uint64(buf[8:])
+		}
+	}
+	return max(r.Lost, counted)
 }
 
 // Poll waits up to timeoutMs for data in any ring; it returns early (false)
