@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,13 +24,16 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/tracefs"
+	"github.com/tracekit/tracekit/uprobe"
 )
 
 var (
 	rounds = flag.Int("rounds", 15, "interleaved rounds; each config is measured once per round")
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, open, drop or IO")
+	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, open, drop, IO or hit")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -51,11 +55,15 @@ func main() {
 // suite is one event source: a workload that makes exactly one event per
 // operation, and the tracers to compare on it.
 type suite struct {
-	title   string
-	unit    string // "write", "drop"
-	ops     int
-	setup   func() (op func(), done func(), err error)
-	tracers []tracer
+	title string
+	unit  string // "write", "drop"
+	ops   int
+	setup func() (op func(), done func(), err error)
+	// external, instead of setup, runs a process that makes ops events
+	// and returns its CPU time in ns: for events only a program built for
+	// them has (a USDT probe).
+	external func() (int64, error)
+	tracers  []tracer
 }
 
 func run() error {
@@ -128,6 +136,21 @@ func run() error {
 			setup: func() (func(), func(), error) { return directIO(dev) }, tracers: block,
 		})
 	}
+	fx, _ := filepath.Abs(filepath.Join(*fxDir, "fx-pie-O2")) // a uprobe's path is absolute
+	if off, err := usdtOffset(fx, "tk", "plain"); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no USDT fixture (%v): the USDT suite is left out\n", err)
+	} else {
+		const hits = 200000
+		suites = append(suites, suite{
+			title: "a USDT probe without arguments (a C fixture's loop; the process's own CPU time)", unit: "hit", ops: hits,
+			external: func() (int64, error) { return childCPU(fx, strconv.Itoa(hits)) },
+			tracers: append([]tracer{
+				{"untraced", untraced},
+				{"empty program", emptyUprobe(fx, off)},
+				{"filter --count", toolProcess(*bin+"/filter", []string{"--count", "usdt:" + fx + ":tk:plain"})},
+			}, peer("bpftrace count()", "usdt:"+fx+":tk:plain { @ = count(); }")...),
+		})
+	}
 	fmt.Printf("%d interleaved rounds, medians, %s\n", *rounds, time.Now().UTC().Format("2006-01-02"))
 	for _, st := range suites {
 		if *only != "" && st.unit != *only {
@@ -154,9 +177,12 @@ func threadCPU() int64 {
 }
 
 func measure(st suite) error {
-	op, done, err := st.setup()
-	if err != nil {
-		return err
+	op, done := func() {}, func() {}
+	if st.setup != nil {
+		var err error
+		if op, done, err = st.setup(); err != nil {
+			return err
+		}
 	}
 	defer done()
 	samples := make([][]float64, len(st.tracers))
@@ -170,11 +196,20 @@ func measure(st suite) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", st.tracers[k].name, err)
 			}
-			start := threadCPU()
-			for n := 0; n < st.ops; n++ {
-				op()
+			var cpu int64
+			if st.external != nil {
+				if cpu, err = st.external(); err != nil {
+					stop()
+					return fmt.Errorf("%s: %w", st.title, err)
+				}
+			} else {
+				start := threadCPU()
+				for n := 0; n < st.ops; n++ {
+					op()
+				}
+				cpu = threadCPU() - start
 			}
-			samples[k] = append(samples[k], float64(threadCPU()-start)/float64(st.ops))
+			samples[k] = append(samples[k], float64(cpu)/float64(st.ops))
 			progNs[k] = append(progNs[k], newProgramsCost(before))
 			stop()
 		}
@@ -324,6 +359,50 @@ func udpDrops() (func(), func(), error) {
 	return func() { unix.Sendto(fd, msg, 0, to) }, func() { unix.Close(fd) }, nil
 }
 
+// usdtOffset is the file offset of a fixture's USDT probe with one site.
+func usdtOffset(path, provider, name string) (uint64, error) {
+	f, err := uprobe.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	p, err := f.FindUSDT(provider, name)
+	if err != nil {
+		return 0, err
+	}
+	return p.Sites[0].Offset, nil
+}
+
+// childCPU runs a program and returns its user and system CPU time.
+func childCPU(path string, args ...string) (int64, error) {
+	cmd := exec.Command(path, args...)
+	if err := cmd.Run(); err != nil {
+		return 0, err
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return ru.Utime.Nano() + ru.Stime.Nano(), nil
+}
+
+// emptyUprobe attaches "return 0" as a uprobe at a file offset: the floor
+// of a user-space probe (the trap and the single-step around it).
+func emptyUprobe(path string, off uint64) func() (func(), error) {
+	return func() (func(), error) {
+		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
+			"empty": {Type: ebpf.Kprobe, License: "GPL", Instructions: asm.Return("exit", 0)},
+		}}
+		coll, err := tools.Load(spec)
+		if err != nil {
+			return nil, err
+		}
+		a, err := tools.AttachProbe(coll.Programs["empty"], tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: off}, "bench", false)
+		if err != nil {
+			coll.Close()
+			return nil, err
+		}
+		return func() { a.Close(); coll.Close() }, nil
+	}
+}
+
 // emptyProgram attaches "return 0" to the same tracepoints: the floor
 // that any program there costs. events are "group:name".
 func emptyProgram(events ...string) func() (func(), error) {
@@ -432,7 +511,50 @@ func startup() error {
 	}
 	sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
 	fmt.Printf("\nwritesize from start to first report (median of 5): %.1f ms CPU, %.1f MiB peak RSS\n", median(cpu), float64(rss[len(rss)/2])/1024)
+	fx, _ := filepath.Abs(filepath.Join(*fxDir, "fx-pie-O2"))
+	if _, err := os.Stat(fx); err != nil {
+		return nil
+	}
+	var one, ten []float64
+	for i := 0; i < 5; i++ {
+		for _, m := range []struct {
+			probe string
+			into  *[]float64
+		}{{"tk:plain", &one}, {"tk:sites", &ten}} {
+			d, err := attachTime(*bin+"/filter", "--count", "usdt:"+fx+":"+m.probe)
+			if err != nil {
+				return err
+			}
+			*m.into = append(*m.into, d)
+		}
+	}
+	fmt.Printf("filter from start to attached, wall time (median of 5): a USDT probe of 1 site %.1f ms, of 10 sites %.1f ms\n", median(one), median(ten))
 	return nil
+}
+
+// attachTime is the wall time from starting a tool to its "Tracing" line,
+// which it prints once everything is attached.
+func attachTime(path string, args ...string) (float64, error) {
+	cmd := exec.Command(path, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return 0, err
+	}
+	cmd.Stdout = io.Discard
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGINT); cmd.Wait() }()
+	s := bufio.NewScanner(stderr)
+	for s.Scan() {
+		if strings.HasPrefix(s.Text(), "Tracing") {
+			d := float64(time.Since(start)) / 1e6
+			go io.Copy(io.Discard, stderr)
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("%s %v: no Tracing line", path, args)
 }
 
 func median(xs []float64) float64 {

@@ -102,6 +102,8 @@ func TestUSDTFixtures(t *testing.T) {
 				{"tk:indexed", "arg0 == -20", 3}, // (base,index,8) or sym(,index,8) at -O2
 				{"tk:guarded", "", n},            // a semaphore, raised by the kernel
 				{"tk:guarded", "arg0 >= 10", 3},
+				{"tk:sites", "", n},         // ten call sites, all attached
+				{"tk:sites", "arg0 < 3", 6}, // each with its own spec: $0 .. $9
 			} {
 				args := []string{"usdt:" + bin + ":" + tc.probe, "-c", run}
 				if tc.where != "" {
@@ -176,7 +178,7 @@ func TestUserProbeErrors(t *testing.T) {
 	}{
 		{[]string{"--count", "usdt:" + bin + ":tk:args", "--where", "arg7 == 1"}, 2, "arg7: this probe has 5 argument(s), arg0..arg4\n  arg7 == 1\n  ^"},
 		{[]string{"--count", "usdt:" + bin + ":tk:args", "--where", `arg0 == "x"`}, 2, "arg0 is a number: compare it with a number"},
-		{[]string{"--count", "usdt:" + bin + ":tk:nosuch"}, 2, "has no USDT probe tk:nosuch (probes: tk:args, tk:constant, tk:global, tk:guarded, tk:indexed, tk:plain)"},
+		{[]string{"--count", "usdt:" + bin + ":tk:nosuch"}, 2, "has no USDT probe tk:nosuch (probes: tk:args, tk:constant, tk:global, tk:guarded, tk:indexed, tk:plain, tk:sites)"},
 		{[]string{"--count", "uprobe:" + bin + ":tk_ad"}, 2, `has no function "tk_ad" (near: tk_add)`},
 		{[]string{"--count", "uprobe:" + script + ":main"}, 2, script + " is not an ELF file"},
 		{[]string{"--count", "uprobe:/nonexistent/x:main"}, 2, "/nonexistent/x: no such file or directory"},

@@ -44,6 +44,18 @@ int main(int argc, char **argv) {
 		STAP_PROBE1(tk, global, tk_global);
 		STAP_PROBE2(tk, indexed, tk_table[i & 3], i);
 		tk_fire_guarded(i);
+		switch (i % 10) { // one probe, ten call sites
+		case 0: STAP_PROBE1(tk, sites, 0); break;
+		case 1: STAP_PROBE1(tk, sites, 1); break;
+		case 2: STAP_PROBE1(tk, sites, 2); break;
+		case 3: STAP_PROBE1(tk, sites, 3); break;
+		case 4: STAP_PROBE1(tk, sites, 4); break;
+		case 5: STAP_PROBE1(tk, sites, 5); break;
+		case 6: STAP_PROBE1(tk, sites, 6); break;
+		case 7: STAP_PROBE1(tk, sites, 7); break;
+		case 8: STAP_PROBE1(tk, sites, 8); break;
+		default: STAP_PROBE1(tk, sites, 9); break;
+		}
 		tk_add(i, 1000);
 #ifdef TK_LIB
 		tk_lib_fire(i);
