@@ -14,6 +14,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tracefs"
 )
 
 var (
@@ -358,4 +359,47 @@ func TestUserProbeProcesses(t *testing.T) {
 		t.Errorf("after filter is gone: %q, want semaphore 0", got)
 	}
 	fx.Wait()
+}
+
+// A run killed with SIGKILL leaves its uprobe_events lines (legacy path):
+// the next run of any tool sweeps them.
+func TestKilledRunIsSwept(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	bin := filepath.Join(dir, "fx-pie-O2")
+	cmd := exec.Command(tooltest.Tool(t, "filter"), "--count", "usdt:"+bin+":tk:sites")
+	cmd.Env = append(os.Environ(), "TRACEKIT_LEGACY_PROBES=1")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	if n, _ := stderr.Read(buf); !strings.Contains(string(buf[:n]), "Tracing") {
+		cmd.Process.Kill()
+		t.Fatalf("filter did not start: %q", buf[:n])
+	}
+	ns, err := tracefs.PidNamespace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := tracefs.Group("filter", ns, cmd.Process.Pid)
+	cmd.Process.Kill()
+	cmd.Wait()
+	events := func() string {
+		b, err := os.ReadFile("/sys/kernel/tracing/uprobe_events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if n := strings.Count(events(), group+"/"); n != 10 {
+		t.Fatalf("after SIGKILL: %d lines of %s, want the 10 sites':\n%s", n, group, events())
+	}
+	// Any run sweeps them.
+	if r := filter(t, "--count", "usdt:"+bin+":tk:plain", "-c", bin+" 1"); r.Status != 0 {
+		t.Fatalf("the next run: exit %d: %s", r.Status, r.Stderr)
+	}
+	if strings.Contains(events(), group) {
+		t.Errorf("the next run left %s in place:\n%s", group, events())
+	}
 }
