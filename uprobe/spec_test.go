@@ -114,9 +114,11 @@ func FuzzParseArgs(f *testing.F) {
 }
 
 func FuzzParseNotes(f *testing.F) {
-	if data, err := os.ReadFile("testdata/python3.11.note.stapsdt"); err == nil {
-		f.Add(data)
-		f.Add(data[:len(data)/2])
+	for _, name := range []string{"python3.11", "fx-pie-O2"} {
+		if data, err := os.ReadFile("testdata/" + name + ".note.stapsdt"); err == nil {
+			f.Add(data)
+			f.Add(data[:len(data)/2])
+		}
 	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -130,4 +132,47 @@ func FuzzParseNotes(f *testing.F) {
 		}
 		parseNotes(data, binary.BigEndian, 4)
 	})
+}
+
+// The notes of the test fixture built as a PIE at -O2 (gcc 12,
+// filter/testdata/usdt), copied with objcopy: seven probes, one of them at
+// ten call sites with a constant each, one behind a semaphore, and the
+// memory forms gcc writes at -O2.
+func TestFixtureNotes(t *testing.T) {
+	data, err := os.ReadFile("testdata/fx-pie-O2.note.stapsdt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes, err := parseNotes(data, binary.LittleEndian, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	args := map[string]string{}
+	var sems int
+	for _, n := range notes {
+		key := n.provider + ":" + n.name
+		count[key]++
+		args[key] = n.args
+		if n.sem != 0 {
+			sems++
+		}
+		if _, err := ParseArgs(n.args); err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+	want := map[string]int{"tk:plain": 1, "tk:args": 1, "tk:constant": 1, "tk:global": 1, "tk:indexed": 1, "tk:guarded": 1, "tk:sites": 10}
+	for k, n := range want {
+		if count[k] != n {
+			t.Errorf("%s: %d sites, want %d", k, count[k], n)
+		}
+	}
+	if len(count) != len(want) || sems != 1 {
+		t.Errorf("probes %v, %d with a semaphore", count, sems)
+	}
+	for k, a := range map[string]string{"tk:global": "-8@tk_global(%rip)", "tk:indexed": "-8@0(%r13,%rdx,8) -4@%r15d", "tk:constant": "-4@$42", "tk:plain": ""} {
+		if args[k] != a {
+			t.Errorf("%s: args %q, want %q", k, args[k], a)
+		}
+	}
 }
