@@ -69,9 +69,10 @@ func (c *Common) validate() error {
 		return Usagef("unexpected argument %q: the arguments are [interval [count]]", c.rest[0])
 	}
 	if a.Interval != "" {
+		// NaN fails every comparison: ask for the range, not its complement.
 		secs, err := strconv.ParseFloat(a.Interval, 64)
-		if err != nil || secs <= 0 || secs > 1e6 {
-			return Usagef("invalid interval %q: want a positive number of seconds", a.Interval)
+		if err != nil || !(secs >= 0.001 && secs <= 1e6) {
+			return Usagef("invalid interval %q: want a number of seconds from 0.001 to 1000000", a.Interval)
 		}
 		c.interval = time.Duration(secs * float64(time.Second))
 	}
@@ -208,6 +209,15 @@ func parse(t Tool, args []string) error {
 			return fe
 		}
 		return err
+	}
+	// An option given an empty string means nothing: say so rather than
+	// run as if it were not there (-c '', -d '', --where '').
+	for _, g := range p.Groups() {
+		for _, o := range g.Options() {
+			if v, ok := o.Value().(string); ok && v == "" && o.IsSet() {
+				return Usagef("--%s is empty: give it a value, or leave it out", o.LongName)
+			}
+		}
 	}
 	c := t.Options.common()
 	c.rest = rest

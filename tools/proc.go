@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -89,8 +90,8 @@ func Comm(pid uint32) string {
 // CheckPid checks a -p option: 0 (none) or a process that exists. Its
 // errors are usage errors.
 func CheckPid(pid int) error {
-	if pid < 0 {
-		return Usagef("invalid pid %d", pid)
+	if pid < 0 || pid > pidMax() {
+		return Usagef("invalid pid %d: pids run from 1 to %d (kernel.pid_max)", pid, pidMax())
 	}
 	if pid > 0 {
 		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
@@ -98,4 +99,18 @@ func CheckPid(pid int) error {
 		}
 	}
 	return nil
+}
+
+// pidMax is the kernel's largest pid (/proc/sys/kernel/pid_max); 4194304,
+// the largest it can be set to, if it cannot be read.
+func pidMax() int {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 1 << 22
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return 1 << 22
+	}
+	return n
 }
