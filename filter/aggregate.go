@@ -210,7 +210,7 @@ func writeCounts(s *tools.Session, ev event, cols []Column, rows []keyCount, los
 		for _, r := range rows {
 			line := make([]string, 0, len(cols)+1)
 			for _, c := range r.cells {
-				line = append(line, c.text)
+				line = append(line, terminal.Printable(c.text))
 			}
 			table = append(table, append(line, strconv.FormatUint(r.count, 10)))
 		}

@@ -706,6 +706,14 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 	if !ok {
 		return value{}, c.errAt(o.Pos, "event %s has no field %q (fields: %s; builtins: %s)", c.t.Format.Name, o.Base, strings.Join(c.t.Format.FieldNames(), ", "), strings.Join(builtins, ", "))
 	}
+	if f.Common {
+		// The kernel refuses tracepoint programs that read the record's
+		// first 8 bytes, where the common fields are.
+		if f.Name == "common_pid" && len(o.Steps) == 0 && o.Cast == "" {
+			return c.builtin(Operand{Pos: o.Pos, Base: "tid"}) // the task's pid: the thread's id
+		}
+		return value{}, c.errAt(o.Pos, "%s is in the record's first 8 bytes, which a BPF program may not read (common_pid reads as the tid builtin; pid is the process)", f.Name)
+	}
 	if o.Cast != "" {
 		if f.Size != 8 || f.DataLoc || f.ArrayLen > 0 {
 			return value{}, c.errAt(o.Pos, "field %s (%s) is not a pointer: it cannot be cast to struct %s *", f.Name, f.Type, o.Cast)

@@ -395,7 +395,7 @@ func (p *parser) path() (Operand, error) {
 	case tIdent:
 		o.Base = t.text
 	case tLParen:
-		if p.peek().kind == tLParen {
+		if p.peek().kind == tLParen && p.toks[p.i+1].kind == tIdent && p.toks[p.i+1].text == "struct" {
 			// ((struct NAME *)path)
 			p.i++
 			if s := p.next(); s.kind != tIdent || s.text != "struct" {

@@ -150,6 +150,7 @@ var compileCases = []struct {
 	{"uprobe_args", "uprobe", `arg1 == 1000 && comm == "fx"`, "count-by:arg0"},
 	{"uretprobe_ret", "uretprobe", `ret == 1007`, "fields:ret,pid"},
 	{"uprobe_tree", "uprobe_tree", `arg0 < 5`, "count"},
+	{"common_pid_parens", "netif", `common_pid == 1 && ((len)) > 0 && (((struct sk_buff *)skbaddr)->len) > 0`, ""},
 	{"usdt_pid", "usdt_pid", `arg0 == -1`, "count"},
 }
 
@@ -286,6 +287,7 @@ func TestBadExpressions(t *testing.T) {
 		{"openat", `dfd == -2147483649`, "-2147483649 does not fit in dfd (4 bytes, signed)\n  dfd == -2147483649\n         ^"},
 		{"openat", `filename == "` + strings.Repeat("x", 128) + `"`, "string literals are limited to 127 bytes\n  filename == \"" + strings.Repeat("x", 128) + "\"\n              ^"},
 		{"openat", `!(filename ~ "*") && dfd == 1`, "the expression never holds: no event would pass\n  !(filename ~ \"*\") && dfd == 1\n  ^"},
+		{"netif", `common_type > 0`, "common_type is in the record's first 8 bytes, which a BPF program may not read (common_pid reads as the tid builtin; pid is the process)\n  common_type > 0\n  ^"},
 		{"netif", `(len == 3`, "expected ')'\n  (len == 3\n           ^"},
 		{"netif", `!`, "expected a field, a number or a string\n  !\n   ^"},
 		{"netif", `len & 3`, "'&' is not an operator: use '&&' to join comparisons\n  len & 3\n      ^"},

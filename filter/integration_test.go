@@ -134,6 +134,12 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--hist", "len,name", "net:netif_receive_skb"}, "--hist: expected one field or builtin\n  len,name\n     ^"},
 		{[]string{"--count-by", `comm,"x"`, "net:netif_receive_skb"}, "--count-by: expected a field or a builtin, not a constant\n  comm,\"x\"\n       ^"},
 		{[]string{"--buffer-pages", "3", "net:netif_receive_skb"}, "--buffer-pages 3: a power of two from 1 to 65536"},
+		{[]string{"-c", "", "net:netif_receive_skb"}, "--command is empty: give it a value, or leave it out"},
+		{[]string{"--where", "", "net:netif_receive_skb"}, "--where is empty"},
+		{[]string{"net:netif_receive_skb", "NaN"}, `invalid interval "NaN": want a number of seconds from 0.001 to 1000000`},
+		{[]string{"net:netif_receive_skb", "1e-300"}, `invalid interval "1e-300"`},
+		{[]string{"net:netif_receive_skb", "Inf"}, `invalid interval "Inf"`},
+		{[]string{"-p", "4294967297", "net:netif_receive_skb"}, "invalid pid 4294967297: pids run from 1 to"},
 	} {
 		r := filter(t, tc.args...)
 		if r.Status != 2 || !strings.Contains(r.Stderr, tc.want) || !strings.Contains(r.Stderr, "Try 'filter --help'") {
@@ -482,5 +488,29 @@ func TestSelf(t *testing.T) {
 		if got := strings.Contains(r.Stdout, `{"comm":"filter"}`); got != self {
 			t.Errorf("--self=%v: a row for filter itself: %v\n%s", self, got, r.Stdout)
 		}
+	}
+}
+
+// A process name with an escape sequence and a newline cannot forge a line
+// or drive the terminal: text output escapes it; JSON carries it as is.
+func TestHostileCommEscaped(t *testing.T) {
+	privtest.Require(t)
+	a := t.TempDir() + "/a"
+	openFiles(t, a)
+	const comm = "x\x1b[31mY\nFAKE"
+	work := tooltest.Opens(t, comm, tooltest.Open{Path: a, Times: 2})
+	where := fmt.Sprintf(`filename == "%s"`, a)
+	r := filter(t, "syscalls:sys_enter_openat", "--where", where, "-c", work)
+	ls := lines(r.Stdout)
+	if len(ls) != 2 || strings.ContainsAny(r.Stdout, "\x1b") || !strings.Contains(ls[0], `x\x1b[31mY\x0aFAKE-`) {
+		t.Errorf("stream: %q", r.Stdout)
+	}
+	r = filter(t, "--count-by", "comm", "syscalls:sys_enter_openat", "--where", where, "-c", work)
+	if strings.ContainsAny(r.Stdout, "\x1b") || !strings.Contains(r.Stdout, `x\x1b[31mY\x0aFAKE  `) || len(lines(r.Stdout)) != 2 {
+		t.Errorf("--count-by comm: %q", r.Stdout)
+	}
+	r = filter(t, "--json", "--count-by", "comm", "syscalls:sys_enter_openat", "--where", where, "-c", work)
+	if !strings.Contains(r.Stdout, `"comm":"x\u001b[31mY\nFAKE"`) {
+		t.Errorf("--json keeps the name: %q", r.Stdout)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -200,13 +201,15 @@ func (p *printer) print(smp tools.Sample) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%16s-%-7d [%03d] %.6f: %s:", p.comm(smp.Pid), smp.Tid, smp.CPU, secs, name)
+	// Names and strings come from processes: escaped, they cannot forge
+	// lines or drive the terminal.
+	fmt.Fprintf(&b, "%16s-%-7d [%03d] %.6f: %s:", terminal.Printable(p.comm(smp.Pid)), smp.Tid, smp.CPU, secs, name)
 	for _, f := range p.format.Fields {
 		if f.Common || strings.HasPrefix(f.Name, "__probe") {
 			continue
 		}
 		if _, text := fieldValue(f, smp.Raw, p.pointers[f.Name]); text != "" || f.DataLoc {
-			fmt.Fprintf(&b, " %s=%s", f.Name, text)
+			fmt.Fprintf(&b, " %s=%s", f.Name, terminal.Printable(text))
 		}
 	}
 	b.WriteByte('\n')

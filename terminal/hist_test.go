@@ -79,3 +79,20 @@ func TestWriteTable(t *testing.T) {
 		t.Errorf("got:\n%swant:\n%s", b.String(), want)
 	}
 }
+
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"bash":              "bash",
+		"\x1b[31mX\nFAKE 1": `\x1b[31mX\x0aFAKE 1`,
+		"tab\there":         `tab\x09here`,
+		`back\slash`:        `back\\slash`,
+		"caf\xc3\xa9":       "café",
+		"bad\xff":           `bad\xff`,
+		"del\x7f":           `del\x7f`,
+		"c1\xc2\x85":        `c1\x85`,
+	} {
+		if got := Printable(in); got != want {
+			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -56,7 +56,7 @@ func (s *Session) WriteHist(r *HistReport, now time.Time) error {
 			if i > 0 {
 				b.WriteString("\n")
 			}
-			fmt.Fprintf(&b, "%s = %s\n", r.LabelKind, h.Label)
+			fmt.Fprintf(&b, "%s = %s\n", r.LabelKind, terminal.Printable(h.Label))
 		}
 		if err := terminal.WriteLog2(&b, r.Unit, h); err != nil {
 			return err

@@ -77,6 +77,12 @@ func Opens(t testing.TB, comm string, files ...Open) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if strings.ContainsAny(comm, "'") {
+		t.Fatalf("workload comm %q holds a single quote", comm)
+	}
+	if strings.Trim(comm, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != "" {
+		comm = "'" + comm + "'" // for sh -c; bpftrace's -c takes plain names only
+	}
 	return fmt.Sprintf("%s TK_COMM=%s TK_OPENS=%s %s", env, comm, strings.Join(parts, ","), self(t))
 }
 
