@@ -14,6 +14,17 @@ import (
 // programs' map references by name. On a verifier rejection the error carries
 // the verifier's log and the annotated disassembly of the program.
 func Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
+	return load(spec, true)
+}
+
+// shortLog is how many lines of a verifier log a rejection shows without
+// --verbose: the end, where the verifier says why.
+const shortLog = 20
+
+// load is Load; without verbose, a rejection shows the log's last lines and
+// no disassembly (a complex program's log runs to tens of thousands of
+// lines).
+func load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; RemoveMemlock
 	// raises it only where that accounting is still in force.
 	if err := rlimit.RemoveMemlock(); err != nil {
@@ -30,6 +41,9 @@ func Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
 	}
 	var ve *ebpf.VerifierError
 	if errors.As(err, &ve) {
+		if !verbose {
+			return nil, fmt.Errorf("load BPF programs: the kernel's verifier rejected them: %w\nthe verifier log's last lines (--verbose prints all of it and the programs):\n%-*v", err, shortLog, ve)
+		}
 		var progs string
 		for name, p := range shown.Programs {
 			progs += fmt.Sprintf("program %s:\n%v", name, p.Instructions)

@@ -21,6 +21,7 @@ type Common struct {
 	Command    string `short:"c" long:"command" value-name:"CMD" unquote:"false" description:"Run /bin/sh -c CMD once tracing is attached, trace while it runs, report when it exits"`
 	JSON       bool   `long:"json" description:"Print one JSON object per report on stdout; every other message goes to stderr"`
 	Timestamp  bool   `short:"T" long:"timestamp" description:"Print the time (HH:MM:SS) above each text report"`
+	Verbose    bool   `long:"verbose" description:"When the kernel's verifier rejects a program, print its whole log and the program (else its last lines)"`
 	Args       struct {
 		Interval string `positional-arg-name:"interval" description:"Seconds between reports; without it, one report at the end"`
 		Count    string `positional-arg-name:"count" description:"Number of reports to print before exiting"`

@@ -90,7 +90,7 @@ func (s *Session) Close() error {
 
 // Load loads spec (see Load) and closes the collection with the run.
 func (s *Session) Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
-	coll, err := Load(spec)
+	coll, err := load(spec, s.Opts.Verbose)
 	if err != nil {
 		return nil, err
 	}

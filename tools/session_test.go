@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/internal/privtest"
 )
 
 // The session closes everything it was given, last first, each once, even
@@ -162,3 +166,31 @@ func TestParseCPUList(t *testing.T) {
 }
 
 func writeFile(path, text string) error { return os.WriteFile(path, []byte(text), 0o644) }
+
+// A rejected program shows the verifier log's last lines, not all of it,
+// unless --verbose.
+func TestRejectionShowsTheLogsEnd(t *testing.T) {
+	privtest.Require(t)
+	var insns bpf.Instructions
+	for i := 0; i < 200; i++ {
+		insns = append(insns, bpf.Mov.Imm(bpf.R1, int32(i)))
+	}
+	insns = append(insns, bpf.Return()) // R0 never set: refused
+	spec := func() *ebpf.CollectionSpec {
+		return &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
+			"bad": {Type: ebpf.TracePoint, License: "GPL", Instructions: insns},
+		}}
+	}
+	_, short := load(spec(), false)
+	_, long := load(spec(), true)
+	if short == nil || long == nil {
+		t.Fatal("the program was accepted")
+	}
+	ns, nl := strings.Count(short.Error(), "\n"), strings.Count(long.Error(), "\n")
+	if ns > shortLog+3 || !strings.Contains(short.Error(), "R0") || !strings.Contains(short.Error(), "--verbose") {
+		t.Errorf("without --verbose: %d lines:\n%s", ns, short)
+	}
+	if nl < 200 {
+		t.Errorf("with --verbose: %d lines, want the whole log and the program", nl)
+	}
+}
