@@ -114,13 +114,11 @@ func (c *compiler) columns(ops []Operand, prog *Program) error {
 	size := 0
 	for _, o := range ops {
 		col := Column{Name: o.Text, Offset: size, Size: 8}
-		start, pending := len(c.insns), c.pending
-		v, err := c.resolve(o)
+		// The walk, if any, is emitted below, where it is used.
+		v, _, err := c.typeOf(o)
 		if err != nil {
 			return err
 		}
-		// resolve's walk, if any, is emitted again below, where it is used.
-		c.insns, c.pending = c.insns[:start], pending
 		if v.kind == kString {
 			col.String, col.Size = true, keyString
 			if v.strLen > 0 && v.ptr == nil {
@@ -173,11 +171,7 @@ func (c *compiler) store(v value, off int16, size int) error {
 		}
 		c.readStr(v, off, size)
 	case v.src == srcDataLoc:
-		c.emit(
-			bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff), bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("%s: __data_loc, offset in the low 16 bits", v.name))),
-			bpf.And.Imm(bpf.R1, 0xffff),
-			bpf.Add.Reg(bpf.R1, asm.RegCtx),
-		)
+		c.dataLocAddr(v)
 		v.space = spaceKernel
 		c.readStr(v, off, size)
 	case v.src == srcWalk:

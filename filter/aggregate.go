@@ -39,8 +39,7 @@ func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collectio
 // hist reports the log2 histogram of an expression per interval.
 func hist(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, prog *Program, expr string) error {
 	d := tools.Deltas{Cumulative: s.Opts.Cumulative}
-	var below tools.Deltas
-	below.Cumulative = s.Opts.Cumulative
+	below := tools.Deltas{Cumulative: s.Opts.Cumulative}
 	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
 		h, err := tools.ReadLog2Array(coll.Maps["hist"])
 		if err != nil {

@@ -242,14 +242,21 @@ func (c *compiler) cost(n Node) int {
 	return 0
 }
 
-func (c *compiler) operandCost(o Operand) int {
-	if o.IsConst() {
-		return 0
-	}
+// typeOf resolves an operand without keeping the code resolve emits (a
+// pointer walk): what it is, and how many instructions the walk takes.
+func (c *compiler) typeOf(o Operand) (value, int, error) {
 	start, pending := len(c.insns), c.pending
 	v, err := c.resolve(o)
 	walk := len(c.insns) - start
 	c.insns, c.pending = c.insns[:start], pending
+	return v, walk, err
+}
+
+func (c *compiler) operandCost(o Operand) int {
+	if o.IsConst() {
+		return 0
+	}
+	v, walk, err := c.typeOf(o)
 	cost := 2 + walk
 	switch {
 	case err != nil:
@@ -270,9 +277,7 @@ func (c *compiler) constCmp(cmp *Cmp) (value bool, ok bool) {
 	if !r.IsString || l.IsConst() || (op != "~" && op != "!=") {
 		return false, false
 	}
-	start, pending := len(c.insns), c.pending
-	v, err := c.resolve(l)
-	c.insns, c.pending = c.insns[:start], pending
+	v, _, err := c.typeOf(l)
 	if err != nil || v.kind != kString {
 		return false, false
 	}
@@ -981,13 +986,7 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		return fmt.Errorf("%s is not a number", v.name)
 	}
 	if narrow {
-		shift := int32(64 - 8*v.size)
-		c.emit(bpf.LSh.Imm(dst, shift))
-		if v.signed {
-			c.emit(bpf.ArSh.Imm(dst, shift))
-		} else {
-			c.emit(bpf.RSh.Imm(dst, shift))
-		}
+		return c.extend(dst, v.size, v.signed)
 	}
 	return nil
 }
@@ -1111,11 +1110,7 @@ func (c *compiler) fetchStr(v value, n int) (bpf.Register, int16, error) {
 	case v.src == srcCtx:
 		return asm.RegCtx, int16(v.ctxOff), nil
 	case v.src == srcDataLoc:
-		c.emit(
-			bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff), bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("%s: __data_loc, offset in the low 16 bits", v.name))),
-			bpf.And.Imm(bpf.R1, 0xffff),
-			bpf.Add.Reg(bpf.R1, asm.RegCtx),
-		)
+		c.dataLocAddr(v)
 		c.read(n, strOff)
 	case v.src == srcWalk:
 		c.read(n, strOff)
@@ -1130,6 +1125,16 @@ func (c *compiler) fetchStr(v value, n int) (bpf.Register, int16, error) {
 		return 0, 0, fmt.Errorf("%s is not a string", v.name)
 	}
 	return bpf.RFP, strOff, nil
+}
+
+// dataLocAddr puts the address of a __data_loc string in R1: the record
+// holds a u32 whose low 16 bits are the string's offset in the record.
+func (c *compiler) dataLocAddr(v value) {
+	c.emit(
+		bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff), bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("%s: __data_loc, offset in the low 16 bits", v.name))),
+		bpf.And.Imm(bpf.R1, 0xffff),
+		bpf.Add.Reg(bpf.R1, asm.RegCtx),
+	)
 }
 
 // readStr reads at most n-1 bytes and a NUL of the string at the address in

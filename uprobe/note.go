@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Site is one call site of a USDT probe.
@@ -195,16 +196,5 @@ func (f *File) FindUSDT(provider, name string) (Probe, error) {
 	if provider != "" {
 		want = provider + ":" + name
 	}
-	return Probe{}, fmt.Errorf("%s has no USDT probe %s (probes: %s)", f.Path, want, joinComma(names))
-}
-
-func joinComma(s []string) string {
-	var b bytes.Buffer
-	for i, x := range s {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(x)
-	}
-	return b.String()
+	return Probe{}, fmt.Errorf("%s has no USDT probe %s (probes: %s)", f.Path, want, strings.Join(names, ", "))
 }

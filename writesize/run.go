@@ -66,7 +66,7 @@ func kprobeFor(choice string) (*kprobeConfig, error) {
 		}
 	}
 	name, _ := tracefs.SplitSymbol(sym)
-	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, "__x64_sys_"), ProbeRead: tools.KernelRead(), Regs: regs}, nil
+	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, "__x64_sys_"), ProbeRead: tools.Readers().Kernel, Regs: regs}, nil
 }
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
