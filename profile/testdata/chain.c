@@ -1,0 +1,60 @@
+// The profile fixture: main -> a -> b -> c, none inlined, built without
+// frame pointers by the tests. c spins for the seconds given (default 2):
+// in user space ("user"), or in the kernel reading /dev/zero ("syscall").
+// With -DCHAIN_LIB, a, b and c live in a shared library (chainlib.c).
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef CHAIN_LIB
+void a(double secs, int sys);
+#else
+static char buf[1 << 20];
+static volatile unsigned long sink;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) void c(double secs, int sys)
+{
+	double end = now() + secs;
+	int fd = sys ? open("/dev/zero", O_RDONLY) : -1;
+	while (now() < end) {
+		if (sys) {
+			if (read(fd, buf, sizeof buf) < 0)
+				exit(1);
+			continue;
+		}
+		for (int i = 0; i < 1000000; i++)
+			sink += i;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+__attribute__((noinline)) void b(double secs, int sys)
+{
+	c(secs, sys);
+	sink++;
+}
+
+__attribute__((noinline)) void a(double secs, int sys)
+{
+	b(secs, sys);
+	sink++;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+	double secs = argc > 1 ? atof(argv[1]) : 2;
+	int sys = argc > 2 && strcmp(argv[2], "syscall") == 0;
+	a(secs, sys);
+	return 0;
+}

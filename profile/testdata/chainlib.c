@@ -1,0 +1,44 @@
+// a -> b -> c of the profile fixture, in a shared library.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static char buf[1 << 20];
+static volatile unsigned long sink;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) void c(double secs, int sys)
+{
+	double end = now() + secs;
+	int fd = sys ? open("/dev/zero", O_RDONLY) : -1;
+	while (now() < end) {
+		if (sys) {
+			if (read(fd, buf, sizeof buf) < 0)
+				exit(1);
+			continue;
+		}
+		for (int i = 0; i < 1000000; i++)
+			sink += i;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+__attribute__((noinline)) void b(double secs, int sys)
+{
+	c(secs, sys);
+	sink++;
+}
+
+__attribute__((noinline)) void a(double secs, int sys)
+{
+	b(secs, sys);
+	sink++;
+}

@@ -1,0 +1,787 @@
+// Package unwind turns a file's call frame information (.eh_frame, or
+// .debug_frame where that is all there is) into the rows an in-kernel
+// unwinder walks: for each address range, where the canonical frame address
+// (CFA) is, and where the caller's return address and frame pointer were
+// saved. The sections come from files the tool does not trust: malformed
+// input is an error, never a panic and never an endless loop.
+package unwind
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// DWARF register numbers on x86-64 (System V psABI, figure 3.36).
+const (
+	RegRBP = 6
+	RegRSP = 7
+	RegRA  = 16
+)
+
+// CFA says how the canonical frame address is computed at an address.
+type CFA struct {
+	Kind   CFAKind
+	Reg    uint64 // CFAReg: the DWARF register
+	Offset int64  // CFAReg: added to the register
+	// PLTCut is, for CFAPLT, the low four bits of the address from which
+	// the entry has pushed its argument (x86-64 lazy binding stubs).
+	PLTCut int64
+}
+
+// CFAKind is the shape of a CFA rule.
+type CFAKind uint8
+
+const (
+	CFAUndefined  CFAKind = iota // no rule yet (an FDE without instructions)
+	CFAReg                       // register + offset
+	CFAPLT                       // the PLT expression: rsp + 8 + ((rip & 15) >= cut) * 8
+	CFAExpression                // another DWARF expression (signal frames): not followed
+)
+
+// Rule says where a register of the caller was saved.
+type Rule struct {
+	Kind   RuleKind
+	Offset int64 // RuleOffset: saved at CFA + Offset
+}
+
+// RuleKind is the shape of a register rule.
+type RuleKind uint8
+
+const (
+	RuleSame      RuleKind = iota // unchanged in the callee (the default for rbp)
+	RuleUndefined                 // no value: for the return address, the end of the stack
+	RuleOffset                    // saved at CFA + Offset
+	RuleOther                     // in another register, or an expression: not followed
+)
+
+// Row is the rule in force from PC up to the next row (or the end of its FDE).
+type Row struct {
+	PC  uint64
+	CFA CFA
+	RBP Rule
+	RA  Rule
+}
+
+// FDE is one function's (or code range's) rows.
+type FDE struct {
+	Begin, End uint64
+	Rows       []Row
+	Signal     bool // the CIE's "S": a signal trampoline
+}
+
+// Section is a frame section to parse.
+type Section struct {
+	Data []byte
+	Addr uint64 // the section's virtual address, for pc-relative pointers
+	// Debug is set for .debug_frame: CIE ids are 0xffffffff and CIE
+	// pointers are section offsets.
+	Debug bool
+}
+
+// Limits bound the work one section may cause.
+const (
+	maxRowsPerFDE = 1 << 16
+	maxStates     = 64 // DW_CFA_remember_state depth
+)
+
+var errTruncated = errors.New("truncated")
+
+type cie struct {
+	codeAlign  uint64
+	dataAlign  int64
+	raReg      uint64
+	fdeEnc     byte
+	signal     bool
+	hasAugData bool
+	initial    []byte
+	addrSize   int
+}
+
+// Parse reads every FDE of the section, with its rows.
+func Parse(s Section) ([]FDE, error) {
+	var fdes []FDE
+	cies := map[uint64]*cie{}
+	for off := uint64(0); off < uint64(len(s.Data)); {
+		start := off
+		r := reader{b: s.Data, off: off}
+		length, err := r.u32()
+		if err != nil {
+			return nil, fmt.Errorf("entry at 0x%x: %w", start, err)
+		}
+		if length == 0 {
+			if s.Debug {
+				return nil, fmt.Errorf("entry at 0x%x: zero length", start)
+			}
+			break // the .eh_frame terminator
+		}
+		long := length == 0xffffffff
+		var n uint64
+		if long {
+			if n, err = r.u64(); err != nil {
+				return nil, fmt.Errorf("entry at 0x%x: %w", start, err)
+			}
+		} else {
+			n = uint64(length)
+		}
+		body := r.off
+		if n > uint64(len(s.Data))-body {
+			return nil, fmt.Errorf("entry at 0x%x: length 0x%x runs past the section", start, n)
+		}
+		end := body + n
+		r.b = s.Data[:end]
+		var id uint64
+		if long {
+			id, err = r.u64()
+		} else {
+			var v uint32
+			v, err = r.u32()
+			id = uint64(v)
+			if s.Debug && v == 0xffffffff {
+				id = ^uint64(0)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("entry at 0x%x: %w", start, err)
+		}
+		isCIE := id == 0 && !s.Debug || s.Debug && id == ^uint64(0)
+		if isCIE {
+			c, err := parseCIE(&r, s.Debug)
+			if err != nil {
+				return nil, fmt.Errorf("CIE at 0x%x: %w", start, err)
+			}
+			cies[start] = c
+		} else {
+			cieOff := id // .debug_frame: a section offset
+			if !s.Debug {
+				// .eh_frame: the distance back from the id field.
+				if id > body {
+					return nil, fmt.Errorf("FDE at 0x%x: CIE pointer 0x%x points before the section", start, id)
+				}
+				cieOff = body - id
+			}
+			c, ok := cies[cieOff]
+			if !ok {
+				// A CIE after its FDE is legal; parse it where it is.
+				var err error
+				if c, err = parseCIEAt(s, cieOff); err != nil {
+					return nil, fmt.Errorf("FDE at 0x%x: %w", start, err)
+				}
+				cies[cieOff] = c
+			}
+			f, err := parseFDE(&r, s, c)
+			if err != nil {
+				return nil, fmt.Errorf("FDE at 0x%x: %w", start, err)
+			}
+			if f.End > f.Begin {
+				fdes = append(fdes, f)
+			}
+		}
+		off = end
+	}
+	return fdes, nil
+}
+
+func parseCIEAt(s Section, off uint64) (*cie, error) {
+	r := reader{b: s.Data, off: off}
+	length, err := r.u32()
+	if err != nil || length == 0 || length == 0xffffffff || uint64(length) > uint64(len(s.Data))-r.off {
+		return nil, fmt.Errorf("no CIE at 0x%x", off)
+	}
+	r.b = s.Data[:r.off+uint64(length)]
+	id, err := r.u32()
+	if err != nil || (!s.Debug && id != 0) || (s.Debug && id != 0xffffffff) {
+		return nil, fmt.Errorf("no CIE at 0x%x", off)
+	}
+	return parseCIE(&r, s.Debug)
+}
+
+func parseCIE(r *reader, debug bool) (*cie, error) {
+	c := &cie{fdeEnc: peAbsptr, addrSize: 8}
+	version, err := r.u8()
+	if err != nil {
+		return nil, err
+	}
+	if version != 1 && version != 3 && version != 4 {
+		return nil, fmt.Errorf("version %d", version)
+	}
+	aug, err := r.cstring()
+	if err != nil {
+		return nil, err
+	}
+	if version == 4 {
+		as, err := r.u8()
+		if err != nil {
+			return nil, err
+		}
+		if as != 4 && as != 8 {
+			return nil, fmt.Errorf("address size %d", as)
+		}
+		c.addrSize = int(as)
+		if _, err := r.u8(); err != nil { // segment selector size
+			return nil, err
+		}
+	}
+	if c.codeAlign, err = r.uleb(); err != nil {
+		return nil, err
+	}
+	if c.dataAlign, err = r.sleb(); err != nil {
+		return nil, err
+	}
+	if version == 1 {
+		b, err := r.u8()
+		if err != nil {
+			return nil, err
+		}
+		c.raReg = uint64(b)
+	} else if c.raReg, err = r.uleb(); err != nil {
+		return nil, err
+	}
+	if len(aug) > 0 && aug[0] == 'z' {
+		c.hasAugData = true
+		n, err := r.uleb()
+		if err != nil {
+			return nil, err
+		}
+		if n > uint64(len(r.b))-r.off {
+			return nil, errTruncated
+		}
+		ar := reader{b: r.b[:r.off+n], off: r.off}
+		for _, ch := range aug[1:] {
+			switch ch {
+			case 'R':
+				if c.fdeEnc, err = ar.u8(); err != nil {
+					return nil, err
+				}
+			case 'L':
+				if _, err = ar.u8(); err != nil {
+					return nil, err
+				}
+			case 'P':
+				enc, err := ar.u8()
+				if err != nil {
+					return nil, err
+				}
+				// The personality routine's address: read to step over it.
+				if _, err = ar.pointer(enc&^0x80, Section{}, c.addrSize); err != nil {
+					return nil, err
+				}
+			case 'S':
+				c.signal = true
+			case 'B', 'G':
+			default:
+				// Unknown augmentation: its data length ('z') lets us skip it.
+			}
+		}
+		r.off += n
+	} else if aug == "eh" {
+		// Ancient gcc: an exception table pointer follows.
+		if _, err := r.pointer(peUdata8, Section{}, 8); err != nil {
+			return nil, err
+		}
+	} else if aug != "" {
+		return nil, fmt.Errorf("augmentation %q", aug)
+	}
+	if c.codeAlign == 0 {
+		return nil, errors.New("code alignment factor 0")
+	}
+	c.initial = r.b[r.off:]
+	return c, nil
+}
+
+func parseFDE(r *reader, s Section, c *cie) (FDE, error) {
+	var f FDE
+	enc := c.fdeEnc
+	if s.Debug {
+		enc = peAbsptr
+	}
+	begin, err := r.pointer(enc, s, c.addrSize)
+	if err != nil {
+		return f, err
+	}
+	// The range is a plain number in the same format, never relative.
+	rng, err := r.pointer(enc&0x0f, Section{}, c.addrSize)
+	if err != nil {
+		return f, err
+	}
+	if begin+rng < begin {
+		return f, fmt.Errorf("range 0x%x+0x%x wraps", begin, rng)
+	}
+	f.Begin, f.End, f.Signal = begin, begin+rng, c.signal
+	if c.hasAugData {
+		n, err := r.uleb()
+		if err != nil {
+			return f, err
+		}
+		if n > uint64(len(r.b))-r.off {
+			return f, errTruncated
+		}
+		r.off += n
+	}
+	m := machine{c: c, s: s, loc: begin, end: f.End}
+	m.row = Row{PC: begin, RBP: Rule{Kind: RuleSame}, RA: Rule{Kind: RuleSame}}
+	if err := m.run(c.initial, true); err != nil {
+		return f, fmt.Errorf("CIE instructions: %w", err)
+	}
+	m.initial = m.row
+	if err := m.run(r.b[r.off:], false); err != nil {
+		return f, err
+	}
+	m.emit()
+	f.Rows = m.rows
+	return f, nil
+}
+
+// machine runs call frame instructions (DWARF 5, section 6.4.2).
+type machine struct {
+	c       *cie
+	s       Section
+	loc     uint64
+	end     uint64
+	row     Row
+	initial Row
+	rows    []Row
+	saved   []Row
+}
+
+// emit records the row in force from m.row.PC.
+func (m *machine) emit() {
+	if m.row.PC >= m.end && len(m.rows) > 0 {
+		return
+	}
+	if n := len(m.rows); n > 0 && m.rows[n-1].PC == m.row.PC {
+		m.rows[n-1] = m.row
+		return
+	}
+	m.rows = append(m.rows, m.row)
+}
+
+func (m *machine) advance(delta uint64) error {
+	if delta > 0 && m.c.codeAlign > ^uint64(0)/delta {
+		return errors.New("location advance overflows")
+	}
+	return m.setLoc(m.loc + delta*m.c.codeAlign)
+}
+
+func (m *machine) setLoc(loc uint64) error {
+	if loc < m.loc {
+		return fmt.Errorf("location moves back to 0x%x", loc)
+	}
+	if loc == m.loc {
+		return nil
+	}
+	if len(m.rows) >= maxRowsPerFDE {
+		return errors.New("too many rows")
+	}
+	m.emit()
+	m.loc = loc
+	m.row.PC = loc
+	return nil
+}
+
+func (m *machine) setReg(reg uint64, r Rule) {
+	switch reg {
+	case RegRBP:
+		m.row.RBP = r
+	case m.c.raReg:
+		m.row.RA = r
+	}
+}
+
+func (m *machine) restoreReg(reg uint64) {
+	switch reg {
+	case RegRBP:
+		m.row.RBP = m.initial.RBP
+	case m.c.raReg:
+		m.row.RA = m.initial.RA
+	}
+}
+
+func (m *machine) run(code []byte, initial bool) error {
+	r := reader{b: code}
+	for r.off < uint64(len(code)) {
+		if m.loc >= m.end && !initial {
+			return nil // anything past the FDE's range never applies
+		}
+		op, _ := r.u8()
+		switch op >> 6 {
+		case 1: // DW_CFA_advance_loc
+			if err := m.advance(uint64(op & 0x3f)); err != nil {
+				return err
+			}
+			continue
+		case 2: // DW_CFA_offset
+			off, err := r.uleb()
+			if err != nil {
+				return err
+			}
+			m.setReg(uint64(op&0x3f), Rule{Kind: RuleOffset, Offset: int64(off) * m.c.dataAlign})
+			continue
+		case 3: // DW_CFA_restore
+			m.restoreReg(uint64(op & 0x3f))
+			continue
+		}
+		var err error
+		switch op {
+		case 0x00: // nop
+		case 0x01: // set_loc
+			var loc uint64
+			if loc, err = r.pointer(m.c.fdeEnc, m.s, m.c.addrSize); err == nil {
+				err = m.setLoc(loc)
+			}
+		case 0x02, 0x03, 0x04: // advance_loc1, 2, 4
+			var d uint64
+			switch op {
+			case 0x02:
+				var v uint8
+				v, err = r.u8()
+				d = uint64(v)
+			case 0x03:
+				var v uint16
+				v, err = r.u16()
+				d = uint64(v)
+			default:
+				var v uint32
+				v, err = r.u32()
+				d = uint64(v)
+			}
+			if err == nil {
+				err = m.advance(d)
+			}
+		case 0x05: // offset_extended
+			var reg, off uint64
+			if reg, err = r.uleb(); err == nil {
+				if off, err = r.uleb(); err == nil {
+					m.setReg(reg, Rule{Kind: RuleOffset, Offset: int64(off) * m.c.dataAlign})
+				}
+			}
+		case 0x11: // offset_extended_sf
+			var reg uint64
+			var off int64
+			if reg, err = r.uleb(); err == nil {
+				if off, err = r.sleb(); err == nil {
+					m.setReg(reg, Rule{Kind: RuleOffset, Offset: off * m.c.dataAlign})
+				}
+			}
+		case 0x2f: // GNU_negative_offset_extended
+			var reg, off uint64
+			if reg, err = r.uleb(); err == nil {
+				if off, err = r.uleb(); err == nil {
+					m.setReg(reg, Rule{Kind: RuleOffset, Offset: -int64(off) * m.c.dataAlign})
+				}
+			}
+		case 0x06: // restore_extended
+			var reg uint64
+			if reg, err = r.uleb(); err == nil {
+				m.restoreReg(reg)
+			}
+		case 0x07: // undefined
+			var reg uint64
+			if reg, err = r.uleb(); err == nil {
+				m.setReg(reg, Rule{Kind: RuleUndefined})
+			}
+		case 0x08: // same_value
+			var reg uint64
+			if reg, err = r.uleb(); err == nil {
+				m.setReg(reg, Rule{Kind: RuleSame})
+			}
+		case 0x09: // register
+			var reg uint64
+			if reg, err = r.uleb(); err == nil {
+				if _, err = r.uleb(); err == nil {
+					m.setReg(reg, Rule{Kind: RuleOther})
+				}
+			}
+		case 0x0a: // remember_state
+			if len(m.saved) >= maxStates {
+				return errors.New("remember_state nested too deep")
+			}
+			m.saved = append(m.saved, m.row)
+		case 0x0b: // restore_state
+			if len(m.saved) == 0 {
+				return errors.New("restore_state without remember_state")
+			}
+			pc := m.row.PC
+			m.row = m.saved[len(m.saved)-1]
+			m.row.PC = pc
+			m.saved = m.saved[:len(m.saved)-1]
+		case 0x0c: // def_cfa
+			var reg, off uint64
+			if reg, err = r.uleb(); err == nil {
+				if off, err = r.uleb(); err == nil {
+					m.row.CFA = CFA{Kind: CFAReg, Reg: reg, Offset: int64(off)}
+				}
+			}
+		case 0x12: // def_cfa_sf
+			var reg uint64
+			var off int64
+			if reg, err = r.uleb(); err == nil {
+				if off, err = r.sleb(); err == nil {
+					m.row.CFA = CFA{Kind: CFAReg, Reg: reg, Offset: off * m.c.dataAlign}
+				}
+			}
+		case 0x0d: // def_cfa_register
+			var reg uint64
+			if reg, err = r.uleb(); err == nil {
+				if m.row.CFA.Kind != CFAReg {
+					return errors.New("def_cfa_register without a register rule")
+				}
+				m.row.CFA.Reg = reg
+			}
+		case 0x0e: // def_cfa_offset
+			var off uint64
+			if off, err = r.uleb(); err == nil {
+				if m.row.CFA.Kind != CFAReg {
+					return errors.New("def_cfa_offset without a register rule")
+				}
+				m.row.CFA.Offset = int64(off)
+			}
+		case 0x13: // def_cfa_offset_sf
+			var off int64
+			if off, err = r.sleb(); err == nil {
+				if m.row.CFA.Kind != CFAReg {
+					return errors.New("def_cfa_offset_sf without a register rule")
+				}
+				m.row.CFA.Offset = off * m.c.dataAlign
+			}
+		case 0x0f: // def_cfa_expression
+			var expr []byte
+			if expr, err = r.block(); err == nil {
+				m.row.CFA = cfaExpression(expr)
+			}
+		case 0x10, 0x16: // expression, val_expression
+			var reg uint64
+			if reg, err = r.uleb(); err == nil {
+				if _, err = r.block(); err == nil {
+					m.setReg(reg, Rule{Kind: RuleOther})
+				}
+			}
+		case 0x14: // val_offset
+			var reg uint64
+			if reg, err = r.uleb(); err == nil {
+				if _, err = r.uleb(); err == nil {
+					m.setReg(reg, Rule{Kind: RuleOther})
+				}
+			}
+		case 0x15: // val_offset_sf
+			var reg uint64
+			if reg, err = r.uleb(); err == nil {
+				if _, err = r.sleb(); err == nil {
+					m.setReg(reg, Rule{Kind: RuleOther})
+				}
+			}
+		case 0x2e: // GNU_args_size
+			_, err = r.uleb()
+		default:
+			return fmt.Errorf("unknown call frame instruction 0x%02x", op)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The x86-64 PLT's CFA expression, as binutils writes it for lazy binding
+// stubs: DW_OP_breg7 (rsp) 8; DW_OP_breg16 (rip) 0; DW_OP_lit15; DW_OP_and;
+// DW_OP_litN; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus. N (10 or 11) is
+// where in the 16-byte entry the push has happened.
+var pltPrefix = []byte{0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a}
+var pltSuffix = []byte{0x2a, 0x33, 0x24, 0x22}
+
+func cfaExpression(e []byte) CFA {
+	n := len(pltPrefix)
+	if len(e) == n+1+len(pltSuffix) && string(e[:n]) == string(pltPrefix) && string(e[n+1:]) == string(pltSuffix) &&
+		e[n] >= 0x30 && e[n] <= 0x4f {
+		return CFA{Kind: CFAPLT, PLTCut: int64(e[n] - 0x30)}
+	}
+	return CFA{Kind: CFAExpression}
+}
+
+// Pointer encodings (DW_EH_PE_*), LSB 4.1, "DWARF Extensions".
+const (
+	peAbsptr  = 0x00
+	peUleb128 = 0x01
+	peUdata2  = 0x02
+	peUdata4  = 0x03
+	peUdata8  = 0x04
+	peSleb128 = 0x09
+	peSdata2  = 0x0a
+	peSdata4  = 0x0b
+	peSdata8  = 0x0c
+	pePcrel   = 0x10
+	peDatarel = 0x30
+	peOmit    = 0xff
+)
+
+type reader struct {
+	b   []byte
+	off uint64
+}
+
+func (r *reader) take(n uint64) ([]byte, error) {
+	if n > uint64(len(r.b)) || r.off > uint64(len(r.b))-n {
+		return nil, errTruncated
+	}
+	b := r.b[r.off : r.off+n]
+	r.off += n
+	return b, nil
+}
+
+func (r *reader) u8() (uint8, error) {
+	b, err := r.take(1)
+	if err != nil {
+		return 0, err
+	}
+	return b[0], nil
+}
+
+func (r *reader) u16() (uint16, error) {
+	b, err := r.take(2)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint16(b), nil
+}
+
+func (r *reader) u32() (uint32, error) {
+	b, err := r.take(4)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b), nil
+}
+
+func (r *reader) u64() (uint64, error) {
+	b, err := r.take(8)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
+
+func (r *reader) uleb() (uint64, error) {
+	var v uint64
+	for shift := uint(0); ; shift += 7 {
+		b, err := r.u8()
+		if err != nil {
+			return 0, err
+		}
+		if shift < 64 {
+			v |= uint64(b&0x7f) << shift
+		}
+		if b&0x80 == 0 {
+			return v, nil
+		}
+		if shift > 70 {
+			return 0, errors.New("LEB128 number too long")
+		}
+	}
+}
+
+func (r *reader) sleb() (int64, error) {
+	var v int64
+	var shift uint
+	for {
+		b, err := r.u8()
+		if err != nil {
+			return 0, err
+		}
+		if shift < 64 {
+			v |= int64(b&0x7f) << shift
+		}
+		shift += 7
+		if b&0x80 == 0 {
+			if shift < 64 && b&0x40 != 0 {
+				v |= -1 << shift
+			}
+			return v, nil
+		}
+		if shift > 70 {
+			return 0, errors.New("LEB128 number too long")
+		}
+	}
+}
+
+func (r *reader) cstring() (string, error) {
+	for i := r.off; i < uint64(len(r.b)); i++ {
+		if r.b[i] == 0 {
+			s := string(r.b[r.off:i])
+			r.off = i + 1
+			return s, nil
+		}
+	}
+	return "", errTruncated
+}
+
+func (r *reader) block() ([]byte, error) {
+	n, err := r.uleb()
+	if err != nil {
+		return nil, err
+	}
+	return r.take(n)
+}
+
+// pointer reads an encoded pointer; s gives the section address for
+// pc-relative encodings.
+func (r *reader) pointer(enc byte, s Section, addrSize int) (uint64, error) {
+	if enc == peOmit {
+		return 0, nil
+	}
+	pos := s.Addr + r.off
+	var v uint64
+	var err error
+	switch enc & 0x0f {
+	case peAbsptr:
+		if addrSize == 4 {
+			var u uint32
+			u, err = r.u32()
+			v = uint64(u)
+		} else {
+			v, err = r.u64()
+		}
+	case peUleb128:
+		v, err = r.uleb()
+	case peUdata2:
+		var u uint16
+		u, err = r.u16()
+		v = uint64(u)
+	case peUdata4:
+		var u uint32
+		u, err = r.u32()
+		v = uint64(u)
+	case peUdata8, peSdata8:
+		v, err = r.u64()
+	case peSleb128:
+		var i int64
+		i, err = r.sleb()
+		v = uint64(i)
+	case peSdata2:
+		var u uint16
+		u, err = r.u16()
+		v = uint64(int64(int16(u)))
+	case peSdata4:
+		var u uint32
+		u, err = r.u32()
+		v = uint64(int64(int32(u)))
+	default:
+		return 0, fmt.Errorf("pointer encoding 0x%02x", enc)
+	}
+	if err != nil {
+		return 0, err
+	}
+	switch enc & 0x70 {
+	case 0:
+	case pePcrel:
+		v += pos
+	case peDatarel:
+		// Only used in .eh_frame_hdr on x86-64; nothing here is data-relative.
+		return 0, fmt.Errorf("pointer encoding 0x%02x", enc)
+	default:
+		return 0, fmt.Errorf("pointer encoding 0x%02x", enc)
+	}
+	if enc&0x80 != 0 {
+		return 0, fmt.Errorf("indirect pointer encoding 0x%02x", enc)
+	}
+	return v, nil
+}

@@ -1,0 +1,123 @@
+package unwind
+
+import (
+	"math/rand"
+	"sort"
+	"testing"
+)
+
+func compiled(t testing.TB, name string) ([]FDE, []Entry) {
+	fdes, err := Parse(section(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := Compile(fdes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fdes, entries
+}
+
+// TestCompile checks the compiled table against the parsed rows: at every
+// row's address and just before the next, the search finds that row's rule;
+// past every FDE's end with no FDE after it, it finds StopNoRow.
+func TestCompile(t *testing.T) {
+	for _, name := range []string{"chain-pie", "libc"} {
+		fdes, entries := compiled(t, name)
+		if !sort.SliceIsSorted(entries, func(i, j int) bool { return entries[i].PC < entries[j].PC }) {
+			t.Fatalf("%s: entries not sorted", name)
+		}
+		for i := 1; i < len(entries); i++ {
+			if entries[i].PC == entries[i-1].PC || entries[i].Rule == entries[i-1].Rule {
+				t.Fatalf("%s: entries %d and %d not merged: %+v %+v", name, i-1, i, entries[i-1], entries[i])
+			}
+		}
+		rule := func(pc uint64) uint32 {
+			i, ok := Search(entries, uint32(pc))
+			if !ok {
+				t.Fatalf("%s: no entry for 0x%x", name, pc)
+			}
+			return entries[i].Rule
+		}
+		for _, f := range fdes {
+			for j, r := range f.Rows {
+				end := f.End
+				if j+1 < len(f.Rows) {
+					end = f.Rows[j+1].PC
+				}
+				if got, want := rule(r.PC), encode(r); got != want {
+					t.Fatalf("%s: 0x%x: rule 0x%x, want 0x%x", name, r.PC, got, want)
+				}
+				if got, want := rule(end-1), encode(r); got != want {
+					t.Fatalf("%s: 0x%x: rule 0x%x, want 0x%x", name, end-1, got, want)
+				}
+			}
+		}
+		last := fdes[0]
+		for _, f := range fdes {
+			if f.End > last.End {
+				last = f
+			}
+		}
+		if got := rule(last.End); got != stop(StopNoRow) {
+			t.Fatalf("%s: past the last FDE: rule 0x%x", name, got)
+		}
+		if _, ok := Search(entries, uint32(entries[0].PC-1)); ok {
+			t.Fatalf("%s: an address below the first entry found one", name)
+		}
+		stops := map[Stop]int{}
+		for _, e := range entries {
+			if e.Rule&3 == BaseStop {
+				stops[Stop(e.Rule>>offShift)]++
+			}
+		}
+		t.Logf("%s: %d FDEs, %d entries, stops %v", name, len(fdes), len(entries), stops)
+	}
+}
+
+// TestSearch compares the fixed-step search with a plain scan on random
+// tables and addresses, sizes 1 to MaxRows.
+func TestSearch(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for _, n := range []int{1, 2, 3, 5, 16, 17, 1000, 65537, MaxRows} {
+		entries := make([]Entry, n)
+		pc := uint32(rng.Intn(100))
+		for i := range entries {
+			pc += 1 + uint32(rng.Intn(50))
+			entries[i] = Entry{PC: pc, Rule: uint32(i)}
+		}
+		for k := 0; k < 2000; k++ {
+			q := uint32(rng.Int63n(int64(pc) + 100))
+			if k < n {
+				q = entries[k].PC - uint32(k%2) // every boundary and the address before it
+			}
+			want, wok := -1, false
+			for i, e := range entries {
+				if e.PC <= q {
+					want, wok = i, true
+				}
+			}
+			got, ok := Search(entries, q)
+			if ok != wok || ok && got != want {
+				t.Fatalf("n=%d pc=0x%x: %d %v, want %d %v", n, q, got, ok, want, wok)
+			}
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, name := range []string{"chain-pie", "libc"} {
+		s := section(f, name)
+		f.Add(s.Data[:min(len(s.Data), 4096)], false)
+	}
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0}, true)
+	f.Fuzz(func(t *testing.T, data []byte, debug bool) {
+		fdes, err := Parse(Section{Data: data, Addr: 0x1000, Debug: debug})
+		if err != nil {
+			return
+		}
+		if entries, err := Compile(fdes); err == nil && len(entries) > 0 {
+			Search(entries, entries[len(entries)/2].PC)
+		}
+	})
+}
