@@ -28,6 +28,7 @@ func TestSnippetGoldens(t *testing.T) {
 		"follow_forks": fork,
 		"decade_slot":  DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3),
 		"cache_inc":    CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
+		"row_search":   RowSearch("search", "rows", bpf.R6, bpf.R7, bpf.R8, 2, -4, "fail"),
 	} {
 		golden.Check(t, name, fmt.Sprintf("%v", insns))
 	}
