@@ -1,6 +1,6 @@
 # tracekit: hand-assembled BPF tracing tools. `make help` lists the targets.
 GO      ?= go
-TOOLS   := writesize dropmon iolat filter
+TOOLS   := writesize dropmon iolat filter profile
 BIN     := bin
 GOFLAGS := -trimpath
 export CGO_ENABLED := 0

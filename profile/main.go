@@ -1,0 +1,70 @@
+// Command profile is a sampling CPU profiler: a hand-assembled perf_event
+// program samples every CPU at a fixed frequency and counts, in the kernel,
+// each (process, kernel stack, user stack). User stacks of code built
+// without frame pointers are unwound in the kernel from the files'
+// .eh_frame tables, with no copy of the stack to user space.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/tracekit/tracekit/tools"
+)
+
+type options struct {
+	tools.Common
+	Frequency int    `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
+	Pid       int    `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
+	Unwind    string `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
+	Folded    bool   `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
+	Budget    int    `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB (8 bytes a row: python3.11 and libc take 0.7)"`
+	Idle      bool   `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
+}
+
+const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event
+per CPU runs a BPF program -F times a second, which reads the kernel stack and
+the user stack and counts them by (pid, kernel stack, user stack) in a BPF
+hash, keyed by the addresses themselves. User space names the frames (kallsyms;
+the .symtab and .dynsym of each mapped file, C++ and Rust names demangled)
+when it prints a report.
+
+User stacks. Most distribution binaries (python3.11, libc) are built without
+frame pointers: a frame-pointer walk (bpftrace's ustack, BCC's profile) stops
+after a frame or two. --unwind=eh walks them in the kernel: profile reads each
+mapped file's .eh_frame into a table of rows (address -> where the caller's
+frame and return address are), and the program looks up each frame's row and
+steps to its caller, up to 127 frames (5 per program, then a tail call). The
+tables of a process are loaded when its first sample is seen, so the first
+samples of a process may end early. auto (the default) uses the tables where
+a file has one and frame pointers elsewhere (JIT code); fp uses only frame
+pointers. The unwinder reads x86-64 frames only.
+
+A stack that ends before _start is marked by why:
+  [unwind error: no unwind row]  the address is in no FDE of its file
+  [unwind error: no table]       the address is in no file with a loaded table
+  [unwind error: read]           the stack could not be read (paged out)
+  [unwind error: unsupported unwind rule]  a signal frame or hand-written CFI
+  [truncated]                    127 frames, the most the walk keeps
+  [no user registers]            a kernel thread
+The report counts each.
+
+Examples:
+  profile                        # all CPUs until Ctrl-C, hottest stacks last
+  profile -F 99 -p 1234 10 1     # pid 1234 at 99 Hz, one report after 10 s
+  profile -f -c './build.sh' > out.folded; flamegraph.pl out.folded > fg.svg
+  profile --unwind=fp -p 1234    # frame pointers only (as bpftrace's ustack)
+
+`
+
+func main() {
+	var o options
+	os.Exit(tools.Main(tools.Tool{
+		Name:     "profile",
+		Summary:  "Sample on-CPU stacks, kernel and user, unwound in the kernel without frame pointers.",
+		Details:  details,
+		Options:  &o,
+		Validate: func() error { return validate(&o) },
+		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
+	}, os.Args[1:]))
+}

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/unwind"
+)
+
+// file is what the profiler keeps of one mapped ELF file: its program
+// headers (for the load bias), its function symbols, and where its unwind
+// rows sit in the shared row table.
+type file struct {
+	name  string
+	progs []elf.ProgHeader
+	syms  []symbol
+	first int // index of its first row in the table; -1 if not loaded
+	rows  int
+	err   error // why its rows are not loaded
+}
+
+type symbol struct {
+	name        string
+	value, size uint64
+}
+
+// procMapping is an executable mapping of a process and its file.
+type procMapping struct {
+	mapping
+	bias uint64
+	file *file
+}
+
+type process struct {
+	comm     string
+	maps     []procMapping
+	prefixes []lpmKey // in the mappings trie
+	scanned  time.Time
+	every    time.Duration // the least time to the next rescan
+}
+
+// lpmKey and lpmValue are the mappings trie's: {pid, address} big-endian,
+// the longest prefix wins.
+type lpmKey struct {
+	Prefixlen uint32
+	Pid       [4]byte
+	Addr      [8]byte
+}
+
+type lpmValue struct {
+	First, Count uint32
+	Bias         uint64
+}
+
+// processes records the processes seen during the run: their mappings and
+// names, captured when each is first seen so that a process gone by report
+// time is still named, and (unwinding by tables) loads their files' rows.
+type processes struct {
+	rows, lpm *ebpf.Map // nil with --unwind=fp
+	capacity  int       // rows the table holds
+	next      int       // its first free row
+	files     map[fileKey]*file
+	procs     map[uint32]*process
+	full      int // files left out: the row table was full
+	loadTime  time.Duration
+}
+
+func newProcesses(rows, lpm *ebpf.Map, capacity int) *processes {
+	return &processes{rows: rows, lpm: lpm, capacity: capacity, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
+}
+
+// A process is rescanned when the unwinder meets an address outside its
+// loaded files (a library just mapped, dlopen): at most every rescanFirst,
+// twice as long after each rescan that found nothing new (JIT code is in
+// no file), up to rescanMost.
+const (
+	rescanFirst = 50 * time.Millisecond
+	rescanMost  = 5 * time.Second
+)
+
+// scan (re)reads a process's mappings, loads the rows of files not loaded
+// yet and points the trie at them. A process that is gone keeps what an
+// earlier scan recorded.
+func (ps *processes) scan(pid uint32, force bool) {
+	p := ps.procs[pid]
+	if p != nil && !force && time.Since(p.scanned) < p.every {
+		return
+	}
+	maps, err := readMaps(pid)
+	if err != nil {
+		if p == nil {
+			ps.procs[pid] = &process{comm: "?", scanned: time.Now(), every: rescanMost}
+		}
+		return
+	}
+	if p == nil {
+		p = &process{}
+		ps.procs[pid] = p
+	}
+	p.scanned = time.Now()
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
+		p.comm = strings.TrimSpace(string(b))
+	}
+	var found []procMapping
+	for _, m := range maps {
+		if !m.Exec() || m.Path == "" || strings.HasPrefix(m.Path, "[") && m.Path != "[vdso]" {
+			continue
+		}
+		f := ps.fileOf(pid, m)
+		if f == nil {
+			continue
+		}
+		bias, ok := biasOf(&elf.File{Progs: progsOf(f)}, m)
+		if !ok {
+			continue
+		}
+		found = append(found, procMapping{mapping: m, bias: bias, file: f})
+	}
+	if len(found) == 0 && p.maps != nil {
+		return // an exec in progress, or a zombie: keep what we had
+	}
+	if !force && sameMappings(p.maps, found) {
+		p.every = min(2*p.every, rescanMost)
+	} else {
+		p.every = rescanFirst
+	}
+	p.maps = found
+	if ps.lpm != nil {
+		ps.point(pid, p)
+	}
+}
+
+func sameMappings(a, b []procMapping) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].mapping != b[i].mapping {
+			return false
+		}
+	}
+	return true
+}
+
+func progsOf(f *file) []*elf.Prog {
+	out := make([]*elf.Prog, len(f.progs))
+	for i := range f.progs {
+		out[i] = &elf.Prog{ProgHeader: f.progs[i]}
+	}
+	return out
+}
+
+// fileOf opens, reads and (unwinding by tables) loads a mapped file once.
+func (ps *processes) fileOf(pid uint32, m mapping) *file {
+	key := keyOf(m)
+	if f, ok := ps.files[key]; ok {
+		return f
+	}
+	ef, err := openMapped(pid, m)
+	if err != nil {
+		ps.files[key] = nil
+		return nil
+	}
+	f := &file{name: filepath.Base(m.Path), first: -1}
+	for _, p := range ef.Progs {
+		f.progs = append(f.progs, p.ProgHeader)
+	}
+	f.syms = symbolsOf(ef)
+	if ps.rows != nil {
+		start := time.Now()
+		f.err = ps.load(ef, f)
+		ps.loadTime += time.Since(start)
+	}
+	ps.files[key] = f
+	return f
+}
+
+// load parses a file's .eh_frame (else .debug_frame) and appends its rows
+// to the table.
+func (ps *processes) load(ef *elf.File, f *file) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed ELF file (%v)", p)
+		}
+	}()
+	if ef.Machine != elf.EM_X86_64 {
+		return fmt.Errorf("%v: the unwinder reads x86-64 frames only", ef.Machine)
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD && p.Vaddr+p.Memsz > 1<<32 {
+			return errors.New("addresses above 4 GiB")
+		}
+	}
+	sec := ef.Section(".eh_frame")
+	debug := false
+	if sec == nil || sec.Type == elf.SHT_NOBITS {
+		if sec = ef.Section(".debug_frame"); sec == nil {
+			return errors.New("no .eh_frame or .debug_frame")
+		}
+		debug = true
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return err
+	}
+	fdes, err := unwind.Parse(unwind.Section{Data: data, Addr: sec.Addr, Debug: debug})
+	if err != nil {
+		return err
+	}
+	entries, err := unwind.Compile(fdes)
+	if err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		return errors.New("no unwind rows")
+	}
+	if ps.next+len(entries) > ps.capacity {
+		ps.full++
+		return fmt.Errorf("the row table is full (%d of %d rows used)", ps.next, ps.capacity)
+	}
+	keys := make([]uint32, len(entries))
+	for i := range keys {
+		keys[i] = uint32(ps.next + i)
+	}
+	if _, err := ps.rows.BatchUpdate(keys, entries, nil); err != nil {
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("load unwind rows: %w", err)
+		}
+		for i, e := range entries { // before 5.6: one at a time
+			if err := ps.rows.Put(keys[i], e); err != nil {
+				return fmt.Errorf("load unwind rows: %w", err)
+			}
+		}
+	}
+	f.first, f.rows = ps.next, len(entries)
+	ps.next += len(entries)
+	return nil
+}
+
+// point replaces the process's prefixes in the mappings trie.
+func (ps *processes) point(pid uint32, p *process) {
+	for _, k := range p.prefixes {
+		_ = ps.lpm.Delete(k)
+	}
+	p.prefixes = p.prefixes[:0]
+	for _, m := range p.maps {
+		if m.file.first < 0 || m.End-m.bias > 1<<32 || m.Start < m.bias {
+			continue
+		}
+		v := lpmValue{First: uint32(m.file.first), Count: uint32(m.file.rows), Bias: m.bias}
+		for _, k := range prefixes(pid, m.Start, m.End) {
+			if ps.lpm.Put(k, v) == nil {
+				p.prefixes = append(p.prefixes, k)
+			}
+		}
+	}
+}
+
+// prefixes covers [start, end) of a process with aligned power-of-two
+// blocks, each a trie prefix of 32 (pid) + 64-k (address) bits.
+func prefixes(pid uint32, start, end uint64) []lpmKey {
+	var out []lpmKey
+	for start < end {
+		k := bits.TrailingZeros64(start)
+		if start == 0 {
+			k = 64
+		}
+		for k > 0 && (k >= 64 || end-start < 1<<k) {
+			k--
+		}
+		var key lpmKey
+		key.Prefixlen = uint32(32 + 64 - k)
+		binary.BigEndian.PutUint32(key.Pid[:], pid)
+		binary.BigEndian.PutUint64(key.Addr[:], start)
+		out = append(out, key)
+		start += 1 << k
+	}
+	return out
+}
+
+// symbolsOf lists a file's function symbols (.symtab and .dynsym) by
+// address.
+func symbolsOf(ef *elf.File) (out []symbol) {
+	defer func() {
+		if recover() != nil {
+			out = nil
+		}
+	}()
+	seen := map[uint64]bool{}
+	for _, read := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
+		all, _ := read()
+		for _, s := range all {
+			if elf.ST_TYPE(s.Info) != elf.STT_FUNC && elf.ST_TYPE(s.Info) != elf.STT_GNU_IFUNC || s.Value == 0 || seen[s.Value] {
+				continue
+			}
+			seen[s.Value] = true
+			name, _, _ := strings.Cut(s.Name, "@")
+			out = append(out, symbol{name: demangle(name), value: s.Value, size: s.Size})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].value < out[j].value })
+	return out
+}
+
+// symbolize names a user address of a process: "function", or
+// "file+0xADDR" past every symbol's end, or "[unknown]" outside every
+// mapped file.
+func (ps *processes) symbolize(pid uint32, addr uint64) string {
+	p := ps.procs[pid]
+	if p == nil {
+		return "[unknown]"
+	}
+	for _, m := range p.maps {
+		if addr < m.Start || addr >= m.End {
+			continue
+		}
+		v := addr - m.bias
+		syms := m.file.syms
+		i := sort.Search(len(syms), func(i int) bool { return syms[i].value > v }) - 1
+		if i >= 0 && (v < syms[i].value+syms[i].size || syms[i].size == 0 && v == syms[i].value) {
+			return syms[i].name
+		}
+		return fmt.Sprintf("%s+0x%x", m.file.name, v)
+	}
+	return "[unknown]"
+}
+
+func (ps *processes) comm(pid uint32) string {
+	if p := ps.procs[pid]; p != nil && p.comm != "" {
+		return p.comm
+	}
+	return "?"
+}
+
+// tableStats says what the row table holds.
+func (ps *processes) tableStats() (files, rows int) {
+	for _, f := range ps.files {
+		if f != nil && f.first >= 0 {
+			files++
+		}
+	}
+	return files, ps.next
+}

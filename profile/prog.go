@@ -1,0 +1,509 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/unwind"
+)
+
+// The count key, built in the per-CPU scratch value and used from there as
+// the key of the counts hash: the program counters themselves, so that two
+// stacks are never merged by a stack-id hash collision.
+const (
+	kernelDepth = 64  // kernel frames kept (perf_event stacks rarely pass 40)
+	userDepth   = 127 // user frames kept (PERF_MAX_STACK_DEPTH)
+
+	keyPid     = 0 // u32 tgid
+	keyStop    = 4 // u8: why the user stack ends (see stop*)
+	keyKernErr = 5 // u8: 1 if the kernel stack could not be read
+	keyKernel  = 8
+	keyUser    = keyKernel + 8*kernelDepth
+	keySize    = keyUser + 8*userDepth
+
+	// The unwinder's state follows the key in the scratch value.
+	statePC   = keySize
+	stateSP   = keySize + 8
+	stateBP   = keySize + 16
+	stateN    = keySize + 24 // frames stored so far
+	stateRegs = keySize + 32 // a copy of the task's user pt_regs
+	ptRegsLen = 168
+	scratchSz = stateRegs + ptRegsLen
+
+	framesPerProg = 5 // frames one unwind program walks before it tail-calls itself
+)
+
+// Why a user stack ends. The first values are the table's own (unwind.Stop).
+const (
+	stopNoRow       = int32(unwind.StopNoRow)
+	stopEnd         = int32(unwind.StopEnd)
+	stopUnsupported = int32(unwind.StopUnsupported)
+	stopNoTable     = 4 // the address is in no file whose table is loaded
+	stopRead        = 5 // the stack could not be read
+	stopTruncated   = 6 // userDepth frames, or the tail-call limit
+	stopNoRegs      = 7 // no user registers (a kernel thread, or a kernel-mode sample before 5.15)
+	stopFP          = 8 // frame pointers: bpf_get_stack's walk, which says nothing of how it ended
+)
+
+// x86-64 struct pt_regs offsets (arch/x86/include/asm/ptrace.h).
+const (
+	regsBP = 32
+	regsIP = 128
+	regsCS = 136
+	regsSP = 152
+)
+
+// Stack slots of the programs.
+const (
+	fpCtx     = -8  // the context, kept across helper calls
+	fpTgid    = -12 // u32 tgid, the key of seen
+	fpZero    = -16 // u32 0, the key of scratch, progs and lost
+	fpLPM     = -32 // 16 bytes: {u32 prefixlen; u32 pid (BE); u64 address (BE)}
+	fpSearch  = -36 // u32: the row-search key
+	fpRule    = -48 // u64: the row's rule
+	fpCFA     = -56 // u64: the frame's CFA
+	fpRead    = -72 // 16 bytes read from the user stack
+	fpLookup  = -80 // u64: the address looked up (pc, or pc-1 for a return address)
+	fpNow     = -88 // u64: the time of a notification
+	fpEvent   = -96 // 8 bytes: {u32 tgid; u32 kind} sent to user space
+	fpOne     = -104
+	eventNew  = 1 // a process seen for the first time
+	eventMiss = 2 // an address in no loaded table: user space rescans the process
+	missEvery = 50_000_000
+)
+
+// Map sizes.
+const (
+	maxStacks   = 4096
+	maxSeen     = 16384
+	maxMappings = 65536 // LPM prefixes, about 20 per mapped file
+)
+
+// Unwind modes.
+const (
+	unwindFP   = "fp"
+	unwindEH   = "eh"
+	unwindAuto = "auto"
+)
+
+type progConfig struct {
+	Mode     string // unwindFP, unwindEH or unwindAuto
+	Pid      int    // -p: only this process
+	Tree     bool   // -c: the process tree in tools.PidsMap
+	Rows     int    // capacity of the row table
+	TaskRegs bool   // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
+	Readers  asm.Readers
+}
+
+// collection builds the sampling program (and, unwinding by tables, the
+// unwinder it tail-calls) with the maps they share.
+func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{
+			"counts":  {Name: "profile_counts", Type: ebpf.Hash, KeySize: keySize, ValueSize: 8, MaxEntries: maxStacks},
+			"scratch": {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: scratchSz, MaxEntries: 1},
+			"lost":    {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+			"seen":    {Name: "profile_seen", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxSeen},
+			"events":  {Name: "profile_events", Type: ebpf.PerfEventArray},
+		},
+		Programs: map[string]*ebpf.ProgramSpec{},
+	}
+	entry, err := sampleProg(cfg)
+	if err != nil {
+		return nil, err
+	}
+	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: ebpf.PerfEvent, License: "GPL", Instructions: entry}
+	if cfg.Mode != unwindFP {
+		spec.Maps["rows"] = &ebpf.MapSpec{Name: "profile_rows", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(cfg.Rows)}
+		spec.Maps["mappings"] = &ebpf.MapSpec{Name: "profile_maps", Type: ebpf.LPMTrie, KeySize: 16, ValueSize: 16, MaxEntries: maxMappings, Flags: 1 /* BPF_F_NO_PREALLOC, required */}
+		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
+		spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg()}
+	}
+	if cfg.Tree {
+		if err := tools.AddProcessTree(spec); err != nil {
+			return nil, err
+		}
+	}
+	return spec, nil
+}
+
+// sampleProg runs on every sample: filter, key (pid, kernel stack), then the
+// user stack by frame pointers (bpf_get_stack) or by tail call into the
+// unwinder.
+func sampleProg(cfg progConfig) (bpf.Instructions, error) {
+	insns := asm.Prologue()
+	insns = append(insns, bpf.StoreMem(bpf.RFP, fpCtx, asm.RegCtx, bpf.DWord))
+	insns = append(insns, asm.CurrentPid()...)
+	insns = append(insns, asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "not the idle task")...)
+	switch {
+	case cfg.Pid > 0:
+		insns = append(insns, asm.PidFilter(uint32(cfg.Pid), "exit")...)
+	case cfg.Tree:
+		insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+		insns = append(insns, asm.PidInSet(tools.PidsMap, fpTgid, "exit")...)
+	}
+	insns = append(insns,
+		asm.StoreKey(fpTgid, asm.RegPid, bpf.Word),
+		bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word),
+	)
+	insns = append(insns, asm.Note(asm.MapLookup("scratch", fpZero), "r8 = the key being built (per-CPU scratch)")...)
+	insns = append(insns,
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
+		bpf.Mov.Reg(bpf.R8, bpf.R0),
+		// A failed read zeroes its buffer: one helper call clears the
+		// previous sample's frames (bpf_probe_read* since 4.x).
+		bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("zero the key: a read of address 0 fails and clears its buffer")),
+		bpf.Mov.Imm(bpf.R2, keySize),
+		bpf.Mov.Imm(bpf.R3, 0),
+		cfg.Readers.Kernel.Call(),
+		bpf.StoreMem(bpf.R8, keyPid, asm.RegPid, bpf.Word),
+		bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("kernel stack: bpf_get_stack(ctx, key.kernel, size, 0), zero-filled")),
+		bpf.Mov.Reg(bpf.R2, bpf.R8),
+		bpf.Add.Imm(bpf.R2, keyKernel),
+		bpf.Mov.Imm(bpf.R3, 8*kernelDepth),
+		bpf.Mov.Imm(bpf.R4, 0),
+		bpf.FnGetStack.Call(),
+		bpf.JSGE.Imm(bpf.R0, 0, "kernel_ok"),
+		bpf.Mov.Imm(bpf.R1, 1),
+		bpf.StoreMem(bpf.R8, keyKernErr, bpf.R1, bpf.Byte),
+		asm.Nop().WithSymbol("kernel_ok"),
+	)
+	// A process seen for the first time is announced to user space, which
+	// records its mappings (and loads their unwind tables).
+	insns = append(insns, asm.Note(asm.MapLookup("seen", fpTgid), "first sample of this process: tell user space")...)
+	insns = append(insns,
+		bpf.JNE.Imm(bpf.R0, 0, "known"),
+		bpf.Mov.Imm(bpf.R1, 0),
+		bpf.StoreMem(bpf.RFP, fpNow, bpf.R1, bpf.DWord),
+	)
+	insns = append(insns, asm.MapUpdate("seen", fpTgid, fpNow, asm.UpdateNoExist)...)
+	insns = append(insns, bpf.JNE.Imm(bpf.R0, 0, "known"))
+	insns = append(insns, notify(eventNew)...)
+	insns = append(insns, asm.Nop().WithSymbol("known"))
+
+	if cfg.Mode == unwindFP {
+		insns = append(insns,
+			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("user stack by frame pointers: bpf_get_stack(ctx, key.user, size, BPF_F_USER_STACK)")),
+			bpf.Mov.Reg(bpf.R2, bpf.R8),
+			bpf.Add.Imm(bpf.R2, keyUser),
+			bpf.Mov.Imm(bpf.R3, 8*userDepth),
+			bpf.Mov.Imm(bpf.R4, 1<<8),
+			bpf.FnGetStack.Call(),
+			bpf.Mov.Imm(bpf.R1, stopFP),
+			bpf.JSGE.Imm(bpf.R0, 0, "fp_ok"),
+			bpf.Mov.Imm(bpf.R1, stopRead),
+			bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("fp_ok"),
+			bpf.Ja.Label("count"),
+		)
+		insns = append(insns, count("count", bpf.R8)...)
+		insns = append(insns, asm.Return("exit", 0)...)
+		return insns, nil
+	}
+
+	// The user registers: the sample's own if it interrupted user mode,
+	// else the task's saved ones (bpf_task_pt_regs, 5.15+).
+	insns = append(insns,
+		bpf.LoadMem(bpf.R1, asm.RegCtx, regsCS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")),
+		bpf.And.Imm(bpf.R1, 3),
+		bpf.JNE.Imm(bpf.R1, 3, "kernel_mode"),
+	)
+	insns = append(insns, loadRegs(asm.RegCtx)...)
+	insns = append(insns, bpf.Ja.Label("have_regs"))
+	if cfg.TaskRegs {
+		insns = append(insns,
+			bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy bpf_task_pt_regs(current)")),
+			bpf.Mov.Reg(bpf.R1, bpf.R0),
+			bpf.FnTaskPtRegs.Call(),
+			bpf.Mov.Reg(bpf.R3, bpf.R0),
+			bpf.Mov.Reg(bpf.R1, bpf.R8),
+			bpf.Add.Imm(bpf.R1, stateRegs),
+			bpf.Mov.Imm(bpf.R2, ptRegsLen),
+			cfg.Readers.Kernel.Call(),
+			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
+			bpf.Mov.Reg(bpf.R7, bpf.R8),
+			bpf.Add.Imm(bpf.R7, stateRegs),
+		)
+		insns = append(insns, loadRegs(bpf.R7)...)
+	} else {
+		insns = append(insns, bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no bpf_task_pt_regs before 5.15")))
+	}
+	insns = append(insns,
+		bpf.JEq.Imm(bpf.R1, 0, "no_regs").WithSymbol("have_regs"),
+		bpf.StoreMem(bpf.R8, statePC, bpf.R1, bpf.DWord),
+		bpf.StoreMem(bpf.R8, stateSP, bpf.R2, bpf.DWord),
+		bpf.StoreMem(bpf.R8, stateBP, bpf.R3, bpf.DWord),
+		bpf.Mov.Imm(bpf.R1, 0),
+		bpf.StoreMem(bpf.R8, stateN, bpf.R1, bpf.DWord),
+		bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("walk the user stack: tail call the unwinder")),
+		bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"),
+		bpf.Mov.Imm(bpf.R3, 0),
+		bpf.FnTailCall.Call(),
+		bpf.Mov.Imm(bpf.R1, stopTruncated),
+		bpf.Ja.Label("stop"),
+		bpf.Mov.Imm(bpf.R1, stopNoRegs).WithSymbol("no_regs"),
+		bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"),
+	)
+	insns = append(insns, count("count", bpf.R8)...)
+	insns = append(insns, asm.Return("exit", 0)...)
+	return insns, nil
+}
+
+// loadRegs loads ip, sp and bp of the pt_regs at regs into R1, R2, R3 (the
+// context and a copy take separate loads: the verifier rewrites context
+// accesses and refuses an instruction that reads both).
+func loadRegs(regs bpf.Register) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadMem(bpf.R1, regs, regsIP, bpf.DWord),
+		bpf.LoadMem(bpf.R2, regs, regsSP, bpf.DWord),
+		bpf.LoadMem(bpf.R3, regs, regsBP, bpf.DWord),
+	}
+}
+
+// notify sends {tgid, kind} to user space (the context at fpCtx, the tgid at
+// fpTgid). Clobbers R0-R5.
+func notify(kind int32) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpTgid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, %d}, 8)", kind))),
+		bpf.StoreMem(bpf.RFP, fpEvent, bpf.R1, bpf.Word),
+		bpf.StoreImm(bpf.RFP, fpEvent+4, int64(kind), bpf.Word),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord),
+		bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"),
+		bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
+		bpf.Mov.Reg(bpf.R4, bpf.RFP),
+		bpf.Add.Imm(bpf.R4, fpEvent),
+		bpf.Mov.Imm(bpf.R5, 8),
+		bpf.FnPerfEventOutput.Call(),
+	}
+}
+
+// count adds one to counts[key], key at the map value in keyReg (a
+// callee-saved register); a full map counts in lost.
+func count(label string, keyReg bpf.Register) bpf.Instructions {
+	p := label
+	insns := bpf.Instructions{
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSymbol(label).WithSource(bpf.Comment("counts[key]++ (insert if new, a full map counts in lost)")),
+		bpf.Mov.Reg(bpf.R2, keyReg),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, p+"_insert"),
+		bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_add"),
+		bpf.StoreXAdd(bpf.R0, bpf.R1, bpf.DWord),
+		bpf.Ja.Label(p + "_done"),
+		bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_insert"),
+		bpf.StoreMem(bpf.RFP, fpOne, bpf.R1, bpf.DWord),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts"),
+		bpf.Mov.Reg(bpf.R2, keyReg),
+		bpf.Mov.Reg(bpf.R3, bpf.RFP),
+		bpf.Add.Imm(bpf.R3, fpOne),
+		bpf.Mov.Imm(bpf.R4, asm.UpdateNoExist),
+		bpf.FnMapUpdateElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, p+"_done"),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSource(bpf.Comment("another CPU inserted it first, or the map is full")),
+		bpf.Mov.Reg(bpf.R2, keyReg),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, p+"_add"),
+		bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word),
+	}
+	insns = append(insns, asm.PerCPUArrayIncrement(p+"_lost", "lost", fpZero)...)
+	return append(insns, asm.Nop().WithSymbol(p+"_done"))
+}
+
+// unwindProg walks framesPerProg frames of the user stack by the row
+// tables, then tail-calls itself; the walk's state lives in the scratch
+// value. Registers in a frame: R6 the address in the file, R7 and R8 the
+// row search, R9 the scratch value.
+func unwindProg(cfg progConfig) bpf.Instructions {
+	insns := bpf.Instructions{
+		bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord).WithSource(bpf.Comment("r9 = the per-CPU scratch: key and walk state")),
+		bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word),
+	}
+	insns = append(insns, asm.MapLookup("scratch", fpZero)...)
+	insns = append(insns,
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
+		bpf.Mov.Reg(bpf.R9, bpf.R0),
+		bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word),
+		bpf.StoreMem(bpf.RFP, fpTgid, bpf.R1, bpf.Word),
+	)
+	for f := 0; f < framesPerProg; f++ {
+		insns = append(insns, frame(cfg, fmt.Sprintf("f%d", f), f == framesPerProg-1)...)
+	}
+	insns = append(insns,
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSymbol("next").WithSource(bpf.Comment("more frames: tail call this program again (at most 32 times)")),
+		bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"),
+		bpf.Mov.Imm(bpf.R3, 0),
+		bpf.FnTailCall.Call(),
+		bpf.Mov.Imm(bpf.R1, stopTruncated),
+		bpf.Ja.Label("stop"),
+		bpf.Mov.Imm(bpf.R1, stopNoRow).WithSymbol("no_row"),
+		bpf.Ja.Label("stop"),
+		bpf.Mov.Imm(bpf.R1, stopRead).WithSymbol("read_error"),
+		bpf.Ja.Label("stop"),
+		bpf.Mov.Imm(bpf.R1, stopTruncated).WithSymbol("truncated"),
+		bpf.Ja.Label("stop"),
+		bpf.Mov.Imm(bpf.R1, stopEnd).WithSymbol("end"),
+		bpf.StoreMem(bpf.R9, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"),
+	)
+	insns = append(insns, count("count", bpf.R9)...)
+	insns = append(insns, asm.Return("exit", 0)...)
+	return insns
+}
+
+// frame steps one frame: record the pc, find its file and row, compute the
+// CFA, read the return address and the saved rbp. last frames of a program
+// fall through to the tail call.
+func frame(cfg progConfig, p string, last bool) bpf.Instructions {
+	next := "next"
+	if !last {
+		next = p + "_end"
+	}
+	insns := bpf.Instructions{
+		bpf.LoadMem(bpf.R1, bpf.R9, stateN, bpf.DWord).WithSymbol(p).WithSource(bpf.Comment("frame: key.user[n++] = pc; stop at the depth limit or pc 0")),
+		bpf.JGE.Imm(bpf.R1, userDepth, "truncated"),
+		bpf.LoadMem(bpf.R2, bpf.R9, statePC, bpf.DWord),
+		bpf.JEq.Imm(bpf.R2, 0, "end"),
+		bpf.Mov.Reg(bpf.R3, bpf.R1),
+		bpf.LSh.Imm(bpf.R3, 3),
+		bpf.Add.Reg(bpf.R3, bpf.R9),
+		bpf.StoreMem(bpf.R3, keyUser, bpf.R2, bpf.DWord),
+		bpf.Mov.Reg(bpf.R3, bpf.R1),
+		bpf.Add.Imm(bpf.R3, 1),
+		bpf.StoreMem(bpf.R9, stateN, bpf.R3, bpf.DWord),
+		bpf.JEq.Imm(bpf.R1, 0, p+"_sampled").WithSource(bpf.Comment("a return address points past its call: look up pc-1")),
+		bpf.Sub.Imm(bpf.R2, 1),
+		bpf.StoreMem(bpf.RFP, fpLookup, bpf.R2, bpf.DWord).WithSymbol(p+"_sampled"),
+		bpf.StoreImm(bpf.RFP, fpLPM, 96, bpf.Word).WithSource(bpf.Comment("mappings: longest prefix of {pid, address}, big-endian")),
+		bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word),
+		bpf.HostTo(bpf.BE, bpf.R1, bpf.Word),
+		bpf.StoreMem(bpf.RFP, fpLPM+4, bpf.R1, bpf.Word),
+		bpf.HostTo(bpf.BE, bpf.R2, bpf.DWord),
+		bpf.StoreMem(bpf.RFP, fpLPM+8, bpf.R2, bpf.DWord),
+	}
+	insns = append(insns, asm.MapLookup("mappings", fpLPM)...)
+	insns = append(insns,
+		bpf.JEq.Imm(bpf.R0, 0, p+"_miss"),
+		bpf.LoadMem(bpf.R6, bpf.RFP, fpLookup, bpf.DWord).WithSource(bpf.Comment("r6 = the address in the file; r7, r8 = its rows")),
+		bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord),
+		bpf.Sub.Reg(bpf.R6, bpf.R1),
+		bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.Word),
+		bpf.LoadMem(bpf.R8, bpf.R0, 4, bpf.Word),
+	)
+	insns = append(insns, asm.RowSearch(p+"_search", "rows", bpf.R6, bpf.R7, bpf.R8, unwind.SearchSteps, fpSearch, "no_row")...)
+	insns = append(insns, bpf.StoreMem(bpf.RFP, fpSearch, bpf.R7, bpf.Word))
+	insns = append(insns, asm.MapLookup("rows", fpSearch)...)
+	insns = append(insns,
+		bpf.JEq.Imm(bpf.R0, 0, "no_row"),
+		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word),
+		bpf.JGT.Reg(bpf.R1, bpf.R6, "no_row"),
+		bpf.LoadMem(bpf.R2, bpf.R0, 4, bpf.Word).WithSource(bpf.Comment("the rule: base (bits 0-1), saved rbp (2-9), offset (10-31)")),
+		bpf.StoreMem(bpf.RFP, fpRule, bpf.R2, bpf.DWord),
+		bpf.Mov.Reg(bpf.R3, bpf.R2),
+		bpf.And.Imm(bpf.R3, 3),
+		bpf.Mov.Reg(bpf.R4, bpf.R2),
+		bpf.RSh.Imm(bpf.R4, 10),
+		bpf.JNE.Imm(bpf.R3, unwind.BaseStop, p+"_rsp"),
+		bpf.Mov.Reg(bpf.R1, bpf.R4),
+		bpf.Ja.Label("stop"),
+		bpf.LoadMem(bpf.R5, bpf.R9, stateSP, bpf.DWord).WithSymbol(p+"_rsp"),
+		bpf.JEq.Imm(bpf.R3, unwind.BaseRSP, p+"_cfa"),
+		bpf.JNE.Imm(bpf.R3, unwind.BaseRBP, p+"_plt"),
+		bpf.LoadMem(bpf.R5, bpf.R9, stateBP, bpf.DWord),
+		bpf.Ja.Label(p+"_cfa"),
+		bpf.LoadMem(bpf.R1, bpf.R9, statePC, bpf.DWord).WithSymbol(p+"_plt").WithSource(bpf.Comment("PLT: cfa = rsp + 8 + ((pc & 15) >= cut) * 8")),
+		bpf.And.Imm(bpf.R1, 15),
+		bpf.Add.Imm(bpf.R5, 8),
+		bpf.JLT.Reg(bpf.R1, bpf.R4, p+"_plt_lo"),
+		bpf.Add.Imm(bpf.R5, 8),
+		bpf.Mov.Imm(bpf.R4, 0).WithSymbol(p+"_plt_lo"),
+		bpf.Add.Reg(bpf.R5, bpf.R4).WithSymbol(p+"_cfa"),
+		bpf.StoreMem(bpf.RFP, fpCFA, bpf.R5, bpf.DWord),
+		bpf.Mov.Reg(bpf.R3, bpf.R5).WithSource(bpf.Comment("return address = *(cfa - 8)")),
+		bpf.Sub.Imm(bpf.R3, 8),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, fpRead),
+		bpf.Mov.Imm(bpf.R2, 8),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, "read_error"),
+		bpf.LoadMem(bpf.R3, bpf.RFP, fpRule, bpf.DWord).WithSource(bpf.Comment("rbp = *(cfa + 8*n) if the rule saved it")),
+		bpf.LSh.Imm(bpf.R3, 54),
+		bpf.ArSh.Imm(bpf.R3, 56),
+		bpf.JEq.Imm(bpf.R3, 0, p+"_step"),
+		bpf.LSh.Imm(bpf.R3, 3),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord),
+		bpf.Add.Reg(bpf.R3, bpf.R1),
+		bpf.Mov.Reg(bpf.R1, bpf.R9),
+		bpf.Add.Imm(bpf.R1, stateBP),
+		bpf.Mov.Imm(bpf.R2, 8),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, "read_error"),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord).WithSymbol(p+"_step").WithSource(bpf.Comment("the caller: sp = cfa, pc = return address")),
+		bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord),
+		bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord),
+		bpf.Ja.Label(next),
+	)
+	insns = append(insns, miss(cfg, p, next)...)
+	if !last {
+		insns = append(insns, asm.Nop().WithSymbol(next))
+	}
+	return insns
+}
+
+// miss handles an address in no loaded table: tell user space (at most
+// every missEvery ns per process), then stop (eh) or step by the frame
+// pointer (auto).
+func miss(cfg progConfig, p, next string) bpf.Instructions {
+	insns := asm.Note(asm.MapLookup("seen", fpTgid), "no table for this address: ask user space to rescan the process (rate-limited)")
+	insns[0] = insns[0].WithSymbol(p + "_miss")
+	insns = append(insns,
+		bpf.JEq.Imm(bpf.R0, 0, p+"_fp"),
+		bpf.Mov.Reg(bpf.R6, bpf.R0),
+		bpf.FnKtimeGetNs.Call(),
+		bpf.LoadMem(bpf.R1, bpf.R6, 0, bpf.DWord),
+		bpf.Mov.Reg(bpf.R2, bpf.R0),
+		bpf.Sub.Reg(bpf.R2, bpf.R1),
+		bpf.LoadImm(bpf.R3, missEvery, bpf.DWord),
+		bpf.JLT.Reg(bpf.R2, bpf.R3, p+"_fp"),
+		bpf.StoreMem(bpf.R6, 0, bpf.R0, bpf.DWord),
+	)
+	insns = append(insns, notify(eventMiss)...)
+	if cfg.Mode == unwindEH {
+		return append(insns,
+			bpf.Mov.Imm(bpf.R1, stopNoTable).WithSymbol(p+"_fp"),
+			bpf.Ja.Label("stop"),
+		)
+	}
+	return append(insns,
+		bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSymbol(p+"_fp").WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp")),
+		bpf.JEq.Imm(bpf.R3, 0, "end"),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, fpRead),
+		bpf.Mov.Imm(bpf.R2, 16),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, "read_error"),
+		bpf.LoadMem(bpf.R1, bpf.R9, stateBP, bpf.DWord),
+		bpf.Add.Imm(bpf.R1, 16),
+		bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord),
+		bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord),
+		bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord),
+		bpf.Ja.Label(next),
+	)
+}
+
+// execProg tells user space that a sampled process exec'd (its mappings
+// are new: user space reads them at once), and forgets it, so that its next
+// sample announces it again once the loader has mapped its libraries.
+func execProg() bpf.Instructions {
+	insns := bpf.Instructions{bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord)}
+	insns = append(insns, asm.CurrentPid()...)
+	insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+	insns = append(insns, asm.Note(asm.MapDelete("seen", fpTgid), "exec: forget the process, its next sample announces it again")...)
+	insns = append(insns, bpf.JNE.Imm(bpf.R0, 0, "exit"))
+	insns = append(insns, notify(eventNew)...)
+	return append(insns, asm.Return("exit", 0)...)
+}

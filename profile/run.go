@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/terminal"
+	"github.com/tracekit/tracekit/tools"
+)
+
+func validate(o *options) error {
+	if o.Frequency < 1 || o.Frequency > 10000 {
+		return tools.Usagef("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
+	}
+	if o.Budget < 1 || o.Budget > 1024 {
+		return tools.Usagef("invalid --table-mib %d: want 1 to 1024", o.Budget)
+	}
+	if o.Pid != 0 {
+		if o.Command != "" {
+			return tools.Usagef("-p and -c cannot be used together: -c samples the command and its children")
+		}
+		if err := tools.CheckPid(o.Pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stackKey is the counts map's key (see the key layout in prog.go).
+type stackKey struct {
+	Pid     uint32
+	Stop    uint8
+	KernErr uint8
+	_       [2]byte
+	Kernel  [kernelDepth]uint64
+	User    [userDepth]uint64
+}
+
+func run(ctx context.Context, s *tools.Session, o *options) error {
+	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: tools.Readers()}
+	cfg.TaskRegs = features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
+	syms, err := tools.LoadKallsyms()
+	if err != nil {
+		return err
+	}
+	spec, err := collection(cfg)
+	if err != nil {
+		return err
+	}
+	if o.Idle {
+		dropIdleFilter(spec.Programs["sample"])
+	}
+	coll, err := s.Load(spec)
+	if err != nil {
+		return err
+	}
+	ps := newProcesses(coll.Maps["rows"], coll.Maps["mappings"], cfg.Rows)
+	if cfg.Mode != unwindFP {
+		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
+			return fmt.Errorf("install the unwinder: %w", err)
+		}
+		if err := s.AttachTracepoint(coll.Programs["exec"], "sched", "sched_process_exec"); err != nil {
+			return err
+		}
+	}
+	// The process of -p or -c is known before its first sample: its exec
+	// (the command's, once released) is announced at once.
+	for _, pid := range []int{o.Pid, s.CommandPid()} {
+		if pid == 0 {
+			continue
+		}
+		if err := coll.Maps["seen"].Put(uint32(pid), uint64(0)); err != nil {
+			return fmt.Errorf("record pid %d: %w", pid, err)
+		}
+		ps.scan(uint32(pid), true)
+	}
+	if pid := s.CommandPid(); pid != 0 {
+		if err := s.FollowProcessTree(coll, pid); err != nil {
+			return err
+		}
+	}
+	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	handle := func(smp tools.Sample) {
+		if len(smp.Raw) >= 8 {
+			pid := uint32(smp.Raw[0]) | uint32(smp.Raw[1])<<8 | uint32(smp.Raw[2])<<16 | uint32(smp.Raw[3])<<24
+			ps.scan(pid, smp.Raw[4] == eventNew)
+		}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if ok, _ := rings.Poll(100); ok {
+				mu.Lock()
+				rings.Read(handle)
+				mu.Unlock()
+			}
+		}
+	}()
+	defer func() { close(done); wg.Wait() }()
+
+	attr := unix.PerfEventAttr{
+		Type:   unix.PERF_TYPE_SOFTWARE,
+		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Sample: uint64(o.Frequency),
+		Bits:   unix.PerfBitFreq,
+	}
+	clock, err := tools.OpenPerCPU("CPU clock sampling", attr, coll.Programs["sample"], tools.AttachEach, nil)
+	if err != nil {
+		return err
+	}
+	s.OnClose("", clock.Close)
+
+	r := &reporter{s: s, o: o, coll: coll, syms: syms, ps: ps}
+	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
+	return s.Loop(ctx, "on-CPU stacks", func(final bool) error {
+		mu.Lock()
+		defer mu.Unlock()
+		rings.Read(handle)
+		return r.report(time.Now(), final)
+	})
+}
+
+// dropIdleFilter removes the "not the idle task" jump (-I).
+func dropIdleFilter(p *ebpf.ProgramSpec) {
+	for i, ins := range p.Instructions {
+		if ins.OpCode.JumpOp() == bpf.JEq && ins.Dst == bpf.R7 && ins.Constant == 0 && ins.Reference() == "exit" {
+			p.Instructions[i] = ins.WithReference("").WithSource(bpf.Comment("the idle task too (-I)"))
+			p.Instructions[i].OpCode = bpf.OpCode(bpf.JumpClass).SetJumpOp(bpf.Ja)
+			p.Instructions[i].Dst, p.Instructions[i].Offset, p.Instructions[i].Constant = 0, 0, 0
+			return
+		}
+	}
+}
+
+type reporter struct {
+	s      *tools.Session
+	o      *options
+	coll   *ebpf.Collection
+	syms   *tools.Symbols
+	ps     *processes
+	counts tools.KeyedDeltas[stackKey]
+	lost   tools.Deltas
+}
+
+// stack is one counted stack, named.
+type stack struct {
+	Pid    uint32
+	Comm   string
+	Count  uint64
+	User   []string // leaf first
+	Kernel []string // leaf first
+	End    string   // why the user stack ends: "" when complete (or unknown, with frame pointers)
+}
+
+// ends names each stop reason as the report shows it.
+var ends = map[int32]string{
+	stopNoRow:       "[unwind error: no unwind row]",
+	stopUnsupported: "[unwind error: unsupported unwind rule]",
+	stopNoTable:     "[unwind error: no table]",
+	stopRead:        "[unwind error: read]",
+	stopTruncated:   "[truncated]",
+	stopNoRegs:      "[no user registers]",
+}
+
+func (r *reporter) stacks() ([]stack, uint64, error) {
+	cur := map[stackKey]uint64{}
+	var k stackKey
+	var v uint64
+	it := r.coll.Maps["counts"].Iterate()
+	for it.Next(&k, &v) {
+		cur[k] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read stack counts: %w", err)
+	}
+	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	if err != nil {
+		return nil, 0, err
+	}
+	// Keys differ by every address; stacks are reported by their names
+	// (two samples at different instructions of one function are one stack).
+	byName := map[string]*stack{}
+	for k, n := range r.counts.Step(cur) {
+		if n == 0 {
+			continue
+		}
+		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: ends[int32(k.Stop)]}
+		for _, pc := range k.User {
+			if pc == 0 {
+				break
+			}
+			st.User = append(st.User, r.ps.symbolize(k.Pid, pc))
+		}
+		for _, pc := range k.Kernel {
+			if pc == 0 {
+				break
+			}
+			// The function, not the instruction: "vfs_read", as BCC and perf.
+			name, _, _ := strings.Cut(r.syms.Symbolize(pc), "+")
+			if name == "" {
+				name = "[unknown]"
+			}
+			st.Kernel = append(st.Kernel, name)
+		}
+		if k.KernErr != 0 {
+			st.Kernel = append(st.Kernel, "[kernel stack lost]")
+		}
+		name := fmt.Sprint(st.Pid, st.User, st.Kernel, st.End)
+		if have := byName[name]; have != nil {
+			have.Count += n
+			continue
+		}
+		byName[name] = &st
+	}
+	out := make([]stack, 0, len(byName))
+	for _, st := range byName {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Count != b.Count {
+			return a.Count < b.Count
+		}
+		if a.Pid != b.Pid {
+			return a.Pid < b.Pid
+		}
+		return strings.Join(a.User, ";")+strings.Join(a.Kernel, ";") < strings.Join(b.User, ";")+strings.Join(b.Kernel, ";")
+	})
+	return out, r.lost.Counter(lost), nil
+}
+
+func (r *reporter) report(now time.Time, final bool) error {
+	stacks, lost, err := r.stacks()
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	switch {
+	case r.o.JSON:
+		return r.writeJSON(now, stacks, lost)
+	case r.o.Folded:
+		writeFolded(&b, stacks)
+	default:
+		r.s.BeginText(&b, now)
+		writeStacks(&b, stacks)
+		r.summary(&b, stacks, lost)
+	}
+	_, err = io.WriteString(r.s.Stdout, b.String())
+	return err
+}
+
+// writeStacks prints each stack as BCC's profile does: kernel frames, "--",
+// user frames (each leaf first), then "- comm (pid)" and the count; the
+// hottest stack last, nearest the prompt.
+func writeStacks(w *strings.Builder, stacks []stack) {
+	for _, st := range stacks {
+		for _, f := range st.Kernel {
+			fmt.Fprintf(w, "    %s\n", terminal.Printable(f))
+		}
+		if len(st.Kernel) > 0 && (len(st.User) > 0 || st.End != "") {
+			w.WriteString("    --\n")
+		}
+		for _, f := range st.User {
+			fmt.Fprintf(w, "    %s\n", terminal.Printable(f))
+		}
+		if st.End != "" {
+			fmt.Fprintf(w, "    %s\n", st.End)
+		}
+		fmt.Fprintf(w, "    %-16s %s (%d)\n        %d\n\n", "-", terminal.Printable(st.Comm), st.Pid, st.Count)
+	}
+}
+
+// writeFolded prints "comm;root;...;leaf count" lines, user frames then
+// kernel frames (suffixed _[k], as flamegraph.pl colours them); a stack that
+// ended early starts with its marker.
+func writeFolded(w *strings.Builder, stacks []stack) {
+	for _, st := range stacks {
+		frames := []string{foldName(st.Comm)}
+		if st.End != "" {
+			frames = append(frames, st.End)
+		}
+		for i := len(st.User) - 1; i >= 0; i-- {
+			frames = append(frames, foldName(st.User[i]))
+		}
+		for i := len(st.Kernel) - 1; i >= 0; i-- {
+			frames = append(frames, foldName(st.Kernel[i])+"_[k]")
+		}
+		fmt.Fprintf(w, "%s %d\n", strings.Join(frames, ";"), st.Count)
+	}
+}
+
+// foldName keeps a frame on its line and out of the separators.
+func foldName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == ';' || r == '\n' || r == '\r' || r == ' ' || r < 0x20 || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// summary says how many samples were counted and how their user stacks
+// ended.
+func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
+	var samples, complete uint64
+	byEnd := map[string]uint64{}
+	for _, st := range stacks {
+		samples += st.Count
+		if st.End == "" {
+			complete += st.Count
+		} else {
+			byEnd[st.End] += st.Count
+		}
+	}
+	fmt.Fprintf(w, "%d samples, %d stacks", samples, len(stacks))
+	if r.o.Unwind != unwindFP && samples > 0 {
+		fmt.Fprintf(w, "; user stacks complete: %d (%.1f%%)", complete, 100*float64(complete)/float64(samples))
+	}
+	if lost > 0 {
+		fmt.Fprintf(w, "; %d more lost (the stack map is full)", lost)
+	}
+	w.WriteString("\n")
+	var names []string
+	for e := range byEnd {
+		names = append(names, e)
+	}
+	sort.Strings(names)
+	for _, e := range names {
+		fmt.Fprintf(w, "  %s: %d\n", e, byEnd[e])
+	}
+	if r.o.Unwind != unwindFP {
+		files, rows := r.ps.tableStats()
+		fmt.Fprintf(w, "unwind tables: %d files, %d rows (%.1f of %d MiB), read in %d ms",
+			files, rows, float64(rows*8)/(1<<20), r.o.Budget, r.ps.loadTime.Milliseconds())
+		if r.ps.full > 0 {
+			fmt.Fprintf(w, "; %d files left out: the table is full (--table-mib)", r.ps.full)
+		}
+		w.WriteString("\n")
+	}
+}
+
+type jsonStack struct {
+	Pid    uint32   `json:"pid"`
+	Comm   string   `json:"comm"`
+	Count  uint64   `json:"count"`
+	User   []string `json:"user"`
+	Kernel []string `json:"kernel"`
+	End    string   `json:"end"`
+}
+
+func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
+	out := struct {
+		Tool    string      `json:"tool"`
+		Time    string      `json:"time"`
+		Samples uint64      `json:"samples"`
+		Lost    uint64      `json:"lost"`
+		Stacks  []jsonStack `json:"stacks"`
+	}{Tool: "profile", Time: tools.JSONTime(now), Lost: lost, Stacks: []jsonStack{}}
+	for i := len(stacks) - 1; i >= 0; i-- {
+		st := stacks[i]
+		out.Samples += st.Count
+		end := st.End
+		if end == "" {
+			end = "complete"
+			if r.o.Unwind == unwindFP {
+				end = "frame pointers"
+			}
+		}
+		out.Stacks = append(out.Stacks, jsonStack{Pid: st.Pid, Comm: st.Comm, Count: st.Count, User: nonNil(st.User), Kernel: nonNil(st.Kernel), End: end})
+	}
+	return r.s.WriteJSON(out)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
