@@ -374,7 +374,7 @@ func frame(cfg progConfig, p string, last bool) bpf.Instructions {
 		bpf.StoreMem(bpf.R9, stateN, bpf.R3, bpf.DWord),
 		bpf.JEq.Imm(bpf.R1, 0, p+"_sampled").WithSource(bpf.Comment("a return address points past its call: look up pc-1")),
 		bpf.Sub.Imm(bpf.R2, 1),
-		bpf.StoreMem(bpf.RFP, fpLookup, bpf.R2, bpf.DWord).WithSymbol(p+"_sampled"),
+		bpf.StoreMem(bpf.RFP, fpLookup, bpf.R2, bpf.DWord).WithSymbol(p + "_sampled"),
 		bpf.StoreImm(bpf.RFP, fpLPM, 96, bpf.Word).WithSource(bpf.Comment("mappings: longest prefix of {pid, address}, big-endian")),
 		bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word),
 		bpf.HostTo(bpf.BE, bpf.R1, bpf.Word),
