@@ -122,8 +122,8 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		spec.Maps["mappings"] = &ebpf.MapSpec{Name: "profile_maps", Type: ebpf.LPMTrie, KeySize: 16, ValueSize: 16, MaxEntries: maxMappings, Flags: 1 /* BPF_F_NO_PREALLOC, required */}
 		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
-		spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg()}
 	}
+	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg()}
 	if cfg.Tree {
 		if err := tools.AddProcessTree(spec); err != nil {
 			return nil, err

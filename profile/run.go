@@ -49,7 +49,7 @@ type stackKey struct {
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
 	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: tools.Readers()}
-	cfg.TaskRegs = features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
+	cfg.TaskRegs = haveTaskRegs()
 	syms, err := tools.LoadKallsyms()
 	if err != nil {
 		return err
@@ -70,9 +70,9 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
 			return fmt.Errorf("install the unwinder: %w", err)
 		}
-		if err := s.AttachTracepoint(coll.Programs["exec"], "sched", "sched_process_exec"); err != nil {
-			return err
-		}
+	}
+	if err := s.AttachTracepoint(coll.Programs["exec"], "sched", "sched_process_exec"); err != nil {
+		return err
 	}
 	// The process of -p or -c is known before its first sample: its exec
 	// (the command's, once released) is announced at once.
@@ -400,4 +400,10 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// haveTaskRegs reports whether perf_event programs may call
+// bpf_task_pt_regs (5.15+).
+func haveTaskRegs() bool {
+	return features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
 }

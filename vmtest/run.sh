@@ -45,8 +45,8 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
 chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
 export CGO_ENABLED=0
-for t in writesize dropmon iolat filter; do go build -trimpath -o "$stage/tk/bin/$t" "./$t"; done
-pkgs=(asm tracefs terminal tools uprobe writesize dropmon iolat filter)
+for t in writesize dropmon iolat filter profile; do go build -trimpath -o "$stage/tk/bin/$t" "./$t"; done
+pkgs=(asm tracefs terminal tools uprobe unwind writesize dropmon iolat filter profile)
 for p in "${pkgs[@]}"; do
   go test -c -trimpath -o "$stage/tk/t/$p.test" "./$p"
   mkdir -p "$stage/tk/src/$p"
@@ -56,6 +56,7 @@ done
 # library they run on, at the paths the dynamic linker looks in.
 fx="$stage/tk/src/filter/testdata/usdt/build"
 bash filter/testdata/usdt/build.sh "$fx"
+bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
 for lib in $(ldd "$fx/fx-pie-O2" | grep -o '/[^ ]*'); do
   mkdir -p "$stage$(dirname "$lib")"
   cp -L "$lib" "$stage$lib"

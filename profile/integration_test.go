@@ -1,0 +1,237 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+)
+
+func TestMain(m *testing.M) { tooltest.Main(m) }
+
+var (
+	fixtureOnce sync.Once
+	fixtureDir  string
+	fixtureErr  error
+)
+
+// fixtures builds the chain fixtures once (testdata/build.sh), or uses a
+// prebuilt testdata/build (the kernel matrix's guests have no compiler).
+func fixtures(t *testing.T) string {
+	t.Helper()
+	if st, err := os.Stat("testdata/build"); err == nil && st.IsDir() {
+		abs, _ := filepath.Abs("testdata/build")
+		return abs
+	}
+	tooltest.Install(t, "gcc", func() bool { _, err := exec.LookPath("gcc"); return err == nil })
+	fixtureOnce.Do(func() {
+		if fixtureDir, fixtureErr = os.MkdirTemp("", "tk-profile"); fixtureErr != nil {
+			return
+		}
+		os.Chmod(fixtureDir, 0o755)
+		if out, err := exec.Command("bash", "testdata/build.sh", fixtureDir).CombinedOutput(); err != nil {
+			fixtureErr = fmt.Errorf("build the fixtures: %v\n%s", err, out)
+		}
+	})
+	if fixtureErr != nil {
+		t.Fatal(fixtureErr)
+	}
+	return fixtureDir
+}
+
+type report struct {
+	Samples int         `json:"samples"`
+	Lost    int         `json:"lost"`
+	Stacks  []jsonStack `json:"stacks"`
+}
+
+// profileJSON runs profile --json with args and parses its one report.
+func profileJSON(t *testing.T, args ...string) report {
+	t.Helper()
+	res := tooltest.Run(t, tooltest.Tool(t, "profile"), append([]string{"--json"}, args...)...)
+	if res.Status != 0 {
+		t.Fatalf("profile %v: status %d\n%s", args, res.Status, res.Stderr)
+	}
+	var r report
+	if err := json.Unmarshal([]byte(res.Stdout), &r); err != nil {
+		t.Fatalf("profile %v: %v\n%s", args, err, res.Stdout)
+	}
+	return r
+}
+
+// hasChain reports whether a user stack (leaf first) holds c, b, a, main
+// in a row, and ends at _start.
+func hasChain(user []string) bool {
+	if len(user) == 0 || user[len(user)-1] != "_start" {
+		return false
+	}
+	want := []string{"c", "b", "a", "main"}
+	for i := 0; i+len(want) <= len(user); i++ {
+		ok := true
+		for j, w := range want {
+			if user[i+j] != w {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// chainShare is the share of comm's samples taken in c (c in the user
+// stack: its leaf, or under read(2) in libc) whose user stack is the whole
+// chain, complete; and how many samples were taken in c. Samples of the
+// process's start (the dynamic loader) are no chain of ours.
+// With inC false, all of comm's samples count.
+func chainShare(r report, comm string, inC bool) (float64, int) {
+	var all, chain int
+	for _, st := range r.Stacks {
+		if st.Comm != comm || inC && !slices.Contains(st.User, "c") {
+			continue
+		}
+		all += int(st.Count)
+		if st.End == "complete" && hasChain(st.User) {
+			chain += int(st.Count)
+		}
+	}
+	if all == 0 {
+		return 0, 0
+	}
+	return float64(chain) / float64(all), all
+}
+
+// TestChainWithoutFramePointers profiles gcc -O2 -fomit-frame-pointer
+// fixtures spinning in c (main -> a -> b -> c): the in-kernel unwinder gets
+// the whole chain from _start in at least 95% of the samples, and frame
+// pointers do not (so it is the unwinder that does the work). A PIE, a
+// non-PIE, the chain in a shared library, and c spinning in read(2) (kernel
+// frames above the whole user chain).
+func TestChainWithoutFramePointers(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	for _, c := range []struct{ name, bin, mode string }{
+		{"pie", "chain-pie", "user"},
+		{"nopie", "chain-nopie", "user"},
+		{"shared-lib", "chain-lib", "user"},
+		{"syscall", "chain-pie", "syscall"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := filepath.Join(dir, c.bin) + " 1.5 " + c.mode
+			eh := profileJSON(t, "-F", "199", "--unwind=eh", "-c", cmd)
+			share, n := chainShare(eh, c.bin, true)
+			t.Logf("eh: %d samples of %s, %.1f%% whole chain", n, c.bin, 100*share)
+			if n < 100 || share < 0.95 {
+				t.Errorf("--unwind=eh: %.1f%% of %d samples have the whole chain, want at least 95%% of 100 or more", 100*share, n)
+				for _, st := range eh.Stacks {
+					t.Logf("%d %s %v | %v", st.Count, st.End, st.User, st.Kernel)
+				}
+			}
+			if c.mode == "syscall" {
+				var inKernel int
+				for _, st := range eh.Stacks {
+					if st.Comm == c.bin && len(st.Kernel) > 0 && hasChain(st.User) && st.User[0] != "c" {
+						inKernel += int(st.Count)
+					}
+				}
+				if inKernel < n/2 {
+					t.Errorf("only %d of %d samples are in the kernel under read() with the whole user chain", inKernel, n)
+				}
+			}
+			fp := profileJSON(t, "-F", "199", "--unwind=fp", "-c", cmd)
+			share, n = chainShare(fp, c.bin, false)
+			t.Logf("fp: %d samples of %s, %.1f%% whole chain", n, c.bin, 100*share)
+			if n < 100 || share > 0.5 {
+				t.Errorf("--unwind=fp: %.1f%% of %d samples have the whole chain: the fixture keeps frame pointers, the test proves nothing", 100*share, n)
+			}
+		})
+	}
+}
+
+// TestPython profiles Debian's python3.11 (built without frame pointers)
+// in a busy pure-Python loop: at least 90% of its samples are complete.
+func TestPython(t *testing.T) {
+	privtest.Require(t)
+	if os.Getenv("TRACEKIT_BIN") != "" {
+		t.Log("python3.11 runs on the host, not in the matrix's guests")
+		return
+	}
+	py := "/usr/bin/python3.11"
+	tooltest.Install(t, "python3.11", func() bool { _, err := os.Stat(py); return err == nil })
+	r := profileJSON(t, "-F", "199", "-c", py+` -c "
+import time
+end = time.time() + 1.5
+i = 0
+while time.time() < end: i += 1"`)
+	var all, complete int
+	for _, st := range r.Stacks {
+		if st.Comm != "python3.11" {
+			continue
+		}
+		all += int(st.Count)
+		if st.End == "complete" && len(st.User) > 0 && st.User[len(st.User)-1] == "_start" {
+			complete += int(st.Count)
+		}
+	}
+	t.Logf("python3.11: %d of %d samples complete", complete, all)
+	if all < 100 || float64(complete) < 0.9*float64(all) {
+		t.Errorf("%d of %d python3.11 samples end at _start, want 90%% of 100 or more", complete, all)
+	}
+}
+
+// TestFolded checks --folded: one "comm;root;...;leaf count" line per
+// stack, the chain root first, and counts that add up to what --json
+// reports for the same kind of run.
+func TestFolded(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-F", "199", "--folded", "-c", filepath.Join(dir, "chain-nopie")+" 1")
+	if res.Status != 0 {
+		t.Fatalf("status %d\n%s", res.Status, res.Stderr)
+	}
+	var total, chain int
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		n, err := strconv.Atoi(line[i+1:])
+		if i < 0 || err != nil || n < 1 {
+			t.Fatalf("folded line %q", line)
+		}
+		frames := strings.Split(line[:i], ";")
+		total += n
+		if frames[0] == "chain-nopie" && frames[1] == "_start" && strings.HasSuffix(line[:i], ";main;a;b;c") {
+			chain += n
+		}
+	}
+	if total < 150 || float64(chain) < 0.95*float64(total) {
+		t.Errorf("%d of %d folded samples are chain-nopie;_start;...;main;a;b;c\n%s", chain, total, res.Stdout)
+	}
+}
+
+// TestUsageErrors: bad input is one line and exit status 2.
+func TestUsageErrors(t *testing.T) {
+	bin := tooltest.Tool(t, "profile")
+	for _, args := range [][]string{
+		{"-F", "0"},
+		{"-F", "100000"},
+		{"--unwind=dwarf"},
+		{"--table-mib", "0"},
+		{"-p", "1", "-c", "true"},
+		{"-p", "99999999"},
+	} {
+		res := tooltest.Run(t, bin, args...)
+		if res.Status != 2 || strings.Count(strings.TrimSpace(res.Stderr), "\n") > 1 {
+			t.Errorf("profile %v: status %d, stderr %q; want 2 and one line", args, res.Status, res.Stderr)
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/loadtest"
+)
+
+// variants are the program configurations the goldens pin and the load
+// test proves.
+func variants() map[string]progConfig {
+	return map[string]progConfig{
+		"fp_all":          {Mode: unwindFP, Readers: asm.NewReaders},
+		"fp_pid":          {Mode: unwindFP, Pid: 1234, Readers: asm.NewReaders},
+		"eh_tree":         {Mode: unwindEH, Tree: true, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders},
+		"auto_all":        {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders},
+		"auto_no_taskreg": {Mode: unwindAuto, Rows: 1 << 16, Readers: asm.OldReaders},
+	}
+}
+
+func TestProgramGoldens(t *testing.T) {
+	for name, cfg := range variants() {
+		spec, err := collection(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for n := range spec.Programs {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var b strings.Builder
+		for _, n := range names {
+			insns := spec.Programs[n].Instructions
+			if n == "unwind" && len(insns) > 4096 {
+				t.Errorf("%s: the unwinder has %d instructions, more than 4096", name, len(insns))
+			}
+			fmt.Fprintf(&b, "program %s (%d instructions)\n%v\n", n, len(insns), insns)
+		}
+		golden.Check(t, name, b.String())
+	}
+}
+
+// TestProgramsLoad hands every variant, with its maps, to the verifier.
+func TestProgramsLoad(t *testing.T) {
+	v := variants()
+	if !haveTaskRegs() {
+		for name, cfg := range v {
+			if cfg.TaskRegs {
+				delete(v, name)
+			}
+		}
+	}
+	loadtest.Variants(t, v, collection)
+}

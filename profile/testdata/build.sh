@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the profile fixtures into $1, all gcc -O2 -fomit-frame-pointer (a
+# chain main -> a -> b -> c whose functions keep no frame pointer): a PIE,
+# a non-PIE, and a PIE whose a, b and c are in a shared library
+# (libchain.so, found through its rpath). Needs gcc.
+set -euo pipefail
+src=$(cd "$(dirname "$0")" && pwd)
+out=$1
+mkdir -p "$out"
+cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
+gcc $cflags -fPIE -pie -o "$out/chain-pie" "$src/chain.c"
+gcc $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
+gcc $cflags -fPIC -shared -o "$out/libchain.so" "$src/chainlib.c"
+gcc $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
