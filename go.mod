@@ -9,6 +9,7 @@ require (
 
 require (
 	github.com/gdamore/tcell/v2 v2.13.10
+	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/jessevdk/go-flags v1.6.1
 )

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 )
@@ -232,6 +234,70 @@ func TestUsageErrors(t *testing.T) {
 		res := tooltest.Run(t, bin, args...)
 		if res.Status != 2 || strings.Count(strings.TrimSpace(res.Stderr), "\n") > 1 {
 			t.Errorf("profile %v: status %d, stderr %q; want 2 and one line", args, res.Status, res.Stderr)
+		}
+	}
+}
+
+// TestPprofAndSVGFiles profiles the non-PIE chain with --pprof and --svg:
+// go tool pprof -top (where a Go toolchain is at hand) names c the top
+// function, the pprof package reads the file back, and the SVG parses as
+// XML and holds a frame for every function of the chain.
+func TestPprofAndSVGFiles(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	out := t.TempDir()
+	pb, svg := filepath.Join(out, "cpu.pb.gz"), filepath.Join(out, "fg.svg")
+	res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-F", "199", "--pprof", pb, "--svg", svg, "-c", filepath.Join(dir, "chain-nopie")+" 1")
+	if res.Status != 0 {
+		t.Fatalf("status %d\n%s", res.Status, res.Stderr)
+	}
+	f, err := os.Open(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatalf("the pprof package cannot read the file: %v", err)
+	}
+	flat := map[string]int64{}
+	var total int64
+	for _, s := range p.Sample {
+		flat[s.Location[0].Line[0].Function.Name] += s.Value[0]
+		total += s.Value[0]
+	}
+	if total < 150 || float64(flat["c"]) < 0.9*float64(total) {
+		t.Errorf("c has %d of %d samples flat", flat["c"], total)
+	}
+	if goBin, err := exec.LookPath("go"); err == nil {
+		top, err := exec.Command(goBin, "tool", "pprof", "-top", pb).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go tool pprof -top: %v\n%s", err, top)
+		}
+		// The first row under the "flat flat% sum% cum cum%" header.
+		lines := strings.Split(string(top), "\n")
+		for i, l := range lines {
+			if strings.Contains(l, "flat%") && i+1 < len(lines) {
+				if fields := strings.Fields(lines[i+1]); len(fields) < 6 || fields[5] != "c" {
+					t.Errorf("go tool pprof -top's first function is not c:\n%s", top)
+				}
+				break
+			}
+		}
+	} else {
+		t.Log("no go toolchain here: go tool pprof is checked on the host")
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for title := range svgTitles(t, b) {
+		names[title[:strings.LastIndex(title, " (")]] = true
+	}
+	for _, fn := range []string{"chain-nopie", "_start", "__libc_start_main", "main", "a", "b", "c"} {
+		if !names[fn] {
+			t.Errorf("the flame graph has no frame %q", fn)
 		}
 	}
 }

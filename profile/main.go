@@ -18,6 +18,8 @@ type options struct {
 	Pid       int    `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
 	Unwind    string `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
 	Folded    bool   `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
+	SVG       string `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
+	Pprof     string `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
 	Budget    int    `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB (8 bytes a row: python3.11 and libc take 0.7)"`
 	Idle      bool   `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
 }
@@ -54,6 +56,9 @@ Examples:
   profile -F 99 -p 1234 10 1     # pid 1234 at 99 Hz, one report after 10 s
   profile -f -c './build.sh' > out.folded; flamegraph.pl out.folded > fg.svg
   profile --unwind=fp -p 1234    # frame pointers only (as bpftrace's ustack)
+  profile --svg fg.svg --pprof cpu.pb.gz 10 1
+                                 # 10 s: a flame graph and a pprof file
+  go tool pprof -top cpu.pb.gz
 
 `
 

@@ -134,7 +134,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	}
 	s.OnClose("", clock.Close)
 
-	r := &reporter{s: s, o: o, coll: coll, syms: syms, ps: ps}
+	r := &reporter{s: s, o: o, coll: coll, syms: syms, ps: ps, start: time.Now()}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
 	return s.Loop(ctx, "on-CPU stacks", func(final bool) error {
 		mu.Lock()
@@ -164,6 +164,7 @@ type reporter struct {
 	ps     *processes
 	counts tools.KeyedDeltas[stackKey]
 	lost   tools.Deltas
+	start  time.Time
 }
 
 // stack is one counted stack, named.
@@ -186,7 +187,7 @@ var ends = map[int32]string{
 	stopNoRegs:      "[no user registers]",
 }
 
-func (r *reporter) stacks() ([]stack, uint64, error) {
+func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
 	cur := map[stackKey]uint64{}
 	var k stackKey
 	var v uint64
@@ -195,16 +196,21 @@ func (r *reporter) stacks() ([]stack, uint64, error) {
 		cur[k] = v
 	}
 	if err := it.Err(); err != nil {
-		return nil, 0, fmt.Errorf("read stack counts: %w", err)
+		return nil, nil, 0, fmt.Errorf("read stack counts: %w", err)
 	}
-	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	total, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
+	return r.named(r.counts.Step(cur)), r.named(cur), r.lost.Counter(total), nil
+}
+
+// named turns counted keys into stacks of frame names.
+func (r *reporter) named(counts map[stackKey]uint64) []stack {
 	// Keys differ by every address; stacks are reported by their names
 	// (two samples at different instructions of one function are one stack).
 	byName := map[string]*stack{}
-	for k, n := range r.counts.Step(cur) {
+	for k, n := range counts {
 		if n == 0 {
 			continue
 		}
@@ -250,13 +256,29 @@ func (r *reporter) stacks() ([]stack, uint64, error) {
 		}
 		return strings.Join(a.User, ";")+strings.Join(a.Kernel, ";") < strings.Join(b.User, ";")+strings.Join(b.Kernel, ";")
 	})
-	return out, r.lost.Counter(lost), nil
+	return out
 }
 
 func (r *reporter) report(now time.Time, final bool) error {
-	stacks, lost, err := r.stacks()
+	stacks, all, lost, err := r.stacks()
 	if err != nil {
 		return err
+	}
+	if final {
+		// The files hold the whole run, whatever the interval reports showed.
+		if r.o.Pprof != "" {
+			if err := writeFile(r.o.Pprof, func(w io.Writer) error {
+				return writePprof(w, all, r.o.Frequency, r.start, now.Sub(r.start))
+			}); err != nil {
+				return err
+			}
+		}
+		if r.o.SVG != "" {
+			title := fmt.Sprintf("profile: %d Hz, %s", r.o.Frequency, now.Sub(r.start).Round(time.Millisecond))
+			if err := writeFile(r.o.SVG, func(w io.Writer) error { return writeSVG(w, all, title) }); err != nil {
+				return err
+			}
+		}
 	}
 	var b strings.Builder
 	switch {

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/tracekit/tracekit/internal/golden"
+)
+
+// fixedStacks is a report's worth of stacks, hottest last as reported.
+var fixedStacks = []stack{
+	{Pid: 42, Comm: "chain", Count: 1, User: []string{"c"}, End: "[unwind error: no table]"},
+	{Pid: 42, Comm: "chain", Count: 3, User: []string{"read", "c", "b", "a", "main", "__libc_start_main", "_start"}, Kernel: []string{"read_zero", "vfs_read", "ksys_read"}},
+	{Pid: 7, Comm: "odd;name x", Count: 4, User: []string{"f<int>", "g\nh"}, End: "[truncated]"},
+	{Pid: 42, Comm: "chain", Count: 90, User: []string{"c", "b", "a", "main", "__libc_start_main", "_start"}},
+}
+
+func TestTextAndFoldedGoldens(t *testing.T) {
+	var text, folded strings.Builder
+	writeStacks(&text, fixedStacks)
+	writeFolded(&folded, fixedStacks)
+	golden.Check(t, "report_text", text.String())
+	golden.Check(t, "report_folded", folded.String())
+}
+
+// TestPprofFromStacks writes a pprof profile and reads it back with the
+// pprof package: every sample, its count and CPU time, frames leaf first.
+func TestPprofFromStacks(t *testing.T) {
+	var b bytes.Buffer
+	if err := writePprof(&b, fixedStacks, 100, time.Unix(1700000000, 0), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Sample) != len(fixedStacks) || p.Period != 10_000_000 {
+		t.Fatalf("%d samples, period %d", len(p.Sample), p.Period)
+	}
+	var total int64
+	for _, s := range p.Sample {
+		total += s.Value[0]
+		if s.Value[1] != s.Value[0]*10_000_000 {
+			t.Errorf("sample %v: CPU time %d", s.Value, s.Value[1])
+		}
+	}
+	if total != 98 {
+		t.Errorf("%d samples counted, want 98", total)
+	}
+	hot := p.Sample[3]
+	var names []string
+	for _, l := range hot.Location {
+		names = append(names, l.Line[0].Function.Name)
+	}
+	if got := strings.Join(names, ";"); got != "c;b;a;main;__libc_start_main;_start" {
+		t.Errorf("hottest sample's frames: %s", got)
+	}
+	if got := p.Sample[1].Location[0].Line[0].Function.Name; got != "read_zero [kernel]" {
+		t.Errorf("kernel leaf: %q", got)
+	}
+}
+
+// TestSVGFromStacks: the flame graph is well-formed XML, every frame has a
+// box whose title gives its share, and a parent is as wide as its children.
+func TestSVGFromStacks(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeSVG(&b, fixedStacks, "test <&>"); err != nil {
+		t.Fatal(err)
+	}
+	titles := svgTitles(t, b.Bytes())
+	for _, want := range []string{"all (98 samples, 100.00%)", "chain (94 samples, 95.92%)", "c (93 samples, 94.90%)", "read_zero [k] (3 samples, 3.06%)", "g\nh (4 samples, 4.08%)", "[truncated] (4 samples, 4.08%)"} {
+		if !titles[want] {
+			t.Errorf("no frame titled %q", want)
+		}
+	}
+}
+
+func svgTitles(t *testing.T, svg []byte) map[string]bool {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	titles := map[string]bool{}
+	in := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			if err.Error() == "EOF" {
+				return titles
+			}
+			t.Fatalf("the SVG is not well-formed XML: %v", err)
+		}
+		switch x := tok.(type) {
+		case xml.StartElement:
+			in = x.Name.Local == "title"
+		case xml.CharData:
+			if in {
+				titles[string(x)] = true
+			}
+		case xml.EndElement:
+			in = false
+		}
+	}
+}
