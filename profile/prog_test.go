@@ -36,6 +36,9 @@ func TestProgramGoldens(t *testing.T) {
 		sort.Strings(names)
 		var b strings.Builder
 		for _, n := range names {
+			if n == "follow_forks" {
+				continue // the running kernel's fork format; pinned by asm's follow_forks golden
+			}
 			insns := spec.Programs[n].Instructions
 			if n == "unwind" && len(insns) > 4096 {
 				t.Errorf("%s: the unwinder has %d instructions, more than 4096", name, len(insns))
