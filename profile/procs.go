@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -176,6 +177,11 @@ func (ps *processes) fileOf(pid uint32, m mapping) *file {
 		f.progs = append(f.progs, p.ProgHeader)
 	}
 	f.syms = symbolsOf(ef)
+	if dbg := debugFile(ef); dbg != nil {
+		// The separate debug file's .symtab names the local functions a
+		// stripped file lacks (libc's __libc_start_call_main).
+		f.syms = mergeSymbols(f.syms, symbolsOf(dbg))
+	}
 	if ps.rows != nil {
 		start := time.Now()
 		f.err = ps.load(ef, f)
@@ -310,6 +316,63 @@ func symbolsOf(ef *elf.File) (out []symbol) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].value < out[j].value })
 	return out
+}
+
+// debugDir is where Debian's -dbg packages keep debug files by build id.
+const debugDir = "/usr/lib/debug/.build-id"
+
+// debugFile opens the separate debug file of a stripped file, found by its
+// build id (/usr/lib/debug/.build-id/ab/cdef....debug), or returns nil.
+func debugFile(ef *elf.File) *elf.File {
+	if sec := ef.Section(".symtab"); sec != nil {
+		return nil
+	}
+	id := buildID(ef)
+	if len(id) < 2 {
+		return nil
+	}
+	b, err := os.ReadFile(fmt.Sprintf("%s/%x/%x.debug", debugDir, id[:1], id[1:]))
+	if err != nil {
+		return nil
+	}
+	dbg, err := newELF(bytes.NewReader(b))
+	if err != nil {
+		return nil
+	}
+	return dbg
+}
+
+// buildID reads the NT_GNU_BUILD_ID note of .note.gnu.build-id.
+func buildID(ef *elf.File) []byte {
+	sec := ef.Section(".note.gnu.build-id")
+	if sec == nil {
+		return nil
+	}
+	b, err := sec.Data()
+	if err != nil || len(b) < 16 {
+		return nil
+	}
+	nameSz, descSz, typ := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:])
+	off := 12 + (uint64(nameSz)+3)&^3
+	if typ != 3 /* NT_GNU_BUILD_ID */ || off+uint64(descSz) > uint64(len(b)) || descSz > 64 {
+		return nil
+	}
+	return b[off : off+uint64(descSz)]
+}
+
+// mergeSymbols adds the symbols of more at addresses syms lacks.
+func mergeSymbols(syms, more []symbol) []symbol {
+	have := map[uint64]bool{}
+	for _, s := range syms {
+		have[s.value] = true
+	}
+	for _, s := range more {
+		if !have[s.value] {
+			syms = append(syms, s)
+		}
+	}
+	sort.Slice(syms, func(i, j int) bool { return syms[i].value < syms[j].value })
+	return syms
 }
 
 // symbolize names a user address of a process: "function", or
