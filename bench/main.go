@@ -33,7 +33,7 @@ var (
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
 	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, open, drop, IO or hit")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, open, drop, IO, hit or sample")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -159,6 +159,14 @@ func run() error {
 		if err := measure(st); err != nil {
 			return err
 		}
+	}
+	if *only == "" || *only == "sample" {
+		if err := profileSuite(); err != nil {
+			return err
+		}
+	}
+	if *only != "" {
+		return nil
 	}
 	return startup()
 }

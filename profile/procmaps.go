@@ -86,30 +86,37 @@ func keyOf(m mapping) fileKey {
 // openMapped opens the ELF file behind a mapping as the process sees it:
 // through /proc/PID/map_files (which works after the file is deleted or
 // replaced, and across mount namespaces), else /proc/PID/root/PATH; [vdso]
-// is read from the process's memory.
-func openMapped(pid uint32, m mapping) (*elf.File, error) {
+// is read from the process's memory. The file stays open (read lazily).
+func openMapped(pid uint32, m mapping) (*elf.File, *os.File, error) {
 	if m.Path == "[vdso]" {
 		mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer mem.Close()
 		b := make([]byte, m.End-m.Start)
 		if _, err := mem.ReadAt(b, int64(m.Start)); err != nil {
-			return nil, fmt.Errorf("read [vdso]: %w", err)
+			return nil, nil, fmt.Errorf("read [vdso]: %w", err)
 		}
-		return newELF(bytes.NewReader(b))
+		ef, err := newELF(bytes.NewReader(b))
+		return ef, nil, err
 	}
 	for _, p := range []string{
 		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End),
 		fmt.Sprintf("/proc/%d/root%s", pid, strings.TrimSuffix(m.Path, " (deleted)")),
 	} {
-		b, err := os.ReadFile(p)
-		if err == nil {
-			return newELF(bytes.NewReader(b))
+		osf, err := os.Open(p)
+		if err != nil {
+			continue
 		}
+		ef, err := newELF(osf)
+		if err != nil {
+			osf.Close()
+			return nil, nil, err
+		}
+		return ef, osf, nil
 	}
-	return nil, fmt.Errorf("open %s of pid %d: not reachable", m.Path, pid)
+	return nil, nil, fmt.Errorf("open %s of pid %d: not reachable", m.Path, pid)
 }
 
 // newELF is elf.NewFile with a panic (debug/elf has had them on malformed

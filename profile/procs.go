@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -18,15 +17,21 @@ import (
 	"github.com/tracekit/tracekit/unwind"
 )
 
-// file is what the profiler keeps of one mapped ELF file: its program
-// headers (for the load bias), its function symbols, and where its unwind
-// rows sit in the shared row table.
+// file is what the profiler keeps of one mapped ELF file: the file itself,
+// held open so that it can be read after its processes are gone; its
+// program headers (for the load bias); its symbols, read when a report
+// first needs them; and where its unwind rows sit in the shared row table,
+// loaded when the unwinder first needs them.
 type file struct {
 	name  string
-	progs []elf.ProgHeader
+	elf   *elf.File
+	osf   *os.File // nil for [vdso], read from memory
+	progs []*elf.Prog
 	syms  []symbol
-	first int // index of its first row in the table; -1 if not loaded
+	named bool // syms read
+	first int  // index of its first row in the table; -1 if not loaded
 	rows  int
+	tried bool  // loading its rows was tried
 	err   error // why its rows are not loaded
 }
 
@@ -65,23 +70,33 @@ type lpmValue struct {
 
 // processes records the processes seen during the run: their mappings and
 // names, captured when each is first seen so that a process gone by report
-// time is still named, and (unwinding by tables) loads their files' rows.
+// time is still named, and (unwinding by tables) loads the rows of their
+// files: all of them for the processes asked for (-p, -c), else a file's
+// when the unwinder first meets an address in it.
 type processes struct {
-	rows, lpm *ebpf.Map // nil with --unwind=fp
-	capacity  int       // rows the table holds
-	next      int       // its first free row
+	rows, lpm *ebpf.Map    // nil with --unwind=fp
+	mem       *ebpf.Memory // the row table mapped into memory (5.5+), or nil
+	eager     bool
+	capacity  int // rows the table holds
+	next      int // its first free row
 	files     map[fileKey]*file
 	procs     map[uint32]*process
 	full      int // files left out: the row table was full
 	loadTime  time.Duration
 }
 
-func newProcesses(rows, lpm *ebpf.Map, capacity int) *processes {
-	return &processes{rows: rows, lpm: lpm, capacity: capacity, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
+func newProcesses(rows, lpm *ebpf.Map, capacity int, eager bool) *processes {
+	ps := &processes{rows: rows, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
+	if rows != nil {
+		if mem, err := rows.Memory(); err == nil {
+			ps.mem = mem
+		}
+	}
+	return ps
 }
 
 // A process is rescanned when the unwinder meets an address outside its
-// loaded files (a library just mapped, dlopen): at most every rescanFirst,
+// known files (a library just mapped, dlopen): at most every rescanFirst,
 // twice as long after each rescan that found nothing new (JIT code is in
 // no file), up to rescanMost.
 const (
@@ -89,9 +104,8 @@ const (
 	rescanMost  = 5 * time.Second
 )
 
-// scan (re)reads a process's mappings, loads the rows of files not loaded
-// yet and points the trie at them. A process that is gone keeps what an
-// earlier scan recorded.
+// scan (re)reads a process's mappings and name. A process that is gone
+// keeps what an earlier scan recorded.
 func (ps *processes) scan(pid uint32, force bool) {
 	p := ps.procs[pid]
 	if p != nil && !force && time.Since(p.scanned) < p.every {
@@ -121,7 +135,7 @@ func (ps *processes) scan(pid uint32, force bool) {
 		if f == nil {
 			continue
 		}
-		bias, ok := biasOf(&elf.File{Progs: progsOf(f)}, m)
+		bias, ok := biasOf(&elf.File{Progs: f.progs}, m)
 		if !ok {
 			continue
 		}
@@ -132,13 +146,63 @@ func (ps *processes) scan(pid uint32, force bool) {
 	}
 	if !force && sameMappings(p.maps, found) {
 		p.every = min(2*p.every, rescanMost)
-	} else {
-		p.every = rescanFirst
+		return
 	}
+	p.every = rescanFirst
 	p.maps = found
-	if ps.lpm != nil {
-		ps.point(pid, p)
+	if ps.lpm == nil {
+		return
 	}
+	if ps.eager {
+		for _, m := range p.maps {
+			ps.load(m.file)
+		}
+	}
+	ps.point(pid, p)
+}
+
+// miss loads the table of the file at addr in a process, which the
+// unwinder met without one, and points every known process that maps the
+// file at it.
+func (ps *processes) miss(pid uint32, addr uint64) {
+	if ps.lpm == nil {
+		return
+	}
+	m := ps.mappingAt(pid, addr)
+	if m == nil {
+		ps.scan(pid, false) // a library mapped since the last scan, or JIT code
+		if m = ps.mappingAt(pid, addr); m == nil {
+			return
+		}
+	}
+	if m.file.tried {
+		return
+	}
+	ps.load(m.file)
+	if m.file.first < 0 {
+		return
+	}
+	for pid, p := range ps.procs {
+		for _, pm := range p.maps {
+			if pm.file == m.file {
+				ps.point(pid, p)
+				break
+			}
+		}
+	}
+}
+
+func (ps *processes) mappingAt(pid uint32, addr uint64) *procMapping {
+	p := ps.procs[pid]
+	if p == nil {
+		return nil
+	}
+	for i := range p.maps {
+		if addr >= p.maps[i].Start && addr < p.maps[i].End {
+			return &p.maps[i]
+		}
+	}
+	return nil
 }
 
 func sameMappings(a, b []procMapping) bool {
@@ -153,52 +217,52 @@ func sameMappings(a, b []procMapping) bool {
 	return true
 }
 
-func progsOf(f *file) []*elf.Prog {
-	out := make([]*elf.Prog, len(f.progs))
-	for i := range f.progs {
-		out[i] = &elf.Prog{ProgHeader: f.progs[i]}
-	}
-	return out
-}
-
-// fileOf opens, reads and (unwinding by tables) loads a mapped file once.
+// fileOf opens a mapped file once (its program headers only; the rest is
+// read when needed).
 func (ps *processes) fileOf(pid uint32, m mapping) *file {
 	key := keyOf(m)
 	if f, ok := ps.files[key]; ok {
 		return f
 	}
-	ef, err := openMapped(pid, m)
+	ef, osf, err := openMapped(pid, m)
 	if err != nil {
 		ps.files[key] = nil
 		return nil
 	}
-	f := &file{name: filepath.Base(m.Path), first: -1}
-	for _, p := range ef.Progs {
-		f.progs = append(f.progs, p.ProgHeader)
-	}
-	f.syms = symbolsOf(ef)
-	if dbg := debugFile(ef); dbg != nil {
-		// The separate debug file's .symtab names the local functions a
-		// stripped file lacks (libc's __libc_start_call_main).
-		f.syms = mergeSymbols(f.syms, symbolsOf(dbg))
-	}
-	if ps.rows != nil {
-		start := time.Now()
-		f.err = ps.load(ef, f)
-		ps.loadTime += time.Since(start)
-	}
+	f := &file{name: filepath.Base(m.Path), elf: ef, osf: osf, progs: ef.Progs, first: -1}
 	ps.files[key] = f
 	return f
 }
 
-// load parses a file's .eh_frame (else .debug_frame) and appends its rows
-// to the table.
-func (ps *processes) load(ef *elf.File, f *file) (err error) {
+// close closes every file held open.
+func (ps *processes) close() {
+	for _, f := range ps.files {
+		if f != nil && f.osf != nil {
+			f.osf.Close()
+		}
+	}
+}
+
+// load reads a file's unwind rows into the table, once.
+func (ps *processes) load(f *file) {
+	if f.tried {
+		return
+	}
+	f.tried = true
+	start := time.Now()
+	f.err = ps.loadRows(f)
+	ps.loadTime += time.Since(start)
+}
+
+// loadRows parses a file's .eh_frame (else .debug_frame) and appends its
+// rows to the table.
+func (ps *processes) loadRows(f *file) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("malformed ELF file (%v)", p)
 		}
 	}()
+	ef := f.elf
 	if ef.Machine != elf.EM_X86_64 {
 		return fmt.Errorf("%v: the unwinder reads x86-64 frames only", ef.Machine)
 	}
@@ -234,26 +298,43 @@ func (ps *processes) load(ef *elf.File, f *file) (err error) {
 		ps.full++
 		return fmt.Errorf("the row table is full (%d of %d rows used)", ps.next, ps.capacity)
 	}
-	keys := make([]uint32, len(entries))
-	for i := range keys {
-		keys[i] = uint32(ps.next + i)
-	}
-	if _, err := ps.rows.BatchUpdate(keys, entries, nil); err != nil {
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return fmt.Errorf("load unwind rows: %w", err)
-		}
-		for i, e := range entries { // before 5.6: one at a time
-			if err := ps.rows.Put(keys[i], e); err != nil {
-				return fmt.Errorf("load unwind rows: %w", err)
-			}
-		}
+	if err := ps.store(entries); err != nil {
+		return fmt.Errorf("load unwind rows: %w", err)
 	}
 	f.first, f.rows = ps.next, len(entries)
 	ps.next += len(entries)
 	return nil
 }
 
-// point replaces the process's prefixes in the mappings trie.
+// store writes rows at ps.next: straight into the mapped table (5.5+),
+// else in batches (5.6+), else one at a time.
+func (ps *processes) store(entries []unwind.Entry) error {
+	if ps.mem != nil {
+		b := make([]byte, 8*len(entries))
+		for i, e := range entries {
+			binary.LittleEndian.PutUint32(b[8*i:], e.PC)
+			binary.LittleEndian.PutUint32(b[8*i+4:], e.Rule)
+		}
+		_, err := ps.mem.WriteAt(b, int64(8*ps.next))
+		return err
+	}
+	keys := make([]uint32, len(entries))
+	for i := range keys {
+		keys[i] = uint32(ps.next + i)
+	}
+	if _, err := ps.rows.BatchUpdate(keys, entries, nil); err == nil || !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for i, e := range entries {
+		if err := ps.rows.Put(keys[i], e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// point replaces the process's prefixes in the mappings trie with those of
+// its mappings whose files have rows.
 func (ps *processes) point(pid uint32, p *process) {
 	for _, k := range p.prefixes {
 		_ = ps.lpm.Delete(k)
@@ -318,28 +399,45 @@ func symbolsOf(ef *elf.File) (out []symbol) {
 	return out
 }
 
+// symbols reads the file's symbols the first time a report needs them.
+func (f *file) symbols() []symbol {
+	if f.named {
+		return f.syms
+	}
+	f.named = true
+	f.syms = symbolsOf(f.elf)
+	if dbg, osf := debugFile(f.elf); dbg != nil {
+		// The separate debug file's .symtab names the local functions a
+		// stripped file lacks (libc's __libc_start_call_main).
+		f.syms = mergeSymbols(f.syms, symbolsOf(dbg))
+		osf.Close()
+	}
+	return f.syms
+}
+
 // debugDir is where Debian's -dbg packages keep debug files by build id.
 const debugDir = "/usr/lib/debug/.build-id"
 
 // debugFile opens the separate debug file of a stripped file, found by its
 // build id (/usr/lib/debug/.build-id/ab/cdef....debug), or returns nil.
-func debugFile(ef *elf.File) *elf.File {
+func debugFile(ef *elf.File) (*elf.File, *os.File) {
 	if sec := ef.Section(".symtab"); sec != nil {
-		return nil
+		return nil, nil
 	}
 	id := buildID(ef)
 	if len(id) < 2 {
-		return nil
+		return nil, nil
 	}
-	b, err := os.ReadFile(fmt.Sprintf("%s/%x/%x.debug", debugDir, id[:1], id[1:]))
+	osf, err := os.Open(fmt.Sprintf("%s/%x/%x.debug", debugDir, id[:1], id[1:]))
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	dbg, err := newELF(bytes.NewReader(b))
+	dbg, err := newELF(osf)
 	if err != nil {
-		return nil
+		osf.Close()
+		return nil, nil
 	}
-	return dbg
+	return dbg, osf
 }
 
 // buildID reads the NT_GNU_BUILD_ID note of .note.gnu.build-id.
@@ -388,7 +486,7 @@ func (ps *processes) symbolize(pid uint32, addr uint64) string {
 			continue
 		}
 		v := addr - m.bias
-		syms := m.file.syms
+		syms := m.file.symbols()
 		i := sort.Search(len(syms), func(i int) bool { return syms[i].value > v }) - 1
 		if i >= 0 && (v < syms[i].value+syms[i].size || syms[i].size == 0 && v == syms[i].value) {
 			return syms[i].name

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/tools"
@@ -30,7 +31,8 @@ const (
 	stateSP   = keySize + 8
 	stateBP   = keySize + 16
 	stateN    = keySize + 24 // frames stored so far
-	stateRegs = keySize + 32 // a copy of the task's user pt_regs
+	stateMiss = keySize + 32 // 1 once this walk has reported a miss
+	stateRegs = keySize + 40 // a copy of the task's user pt_regs
 	ptRegsLen = 168
 	scratchSz = stateRegs + ptRegsLen
 
@@ -59,21 +61,21 @@ const (
 
 // Stack slots of the programs.
 const (
-	fpCtx     = -8  // the context, kept across helper calls
-	fpTgid    = -12 // u32 tgid, the key of seen
-	fpZero    = -16 // u32 0, the key of scratch, progs and lost
-	fpLPM     = -32 // 16 bytes: {u32 prefixlen; u32 pid (BE); u64 address (BE)}
-	fpSearch  = -36 // u32: the row-search key
-	fpRule    = -48 // u64: the row's rule
-	fpCFA     = -56 // u64: the frame's CFA
-	fpRead    = -72 // 16 bytes read from the user stack
-	fpLookup  = -80 // u64: the address looked up (pc, or pc-1 for a return address)
-	fpNow     = -88 // u64: the time of a notification
-	fpEvent   = -96 // 8 bytes: {u32 tgid; u32 kind} sent to user space
-	fpOne     = -104
-	eventNew  = 1 // a process seen for the first time
-	eventMiss = 2 // an address in no loaded table: user space rescans the process
-	missEvery = 50_000_000
+	fpCtx     = -8   // the context, kept across helper calls
+	fpTgid    = -12  // u32 tgid, the key of seen
+	fpZero    = -16  // u32 0, the key of scratch, progs and lost
+	fpLPM     = -32  // 16 bytes: {u32 prefixlen; u32 pid (BE); u64 address (BE)}
+	fpSearch  = -36  // u32: the row-search key
+	fpRule    = -48  // u64: the row's rule
+	fpCFA     = -56  // u64: the frame's CFA
+	fpRead    = -72  // 16 bytes read from the user stack
+	fpLookup  = -80  // u64: the address looked up (pc, or pc-1 for a return address)
+	fpNow     = -88  // u64: the value of a new seen entry
+	fpOne     = -104 // u64: 1, the value of a new count
+	fpEvent   = -120 // 16 bytes: {u32 tgid; u32 kind; u64 address} sent to user space
+	eventNew  = 1    // a process seen for the first time
+	eventMiss = 2    // an address in no loaded table: user space loads the file there
+
 )
 
 // Map sizes.
@@ -96,6 +98,7 @@ type progConfig struct {
 	Tree     bool   // -c: the process tree in tools.PidsMap
 	Rows     int    // capacity of the row table
 	TaskRegs bool   // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
+	Mmapable bool   // the row table can be mapped into memory (5.5+)
 	Readers  asm.Readers
 }
 
@@ -119,6 +122,9 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: ebpf.PerfEvent, License: "GPL", Instructions: entry}
 	if cfg.Mode != unwindFP {
 		spec.Maps["rows"] = &ebpf.MapSpec{Name: "profile_rows", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(cfg.Rows)}
+		if cfg.Mmapable {
+			spec.Maps["rows"].Flags = unix.BPF_F_MMAPABLE // rows are written to memory, not through a syscall each
+		}
 		spec.Maps["mappings"] = &ebpf.MapSpec{Name: "profile_maps", Type: ebpf.LPMTrie, KeySize: 16, ValueSize: 16, MaxEntries: maxMappings, Flags: 1 /* BPF_F_NO_PREALLOC, required */}
 		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
@@ -239,6 +245,7 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 		bpf.StoreMem(bpf.R8, stateBP, bpf.R3, bpf.DWord),
 		bpf.Mov.Imm(bpf.R1, 0),
 		bpf.StoreMem(bpf.R8, stateN, bpf.R1, bpf.DWord),
+		bpf.StoreMem(bpf.R8, stateMiss, bpf.R1, bpf.DWord),
 		bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("walk the user stack: tail call the unwinder")),
 		bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"),
 		bpf.Mov.Imm(bpf.R3, 0),
@@ -264,21 +271,30 @@ func loadRegs(regs bpf.Register) bpf.Instructions {
 	}
 }
 
-// notify sends {tgid, kind} to user space (the context at fpCtx, the tgid at
-// fpTgid). Clobbers R0-R5.
+// notify sends {tgid, kind, address} to user space (the context at fpCtx,
+// the tgid at fpTgid, the address at fpLookup for eventMiss, else 0).
+// Clobbers R0-R5.
 func notify(kind int32) bpf.Instructions {
-	return bpf.Instructions{
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpTgid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, %d}, 8)", kind))),
+	addr := bpf.Instructions{bpf.Mov.Imm(bpf.R1, 0)}
+	if kind == eventMiss {
+		addr = bpf.Instructions{bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord)}
+	}
+	insns := bpf.Instructions{
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpTgid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, %d, address}, 16)", kind))),
 		bpf.StoreMem(bpf.RFP, fpEvent, bpf.R1, bpf.Word),
 		bpf.StoreImm(bpf.RFP, fpEvent+4, int64(kind), bpf.Word),
+	}
+	insns = append(insns, addr...)
+	return append(insns,
+		bpf.StoreMem(bpf.RFP, fpEvent+8, bpf.R1, bpf.DWord),
 		bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord),
 		bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"),
 		bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
 		bpf.Mov.Reg(bpf.R4, bpf.RFP),
 		bpf.Add.Imm(bpf.R4, fpEvent),
-		bpf.Mov.Imm(bpf.R5, 8),
+		bpf.Mov.Imm(bpf.R5, 16),
 		bpf.FnPerfEventOutput.Call(),
-	}
+	)
 }
 
 // count adds one to counts[key], key at the map value in keyReg (a
@@ -452,23 +468,16 @@ func frame(cfg progConfig, p string, last bool) bpf.Instructions {
 	return insns
 }
 
-// miss handles an address in no loaded table: tell user space (at most
-// every missEvery ns per process), then stop (eh) or step by the frame
-// pointer (auto).
+// miss handles an address in no loaded table: tell user space, once per
+// walk, which loads the table of the file there (or learns that no file is
+// there: JIT code); then stop (eh) or step by the frame pointer (auto).
 func miss(cfg progConfig, p, next string) bpf.Instructions {
-	insns := asm.Note(asm.MapLookup("seen", fpTgid), "no table for this address: ask user space to rescan the process (rate-limited)")
-	insns[0] = insns[0].WithSymbol(p + "_miss")
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, p+"_fp"),
-		bpf.Mov.Reg(bpf.R6, bpf.R0),
-		bpf.FnKtimeGetNs.Call(),
-		bpf.LoadMem(bpf.R1, bpf.R6, 0, bpf.DWord),
-		bpf.Mov.Reg(bpf.R2, bpf.R0),
-		bpf.Sub.Reg(bpf.R2, bpf.R1),
-		bpf.LoadImm(bpf.R3, missEvery, bpf.DWord),
-		bpf.JLT.Reg(bpf.R2, bpf.R3, p+"_fp"),
-		bpf.StoreMem(bpf.R6, 0, bpf.R0, bpf.DWord),
-	)
+	insns := bpf.Instructions{
+		bpf.LoadMem(bpf.R1, bpf.R9, stateMiss, bpf.DWord).WithSymbol(p + "_miss").WithSource(bpf.Comment("no table for this address: tell user space (once per walk)")),
+		bpf.JNE.Imm(bpf.R1, 0, p+"_fp"),
+		bpf.Mov.Imm(bpf.R1, 1),
+		bpf.StoreMem(bpf.R9, stateMiss, bpf.R1, bpf.DWord),
+	}
 	insns = append(insns, notify(eventMiss)...)
 	if cfg.Mode == unwindEH {
 		return append(insns,

@@ -18,7 +18,7 @@ func variants() map[string]progConfig {
 		"fp_all":          {Mode: unwindFP, Readers: asm.NewReaders},
 		"fp_pid":          {Mode: unwindFP, Pid: 1234, Readers: asm.NewReaders},
 		"eh_tree":         {Mode: unwindEH, Tree: true, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders},
-		"auto_all":        {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders},
+		"auto_all":        {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Mmapable: true, Readers: asm.NewReaders},
 		"auto_no_taskreg": {Mode: unwindAuto, Rows: 1 << 16, Readers: asm.OldReaders},
 	}
 }

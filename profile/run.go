@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"sort"
@@ -49,7 +50,7 @@ type stackKey struct {
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
 	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: tools.Readers()}
-	cfg.TaskRegs = haveTaskRegs()
+	cfg.TaskRegs, cfg.Mmapable = haveTaskRegs(), haveMmapable()
 	syms, err := tools.LoadKallsyms()
 	if err != nil {
 		return err
@@ -65,7 +66,8 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	ps := newProcesses(coll.Maps["rows"], coll.Maps["mappings"], cfg.Rows)
+	ps := newProcesses(coll.Maps["rows"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
+	defer ps.close()
 	if cfg.Mode != unwindFP {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
 			return fmt.Errorf("install the unwinder: %w", err)
@@ -96,9 +98,15 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	}
 	var mu sync.Mutex
 	handle := func(smp tools.Sample) {
-		if len(smp.Raw) >= 8 {
-			pid := uint32(smp.Raw[0]) | uint32(smp.Raw[1])<<8 | uint32(smp.Raw[2])<<16 | uint32(smp.Raw[3])<<24
-			ps.scan(pid, smp.Raw[4] == eventNew)
+		if len(smp.Raw) < 16 {
+			return
+		}
+		pid, kind, addr := binary.LittleEndian.Uint32(smp.Raw), binary.LittleEndian.Uint32(smp.Raw[4:]), binary.LittleEndian.Uint64(smp.Raw[8:])
+		switch kind {
+		case eventNew:
+			ps.scan(pid, true)
+		case eventMiss:
+			ps.miss(pid, addr)
 		}
 	}
 	done := make(chan struct{})
@@ -428,4 +436,14 @@ func nonNil(s []string) []string {
 // bpf_task_pt_regs (5.15+).
 func haveTaskRegs() bool {
 	return features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
+}
+
+// haveMmapable reports whether array maps can be mapped into memory (5.5+).
+func haveMmapable() bool {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_MMAPABLE})
+	if err != nil {
+		return false
+	}
+	m.Close()
+	return true
 }

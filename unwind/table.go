@@ -57,7 +57,7 @@ func (s Stop) String() string {
 // MaxRows is the most entries one file may have: the in-kernel search
 // takes a fixed SearchSteps steps.
 const (
-	SearchSteps = 17
+	SearchSteps = 20
 	MaxRows     = 1 << SearchSteps
 )
 

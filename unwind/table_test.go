@@ -75,7 +75,7 @@ func TestCompile(t *testing.T) {
 	}
 }
 
-// TestSearch compares the fixed-step search with a plain scan on random
+// TestSearch compares the fixed-step search with sort.Search on random
 // tables and addresses, sizes 1 to MaxRows.
 func TestSearch(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
@@ -91,12 +91,9 @@ func TestSearch(t *testing.T) {
 			if k < n {
 				q = entries[k].PC - uint32(k%2) // every boundary and the address before it
 			}
-			want, wok := -1, false
-			for i, e := range entries {
-				if e.PC <= q {
-					want, wok = i, true
-				}
-			}
+			// The reference: the first entry above q, less one.
+			want := sort.Search(len(entries), func(i int) bool { return entries[i].PC > q }) - 1
+			wok := want >= 0
 			got, ok := Search(entries, q)
 			if ok != wok || ok && got != want {
 				t.Fatalf("n=%d pc=0x%x: %d %v, want %d %v", n, q, got, ok, want, wok)

@@ -2,7 +2,7 @@
 // frame pointers by the tests. c spins for the seconds given (default 2):
 // in user space ("user"), or in the kernel reading /dev/zero ("syscall").
 // With -DCHAIN_LIB, a, b and c live in a shared library (chainlib.c).
-// It first sleeps 0.3 s, so that c's samples are not the ones taken while
+// It first sleeps 1 s, so that c's samples are not the ones taken while
 // the profiler reads the process's tables.
 #include <fcntl.h>
 #include <stdlib.h>
@@ -58,8 +58,8 @@ int main(int argc, char **argv)
 	double secs = argc > 1 ? atof(argv[1]) : 2;
 	int sys = argc > 2 && strcmp(argv[2], "syscall") == 0;
 	// Off the CPU (no samples) while the profiler loads this process's
-	// unwind tables: under qemu's TCG that takes a few hundred ms.
-	usleep(300000);
+	// unwind tables: under qemu's TCG on a busy host that took over 300 ms.
+	usleep(1000000);
 	a(secs, sys);
 	return 0;
 }
