@@ -55,7 +55,7 @@ func profileSuite() error {
 	} else {
 		fmt.Fprintln(os.Stderr, "bench: perf (linux-perf) not found: its row is left out")
 	}
-	rounds := max(*rounds/3, 3)
+	rounds := max(*rounds/3, 5)
 	res := make([][]profileRun, len(samplers))
 	for r := 0; r < rounds; r++ {
 		for i := range samplers {
@@ -200,7 +200,7 @@ func tablesCost() error {
 	var ms []float64
 	var last []string
 	for i := 0; i < 5; i++ {
-		out, err := exec.Command(*bin+"/profile", "-c", py+" -c 'import time; time.sleep(0.3)'").CombinedOutput()
+		out, err := exec.Command(*bin+"/profile", "-c", py+" -c 'i = 0\nwhile i < 3000000: i += 1'").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("profile python3.11: %v\n%s", err, out)
 		}

@@ -431,7 +431,7 @@ func frame(cfg progConfig, p string, last bool) bpf.Instructions {
 		bpf.LoadMem(bpf.R1, bpf.R9, statePC, bpf.DWord).WithSymbol(p+"_plt").WithSource(bpf.Comment("PLT: cfa = rsp + 8 + ((pc & 15) >= cut) * 8")),
 		bpf.And.Imm(bpf.R1, 15),
 		bpf.Add.Imm(bpf.R5, 8),
-		bpf.JLT.Reg(bpf.R1, bpf.R4, p+"_plt_lo"),
+		bpf.JGT.Reg(bpf.R4, bpf.R1, p+"_plt_lo"), // no JLT: 4.14+
 		bpf.Add.Imm(bpf.R5, 8),
 		bpf.Mov.Imm(bpf.R4, 0).WithSymbol(p+"_plt_lo"),
 		bpf.Add.Reg(bpf.R5, bpf.R4).WithSymbol(p+"_cfa"),
@@ -504,15 +504,15 @@ func miss(cfg progConfig, p, next string) bpf.Instructions {
 	)
 }
 
-// execProg tells user space that a sampled process exec'd (its mappings
-// are new: user space reads them at once), and forgets it, so that its next
-// sample announces it again once the loader has mapped its libraries.
+// execProg tells user space that a sampled process exec'd: its mappings
+// are new, and user space reads them at once (the libraries the loader
+// maps next are found when the unwinder first misses in them).
 func execProg() bpf.Instructions {
 	insns := bpf.Instructions{bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord)}
 	insns = append(insns, asm.CurrentPid()...)
 	insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
-	insns = append(insns, asm.Note(asm.MapDelete("seen", fpTgid), "exec: forget the process, its next sample announces it again")...)
-	insns = append(insns, bpf.JNE.Imm(bpf.R0, 0, "exit"))
+	insns = append(insns, asm.Note(asm.MapLookup("seen", fpTgid), "exec of a process seen before: tell user space")...)
+	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
 	insns = append(insns, notify(eventNew)...)
 	return append(insns, asm.Return("exit", 0)...)
 }
