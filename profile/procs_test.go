@@ -1,0 +1,127 @@
+package main
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+func TestParseMaps(t *testing.T) {
+	in := `55d0c5a8c000-55d0c5a8e000 r--p 00000000 fd:01 1835234                    /usr/bin/cat
+55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234                    /usr/bin/cat
+7f1c2a000000-7f1c2a021000 rw-p 00000000 00:00 0 
+7f1c2a100000-7f1c2a128000 r-xp 00028000 fd:01 42                         /tmp/a dir/with spaces (deleted)
+7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0                          [vdso]
+`
+	maps, err := parseMaps(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(maps) != 5 {
+		t.Fatalf("%d mappings", len(maps))
+	}
+	m := maps[1]
+	if m.Start != 0x55d0c5a8e000 || m.End != 0x55d0c5a93000 || m.Off != 0x2000 || !m.Exec() || m.Path != "/usr/bin/cat" || m.Inode != 1835234 {
+		t.Errorf("mapping 1: %+v", m)
+	}
+	if maps[2].Path != "" || maps[2].Exec() {
+		t.Errorf("anonymous mapping: %+v", maps[2])
+	}
+	if maps[3].Path != "/tmp/a dir/with spaces (deleted)" {
+		t.Errorf("path with spaces: %q", maps[3].Path)
+	}
+	if keyOf(maps[4]) != (fileKey{Name: "[vdso]"}) || keyOf(maps[1]) != (fileKey{Dev: "fd:01", Inode: 1835234}) {
+		t.Errorf("keys: %+v %+v", keyOf(maps[4]), keyOf(maps[1]))
+	}
+	for _, bad := range []string{"zz-10 r-xp 0 0:0 0\n", "20-10 r-xp 0 0:0 0\n", "10-20 r-xp\n"} {
+		if _, err := parseMaps(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func FuzzParseMaps(f *testing.F) {
+	f.Add("55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234   /usr/bin/cat\n")
+	f.Add("7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0    [vdso]\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		maps, err := parseMaps(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, m := range maps {
+			if m.End <= m.Start {
+				t.Fatalf("empty mapping %+v", m)
+			}
+		}
+	})
+}
+
+// TestBias: the address in the file is found through the PT_LOAD segment
+// that holds the mapping's offset, for a PIE (segment offset and address
+// differ) and a non-PIE (mapped at its own addresses).
+func TestBias(t *testing.T) {
+	pie := &elf.File{Progs: []*elf.Prog{
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R, Off: 0, Vaddr: 0, Filesz: 0x1000}},
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x1000, Vaddr: 0x1000, Filesz: 0x4000}},
+	}}
+	lib := &elf.File{Progs: []*elf.Prog{
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x28000, Vaddr: 0x29000, Filesz: 0x100000}},
+	}}
+	nopie := &elf.File{Progs: []*elf.Prog{
+		{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Off: 0x1000, Vaddr: 0x401000, Filesz: 0x2000}},
+	}}
+	for _, c := range []struct {
+		f          *elf.File
+		m          mapping
+		addr, want uint64
+	}{
+		{pie, mapping{Start: 0x55d0c5a8e000, End: 0x55d0c5a93000, Off: 0x1000}, 0x55d0c5a8e123, 0x1123},
+		{lib, mapping{Start: 0x7f0000100000, End: 0x7f0000200000, Off: 0x28000}, 0x7f0000100010, 0x29010},
+		{nopie, mapping{Start: 0x401000, End: 0x403000, Off: 0x1000}, 0x401234, 0x401234},
+	} {
+		bias, ok := biasOf(c.f, c.m)
+		if !ok || c.addr-bias != c.want {
+			t.Errorf("%+v: 0x%x maps to 0x%x (ok %v), want 0x%x", c.m, c.addr, c.addr-bias, ok, c.want)
+		}
+	}
+}
+
+// TestPrefixes: the trie prefixes of a range cover exactly the range.
+func TestPrefixes(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for i := 0; i < 200; i++ {
+		start := uint64(rng.Int63n(1<<47)) &^ 0xfff
+		end := start + uint64(1+rng.Intn(1<<20))<<12
+		keys := prefixes(4242, start, end)
+		next := start
+		for _, k := range keys {
+			if binary.BigEndian.Uint32(k.Pid[:]) != 4242 {
+				t.Fatal("wrong pid")
+			}
+			addr := binary.BigEndian.Uint64(k.Addr[:])
+			size := uint64(1) << (96 - k.Prefixlen)
+			if addr != next || addr%size != 0 {
+				t.Fatalf("[0x%x, 0x%x): prefix 0x%x/%d after 0x%x", start, end, addr, k.Prefixlen, next)
+			}
+			next = addr + size
+		}
+		if next != end || len(keys) > 2*64 {
+			t.Fatalf("[0x%x, 0x%x): covered to 0x%x in %d prefixes", start, end, next, len(keys))
+		}
+	}
+}
+
+func TestDemangle(t *testing.T) {
+	for in, want := range map[string]string{
+		"_ZN3foo3barEv":                      "foo::bar",
+		"_ZNSt6vectorIiSaIiEE9push_backERKi": "std::vector::push_back",
+		"malloc":                             "malloc",
+		"_RNvCs1234_5crate4func":             "crate::func",
+	} {
+		if got := demangle(in); got != want {
+			t.Errorf("demangle(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
