@@ -161,6 +161,34 @@ func TestChainWithoutFramePointers(t *testing.T) {
 	}
 }
 
+// TestKernelModeBefore515 takes the pre-5.15 way to a kernel-mode
+// sample's user registers (the top of the task's kernel stack, found
+// through BTF, checked by the user code segment) on this kernel: c spinning
+// in read(2) keeps its whole chain under the kernel frames.
+func TestKernelModeBefore515(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	t.Setenv(noTaskRegsEnv, "1")
+	r := profileJSON(t, "-F", "199", "--unwind=eh", "-c", filepath.Join(dir, "chain-pie")+" 1.5 syscall")
+	var inKernel, all int
+	for _, st := range r.Stacks {
+		if st.Comm != "chain-pie" || !slices.Contains(st.User, "c") && !strings.Contains(st.End, "no user registers") {
+			continue
+		}
+		all += int(st.Count)
+		if len(st.Kernel) > 0 && st.End == "complete" && hasChain(st.User) {
+			inKernel += int(st.Count)
+		}
+	}
+	t.Logf("%d of %d samples in the kernel with the whole user chain", inKernel, all)
+	if all < 100 || float64(inKernel) < 0.5*float64(all) {
+		t.Errorf("%d of %d samples are in the kernel with the whole user chain, want half or more", inKernel, all)
+		for _, st := range r.Stacks {
+			t.Logf("%d %s %v | %v", st.Count, st.End, st.User, st.Kernel)
+		}
+	}
+}
+
 // TestPython profiles Debian's python3.11 (built without frame pointers)
 // in a busy pure-Python loop: at least 90% of its samples are complete.
 func TestPython(t *testing.T) {

@@ -51,8 +51,12 @@ const (
 	stopFP          = 8 // frame pointers: bpf_get_stack's walk, which says nothing of how it ended
 )
 
-// x86-64 struct pt_regs offsets (arch/x86/include/asm/ptrace.h).
+// x86-64 struct pt_regs offsets (arch/x86/include/asm/ptrace.h), the
+// kernel stack's size (THREAD_SIZE without KASAN) and the user code segment
+// (__USER_CS).
 const (
+	threadSize = 16384
+	userCS     = 0x33
 	regsBP = 32
 	regsIP = 128
 	regsCS = 136
@@ -99,6 +103,9 @@ type progConfig struct {
 	Rows     int    // capacity of the row table
 	TaskRegs bool   // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
 	Mmapable bool   // the row table can be mapped into memory (5.5+)
+	// TaskStack, without TaskRegs, is the offset of task_struct.stack: the
+	// user registers are at the top of the task's kernel stack. 0: unknown.
+	TaskStack int
 	Readers  asm.Readers
 }
 
@@ -235,8 +242,36 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 			bpf.Add.Imm(bpf.R7, stateRegs),
 		)
 		insns = append(insns, loadRegs(bpf.R7)...)
+	} else if cfg.TaskStack > 0 {
+		// Before 5.15: the user registers are the last thing on the task's
+		// kernel stack (task_pt_regs: stack + THREAD_SIZE - sizeof(pt_regs);
+		// x86-64 pads nothing above them before FRED, 6.9+, which has
+		// bpf_task_pt_regs). The user code segment checks the guess.
+		insns = append(insns,
+			bpf.FnGetCurrentTask.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode, before 5.15: the pt_regs at the top of current->stack")),
+			bpf.Mov.Reg(bpf.R3, bpf.R0),
+			bpf.Add.Imm(bpf.R3, int32(cfg.TaskStack)),
+			bpf.Mov.Reg(bpf.R1, bpf.RFP),
+			bpf.Add.Imm(bpf.R1, fpRead),
+			bpf.Mov.Imm(bpf.R2, 8),
+			cfg.Readers.Kernel.Call(),
+			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
+			bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
+			bpf.JEq.Imm(bpf.R3, 0, "no_regs"),
+			bpf.Add.Imm(bpf.R3, threadSize-ptRegsLen),
+			bpf.Mov.Reg(bpf.R1, bpf.R8),
+			bpf.Add.Imm(bpf.R1, stateRegs),
+			bpf.Mov.Imm(bpf.R2, ptRegsLen),
+			cfg.Readers.Kernel.Call(),
+			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
+			bpf.Mov.Reg(bpf.R7, bpf.R8),
+			bpf.Add.Imm(bpf.R7, stateRegs),
+			bpf.LoadMem(bpf.R1, bpf.R7, regsCS, bpf.DWord),
+			bpf.JNE.Imm(bpf.R1, userCS, "no_regs"),
+		)
+		insns = append(insns, loadRegs(bpf.R7)...)
 	} else {
-		insns = append(insns, bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no bpf_task_pt_regs before 5.15")))
+		insns = append(insns, bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no way to the user registers")))
 	}
 	insns = append(insns,
 		bpf.JEq.Imm(bpf.R1, 0, "no_regs").WithSymbol("have_regs"),

@@ -20,6 +20,7 @@ func variants() map[string]progConfig {
 		"eh_tree":         {Mode: unwindEH, Tree: true, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders},
 		"auto_all":        {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Mmapable: true, Readers: asm.NewReaders},
 		"auto_no_taskreg": {Mode: unwindAuto, Rows: 1 << 16, Readers: asm.OldReaders},
+		"eh_task_stack":   {Mode: unwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders},
 	}
 }
 

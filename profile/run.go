@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -51,6 +52,16 @@ type stackKey struct {
 func run(ctx context.Context, s *tools.Session, o *options) error {
 	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: tools.Readers()}
 	cfg.TaskRegs, cfg.Mmapable = haveTaskRegs(), haveMmapable()
+	if os.Getenv(noTaskRegsEnv) == "1" {
+		cfg.TaskRegs = false // the tests take the pre-5.15 path on any kernel
+	}
+	if !cfg.TaskRegs && cfg.Mode != unwindFP {
+		if off, err := tools.TaskStackOffset(); err == nil {
+			cfg.TaskStack = off
+		} else {
+			fmt.Fprintf(s.Stderr, "profile: samples taken in the kernel will have no user stack: %v\n", err)
+		}
+	}
 	syms, err := tools.LoadKallsyms()
 	if err != nil {
 		return err
@@ -151,6 +162,10 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		return r.report(time.Now(), final)
 	})
 }
+
+// noTaskRegsEnv, set to 1, makes profile find a kernel-mode sample's user
+// registers as before 5.15 (from the task's kernel stack), on any kernel.
+const noTaskRegsEnv = "TRACEKIT_NO_TASK_PT_REGS"
 
 // dropIdleFilter removes the "not the idle task" jump (-I).
 func dropIdleFilter(p *ebpf.ProgramSpec) {
