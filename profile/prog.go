@@ -57,10 +57,10 @@ const (
 const (
 	threadSize = 16384
 	userCS     = 0x33
-	regsBP = 32
-	regsIP = 128
-	regsCS = 136
-	regsSP = 152
+	regsBP     = 32
+	regsIP     = 128
+	regsCS     = 136
+	regsSP     = 152
 )
 
 // Stack slots of the programs.
@@ -106,7 +106,7 @@ type progConfig struct {
 	// TaskStack, without TaskRegs, is the offset of task_struct.stack: the
 	// user registers are at the top of the task's kernel stack. 0: unknown.
 	TaskStack int
-	Readers  asm.Readers
+	Readers   asm.Readers
 }
 
 // collection builds the sampling program (and, unwinding by tables, the
