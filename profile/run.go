@@ -62,10 +62,6 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			fmt.Fprintf(s.Stderr, "profile: samples taken in the kernel will have no user stack: %v\n", err)
 		}
 	}
-	syms, err := tools.LoadKallsyms()
-	if err != nil {
-		return err
-	}
 	spec, err := collection(cfg)
 	if err != nil {
 		return err
@@ -153,7 +149,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	}
 	s.OnClose("", clock.Close)
 
-	r := &reporter{s: s, o: o, coll: coll, syms: syms, ps: ps, start: time.Now()}
+	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
 	return s.Loop(ctx, "on-CPU stacks", func(final bool) error {
 		mu.Lock()
@@ -183,8 +179,9 @@ type reporter struct {
 	s      *tools.Session
 	o      *options
 	coll   *ebpf.Collection
-	syms   *tools.Symbols
 	ps     *processes
+	kernel map[uint64]string // kernel function names, resolved at report time
+	warned bool
 	counts tools.KeyedDeltas[stackKey]
 	lost   tools.Deltas
 	start  time.Time
@@ -225,7 +222,43 @@ func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	if err := r.resolveKernel(cur); err != nil {
+		return nil, nil, 0, err
+	}
 	return r.named(r.counts.Step(cur)), r.named(cur), r.lost.Counter(total), nil
+}
+
+// resolveKernel names the kernel addresses not named yet, in one pass over
+// kallsyms (read at report time: the run itself keeps no kernel symbols).
+func (r *reporter) resolveKernel(cur map[stackKey]uint64) error {
+	var todo []uint64
+	seen := map[uint64]bool{}
+	for k := range cur {
+		for _, pc := range k.Kernel {
+			if pc == 0 {
+				break
+			}
+			if _, ok := r.kernel[pc]; !ok && !seen[pc] {
+				seen[pc] = true
+				todo = append(todo, pc)
+			}
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	names, hidden, err := tools.KernelFunctions(todo)
+	if err != nil {
+		return err
+	}
+	if hidden && !r.warned {
+		r.warned = true
+		fmt.Fprintln(r.s.Stderr, "profile: kernel addresses are hidden (kptr_restrict, or not root): kernel frames print as [unknown]")
+	}
+	for _, pc := range todo {
+		r.kernel[pc] = names[pc] // "" when unknown
+	}
+	return nil
 }
 
 // named turns counted keys into stacks of frame names.
@@ -249,7 +282,7 @@ func (r *reporter) named(counts map[stackKey]uint64) []stack {
 				break
 			}
 			// The function, not the instruction: "vfs_read", as BCC and perf.
-			name, _, _ := strings.Cut(r.syms.Symbolize(pc), "+")
+			name := r.kernel[pc]
 			if name == "" {
 				name = "[unknown]"
 			}

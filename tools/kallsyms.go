@@ -107,3 +107,98 @@ func (s *Symbols) Has(name string) bool {
 	}
 	return false
 }
+
+// KernelFunctions names kernel code addresses by their functions ("name",
+// or "name [module]"), in one pass over /proc/kallsyms that keeps nothing
+// else: a tool that names a few hundred addresses at report time need not
+// hold 150,000 symbols (and their garbage) for the whole run. An address
+// below every symbol, or every address when kallsyms hides them, is left
+// out of the map; hidden reports the latter.
+func KernelFunctions(addrs []uint64) (names map[uint64]string, hidden bool, err error) {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return nil, false, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	return kernelFunctions(f, addrs)
+}
+
+func kernelFunctions(r io.Reader, addrs []uint64) (map[uint64]string, bool, error) {
+	targets := append([]uint64(nil), addrs...)
+	sort.Slice(targets, func(i, j int) bool { return targets[i] < targets[j] })
+	// best[k] is the highest symbol address at or below targets[k] seen so
+	// far (of equal ones, the last listed, as Symbolize picks); it never
+	// decreases with k, so an update stops at the first target whose best
+	// is already higher.
+	best := make([]uint64, len(targets))
+	name := make([]string, len(targets))
+	found := make([]bool, len(targets))
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 256*1024), 1024*1024)
+	nonzero := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		sp := bytes.IndexByte(line, ' ')
+		if sp < 0 || sp+3 > len(line) || line[sp+2] != ' ' {
+			continue
+		}
+		addr, ok := parseHex(line[:sp])
+		if !ok {
+			continue
+		}
+		if addr != 0 {
+			nonzero = true
+		}
+		switch line[sp+1] {
+		case 't', 'T', 'w', 'W':
+		default:
+			continue
+		}
+		j := sort.Search(len(targets), func(i int) bool { return targets[i] >= addr })
+		var sym string
+		for k := j; k < len(targets) && (!found[k] || best[k] <= addr); k++ {
+			if sym == "" {
+				n, mod, hasMod := bytes.Cut(line[sp+3:], []byte("\t"))
+				sym = string(bytes.TrimSpace(n))
+				if hasMod {
+					sym += " [" + string(bytes.Trim(bytes.TrimSpace(mod), "[]")) + "]"
+				}
+			}
+			best[k], name[k], found[k] = addr, sym, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, false, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	out := map[uint64]string{}
+	if !nonzero {
+		return out, true, nil
+	}
+	for k, t := range targets {
+		if found[k] {
+			out[t] = name[k]
+		}
+	}
+	return out, false, nil
+}
+
+func parseHex(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 16 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | uint64(c)
+	}
+	return v, true
+}

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -47,4 +48,43 @@ func TestSymbolizeHidden(t *testing.T) {
 	if !s.Hidden || s.Symbolize(0xffffffff81e91234) != "" {
 		t.Errorf("hidden %v, symbol %q", s.Hidden, s.Symbolize(0xffffffff81e91234))
 	}
+}
+
+// TestKernelFunctions checks the one-pass resolver against Symbolize: on
+// the sample above, and as root on this kernel's kallsyms at every hundredth
+// symbol's address, one past it and one before it.
+func TestKernelFunctions(t *testing.T) {
+	check := func(text string, addrs []uint64) {
+		t.Helper()
+		s, err := ParseKallsyms(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, hidden, err := kernelFunctions(strings.NewReader(text), addrs)
+		if err != nil || hidden != s.Hidden {
+			t.Fatalf("hidden %v, %v", hidden, err)
+		}
+		for _, a := range addrs {
+			want, _, _ := strings.Cut(s.Symbolize(a), "+")
+			if mod := strings.Index(s.Symbolize(a), " ["); mod >= 0 {
+				want += s.Symbolize(a)[mod:]
+			}
+			if got[a] != want {
+				t.Fatalf("0x%x: %q, Symbolize says %q", a, got[a], want)
+			}
+		}
+	}
+	check(kallsyms, []uint64{0xffffffff81e91234, 0xffffffff81e90010, 0xffffffff81e91000, 0xffffffff82000010, 0xffffffffc0a01008, 0xffffffffc0a00100, 0xffffffff80000000})
+	b, err := os.ReadFile("/proc/kallsyms")
+	if err != nil || os.Geteuid() != 0 {
+		return
+	}
+	var addrs []uint64
+	for i, line := range strings.Split(string(b), "\n") {
+		if a, ok := parseHex([]byte(strings.SplitN(line, " ", 2)[0])); ok && i%100 == 0 && a > 0 {
+			addrs = append(addrs, a, a+1, a-1)
+		}
+	}
+	check(string(b), addrs)
+	t.Logf("%d addresses of this kernel checked", len(addrs))
 }
