@@ -221,8 +221,8 @@ while time.time() < end: i += 1"`)
 }
 
 // TestFolded checks --folded: one "comm;root;...;leaf count" line per
-// stack, the chain root first, and counts that add up to what --json
-// reports for the same kind of run.
+// stack, the chain root first, and the fixture's counts adding up to the
+// samples its CPU time makes at 199 Hz (as it reports from getrusage).
 func TestFolded(t *testing.T) {
 	privtest.Require(t)
 	dir := fixtures(t)
@@ -251,6 +251,25 @@ func TestFolded(t *testing.T) {
 	}
 	if inC < 150 || float64(chain) < 0.95*float64(inC) {
 		t.Errorf("%d of the %d folded samples in c are chain-nopie;_start;...;main;a;b;c (%d samples in all)\n%s", chain, inC, total, res.Stdout)
+	}
+	// The fixture's own samples add up to its CPU time at 199 Hz.
+	var cpuUs int
+	if i := strings.Index(res.Stderr, "chain: cpu "); i < 0 {
+		t.Fatalf("the fixture did not report its CPU time:\n%s", res.Stderr)
+	} else {
+		fmt.Sscanf(res.Stderr[i:], "chain: cpu %d us", &cpuUs)
+	}
+	var own int
+	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
+		if strings.HasPrefix(line, "chain-nopie;") {
+			n, _ := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+			own += n
+		}
+	}
+	want := float64(cpuUs) * 199 / 1e6
+	t.Logf("chain-nopie: %d samples for %d us of CPU (%.0f expected at 199 Hz)", own, cpuUs, want)
+	if float64(own) < 0.9*want || float64(own) > 1.1*want+2 {
+		t.Errorf("chain-nopie has %d samples for %d us of CPU, want %.0f within 10%%", own, cpuUs, want)
 	}
 }
 

@@ -5,6 +5,8 @@
 // It first sleeps 1 s, so that c's samples are not the ones taken while
 // the profiler reads the process's tables.
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -61,5 +63,9 @@ int main(int argc, char **argv)
 	// unwind tables: under qemu's TCG on a busy host that took over 300 ms.
 	usleep(1000000);
 	a(secs, sys);
+	// The CPU time the samples should add up to, for the tests.
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	fprintf(stderr, "chain: cpu %ld us\n", (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 	return 0;
 }
