@@ -53,6 +53,7 @@ type process struct {
 	prefixes []lpmKey // in the mappings trie
 	scanned  time.Time
 	every    time.Duration // the least time to the next rescan
+	gone     bool
 }
 
 // lpmKey and lpmValue are the mappings trie's: {pid, address} big-endian,
@@ -114,8 +115,10 @@ func (ps *processes) scan(pid uint32, force bool) {
 	maps, err := readMaps(pid)
 	if err != nil {
 		if p == nil {
-			ps.procs[pid] = &process{comm: "?", scanned: time.Now(), every: rescanMost}
+			p = &process{comm: "?"}
+			ps.procs[pid] = p
 		}
+		p.gone = true // exited: keep what an earlier scan recorded
 		return
 	}
 	if p == nil {
@@ -159,6 +162,20 @@ func (ps *processes) scan(pid uint32, force bool) {
 		}
 	}
 	ps.point(pid, p)
+}
+
+// refresh rescans the processes asked for (-p, -c) as their backoff
+// allows: the libraries the loader maps after an exec get their tables
+// before the process first runs code in them.
+func (ps *processes) refresh() {
+	if !ps.eager {
+		return
+	}
+	for pid, p := range ps.procs {
+		if !p.gone {
+			ps.scan(pid, false)
+		}
+	}
 }
 
 // miss loads the table of the file at addr in a process, which the

@@ -127,11 +127,13 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 				return
 			default:
 			}
-			if ok, _ := rings.Poll(100); ok {
-				mu.Lock()
+			ok, _ := rings.Poll(50)
+			mu.Lock()
+			if ok {
 				rings.Read(handle)
-				mu.Unlock()
 			}
+			ps.refresh()
+			mu.Unlock()
 		}
 	}()
 	defer func() { close(done); wg.Wait() }()
