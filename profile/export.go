@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -215,17 +214,4 @@ func color(name string) string {
 		return fmt.Sprintf("rgb(%d,%d,40)", 220+h%35, 120+h%60)
 	}
 	return fmt.Sprintf("rgb(%d,%d,%d)", 205+h%50, 80+(h>>8)%130, 40+(h>>16)%50)
-}
-
-// writeFile writes a file through write, created 0644.
-func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
 }

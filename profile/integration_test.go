@@ -283,6 +283,8 @@ func TestUsageErrors(t *testing.T) {
 		{"--table-mib", "0"},
 		{"-p", "1", "-c", "true"},
 		{"-p", "99999999"},
+		{"--folded", "--json"},
+		{"--svg", ""},
 	} {
 		res := tooltest.Run(t, bin, args...)
 		if res.Status != 2 || strings.Count(strings.TrimSpace(res.Stderr), "\n") > 1 {

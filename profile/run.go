@@ -25,6 +25,9 @@ func validate(o *options) error {
 	if o.Frequency < 1 || o.Frequency > 10000 {
 		return tools.Usagef("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
 	}
+	if o.Folded && o.JSON {
+		return tools.Usagef("--folded and --json cannot be used together: pick one report format")
+	}
 	if o.Budget < 1 || o.Budget > 1024 {
 		return tools.Usagef("invalid --table-mib %d: want 1 to 1024", o.Budget)
 	}
@@ -154,6 +157,22 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	s.OnClose("", clock.Close)
 
 	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}}
+	// The output files are created now: a path that cannot be written is
+	// an error before the run, not after it.
+	for _, out := range []struct {
+		path string
+		f    **os.File
+	}{{o.Pprof, &r.pprof}, {o.SVG, &r.svg}} {
+		if out.path == "" {
+			continue
+		}
+		f, err := os.Create(out.path)
+		if err != nil {
+			return err
+		}
+		*out.f = f
+		s.OnClose("", f.Close)
+	}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
 	return s.Loop(ctx, "on-CPU stacks", func(final bool) error {
 		mu.Lock()
@@ -186,6 +205,8 @@ type reporter struct {
 	ps     *processes
 	kernel map[uint64]string // kernel function names, resolved at report time
 	warned bool
+	pprof  *os.File // --pprof, created at the start
+	svg    *os.File // --svg
 	counts tools.KeyedDeltas[stackKey]
 	lost   tools.Deltas
 	start  time.Time
@@ -326,17 +347,15 @@ func (r *reporter) report(now time.Time, final bool) error {
 	}
 	if final {
 		// The files hold the whole run, whatever the interval reports showed.
-		if r.o.Pprof != "" {
-			if err := writeFile(r.o.Pprof, func(w io.Writer) error {
-				return writePprof(w, all, r.o.Frequency, r.start, now.Sub(r.start))
-			}); err != nil {
-				return err
+		if r.pprof != nil {
+			if err := writePprof(r.pprof, all, r.o.Frequency, r.start, now.Sub(r.start)); err != nil {
+				return fmt.Errorf("write %s: %w", r.o.Pprof, err)
 			}
 		}
-		if r.o.SVG != "" {
+		if r.svg != nil {
 			title := fmt.Sprintf("profile: %d Hz, %s", r.o.Frequency, now.Sub(r.start).Round(time.Millisecond))
-			if err := writeFile(r.o.SVG, func(w io.Writer) error { return writeSVG(w, all, title) }); err != nil {
-				return err
+			if err := writeSVG(r.svg, all, title); err != nil {
+				return fmt.Errorf("write %s: %w", r.o.SVG, err)
 			}
 		}
 	}
