@@ -215,7 +215,10 @@ func PidInSet(mapName string, keyOff int16, skip string) bpf.Instructions {
 // children (dash forks even for a single command) are followed too. The
 // tracepoint fires before the child first runs, so none of its events is
 // missed. parent and child are the pid fields' offsets from the format file.
-func FollowForks(mapName string, parentOff, childOff int) (bpf.Instructions, error) {
+//
+// A child that does not fit (the map is full) adds 1 to slot 0 of the
+// per-CPU array lostMap, so that the tool can say so.
+func FollowForks(mapName, lostMap string, parentOff, childOff int) (bpf.Instructions, error) {
 	insns := Prologue()
 	parent, err := LoadField(bpf.R1, "parent_pid", parentOff, 4, false)
 	if err != nil {
@@ -236,6 +239,28 @@ func FollowForks(mapName string, parentOff, childOff int) (bpf.Instructions, err
 		StoreKey(-8, bpf.R1, bpf.Word),
 	)
 	insns = append(insns, Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[child] = 1")...)
+	insns = append(insns,
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
+		bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the map is full: the child is not followed")),
+		StoreKey(-4, bpf.R1, bpf.Word),
+	)
+	insns = append(insns, PerCPUArrayIncrement("lost", lostMap, -4)...)
+	return append(insns, Return("exit", 0)...), nil
+}
+
+// ForgetExits is a whole program for sched:sched_process_exit: the exiting
+// task leaves the hash mapName (a thread its tid, a process's leader its
+// pid), so that a command that starts more processes over its life than
+// the map holds is still followed whole. pidOff is the pid field's offset
+// from the format file.
+func ForgetExits(mapName string, pidOff int) (bpf.Instructions, error) {
+	pid, err := LoadField(bpf.R1, "pid", pidOff, 4, false)
+	if err != nil {
+		return nil, err
+	}
+	insns := append(Prologue(), pid...)
+	insns = append(insns, StoreKey(-4, bpf.R1, bpf.Word))
+	insns = append(insns, Note(MapDelete(mapName, -4), "delete "+mapName+"[pid]: it exited")...)
 	return append(insns, Return("exit", 0)...), nil
 }
 

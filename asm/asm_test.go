@@ -15,7 +15,11 @@ func TestSnippetGoldens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fork, err := FollowForks("pids", 12, 20)
+	fork, err := FollowForks("pids", "pids_lost", 12, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exits, err := ForgetExits("pids", 24)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,6 +30,7 @@ func TestSnippetGoldens(t *testing.T) {
 		"hash_inc":     HashIncrement("inc", "hist", -8, -16, "lost", StoreComm("comms", -8, -32)),
 		"pid_in_set":   PidInSet("pids", -36, "exit"),
 		"follow_forks": fork,
+		"forget_exits": exits,
 		"decade_slot":  DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3),
 		"cache_inc":    CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
 		"row_search":   RowSearch("search", "rows", bpf.R6, bpf.R7, bpf.R8, 2, -4, "fail"),

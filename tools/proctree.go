@@ -3,6 +3,8 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/cilium/ebpf"
 
@@ -10,16 +12,27 @@ import (
 	"github.com/tracekit/tracekit/tracefs"
 )
 
-// Names of the process-tree map and program that AddProcessTree adds.
+// Names of the process-tree map and programs that AddProcessTree adds.
 const (
-	PidsMap     = "pids"
-	followProg  = "follow_forks"
-	maxFollowed = 8192
+	PidsMap    = "pids"
+	pidsLost   = "pids_lost"
+	followProg = "follow_forks"
+	forgetProg = "forget_exits"
 )
+
+// maxFollowed is the most processes (and threads) followed at once:
+// exited ones leave the map. TRACEKIT_TREE_MAX lowers it (for tests).
+var maxFollowed = func() uint32 {
+	if n, err := strconv.ParseUint(os.Getenv("TRACEKIT_TREE_MAX"), 10, 32); err == nil && n > 0 && n < 8192 {
+		return uint32(n)
+	}
+	return 8192
+}()
 
 // AddProcessTree adds to spec what following a process and its descendants
 // takes: the hash PidsMap (pid -> 1), which programs test with
-// asm.PidInSet, and a sched:sched_process_fork program that adds children.
+// asm.PidInSet, a sched:sched_process_fork program that adds children, and
+// a sched:sched_process_exit program that removes the exited.
 func AddProcessTree(spec *ebpf.CollectionSpec) error {
 	f, err := tracefs.ReadFormat("sched", "sched_process_fork")
 	if err != nil {
@@ -33,24 +46,52 @@ func AddProcessTree(spec *ebpf.CollectionSpec) error {
 	if err != nil {
 		return err
 	}
-	insns, err := asm.FollowForks(PidsMap, parent.Offset, child.Offset)
+	fork, err := asm.FollowForks(PidsMap, pidsLost, parent.Offset, child.Offset)
+	if err != nil {
+		return err
+	}
+	e, err := tracefs.ReadFormat("sched", "sched_process_exit")
+	if err != nil {
+		return fmt.Errorf("follow the command's processes: %w", err)
+	}
+	pid, err := e.MustField("pid")
+	if err != nil {
+		return err
+	}
+	exits, err := asm.ForgetExits(PidsMap, pid.Offset)
 	if err != nil {
 		return err
 	}
 	spec.Maps[PidsMap] = &ebpf.MapSpec{Name: "tk_pids", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: maxFollowed}
-	spec.Programs[followProg] = &ebpf.ProgramSpec{Name: followProg, Type: ebpf.TracePoint, License: "GPL", Instructions: insns}
+	spec.Maps[pidsLost] = &ebpf.MapSpec{Name: "tk_pids_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
+	spec.Programs[followProg] = &ebpf.ProgramSpec{Name: followProg, Type: ebpf.TracePoint, License: "GPL", Instructions: fork}
+	spec.Programs[forgetProg] = &ebpf.ProgramSpec{Name: forgetProg, Type: ebpf.TracePoint, License: "GPL", Instructions: exits}
 	return nil
 }
 
-// FollowProcessTree seeds PidsMap with root and attaches the fork
-// follower for the rest of the run.
+// FollowProcessTree seeds PidsMap with root and attaches the fork follower
+// and the exit pruner for the rest of the run. When the run ends, children
+// that did not fit in the map are reported on stderr.
 func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
-	m, prog := coll.Maps[PidsMap], coll.Programs[followProg]
-	if m == nil || prog == nil {
+	m, fork, exits := coll.Maps[PidsMap], coll.Programs[followProg], coll.Programs[forgetProg]
+	if m == nil || fork == nil || exits == nil {
 		return errors.New("follow the command's processes: AddProcessTree was not called")
 	}
 	if err := m.Put(uint32(root), uint32(1)); err != nil {
 		return fmt.Errorf("follow pid %d: %w", root, err)
 	}
-	return s.AttachTracepoint(prog, "sched", "sched_process_fork")
+	if err := s.AttachTracepoint(fork, "sched", "sched_process_fork"); err != nil {
+		return err
+	}
+	if err := s.AttachTracepoint(exits, "sched", "sched_process_exit"); err != nil {
+		return err
+	}
+	lost := coll.Maps[pidsLost]
+	s.OnClose("", func() error {
+		if n, err := ReadPerCPUCounter(lost); err == nil && n > 0 {
+			fmt.Fprintf(s.Stderr, "%s: %d of the command's processes were not followed: more than %d ran at once, and their events are missing\n", s.Tool, n, maxFollowed)
+		}
+		return nil
+	})
+	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/slots"
+	"github.com/tracekit/tracekit/terminal"
 )
 
 // With a report count, the tool stops before its command ends: it ends the
@@ -114,5 +117,35 @@ func TestClosedStdoutEndsTheRun(t *testing.T) {
 			<-done
 			t.Errorf("%v: still running 5 s after its stdout was closed", args)
 		}
+	}
+}
+
+// TestTreeForgetsExitedProcesses runs more processes one after another
+// than the process-tree map holds (TRACEKIT_TREE_MAX=16): exited ones
+// leave the map, so every write of all 60 is counted. 40 at once do not
+// fit: the run says so on stderr.
+func TestTreeForgetsExitedProcesses(t *testing.T) {
+	privtest.Require(t)
+	t.Setenv("TRACEKIT_TREE_MAX", "16")
+	const n = 60
+	// No seq: its output would be one more write.
+	r := runTool(t, "--json", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do %s; i=$((i+1)); done", n, writer(t, 3, 1)))
+	if r.Status != 0 {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
+	}
+	reps := parseJSON(t, r.Stdout)
+	lo, hi := terminal.SlotRange(slots.Log2Of(3))
+	if got := nonEmpty(reps[0].Histograms[0].Buckets); len(got) != 1 || got[0] != (terminal.Bucket{Low: lo, High: hi, Count: n}) {
+		t.Errorf("buckets %+v, want %d writes of 3 bytes", got, n)
+	}
+	if strings.Contains(r.Stderr, "not followed") {
+		t.Errorf("stderr says processes were lost: %s", r.Stderr)
+	}
+	r = runTool(t, "--json", "-c", fmt.Sprintf("i=0; while [ $i -lt 40 ]; do (sleep 1; %s) & i=$((i+1)); done; wait", writer(t, 3, 1)))
+	if r.Status != 0 {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
+	}
+	if !strings.Contains(r.Stderr, "of the command's processes were not followed") {
+		t.Errorf("40 processes at once in a map of 16, and stderr says nothing of it: %q", r.Stderr)
 	}
 }
