@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,13 +27,15 @@ type profileRun struct {
 // profileSuite compares the sampling profilers on a busy no-frame-pointer
 // fixture (the profile tests' chain-nopie, one per CPU, main -> a -> b ->
 // c spinning) at 99 Hz, in interleaved rounds.
+var profileSecs = flag.Int("profile-secs", 10, "seconds the profile suite's fixtures spin in each run")
+
 func profileSuite() error {
 	fx, _ := filepath.Abs(filepath.Join(*fxDir, "chain-nopie"))
 	if _, err := os.Stat(fx); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: no profile fixture (%v): the profile suite is left out\n", err)
 		return nil
 	}
-	const secs = 3
+	secs := *profileSecs
 	type sampler struct {
 		name string
 		cmd  []string

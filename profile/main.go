@@ -40,7 +40,8 @@ steps to its caller, up to 127 frames (5 per program, then a tail call). The
 tables of a process are loaded when its first sample is seen, so the first
 samples of a process may end early. auto (the default) uses the tables where
 a file has one and frame pointers elsewhere (JIT code); fp uses only frame
-pointers. The unwinder reads x86-64 frames only.
+pointers. The unwinder reads x86-64 frames only: on other architectures
+auto means fp, and eh is refused.
 
 A stack that ends before _start is marked by why:
   [unwind error: no unwind row]  the address is in no FDE of its file

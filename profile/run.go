@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +25,15 @@ import (
 func validate(o *options) error {
 	if o.Frequency < 1 || o.Frequency > 10000 {
 		return tools.Usagef("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
+	}
+	if runtime.GOARCH != "amd64" {
+		// The rows, the register offsets and the PLT rule are x86-64's.
+		switch o.Unwind {
+		case unwindEH:
+			return tools.Usagef("--unwind=eh: the in-kernel unwinder reads x86-64 frames only; on %s use --unwind=fp", runtime.GOARCH)
+		case unwindAuto:
+			o.Unwind = unwindFP
+		}
 	}
 	if o.Folded && o.JSON {
 		return tools.Usagef("--folded and --json cannot be used together: pick one report format")
