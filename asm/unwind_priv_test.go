@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/internal/privtest"
@@ -45,6 +46,9 @@ func libcRows(t *testing.T) []unwind.Entry {
 // row boundary, the address before each, and random addresses.
 func TestRowSearchInKernel(t *testing.T) {
 	privtest.Require(t)
+	if err := rlimit.RemoveMemlock(); err != nil { // 5.10 charges maps to RLIMIT_MEMLOCK
+		t.Fatal(err)
+	}
 	rows := libcRows(t)
 	const first = 1000 // another file's rows come first
 	table, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(first + len(rows))})

@@ -12,29 +12,31 @@ import (
 	"github.com/tracekit/tracekit/unwind"
 )
 
-// The count key, built in the per-CPU scratch value and used from there as
-// the key of the counts hash: the program counters themselves, so that two
-// stacks are never merged by a stack-id hash collision.
+// The per-CPU scratch value: the unwinder's state, then the count key,
+// used from there as the key of the counts hash: the program counters
+// themselves, so that two stacks are never merged by a stack-id hash
+// collision. The key's depths are the config's (kernels before 5.11 take
+// hash keys of at most 512 bytes).
 const (
-	kernelDepth = 64  // kernel frames kept (perf_event stacks rarely pass 40)
-	userDepth   = 127 // user frames kept (PERF_MAX_STACK_DEPTH)
-
-	keyPid     = 0 // u32 tgid
-	keyStop    = 4 // u8: why the user stack ends (see stop*)
-	keyKernErr = 5 // u8: 1 if the kernel stack could not be read
-	keyKernel  = 8
-	keyUser    = keyKernel + 8*kernelDepth
-	keySize    = keyUser + 8*userDepth
-
-	// The unwinder's state follows the key in the scratch value.
-	statePC   = keySize
-	stateSP   = keySize + 8
-	stateBP   = keySize + 16
-	stateN    = keySize + 24 // frames stored so far
-	stateMiss = keySize + 32 // 1 once this walk has reported a miss
-	stateRegs = keySize + 40 // a copy of the task's user pt_regs
+	statePC   = 0
+	stateSP   = 8
+	stateBP   = 16
+	stateN    = 24 // frames stored so far
+	stateMiss = 32 // 1 once this walk has reported a miss
+	stateRegs = 40 // a copy of the task's user pt_regs
 	ptRegsLen = 168
-	scratchSz = stateRegs + ptRegsLen
+
+	keyBase    = stateRegs + ptRegsLen
+	keyPid     = keyBase     // u32 tgid
+	keyStop    = keyBase + 4 // u8: why the user stack ends (see stop*)
+	keyKernErr = keyBase + 5 // u8: 1 if the kernel stack could not be read
+	keyKernel  = keyBase + 8
+
+	// The depths where the kernel allows big hash keys, and where not.
+	kernelDepth      = 64  // kernel frames kept (perf_event stacks rarely pass 40)
+	userDepth        = 127 // user frames kept (PERF_MAX_STACK_DEPTH)
+	smallKernelDepth = 16
+	smallUserDepth   = 46 // 8 + 8*(16+46) = 504 bytes of key
 
 	framesPerProg = 5 // frames one unwind program walks before it tail-calls itself
 )
@@ -46,7 +48,7 @@ const (
 	stopUnsupported = int32(unwind.StopUnsupported)
 	stopNoTable     = 4 // the address is in no file whose table is loaded
 	stopRead        = 5 // the stack could not be read
-	stopTruncated   = 6 // userDepth frames, or the tail-call limit
+	stopTruncated   = 6 // the key's user frames are full, or the tail-call limit
 	stopNoRegs      = 7 // no user registers (a kernel thread, or a kernel-mode sample before 5.15)
 	stopFP          = 8 // frame pointers: bpf_get_stack's walk, which says nothing of how it ended
 )
@@ -97,25 +99,31 @@ const (
 )
 
 type progConfig struct {
-	Mode     string // unwindFP, unwindEH or unwindAuto
-	Pid      int    // -p: only this process
-	Tree     bool   // -c: the process tree in tools.PidsMap
-	Rows     int    // capacity of the row table
-	TaskRegs bool   // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
-	Mmapable bool   // the row table can be mapped into memory (5.5+)
+	// KernelDepth and UserDepth are the frames a key keeps.
+	KernelDepth, UserDepth int
+	Mode                   string // unwindFP, unwindEH or unwindAuto
+	Pid                    int    // -p: only this process
+	Tree                   bool   // -c: the process tree in tools.PidsMap
+	Rows                   int    // capacity of the row table
+	TaskRegs               bool   // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
+	Mmapable               bool   // the row table can be mapped into memory (5.5+)
 	// TaskStack, without TaskRegs, is the offset of task_struct.stack: the
 	// user registers are at the top of the task's kernel stack. 0: unknown.
 	TaskStack int
 	Readers   asm.Readers
 }
 
+func (c progConfig) keyUser() int     { return keyKernel + 8*c.KernelDepth }
+func (c progConfig) keySize() int     { return 8 + 8*(c.KernelDepth+c.UserDepth) }
+func (c progConfig) scratchSize() int { return keyBase + c.keySize() }
+
 // collection builds the sampling program (and, unwinding by tables, the
 // unwinder it tail-calls) with the maps they share.
 func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	spec := &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{
-			"counts":  {Name: "profile_counts", Type: ebpf.Hash, KeySize: keySize, ValueSize: 8, MaxEntries: maxStacks},
-			"scratch": {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: scratchSz, MaxEntries: 1},
+			"counts":  {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.keySize()), ValueSize: 8, MaxEntries: maxStacks},
+			"scratch": {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(cfg.scratchSize()), MaxEntries: 1},
 			"lost":    {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 			"seen":    {Name: "profile_seen", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxSeen},
 			"events":  {Name: "profile_events", Type: ebpf.PerfEventArray},
@@ -171,14 +179,15 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 		// A failed read zeroes its buffer: one helper call clears the
 		// previous sample's frames (bpf_probe_read* since 4.x).
 		bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("zero the key: a read of address 0 fails and clears its buffer")),
-		bpf.Mov.Imm(bpf.R2, keySize),
+		bpf.Add.Imm(bpf.R1, keyBase),
+		bpf.Mov.Imm(bpf.R2, int32(cfg.keySize())),
 		bpf.Mov.Imm(bpf.R3, 0),
 		cfg.Readers.Kernel.Call(),
 		bpf.StoreMem(bpf.R8, keyPid, asm.RegPid, bpf.Word),
 		bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("kernel stack: bpf_get_stack(ctx, key.kernel, size, 0), zero-filled")),
 		bpf.Mov.Reg(bpf.R2, bpf.R8),
 		bpf.Add.Imm(bpf.R2, keyKernel),
-		bpf.Mov.Imm(bpf.R3, 8*kernelDepth),
+		bpf.Mov.Imm(bpf.R3, int32(8*cfg.KernelDepth)),
 		bpf.Mov.Imm(bpf.R4, 0),
 		bpf.FnGetStack.Call(),
 		bpf.JSGE.Imm(bpf.R0, 0, "kernel_ok"),
@@ -203,8 +212,8 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 		insns = append(insns,
 			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("user stack by frame pointers: bpf_get_stack(ctx, key.user, size, BPF_F_USER_STACK)")),
 			bpf.Mov.Reg(bpf.R2, bpf.R8),
-			bpf.Add.Imm(bpf.R2, keyUser),
-			bpf.Mov.Imm(bpf.R3, 8*userDepth),
+			bpf.Add.Imm(bpf.R2, int32(cfg.keyUser())),
+			bpf.Mov.Imm(bpf.R3, int32(8*cfg.UserDepth)),
 			bpf.Mov.Imm(bpf.R4, 1<<8),
 			bpf.FnGetStack.Call(),
 			bpf.Mov.Imm(bpf.R1, stopFP),
@@ -244,9 +253,9 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 		insns = append(insns, loadRegs(bpf.R7)...)
 	} else if cfg.TaskStack > 0 {
 		// Before 5.15: the user registers are the last thing on the task's
-		// kernel stack (task_pt_regs: stack + THREAD_SIZE - sizeof(pt_regs);
-		// x86-64 pads nothing above them before FRED, 6.9+, which has
-		// bpf_task_pt_regs). The user code segment checks the guess.
+		// kernel stack (task_pt_regs: stack + THREAD_SIZE - sizeof(pt_regs),
+		// less 16 bytes of padding on FRED kernels). The user code segment
+		// checks each guess.
 		insns = append(insns,
 			bpf.FnGetCurrentTask.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode, before 5.15: the pt_regs at the top of current->stack")),
 			bpf.Mov.Reg(bpf.R3, bpf.R0),
@@ -259,6 +268,7 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 			bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
 			bpf.JEq.Imm(bpf.R3, 0, "no_regs"),
 			bpf.Add.Imm(bpf.R3, threadSize-ptRegsLen),
+			bpf.StoreMem(bpf.RFP, fpRead, bpf.R3, bpf.DWord),
 			bpf.Mov.Reg(bpf.R1, bpf.R8),
 			bpf.Add.Imm(bpf.R1, stateRegs),
 			bpf.Mov.Imm(bpf.R2, ptRegsLen),
@@ -267,7 +277,19 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 			bpf.Mov.Reg(bpf.R7, bpf.R8),
 			bpf.Add.Imm(bpf.R7, stateRegs),
 			bpf.LoadMem(bpf.R1, bpf.R7, regsCS, bpf.DWord),
+			bpf.JEq.Imm(bpf.R1, userCS, "task_regs"),
+			// FRED kernels (6.9+) keep 16 bytes above the registers
+			// (TOP_OF_KERNEL_STACK_PADDING): the tests force this path there.
+			bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord).WithSource(bpf.Comment("not user registers: try 16 bytes lower (FRED's padding)")),
+			bpf.Sub.Imm(bpf.R3, 16),
+			bpf.Mov.Reg(bpf.R1, bpf.R8),
+			bpf.Add.Imm(bpf.R1, stateRegs),
+			bpf.Mov.Imm(bpf.R2, ptRegsLen),
+			cfg.Readers.Kernel.Call(),
+			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
+			bpf.LoadMem(bpf.R1, bpf.R7, regsCS, bpf.DWord),
 			bpf.JNE.Imm(bpf.R1, userCS, "no_regs"),
+			asm.Nop().WithSymbol("task_regs"),
 		)
 		insns = append(insns, loadRegs(bpf.R7)...)
 	} else {
@@ -332,13 +354,14 @@ func notify(kind int32) bpf.Instructions {
 	)
 }
 
-// count adds one to counts[key], key at the map value in keyReg (a
-// callee-saved register); a full map counts in lost.
-func count(label string, keyReg bpf.Register) bpf.Instructions {
+// count adds one to counts[key], the key at keyBase of the scratch value in
+// scratch (a callee-saved register); a full map counts in lost.
+func count(label string, scratch bpf.Register) bpf.Instructions {
 	p := label
 	insns := bpf.Instructions{
 		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSymbol(label).WithSource(bpf.Comment("counts[key]++ (insert if new, a full map counts in lost)")),
-		bpf.Mov.Reg(bpf.R2, keyReg),
+		bpf.Mov.Reg(bpf.R2, scratch),
+		bpf.Add.Imm(bpf.R2, keyBase),
 		bpf.FnMapLookupElem.Call(),
 		bpf.JEq.Imm(bpf.R0, 0, p+"_insert"),
 		bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_add"),
@@ -347,14 +370,16 @@ func count(label string, keyReg bpf.Register) bpf.Instructions {
 		bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_insert"),
 		bpf.StoreMem(bpf.RFP, fpOne, bpf.R1, bpf.DWord),
 		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts"),
-		bpf.Mov.Reg(bpf.R2, keyReg),
+		bpf.Mov.Reg(bpf.R2, scratch),
+		bpf.Add.Imm(bpf.R2, keyBase),
 		bpf.Mov.Reg(bpf.R3, bpf.RFP),
 		bpf.Add.Imm(bpf.R3, fpOne),
 		bpf.Mov.Imm(bpf.R4, asm.UpdateNoExist),
 		bpf.FnMapUpdateElem.Call(),
 		bpf.JEq.Imm(bpf.R0, 0, p+"_done"),
 		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSource(bpf.Comment("another CPU inserted it first, or the map is full")),
-		bpf.Mov.Reg(bpf.R2, keyReg),
+		bpf.Mov.Reg(bpf.R2, scratch),
+		bpf.Add.Imm(bpf.R2, keyBase),
 		bpf.FnMapLookupElem.Call(),
 		bpf.JNE.Imm(bpf.R0, 0, p+"_add"),
 		bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word),
@@ -413,13 +438,13 @@ func frame(cfg progConfig, p string, last bool) bpf.Instructions {
 	}
 	insns := bpf.Instructions{
 		bpf.LoadMem(bpf.R1, bpf.R9, stateN, bpf.DWord).WithSymbol(p).WithSource(bpf.Comment("frame: key.user[n++] = pc; stop at the depth limit or pc 0")),
-		bpf.JGE.Imm(bpf.R1, userDepth, "truncated"),
+		bpf.JGE.Imm(bpf.R1, int32(cfg.UserDepth), "truncated"),
 		bpf.LoadMem(bpf.R2, bpf.R9, statePC, bpf.DWord),
 		bpf.JEq.Imm(bpf.R2, 0, "end"),
 		bpf.Mov.Reg(bpf.R3, bpf.R1),
 		bpf.LSh.Imm(bpf.R3, 3),
 		bpf.Add.Reg(bpf.R3, bpf.R9),
-		bpf.StoreMem(bpf.R3, keyUser, bpf.R2, bpf.DWord),
+		bpf.StoreMem(bpf.R3, int16(cfg.keyUser()), bpf.R2, bpf.DWord),
 		bpf.Mov.Reg(bpf.R3, bpf.R1),
 		bpf.Add.Imm(bpf.R3, 1),
 		bpf.StoreMem(bpf.R9, stateN, bpf.R3, bpf.DWord),

@@ -14,14 +14,17 @@ import (
 // variants are the program configurations the goldens pin and the load
 // test proves.
 func variants() map[string]progConfig {
-	return map[string]progConfig{
-		"fp_all":          {Mode: unwindFP, Readers: asm.NewReaders},
-		"fp_pid":          {Mode: unwindFP, Pid: 1234, Readers: asm.NewReaders},
-		"eh_tree":         {Mode: unwindEH, Tree: true, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders},
-		"auto_all":        {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Mmapable: true, Readers: asm.NewReaders},
-		"auto_no_taskreg": {Mode: unwindAuto, Rows: 1 << 16, Readers: asm.OldReaders},
-		"eh_task_stack":   {Mode: unwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders},
+	const kd, ud = kernelDepth, userDepth
+	v := map[string]progConfig{
+		"fp_all":          {Mode: unwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"fp_pid":          {Mode: unwindFP, Pid: 1234, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"eh_tree":         {Mode: unwindEH, Tree: true, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_all":        {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Mmapable: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_no_taskreg": {Mode: unwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: kd, UserDepth: ud},
+		"eh_task_stack":   {Mode: unwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_small_keys": {Mode: unwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: smallKernelDepth, UserDepth: smallUserDepth},
 	}
+	return v
 }
 
 func TestProgramGoldens(t *testing.T) {
@@ -53,6 +56,13 @@ func TestProgramGoldens(t *testing.T) {
 // TestProgramsLoad hands every variant, with its maps, to the verifier.
 func TestProgramsLoad(t *testing.T) {
 	v := variants()
+	if !haveBigKeys() {
+		for name, cfg := range v {
+			if cfg.UserDepth == userDepth {
+				delete(v, name) // this kernel refuses 1.5 KiB hash keys: the small-key variant is what runs here
+			}
+		}
+	}
 	if !haveTaskRegs() {
 		for name, cfg := range v {
 			if cfg.TaskRegs {

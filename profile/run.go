@@ -52,19 +52,47 @@ func validate(o *options) error {
 	return nil
 }
 
-// stackKey is the counts map's key (see the key layout in prog.go).
-type stackKey struct {
+// stackKey is a counts map key, raw (its depths are the run's), and
+// decoded.
+type stackKey string
+
+type decodedKey struct {
 	Pid     uint32
 	Stop    uint8
 	KernErr uint8
-	_       [2]byte
-	Kernel  [kernelDepth]uint64
-	User    [userDepth]uint64
+	Kernel  []uint64 // leaf first, up to the first 0
+	User    []uint64
+}
+
+func (k stackKey) decode(kernelDepth int) decodedKey {
+	b := []byte(k)
+	d := decodedKey{Pid: binary.LittleEndian.Uint32(b), Stop: b[4], KernErr: b[5]}
+	frames := func(b []byte) []uint64 {
+		var out []uint64
+		for i := 0; i+8 <= len(b); i += 8 {
+			pc := binary.LittleEndian.Uint64(b[i:])
+			if pc == 0 {
+				break
+			}
+			out = append(out, pc)
+		}
+		return out
+	}
+	d.Kernel = frames(b[8 : 8+8*kernelDepth])
+	d.User = frames(b[8+8*kernelDepth:])
+	return d
 }
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
-	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: tools.Readers()}
-	cfg.TaskRegs, cfg.Mmapable = haveTaskRegs(), haveMmapable()
+	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: tools.Readers(),
+		KernelDepth: kernelDepth, UserDepth: userDepth}
+	if !haveBigKeys() {
+		// Older kernels (5.10 here) take hash keys of MAX_BPF_STACK, 512
+		// bytes, at most.
+		cfg.KernelDepth, cfg.UserDepth = smallKernelDepth, smallUserDepth
+		fmt.Fprintf(s.Stderr, "profile: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", cfg.KernelDepth, cfg.UserDepth)
+	}
+	cfg.TaskRegs, cfg.Mmapable = haveTaskRegs(), tools.HaveMmapableArrays()
 	if os.Getenv(noTaskRegsEnv) == "1" {
 		cfg.TaskRegs = false // the tests take the pre-5.15 path on any kernel
 	}
@@ -166,7 +194,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	}
 	s.OnClose("", clock.Close)
 
-	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}}
+	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}, kernelDepth: cfg.KernelDepth}
 	// The output files are created now: a path that cannot be written is
 	// an error before the run, not after it.
 	for _, out := range []struct {
@@ -209,17 +237,18 @@ func dropIdleFilter(p *ebpf.ProgramSpec) {
 }
 
 type reporter struct {
-	s      *tools.Session
-	o      *options
-	coll   *ebpf.Collection
-	ps     *processes
-	kernel map[uint64]string // kernel function names, resolved at report time
-	warned bool
-	pprof  *os.File // --pprof, created at the start
-	svg    *os.File // --svg
-	counts tools.KeyedDeltas[stackKey]
-	lost   tools.Deltas
-	start  time.Time
+	s           *tools.Session
+	o           *options
+	coll        *ebpf.Collection
+	ps          *processes
+	kernel      map[uint64]string // kernel function names, resolved at report time
+	kernelDepth int
+	warned      bool
+	pprof       *os.File // --pprof, created at the start
+	svg         *os.File // --svg
+	counts      tools.KeyedDeltas[stackKey]
+	lost        tools.Deltas
+	start       time.Time
 }
 
 // stack is one counted stack, named.
@@ -244,11 +273,11 @@ var ends = map[int32]string{
 
 func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
 	cur := map[stackKey]uint64{}
-	var k stackKey
+	var k []byte
 	var v uint64
 	it := r.coll.Maps["counts"].Iterate()
 	for it.Next(&k, &v) {
-		cur[k] = v
+		cur[stackKey(k)] = v
 	}
 	if err := it.Err(); err != nil {
 		return nil, nil, 0, fmt.Errorf("read stack counts: %w", err)
@@ -269,10 +298,7 @@ func (r *reporter) resolveKernel(cur map[stackKey]uint64) error {
 	var todo []uint64
 	seen := map[uint64]bool{}
 	for k := range cur {
-		for _, pc := range k.Kernel {
-			if pc == 0 {
-				break
-			}
+		for _, pc := range k.decode(r.kernelDepth).Kernel {
 			if _, ok := r.kernel[pc]; !ok && !seen[pc] {
 				seen[pc] = true
 				todo = append(todo, pc)
@@ -301,21 +327,16 @@ func (r *reporter) named(counts map[stackKey]uint64) []stack {
 	// Keys differ by every address; stacks are reported by their names
 	// (two samples at different instructions of one function are one stack).
 	byName := map[string]*stack{}
-	for k, n := range counts {
+	for raw, n := range counts {
 		if n == 0 {
 			continue
 		}
+		k := raw.decode(r.kernelDepth)
 		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: ends[int32(k.Stop)]}
 		for _, pc := range k.User {
-			if pc == 0 {
-				break
-			}
 			st.User = append(st.User, r.ps.symbolize(k.Pid, pc))
 		}
 		for _, pc := range k.Kernel {
-			if pc == 0 {
-				break
-			}
 			// The function, not the instruction: "vfs_read", as BCC and perf.
 			name := r.kernel[pc]
 			if name == "" {
@@ -519,12 +540,8 @@ func haveTaskRegs() bool {
 	return features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
 }
 
-// haveMmapable reports whether array maps can be mapped into memory (5.5+).
-func haveMmapable() bool {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_MMAPABLE})
-	if err != nil {
-		return false
-	}
-	m.Close()
-	return true
+// haveBigKeys reports whether a hash map takes the full key (6.1 does;
+// 5.10 limits hash keys to MAX_BPF_STACK, 512 bytes).
+func haveBigKeys() bool {
+	return tools.HashKeyFits(progConfig{KernelDepth: kernelDepth, UserDepth: userDepth}.keySize())
 }

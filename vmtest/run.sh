@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test-vm: the kernel matrix. Boots Debian's 6.1 and 6.12 cloud kernels
+# make test-vm: the kernel matrix. Boots Debian's 5.10, 6.1, 6.12 and 7.x cloud kernels
 # (which have kprobes, unlike our host's) under qemu TCG with an initramfs
 # of busybox, the tools and the test binaries, runs the privileged tests
 # inside, and checks each guest's verdict lines.
@@ -21,20 +21,53 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# The newest Debian cloud kernel of each series, downloaded once.
-# TK_VM_SERIES narrows the matrix (e.g. '6\.1\.0-[0-9]+') while debugging.
+# The newest Debian cloud kernel of each series, downloaded once: 6.1 and
+# 6.12 from the machine's own sources; 5.10 (bullseye) and 7.x (sid)
+# through a private apt configuration under $cache/apt, which never touches
+# the machine's sources. TK_VM_SERIES narrows the matrix (e.g. '6\.1\.0-[0-9]+')
+# while debugging.
+apt_dir=$(pwd)/$cache/apt
+mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+cat > "$apt_dir/sources.list" <<'SOURCES'
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
+SOURCES
+private=(-o Dir::Etc::sourcelist="$apt_dir/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$apt_dir/lists" -o Dir::Cache="$apt_dir/cache")
+private_updated=
+newest() { # newest PKG-REGEX [apt options...]: the highest version of the packages named so
+  local re=$1
+  shift
+  apt-cache "$@" search --names-only "$re" | awk '{print $1}' | sort -V | tail -1
+}
 kernels=()
-for series in ${TK_VM_SERIES:-'6\.1\.0-[0-9]+' '6\.12\.[0-9]+\+deb12'}; do
-  pkg=$(apt-cache search --names-only "^linux-image-${series}-cloud-amd64-unsigned\$" | awk '{print $1}' | sort -V | tail -1)
-  if [ -z "$pkg" ]; then
+for series in ${TK_VM_SERIES:-'5\.10\.0-[0-9]+' '6\.1\.0-[0-9]+' '6\.12\.[0-9]+\+deb12' '7\.[0-9]+\.[0-9]+\+deb[0-9]+'}; do
+  opts=()
+  case "$series" in
+    5*|7*)
+      opts=("${private[@]}")
+      if [ -z "$private_updated" ] && { [ -z "$(ls "$apt_dir/lists" 2>/dev/null | grep -v partial)" ] || [ -z "$(newest "^linux-image-${series}-cloud-amd64(-unsigned)?\$" "${opts[@]}")" ]; }; then
+        apt-get "${opts[@]}" update -qq
+        private_updated=1
+      fi
+      ;;
+  esac
+  # sid's linux-image-VERSION is a meta package: its kernel is in
+  # linux-binary-VERSION and its modules in linux-modules-VERSION.
+  case "$series" in
+    7*) pkg=$(newest "^linux-binary-${series}-cloud-amd64\$" "${opts[@]}"); extra=${pkg/linux-binary-/linux-modules-} ;;
+    *) pkg=$(newest "^linux-image-${series}-cloud-amd64-unsigned\$" "${opts[@]}"); extra= ;;
+  esac
+  if [ -z "$pkg" ] && [ ${#opts[@]} -eq 0 ]; then
     apt-get update -qq
-    pkg=$(apt-cache search --names-only "^linux-image-${series}-cloud-amd64-unsigned\$" | awk '{print $1}' | sort -V | tail -1)
+    pkg=$(newest "^linux-image-${series}-cloud-amd64-unsigned\$")
   fi
-  [ -n "$pkg" ] || { echo "test-vm: no Debian package matches linux-image-${series}-cloud-amd64-unsigned" >&2; exit 1; }
+  [ -n "$pkg" ] || { echo "test-vm: no Debian kernel package matches the series ${series}" >&2; exit 1; }
   dir="$cache/$pkg"
-  if [ ! -d "$dir/boot" ]; then
-    (cd "$cache" && rm -f "$pkg"_*.deb && apt-get download -qq "$pkg" 2>/dev/null)
-    mkdir -p "$dir" && dpkg -x "$cache/$pkg"_*.deb "$dir"
+  if [ -z "$(find "$dir" -name 'vmlinuz*' -type f 2>/dev/null | head -1)" ]; then
+    for p in $pkg $extra; do
+      (cd "$cache" && rm -f "$p"_*.deb && apt-get "${opts[@]}" download -qq "$p" 2>/dev/null)
+      mkdir -p "$dir" && dpkg -x "$cache/$p"_*.deb "$dir"
+    done
   fi
   kernels+=("$dir")
 done
@@ -71,37 +104,61 @@ chmod 755 "$stage/init"
 
 status=0
 all_passed=0 all_failed=0 all_skipped=0
-for dir in "${kernels[@]}"; do
+# One guest per kernel, two at a time (each guest has one CPU; the host
+# has two); the results are read in the matrix's order afterwards.
+boot() { # boot DIR: run the tests in a guest of that kernel, log in $cache/NAME.log.txt
+  local dir=$1 name vmlinuz loop initrd t0
   name=$(basename "$dir")
-  vmlinuz=$(ls "$dir"/boot/vmlinuz-*)
-  loop=$(find "$dir/lib/modules" -name 'loop.ko*' | head -1)
+  vmlinuz=$(find "$dir" -name 'vmlinuz*' -type f | head -1)
+  loop=$(find "$dir" -name 'loop.ko*' | head -1)
+  initrd="$cache/initramfs-$name.cpio"
+  local lib
+  lib=$(mktemp -d)
+  mkdir -p "$lib/lib"
   case "$loop" in
-    *.xz) xz -dc "$loop" > "$stage/lib/loop.ko" ;;
-    *) cp "$loop" "$stage/lib/loop.ko" ;;
+    *.xz) xz -dc "$loop" > "$lib/lib/loop.ko" ;;
+    *) cp "$loop" "$lib/lib/loop.ko" ;;
   esac
-  (cd "$stage" && find . -path ./lib -prune -o -print | cpio -o -H newc --quiet; find ./lib | cpio -o -H newc --quiet) > "$cache/initramfs.cpio"
-  log="$cache/$name.log"
+  { (cd "$stage" && find . -path ./lib -prune -o -print | cpio -o -H newc --quiet; find ./lib | cpio -o -H newc --quiet)
+    (cd "$lib" && find ./lib/loop.ko | cpio -o -H newc --quiet); } > "$initrd"
+  rm -rf "$lib"
   t0=$(date +%s)
   # One CPU: with two, 6.12 hits an "Oops: int3" in syscall_trace_enter
   # when a syscall tracepoint is enabled (text_poke_bp under TCG).
-  timeout 600 qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 2048 -nographic -no-reboot \
-    -kernel "$vmlinuz" -initrd "$cache/initramfs.cpio" \
-    -append "console=ttyS0 quiet panic=-1" > "$log" 2>&1 || true
-  tr -d '\r' < "$log" > "$log.txt"
-  kver=$(grep -o -m1 'TK-KERNEL .*' "$log.txt" | cut -d' ' -f2 || true)
-  echo "== $name (kernel ${kver:-?}), $(( $(date +%s) - t0 )) s"
-  if ! grep -q 'TK-DONE' "$log.txt"; then
-    echo "test-vm: the guest did not finish; last lines of $log:"; tail -20 "$log.txt"; status=1; continue
+  timeout 900 qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 2048 -nographic -no-reboot \
+    -kernel "$vmlinuz" -initrd "$initrd" \
+    -append "console=ttyS0 quiet panic=-1" > "$cache/$name.log" 2>&1 || true
+  tr -d '\r' < "$cache/$name.log" > "$cache/$name.log.txt"
+  echo $(( $(date +%s) - t0 )) > "$cache/$name.secs"
+  rm -f "$initrd"
+}
+running=0
+for dir in "${kernels[@]}"; do
+  if [ $running -ge 2 ]; then
+    wait -n || true
+    running=$((running - 1))
   fi
-  grep '^TK-OUT' "$log.txt" | grep -E -e '--- (FAIL|SKIP)' -e '_test\.go:' | sed 's/^TK-OUT /   /' || true
+  boot "$dir" &
+  running=$((running + 1))
+done
+wait
+for dir in "${kernels[@]}"; do
+  name=$(basename "$dir")
+  log="$cache/$name.log.txt"
+  kver=$(grep -o -m1 'TK-KERNEL .*' "$log" | cut -d' ' -f2 || true)
+  echo "== $name (kernel ${kver:-?}), $(cat "$cache/$name.secs") s"
+  if ! grep -q 'TK-DONE' "$log"; then
+    echo "test-vm: the guest did not finish; last lines of $log:"; tail -20 "$log"; status=1; continue
+  fi
+  grep '^TK-OUT' "$log" | grep -E -e '--- (FAIL|SKIP)' -e '_test\.go:' | sed 's/^TK-OUT /   /' || true
   while read -r _ pkg rc; do
-    passed=$(grep -c "^TK-OUT $pkg: --- PASS" "$log.txt" || true)
-    skipped=$(grep -c "^TK-OUT $pkg: --- SKIP" "$log.txt" || true)
-    failed=$(grep -c "^TK-OUT $pkg: --- FAIL" "$log.txt" || true)
+    passed=$(grep -c "^TK-OUT $pkg: --- PASS" "$log" || true)
+    skipped=$(grep -c "^TK-OUT $pkg: --- SKIP" "$log" || true)
+    failed=$(grep -c "^TK-OUT $pkg: --- FAIL" "$log" || true)
     printf '   %-10s %3d passed, %d failed, %d skipped\n' "$pkg" "$passed" "$failed" "$skipped"
     all_passed=$((all_passed + passed)) all_failed=$((all_failed + failed)) all_skipped=$((all_skipped + skipped))
     [ "$rc" = 0 ] || status=1
-  done < <(grep '^TK-RESULT' "$log.txt")
+  done < <(grep '^TK-RESULT' "$log")
 done
 echo "test-vm: $(( $(date +%s) - start )) s for ${#kernels[@]} kernels"
 [ $status = 0 ] || [ $all_failed -gt 0 ] || all_failed=1 # a guest that died counts
