@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/rlimit"
 	bpf "github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/unwind"
