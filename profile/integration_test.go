@@ -321,7 +321,14 @@ func TestPprofAndSVGFiles(t *testing.T) {
 		flat[s.Location[0].Line[0].Function.Name] += s.Value[0]
 		total += s.Value[0]
 	}
-	if total < 150 || float64(flat["c"]) < 0.9*float64(total) {
+	// c is the top function (the rest is the process's start, slow under
+	// emulation), with most of the samples.
+	for fn, n := range flat {
+		if n > flat["c"] {
+			t.Errorf("%s has more samples flat (%d) than c (%d)", fn, n, flat["c"])
+		}
+	}
+	if total < 150 || float64(flat["c"]) < 0.75*float64(total) {
 		t.Errorf("c has %d of %d samples flat", flat["c"], total)
 	}
 	if goBin, err := exec.LookPath("go"); err == nil {
