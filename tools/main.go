@@ -134,7 +134,9 @@ func Main(t Tool, args []string) (status int) {
 		}
 		return usage(err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP (the terminal went away) ends the run as SIGINT does: final
+	// report, cleanup, the live view restored.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	// A closed stdout must end in an error return, which detaches and
 	// removes everything, not in a SIGPIPE death, which removes nothing. A

@@ -149,3 +149,29 @@ func TestTreeForgetsExitedProcesses(t *testing.T) {
 		t.Errorf("40 processes at once in a map of 16, and stderr says nothing of it: %q", r.Stderr)
 	}
 }
+
+// TestHangupEndsWithAReport: SIGHUP (the terminal went away) ends the run
+// as SIGINT does, with the final report and exit status 0, not a death
+// that skips the cleanup.
+func TestHangupEndsWithAReport(t *testing.T) {
+	privtest.Require(t)
+	cmd := exec.Command(tool(t), "--json")
+	var out strings.Builder
+	cmd.Stdout = &out
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(stderr).ReadString('\n'); !strings.HasPrefix(line, "Tracing") {
+		cmd.Process.Kill()
+		t.Fatalf("%q", line)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	err := cmd.Wait()
+	if err != nil {
+		t.Fatalf("after SIGHUP: %v", err)
+	}
+	if reps := parseJSON(t, out.String()); len(reps) != 1 || reps[0].Tool != "writesize" {
+		t.Errorf("after SIGHUP: %q, want the final report", out.String())
+	}
+}
