@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -173,5 +174,24 @@ func TestHangupEndsWithAReport(t *testing.T) {
 	}
 	if reps := parseJSON(t, out.String()); len(reps) != 1 || reps[0].Tool != "writesize" {
 		t.Errorf("after SIGHUP: %q, want the final report", out.String())
+	}
+}
+
+// TestFullNameMapIsReported: with the name map lowered to 8 entries
+// (TRACEKIT_COMM_MAX), 20 processes that wrote and exited leave 12 labelled
+// "?", and the run says why instead of staying silent.
+func TestFullNameMapIsReported(t *testing.T) {
+	privtest.Require(t)
+	t.Setenv("TRACEKIT_COMM_MAX", "8")
+	r := runTool(t, "-P", "-c", fmt.Sprintf("i=0; while [ $i -lt 20 ]; do %s; i=$((i+1)); done", writer(t, 3, 1)))
+	if r.Status != 0 {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
+	}
+	unnamed := regexp.MustCompile(`(?m)^process = \? \d+$`).FindAllString(r.Stdout, -1)
+	if len(unnamed) != 12 {
+		t.Errorf("%d processes labelled '?', want 12:\n%s", len(unnamed), r.Stdout)
+	}
+	if !strings.Contains(r.Stderr, "12 processes print as '?': their names did not fit in the name map (8 entries)") {
+		t.Errorf("stderr %q", r.Stderr)
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
@@ -14,10 +16,16 @@ import (
 
 // Map sizes. One process needs at most 64 entries (one per slot), so 10240
 // entries hold 160 busy processes; more are counted as lost, never dropped.
-const (
-	maxProcEntries = 10240
-	maxComms       = 4096
-)
+const maxProcEntries = 10240
+
+// maxComms is the size of the name map (TRACEKIT_COMM_MAX lowers it, for
+// tests): a process beyond it that has exited by the report prints as "?".
+var maxComms = func() uint32 {
+	if n, err := strconv.ParseUint(os.Getenv("TRACEKIT_COMM_MAX"), 10, 32); err == nil && n > 0 && n < 4096 {
+		return uint32(n)
+	}
+	return 4096
+}()
 
 // progConfig says what program to build.
 type progConfig struct {

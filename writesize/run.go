@@ -118,7 +118,13 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err != nil {
 			return err
 		}
-		return s.WriteHist(rep, time.Now())
+		if err := s.WriteHist(rep, time.Now()); err != nil {
+			return err
+		}
+		if final && r.unnamed > 0 && r.commsFull() {
+			fmt.Fprintf(s.Stderr, "writesize: %d processes print as '?': their names did not fit in the name map (%d entries) and they exited before the report\n", r.unnamed, maxComms)
+		}
+		return nil
 	})
 }
 
@@ -128,6 +134,19 @@ type reader struct {
 	perProcess bool
 	deltas     tools.Deltas
 	comms      map[uint32]string
+	unnamed    int // processes of the last report labelled "?"
+}
+
+// commsFull reports whether the name map holds as many names as it can.
+func (r *reader) commsFull() bool {
+	var pid uint32
+	var n uint32
+	it := r.coll.Maps["comms"].Iterate()
+	var name [16]byte
+	for it.Next(&pid, &name) {
+		n++
+	}
+	return n >= r.coll.Maps["comms"].MaxEntries()
 }
 
 func (r *reader) report() (*tools.HistReport, error) {
@@ -155,12 +174,17 @@ func (r *reader) report() (*tools.HistReport, error) {
 		pids = append(pids, pid)
 	}
 	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+	r.unnamed = 0
 	for _, pid := range pids {
 		h := r.deltas.Hist(pid, hists[pid])
 		if h.Total() == 0 {
 			continue // nothing from this process in this interval
 		}
-		h.Label = fmt.Sprintf("%s %d", r.comm(pid), pid)
+		comm := r.comm(pid)
+		if comm == "?" {
+			r.unnamed++
+		}
+		h.Label = fmt.Sprintf("%s %d", comm, pid)
 		rep.Hists = append(rep.Hists, h)
 	}
 	return rep, nil
