@@ -20,28 +20,32 @@ type options struct {
 	Folded    bool   `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
 	SVG       string `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
 	Pprof     string `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
-	Budget    int    `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB (8 bytes a row: python3.11 and libc take 0.7)"`
+	Budget    int    `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
 	Idle      bool   `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
 }
 
 const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event
 per CPU runs a BPF program -F times a second, which reads the kernel stack and
 the user stack and counts them by (pid, kernel stack, user stack) in a BPF
-hash, keyed by the addresses themselves. User space names the frames (kallsyms;
-the .symtab and .dynsym of each mapped file, C++ and Rust names demangled)
-when it prints a report.
+hash, keyed by the addresses themselves. User space names the frames when it
+prints a report: kallsyms; the .symtab and .dynsym of each mapped file, and
+its separate debug file by build id under /usr/lib/debug/.build-id (Debian's
+-dbg packages); C++ and Rust names demangled.
 
 User stacks. Most distribution binaries (python3.11, libc) are built without
 frame pointers: a frame-pointer walk (bpftrace's ustack, BCC's profile) stops
 after a frame or two. --unwind=eh walks them in the kernel: profile reads each
 mapped file's .eh_frame into a table of rows (address -> where the caller's
 frame and return address are), and the program looks up each frame's row and
-steps to its caller, up to 127 frames (5 per program, then a tail call). The
-tables of a process are loaded when its first sample is seen, so the first
-samples of a process may end early. auto (the default) uses the tables where
-a file has one and frame pointers elsewhere (JIT code); fp uses only frame
-pointers. The unwinder reads x86-64 frames only: on other architectures
-auto means fp, and eh is refused.
+steps to its caller, up to 127 frames (5 per program, then a tail call; 46
+on kernels that take hash keys of 512 bytes at most, as 5.10). The tables of
+the -p/-c processes are loaded when each is first seen (and again after an
+exec); tracing everything, a file's table is loaded when the unwinder first
+meets an address in it. Either way a process's first samples may end
+early. auto (the default) uses the tables where a file has one and frame
+pointers elsewhere (JIT code); fp uses only frame pointers. The unwinder
+reads x86-64 frames only: on other architectures auto means fp, and eh is
+refused.
 
 A stack that ends before _start is marked by why:
   [unwind error: no unwind row]  the address is in no FDE of its file
