@@ -3,6 +3,9 @@ GO      ?= go
 TOOLS   := writesize dropmon iolat filter profile
 BIN     := bin
 GOFLAGS := -trimpath
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS := -s -w -X github.com/tracekit/tracekit/tools.Version=$(VERSION) -X github.com/tracekit/tracekit/tools.Commit=$(COMMIT)
 export CGO_ENABLED := 0
 
 .PHONY: all build run test test-vm bench vet help clean
@@ -11,7 +14,7 @@ all: build ## `make` alone builds every tool
 
 build: ## build every tool, static, into bin/
 	@mkdir -p $(BIN)
-	@for t in $(TOOLS); do $(GO) build $(GOFLAGS) -ldflags='-s -w' -o $(BIN)/$$t ./$$t || exit 1; done
+	@for t in $(TOOLS); do $(GO) build $(GOFLAGS) -ldflags='$(LDFLAGS)' -o $(BIN)/$$t ./$$t || exit 1; done
 
 run: build ## build, then run the showcase: the live IO latency heatmap (q quits)
 	$(BIN)/iolat --heatmap

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +24,7 @@ type Common struct {
 	JSON       bool   `long:"json" description:"Print one JSON object per report on stdout; every other message goes to stderr"`
 	Timestamp  bool   `short:"T" long:"timestamp" description:"Print the time (HH:MM:SS) above each text report"`
 	Verbose    bool   `long:"verbose" description:"When the kernel's verifier rejects a program, print its whole log and the program (else its last lines)"`
+	Version    bool   `long:"version" description:"Print the toolkit's version, its commit and the Go version it was built with, and exit"`
 	Args       struct {
 		Interval string `positional-arg-name:"interval" description:"Seconds between reports; without it, one report at the end"`
 		Count    string `positional-arg-name:"count" description:"Number of reports to print before exiting"`
@@ -127,6 +130,10 @@ func Main(t Tool, args []string) (status int) {
 		return 2
 	}
 	if err := parse(t, args); err != nil {
+		if errors.Is(err, errVersion) {
+			fmt.Fprintln(os.Stdout, VersionLine(t.Name))
+			return 0
+		}
 		var fe *flags.Error
 		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {
 			fmt.Fprint(os.Stdout, fe.Message)
@@ -177,6 +184,46 @@ func run(ctx context.Context, t Tool, s *Session) error {
 	return t.Run(ctx, s)
 }
 
+// Version and Commit are set at build time (make build: -ldflags -X, from
+// git describe and git rev-parse); without them Version is "dev" and the
+// commit comes from the build's VCS stamp, if it has one.
+var (
+	Version = "dev"
+	Commit  = ""
+)
+
+var errVersion = errors.New("--version")
+
+// VersionLine is what --version prints: "NAME (tracekit) VERSION, commit
+// COMMIT, built with GOVERSION"; the commit (from the build's VCS stamp) is
+// marked -dirty when the tree had changes.
+func VersionLine(name string) string {
+	commit := "unknown"
+	if Commit != "" {
+		commit = Commit
+	} else if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, modified string
+		for _, st := range bi.Settings {
+			switch st.Key {
+			case "vcs.revision":
+				rev = st.Value
+			case "vcs.modified":
+				modified = st.Value
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			commit = rev
+			if modified == "true" {
+				commit += "-dirty"
+			}
+		}
+	}
+	return fmt.Sprintf("%s (tracekit) %s, commit %s, built with %s", name, Version, commit, runtime.Version())
+}
+
 // exitHelp ends every tool's --help.
 const exitHelp = `With -c, the command runs in a process group of its own, with stdin from
 /dev/null when stdin is a terminal. When the tool stops first (Ctrl-C, the
@@ -203,6 +250,9 @@ func parse(t Tool, args []string) error {
 		return fmt.Errorf("options: %w", err)
 	}
 	rest, err := p.ParseArgs(args)
+	if err == nil && t.Options.common().Version {
+		return errVersion // before the positional checks: "filter --version" has no EVENT
+	}
 	if err != nil {
 		var fe *flags.Error
 		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {

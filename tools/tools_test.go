@@ -1,7 +1,9 @@
 package tools
 
 import (
+	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +95,28 @@ func TestUsageErrorIsTyped(t *testing.T) {
 	var ue *UsageError
 	if !errors.As(Usagef("x %d", 1), &ue) || ue.Error() != "x 1" {
 		t.Error("Usagef")
+	}
+}
+
+// TestVersion: --version prints one line and exits 0, before any other
+// check (a tool with a required lead argument has none here).
+func TestVersion(t *testing.T) {
+	var o struct{ Common }
+	tool := Tool{Name: "tk", Summary: "s", Lead: "EVENT", Options: &o, Run: func(context.Context, *Session) error {
+		t.Fatal("--version ran the tool")
+		return nil
+	}}
+	if got := Main(tool, []string{"--version"}); got != 0 {
+		t.Fatalf("exit %d", got)
+	}
+	line := VersionLine("tk")
+	if !regexp.MustCompile(`^tk \(tracekit\) \S+, commit \S+, built with go\d`).MatchString(line) {
+		t.Errorf("version line %q", line)
+	}
+	old := Commit
+	Commit = "0123456789ab-dirty"
+	defer func() { Commit = old }()
+	if line := VersionLine("tk"); !strings.Contains(line, "commit 0123456789ab-dirty,") {
+		t.Errorf("the build's commit is not printed: %q", line)
 	}
 }
