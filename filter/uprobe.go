@@ -296,19 +296,18 @@ func userInfo(s *tools.Session, ev event, pid int) error {
 // mappedInfo lists the USDT probes of every file process pid maps, as
 // /proc/PID/maps names them, read through the process's root.
 func mappedInfo(s *tools.Session, pid int) error {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	maps, err := tools.ReadMaps(pid)
 	if err != nil {
 		return fmt.Errorf("read the mappings of pid %d: %w", pid, err)
 	}
 	seen := map[string]bool{}
 	found := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 6 || !strings.HasPrefix(fields[5], "/") || seen[fields[5]] {
+	for _, m := range maps {
+		if !strings.HasPrefix(m.Path, "/") || seen[m.Path] {
 			continue
 		}
-		seen[fields[5]] = true
-		path := fmt.Sprintf("/proc/%d/root%s", pid, fields[5])
+		seen[m.Path] = true
+		path := fmt.Sprintf("/proc/%d/root%s", pid, m.Path)
 		f, err := uprobe.Open(path)
 		if err != nil {
 			continue // deleted, not ELF, gone: nothing to list
@@ -320,7 +319,7 @@ func mappedInfo(s *tools.Session, pid int) error {
 		}
 		found += len(probes)
 		for _, p := range probes {
-			fmt.Fprintf(s.Stdout, "usdt:%s:%s  %d site(s), semaphore %s\n", fields[5], p, len(p.Sites), semName(p.Semaphore))
+			fmt.Fprintf(s.Stdout, "usdt:%s:%s  %d site(s), semaphore %s\n", m.Path, p, len(p.Sites), semName(p.Semaphore))
 		}
 	}
 	if found == 0 {

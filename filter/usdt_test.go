@@ -17,42 +17,17 @@ import (
 	"github.com/tracekit/tracekit/tracefs"
 )
 
-var (
-	fixtureOnce sync.Once
-	fixtureDir  string
-	fixtureErr  error
-)
-
 // fixtures is the directory of the built USDT fixtures: prebuilt in
 // testdata/usdt/build (the kernel matrix ships them), else built here once
 // with gcc and sys/sdt.h, installed when missing.
 func fixtures(t *testing.T) string {
 	t.Helper()
-	if st, err := os.Stat("testdata/usdt/build"); err == nil && st.IsDir() {
-		abs, _ := filepath.Abs("testdata/usdt/build")
-		return abs
-	}
-	tooltest.Install(t, "gcc systemtap-sdt-dev", func() bool {
+	return tooltest.Fixtures(t, "testdata/usdt/build", "testdata/usdt/build.sh", "gcc systemtap-sdt-dev", func() bool {
 		_, err := exec.LookPath("gcc")
 		_, errH := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h")
 		_, errH2 := os.Stat("/usr/include/sys/sdt.h")
 		return err == nil && (errH == nil || errH2 == nil)
 	})
-	fixtureOnce.Do(func() {
-		fixtureDir, fixtureErr = os.MkdirTemp("", "tk-usdt")
-		if fixtureErr != nil {
-			return
-		}
-		os.Chmod(fixtureDir, 0o755)
-		out, err := exec.Command("bash", "testdata/usdt/build.sh", fixtureDir).CombinedOutput()
-		if err != nil {
-			fixtureErr = fmt.Errorf("build the fixtures: %v\n%s", err, out)
-		}
-	})
-	if fixtureErr != nil {
-		t.Fatal(fixtureErr)
-	}
-	return fixtureDir
 }
 
 // userCount is filter --count --json on a user-space probe, with env.

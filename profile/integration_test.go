@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -20,34 +19,15 @@ import (
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
 
-var (
-	fixtureOnce sync.Once
-	fixtureDir  string
-	fixtureErr  error
-)
-
-// fixtures builds the chain fixtures once (testdata/build.sh), or uses a
-// prebuilt testdata/build (the kernel matrix's guests have no compiler).
+// fixtures is the directory of the chain fixtures (testdata/build.sh):
+// prebuilt in testdata/build (the kernel matrix ships them), else built
+// here once with gcc.
 func fixtures(t *testing.T) string {
 	t.Helper()
-	if st, err := os.Stat("testdata/build"); err == nil && st.IsDir() {
-		abs, _ := filepath.Abs("testdata/build")
-		return abs
-	}
-	tooltest.Install(t, "gcc", func() bool { _, err := exec.LookPath("gcc"); return err == nil })
-	fixtureOnce.Do(func() {
-		if fixtureDir, fixtureErr = os.MkdirTemp("", "tk-profile"); fixtureErr != nil {
-			return
-		}
-		os.Chmod(fixtureDir, 0o755)
-		if out, err := exec.Command("bash", "testdata/build.sh", fixtureDir).CombinedOutput(); err != nil {
-			fixtureErr = fmt.Errorf("build the fixtures: %v\n%s", err, out)
-		}
+	return tooltest.Fixtures(t, "testdata/build", "testdata/build.sh", "gcc", func() bool {
+		_, err := exec.LookPath("gcc")
+		return err == nil
 	})
-	if fixtureErr != nil {
-		t.Fatal(fixtureErr)
-	}
-	return fixtureDir
 }
 
 type report struct {

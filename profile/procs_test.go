@@ -6,57 +6,9 @@ import (
 	"math/rand"
 	"strings"
 	"testing"
+
+	"github.com/tracekit/tracekit/tools"
 )
-
-func TestParseMaps(t *testing.T) {
-	in := `55d0c5a8c000-55d0c5a8e000 r--p 00000000 fd:01 1835234                    /usr/bin/cat
-55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234                    /usr/bin/cat
-7f1c2a000000-7f1c2a021000 rw-p 00000000 00:00 0 
-7f1c2a100000-7f1c2a128000 r-xp 00028000 fd:01 42                         /tmp/a dir/with spaces (deleted)
-7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0                          [vdso]
-`
-	maps, err := parseMaps(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(maps) != 5 {
-		t.Fatalf("%d mappings", len(maps))
-	}
-	m := maps[1]
-	if m.Start != 0x55d0c5a8e000 || m.End != 0x55d0c5a93000 || m.Off != 0x2000 || !m.Exec() || m.Path != "/usr/bin/cat" || m.Inode != 1835234 {
-		t.Errorf("mapping 1: %+v", m)
-	}
-	if maps[2].Path != "" || maps[2].Exec() {
-		t.Errorf("anonymous mapping: %+v", maps[2])
-	}
-	if maps[3].Path != "/tmp/a dir/with spaces (deleted)" {
-		t.Errorf("path with spaces: %q", maps[3].Path)
-	}
-	if keyOf(maps[4]) != (fileKey{Name: "[vdso]"}) || keyOf(maps[1]) != (fileKey{Dev: "fd:01", Inode: 1835234}) {
-		t.Errorf("keys: %+v %+v", keyOf(maps[4]), keyOf(maps[1]))
-	}
-	for _, bad := range []string{"zz-10 r-xp 0 0:0 0\n", "20-10 r-xp 0 0:0 0\n", "10-20 r-xp\n"} {
-		if _, err := parseMaps(strings.NewReader(bad)); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-}
-
-func FuzzParseMaps(f *testing.F) {
-	f.Add("55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234   /usr/bin/cat\n")
-	f.Add("7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0    [vdso]\n")
-	f.Fuzz(func(t *testing.T, s string) {
-		maps, err := parseMaps(strings.NewReader(s))
-		if err != nil {
-			return
-		}
-		for _, m := range maps {
-			if m.End <= m.Start {
-				t.Fatalf("empty mapping %+v", m)
-			}
-		}
-	})
-}
 
 // TestBias: the address in the file is found through the PT_LOAD segment
 // that holds the mapping's offset, for a PIE (segment offset and address
@@ -123,5 +75,16 @@ func TestDemangle(t *testing.T) {
 		if got := demangle(in); got != want {
 			t.Errorf("demangle(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestKeyOf: a file is known by device and inode; [vdso] by its name.
+func TestKeyOf(t *testing.T) {
+	maps, err := tools.ParseMaps(strings.NewReader("55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234   /usr/bin/cat\n7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0    [vdso]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keyOf(maps[1]) != (fileKey{Name: "[vdso]"}) || keyOf(maps[0]) != (fileKey{Dev: "fd:01", Inode: 1835234}) {
+		t.Errorf("keys: %+v %+v", keyOf(maps[1]), keyOf(maps[0]))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
+	"github.com/tracekit/tracekit/tools"
 )
 
 // variants are the program configurations the goldens pin and the load
@@ -63,7 +64,7 @@ func TestProgramsLoad(t *testing.T) {
 			}
 		}
 	}
-	if !haveTaskRegs() {
+	if !tools.HaveTaskPtRegs() {
 		for name, cfg := range v {
 			if cfg.TaskRegs {
 				delete(v, name)

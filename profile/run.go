@@ -15,7 +15,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/terminal"
@@ -92,7 +91,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		cfg.KernelDepth, cfg.UserDepth = smallKernelDepth, smallUserDepth
 		fmt.Fprintf(s.Stderr, "profile: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", cfg.KernelDepth, cfg.UserDepth)
 	}
-	cfg.TaskRegs, cfg.Mmapable = haveTaskRegs(), tools.HaveMmapableArrays()
+	cfg.TaskRegs, cfg.Mmapable = tools.HaveTaskPtRegs(), tools.HaveMmapableArrays()
 	if os.Getenv(noTaskRegsEnv) == "1" {
 		cfg.TaskRegs = false // the tests take the pre-5.15 path on any kernel
 	}
@@ -532,12 +531,6 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-// haveTaskRegs reports whether perf_event programs may call
-// bpf_task_pt_regs (5.15+).
-func haveTaskRegs() bool {
-	return features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
 }
 
 // haveBigKeys reports whether a hash map takes the full key (6.1 does;

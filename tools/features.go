@@ -57,3 +57,10 @@ func probeMap(spec *ebpf.MapSpec) bool {
 	m.Close()
 	return true
 }
+
+// HaveTaskPtRegs reports whether perf_event programs may call
+// bpf_task_pt_regs (5.15+): the user registers of a sample taken in the
+// kernel.
+func HaveTaskPtRegs() bool {
+	return features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
+}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strconv"
 )
 
 // Symbols maps kernel addresses to the nearest preceding symbol, from
@@ -44,33 +43,17 @@ func ParseKallsyms(r io.Reader) (*Symbols, error) {
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	nonzero := false
 	for sc.Scan() {
-		// "ffffffff81000000 T _stext" or "... t name\t[module]"; parsed
-		// without splitting into fields: the file has ~150k lines, and
-		// garbage made here would be collected while the tool traces.
-		line := sc.Bytes()
-		sp := bytes.IndexByte(line, ' ')
-		if sp < 0 || sp+3 > len(line) || line[sp+2] != ' ' {
-			continue
-		}
-		addr, err := strconv.ParseUint(string(line[:sp]), 16, 64)
-		if err != nil {
+		addr, code, name, mod, ok := kallsymsLine(sc.Bytes())
+		if !ok {
 			continue
 		}
 		if addr != 0 {
 			nonzero = true
 		}
-		switch line[sp+1] {
-		case 't', 'T', 'w', 'W':
-		default:
+		if !code {
 			continue // only code: data symbols would shadow functions
 		}
-		rest := line[sp+3:]
-		name, mod, hasMod := bytes.Cut(rest, []byte("\t"))
-		sym := ksym{addr: addr, name: string(bytes.TrimSpace(name))}
-		if hasMod {
-			sym.module = string(bytes.Trim(bytes.TrimSpace(mod), "[]"))
-		}
-		s.syms = append(s.syms, sym)
+		s.syms = append(s.syms, ksym{addr: addr, name: string(name), module: string(mod)})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read kernel symbols: %w", err)
@@ -137,31 +120,23 @@ func kernelFunctions(r io.Reader, addrs []uint64) (map[uint64]string, bool, erro
 	sc.Buffer(make([]byte, 256*1024), 1024*1024)
 	nonzero := false
 	for sc.Scan() {
-		line := sc.Bytes()
-		sp := bytes.IndexByte(line, ' ')
-		if sp < 0 || sp+3 > len(line) || line[sp+2] != ' ' {
-			continue
-		}
-		addr, ok := parseHex(line[:sp])
+		addr, code, fn, mod, ok := kallsymsLine(sc.Bytes())
 		if !ok {
 			continue
 		}
 		if addr != 0 {
 			nonzero = true
 		}
-		switch line[sp+1] {
-		case 't', 'T', 'w', 'W':
-		default:
+		if !code {
 			continue
 		}
 		j := sort.Search(len(targets), func(i int) bool { return targets[i] >= addr })
 		var sym string
 		for k := j; k < len(targets) && (!found[k] || best[k] <= addr); k++ {
 			if sym == "" {
-				n, mod, hasMod := bytes.Cut(line[sp+3:], []byte("\t"))
-				sym = string(bytes.TrimSpace(n))
-				if hasMod {
-					sym += " [" + string(bytes.Trim(bytes.TrimSpace(mod), "[]")) + "]"
+				sym = string(fn)
+				if len(mod) > 0 {
+					sym += " [" + string(mod) + "]"
 				}
 			}
 			best[k], name[k], found[k] = addr, sym, true
@@ -180,6 +155,25 @@ func kernelFunctions(r io.Reader, addrs []uint64) (map[uint64]string, bool, erro
 		}
 	}
 	return out, false, nil
+}
+
+// kallsymsLine takes apart "ffffffff81000000 T _stext" or "... t
+// name\t[module]" without allocating (the file has ~150k lines): the
+// address, whether it is code (t, T, w, W), the name and the module.
+func kallsymsLine(line []byte) (addr uint64, code bool, name, module []byte, ok bool) {
+	sp := bytes.IndexByte(line, ' ')
+	if sp < 0 || sp+3 > len(line) || line[sp+2] != ' ' {
+		return 0, false, nil, nil, false
+	}
+	if addr, ok = parseHex(line[:sp]); !ok {
+		return 0, false, nil, nil, false
+	}
+	switch line[sp+1] {
+	case 't', 'T', 'w', 'W':
+		code = true
+	}
+	name, module, _ = bytes.Cut(line[sp+3:], []byte("\t"))
+	return addr, code, bytes.TrimSpace(name), bytes.Trim(bytes.TrimSpace(module), "[]"), true
 }
 
 func parseHex(b []byte) (uint64, bool) {

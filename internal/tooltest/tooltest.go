@@ -405,3 +405,36 @@ func Format(t testing.TB, name string) *tracefs.Format {
 	}
 	return f
 }
+
+var (
+	fixtureMu    sync.Mutex
+	fixtureBuilt = map[string]string{}
+)
+
+// Fixtures is the directory of the C fixtures a build script makes: the
+// prebuilt dir (relative to the package; the kernel matrix ships it, its
+// guests have no compiler) when it exists, else built once per test binary
+// by bash script into a temporary directory, after Install(pkgs, have).
+func Fixtures(t testing.TB, prebuilt, script, pkgs string, have func() bool) string {
+	t.Helper()
+	if st, err := os.Stat(prebuilt); err == nil && st.IsDir() {
+		abs, _ := filepath.Abs(prebuilt)
+		return abs
+	}
+	Install(t, pkgs, have)
+	fixtureMu.Lock()
+	defer fixtureMu.Unlock()
+	if dir, ok := fixtureBuilt[script]; ok {
+		return dir
+	}
+	dir, err := os.MkdirTemp("", "tk-fixtures")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755) // an unprivileged run executes them too
+	if out, err := exec.Command("bash", script, dir).CombinedOutput(); err != nil {
+		t.Fatalf("build the fixtures (%s): %v\n%s", script, err, out)
+	}
+	fixtureBuilt[script] = dir
+	return dir
+}

@@ -10,5 +10,5 @@ mkdir -p "$out"
 cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 gcc $cflags -fPIE -pie -o "$out/chain-pie" "$src/chain.c"
 gcc $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
-gcc $cflags -fPIC -shared -o "$out/libchain.so" "$src/chainlib.c"
+gcc $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
 gcc $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'

@@ -1,7 +1,8 @@
 // The profile fixture: main -> a -> b -> c, none inlined, built without
 // frame pointers by the tests. c spins for the seconds given (default 2):
 // in user space ("user"), or in the kernel reading /dev/zero ("syscall").
-// With -DCHAIN_LIB, a, b and c live in a shared library (chainlib.c).
+// With -DCHAIN_LIB, a, b and c live in a shared library: this file built
+// with -DCHAIN_SO (no main).
 // It first sleeps 1 s, so that c's samples are not the ones taken while
 // the profiler reads the process's tables.
 #include <fcntl.h>
@@ -12,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef CHAIN_LIB
+#if defined(CHAIN_LIB) && !defined(CHAIN_SO)
 void a(double secs, int sys);
 #else
 static char buf[1 << 20];
@@ -55,6 +56,7 @@ __attribute__((noinline)) void a(double secs, int sys)
 }
 #endif
 
+#ifndef CHAIN_SO
 int main(int argc, char **argv)
 {
 	double secs = argc > 1 ? atof(argv[1]) : 2;
@@ -69,3 +71,4 @@ int main(int argc, char **argv)
 	fprintf(stderr, "chain: cpu %ld us\n", (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 	return 0;
 }
+#endif
