@@ -8,13 +8,17 @@ COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --
 LDFLAGS := -s -w -X github.com/tracekit/tracekit/tools.Version=$(VERSION) -X github.com/tracekit/tracekit/tools.Commit=$(COMMIT)
 export CGO_ENABLED := 0
 
-.PHONY: all build run test test-vm bench vet help clean
+.PHONY: all build dist run test test-vm bench vet help clean
 
 all: build ## `make` alone builds every tool
 
-build: ## build every tool, static, into bin/
+build: ## build bin/tracekit, every tool in one static binary, and a link per tool (bin/writesize, ...)
 	@mkdir -p $(BIN)
-	@for t in $(TOOLS); do $(GO) build $(GOFLAGS) -ldflags='$(LDFLAGS)' -o $(BIN)/$$t ./$$t || exit 1; done
+	$(GO) build $(GOFLAGS) -ldflags='$(LDFLAGS)' -o $(BIN)/tracekit ./cmd/tracekit
+	@for t in $(TOOLS); do ln -sfn tracekit $(BIN)/$$t; done
+
+dist: ## dist/tracekit-VERSION-linux-{amd64,arm64}.tar.gz (binary, tool links, README) and dist/SHA256SUMS
+	VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' TOOLS='$(TOOLS)' bash scripts/dist.sh
 
 run: build ## build, then run the showcase: the live IO latency heatmap (q quits)
 	$(BIN)/iolat --heatmap
@@ -35,7 +39,7 @@ bench: build ## added cost per event versus an empty program and bpftrace (root;
 	bash bench/run.sh
 
 clean: ## remove build outputs
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'

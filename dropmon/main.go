@@ -1,11 +1,10 @@
-// Command dropmon shows where the kernel drops packets, and why: a
+// Package dropmon is the tool dropmon: it shows where the kernel drops packets, and why: a
 // hand-assembled program on skb:kfree_skb counts drops by kernel location
 // and drop reason, and the report names each location by its symbol.
-package main
+package dropmon
 
 import (
 	"context"
-	"os"
 
 	"github.com/tracekit/tracekit/tools"
 )
@@ -36,14 +35,19 @@ Examples:
 
 `
 
-func main() {
+// Summary is the tool's one-line description: the first line of its --help.
+const Summary = "Count packet drops by kernel location and drop reason."
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int {
 	var o options
-	os.Exit(tools.Main(tools.Tool{
+	return tools.Main(tools.Tool{
 		Name:     "dropmon",
-		Summary:  "Count packet drops by kernel location and drop reason.",
+		Summary:  Summary,
 		Details:  details,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
 		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
-	}, os.Args[1:]))
+	}, args)
 }

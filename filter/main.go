@@ -1,11 +1,10 @@
-// Command filter attaches an in-kernel event filter, the seed's design: a
+// Package filter is the tool filter: it attaches an in-kernel event filter, the seed's design: a
 // program compiled from a --where expression runs before the event is
 // stored and returns 0 to discard it; what passes is printed.
-package main
+package filter
 
 import (
 	"context"
-	"os"
 
 	"github.com/tracekit/tracekit/tools"
 )
@@ -100,15 +99,20 @@ Examples:
 A bad --where is a usage error; the message points at the offending part.
 `
 
-func main() {
+// Summary is the tool's one-line description: the first line of its --help.
+const Summary = "Print (or count) the events that pass an in-kernel filter."
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int {
 	var o options
-	os.Exit(tools.Main(tools.Tool{
+	return tools.Main(tools.Tool{
 		Name:     "filter",
 		Lead:     "EVENT",
-		Summary:  "Print (or count) the events that pass an in-kernel filter.",
+		Summary:  Summary,
 		Details:  details,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
 		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
-	}, os.Args[1:]))
+	}, args)
 }

@@ -1,4 +1,4 @@
-package main
+package iolat
 
 import (
 	"encoding/json"

@@ -1,11 +1,10 @@
-// Command iolat measures block IO latency from issue to completion in the
+// Package iolat is the tool iolat: it measures block IO latency from issue to completion in the
 // kernel, as log2 histograms or as a grayscale latency heatmap (the seed's
 // tracex3).
-package main
+package iolat
 
 import (
 	"context"
-	"os"
 
 	"github.com/tracekit/tracekit/tools"
 )
@@ -46,14 +45,19 @@ Examples:
 
 `
 
-func main() {
+// Summary is the tool's one-line description: the first line of its --help.
+const Summary = "Summarize block IO latency as histograms or a grayscale heatmap."
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int {
 	var o options
-	os.Exit(tools.Main(tools.Tool{
+	return tools.Main(tools.Tool{
 		Name:     "iolat",
-		Summary:  "Summarize block IO latency as histograms or a grayscale heatmap.",
+		Summary:  Summary,
 		Details:  details,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
 		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
-	}, os.Args[1:]))
+	}, args)
 }

@@ -1,13 +1,12 @@
-// Command profile is a sampling CPU profiler: a hand-assembled perf_event
+// Package profile is the tool profile, a sampling CPU profiler: a hand-assembled perf_event
 // program samples every CPU at a fixed frequency and counts, in the kernel,
 // each (process, kernel stack, user stack). User stacks of code built
 // without frame pointers are unwound in the kernel from the files'
 // .eh_frame tables, with no copy of the stack to user space.
-package main
+package profile
 
 import (
 	"context"
-	"os"
 
 	"github.com/tracekit/tracekit/tools"
 )
@@ -67,14 +66,19 @@ Examples:
 
 `
 
-func main() {
+// Summary is the tool's one-line description: the first line of its --help.
+const Summary = "Sample on-CPU stacks, kernel and user, unwound in the kernel without frame pointers."
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int {
 	var o options
-	os.Exit(tools.Main(tools.Tool{
+	return tools.Main(tools.Tool{
 		Name:     "profile",
-		Summary:  "Sample on-CPU stacks, kernel and user, unwound in the kernel without frame pointers.",
+		Summary:  Summary,
 		Details:  details,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
 		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
-	}, os.Args[1:]))
+	}, args)
 }

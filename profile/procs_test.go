@@ -1,4 +1,4 @@
-package main
+package profile
 
 import (
 	"debug/elf"

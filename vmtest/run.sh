@@ -78,7 +78,8 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
 chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
 export CGO_ENABLED=0
-for t in writesize dropmon iolat filter profile; do go build -trimpath -o "$stage/tk/bin/$t" "./$t"; done
+go build -trimpath -o "$stage/tk/bin/tracekit" ./cmd/tracekit
+for t in writesize dropmon iolat filter profile; do ln -s tracekit "$stage/tk/bin/$t"; done
 pkgs=(asm tracefs terminal tools uprobe unwind writesize dropmon iolat filter profile)
 for p in "${pkgs[@]}"; do
   go test -c -trimpath -o "$stage/tk/t/$p.test" "./$p"

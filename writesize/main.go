@@ -1,11 +1,10 @@
-// Command writesize prints histograms of the sizes of write(2) calls,
+// Package writesize is the tool writesize: it prints histograms of the sizes of write(2) calls,
 // counted in the kernel by a hand-assembled BPF program on the
 // syscalls:sys_enter_write tracepoint.
-package main
+package writesize
 
 import (
 	"context"
-	"os"
 
 	"github.com/tracekit/tracekit/tools"
 )
@@ -40,16 +39,21 @@ in the same pid namespace.
 
 `
 
-func main() {
+// Summary is the tool's one-line description: the first line of its --help.
+const Summary = "Summarize write(2) sizes as a log2 histogram."
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int {
 	var o options
-	os.Exit(tools.Main(tools.Tool{
+	return tools.Main(tools.Tool{
 		Name:    "writesize",
-		Summary: "Summarize write(2) sizes as a log2 histogram.",
+		Summary: Summary,
 		Details: details,
 		Options: &o,
 		Validate: func() error {
 			return validate(&o)
 		},
 		Run: func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
-	}, os.Args[1:]))
+	}, args)
 }

@@ -337,12 +337,13 @@ func udpDrops(arg string) int {
 }
 
 var (
-	buildMu sync.Mutex
-	built   = map[string]string{}
+	buildMu  sync.Mutex
+	builtDir string
 )
 
 // Tool returns the path of a tool's binary: $TRACEKIT_BIN/NAME when set
-// (prebuilt, as in the kernel matrix), else built once from ../NAME.
+// (prebuilt, as in the kernel matrix), else a link NAME to the multi-call
+// binary, built once from ../cmd/tracekit.
 func Tool(t testing.TB, name string) string {
 	t.Helper()
 	if d := os.Getenv("TRACEKIT_BIN"); d != "" {
@@ -350,23 +351,27 @@ func Tool(t testing.TB, name string) string {
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if p, ok := built[name]; ok {
-		return p
+	if builtDir == "" {
+		dir, err := os.MkdirTemp("", "tracekit-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// World-readable, so that unprivileged runs can execute it too.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "tracekit"), "../cmd/tracekit").CombinedOutput()
+		if err != nil {
+			t.Fatalf("build tracekit: %v\n%s", err, out)
+		}
+		builtDir = dir
 	}
-	dir, err := os.MkdirTemp("", "tracekit-test")
-	if err != nil {
-		t.Fatal(err)
+	p := filepath.Join(builtDir, name)
+	if _, err := os.Lstat(p); err != nil {
+		if err := os.Symlink("tracekit", p); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// World-readable, so that unprivileged runs can execute it too.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, name)
-	out, err := exec.Command("go", "build", "-o", p, "../"+name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("build %s: %v\n%s", name, err, out)
-	}
-	built[name] = p
 	return p
 }
 

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func run(argv ...string) (int, string, string) {
+	var out, errs strings.Builder
+	status := dispatch(argv, &out, &errs)
+	return status, out.String(), errs.String()
+}
+
+func TestDispatch(t *testing.T) {
+	status, out, _ := run("/usr/local/bin/tracekit", "--help")
+	if status != 0 {
+		t.Fatalf("--help: status %d", status)
+	}
+	for _, tool := range all {
+		if !strings.Contains(out, "\n  "+tool.name+" ") || !strings.Contains(out, tool.summary) {
+			t.Errorf("--help does not list %s with its summary:\n%s", tool.name, out)
+		}
+	}
+	if status, _, errs := run("tracekit"); status != 2 || !strings.Contains(errs, "Usage: tracekit TOOL") {
+		t.Errorf("no tool: status %d, stderr %q; want 2 and the usage", status, errs)
+	}
+	if status, _, errs := run("tracekit", "writesiz"); status != 2 || errs != "tracekit: no tool named \"writesiz\"\nTry 'tracekit --help' for the list.\n" {
+		t.Errorf("unknown tool: status %d, stderr %q", status, errs)
+	}
+	if status, out, _ := run("./tracekit", "--version"); status != 0 || !strings.HasPrefix(out, "tracekit ") {
+		t.Errorf("--version: status %d, %q", status, out)
+	}
+}
+
+// TestTools runs each tool both ways, by its link's name and as the first
+// argument, through the built binary: --version names the tool.
+func TestTools(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tracekit")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, tool := range all {
+		link := filepath.Join(dir, tool.name)
+		if err := os.Symlink("tracekit", link); err != nil {
+			t.Fatal(err)
+		}
+		for _, argv := range [][]string{{link, "--version"}, {bin, tool.name, "--version"}} {
+			out, err := exec.Command(argv[0], argv[1:]...).Output()
+			if err != nil || !strings.HasPrefix(string(out), tool.name+" (tracekit) ") {
+				t.Errorf("%q: %v, %q; want it to start %q", argv, err, out, tool.name+" (tracekit) ")
+			}
+		}
+		out, _ := exec.Command(link, "--no-such-option").CombinedOutput()
+		if !strings.HasPrefix(string(out), tool.name+": ") {
+			t.Errorf("%s --no-such-option: %q; want the tool's own error line", tool.name, out)
+		}
+	}
+}
+
+// TestSize holds the one binary, stripped as make build strips it, to the
+// budget of a copy-one-file tool: 7 MB.
+func TestSize(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "tracekit")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	st, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 7_000_000
+	t.Logf("tracekit, stripped: %d bytes (budget %d)", st.Size(), budget)
+	if st.Size() > budget {
+		t.Errorf("tracekit is %d bytes stripped, over the %d budget", st.Size(), budget)
+	}
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# make dist: dist/tracekit-VERSION-linux-ARCH.tar.gz for amd64 and arm64, each
+# with the one static binary, a link per tool and the README, and
+# dist/SHA256SUMS. The archives are reproducible: names sorted, owner root,
+# times those of the commit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=${VERSION:?} ldflags=${LDFLAGS:?} tools=${TOOLS:?}
+out=${DIST:-dist}
+mtime=$(git log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ)
+rm -rf "$out" && mkdir -p "$out"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+for arch in amd64 arm64; do
+  name=tracekit-$version-linux-$arch
+  mkdir -p "$stage/$name"
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit
+  for t in $tools; do ln -s tracekit "$stage/$name/$t"; done
+  cp README.md "$stage/$name/"
+  tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="$mtime" -cf - "$name" | gzip -n -9 > "$out/$name.tar.gz"
+done
+(cd "$out" && sha256sum -- *.tar.gz > SHA256SUMS)
+ls -l "$out"
+cat "$out/SHA256SUMS"
