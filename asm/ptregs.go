@@ -19,6 +19,10 @@ type Regs struct {
 	// Named are every general register's offset by its 64-bit name, as a
 	// USDT argument spec names them ("rax", "r13", "rip").
 	Named map[string]int16
+	// SyscallPrefix starts the kernel's syscall wrappers (4.17+), whose one
+	// argument is the user's struct pt_regs: "__x64_sys_" (write is
+	// __x64_sys_write).
+	SyscallPrefix string
 }
 
 // AMD64 is x86-64's pt_regs (arch/x86/include/asm/ptrace.h: r15 at 0 ...
@@ -34,9 +38,25 @@ var AMD64 = &Regs{
 		"r15": 0, "r14": 8, "r13": 16, "r12": 24, "rbp": 32, "rbx": 40, "r11": 48, "r10": 56,
 		"r9": 64, "r8": 72, "rax": 80, "rcx": 88, "rdx": 96, "rsi": 104, "rdi": 112, "rip": 128, "rsp": 152,
 	},
+	SyscallPrefix: "__x64_sys_",
 }
 
-var ptRegs = map[string]*Regs{"amd64": AMD64}
+// ARM64 is arm64's pt_regs (arch/arm64/include/asm/ptrace.h: regs[31],
+// x0 at 0 ... x30 at 240, then sp 248, pc 256, pstate 264). Arguments are
+// x0-x7, the return value x0.
+var ARM64 = func() *Regs {
+	r := &Regs{Arch: "arm64", Ret: 0, IP: 256, SP: 248, Named: map[string]int16{"sp": 248, "pc": 256}, SyscallPrefix: "__arm64_sys_"}
+	for i := 0; i < 31; i++ {
+		r.Named[fmt.Sprintf("x%d", i)] = int16(8 * i)
+	}
+	for i := 0; i < 8; i++ {
+		r.Args = append(r.Args, int16(8*i))
+		r.ArgNames = append(r.ArgNames, fmt.Sprintf("x%d", i))
+	}
+	return r
+}()
+
+var ptRegs = map[string]*Regs{"amd64": AMD64, "arm64": ARM64}
 
 // PtRegs returns the pt_regs layout of arch (a GOARCH), or an error that
 // says which architectures are known: the one guard every reader of
@@ -45,7 +65,7 @@ func PtRegs(arch string) (*Regs, error) {
 	if r, ok := ptRegs[arch]; ok {
 		return r, nil
 	}
-	return nil, fmt.Errorf("reading registers at a probe needs the CPU's pt_regs layout: this build knows x86-64 (amd64), not %s", arch)
+	return nil, fmt.Errorf("reading registers at a probe needs the CPU's pt_regs layout: this build knows x86-64 (amd64) and arm64, not %s", arch)
 }
 
 // HostPtRegs is PtRegs of the architecture this binary runs on.

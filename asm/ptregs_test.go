@@ -1,6 +1,7 @@
 package asm
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -36,7 +37,32 @@ func TestPtRegs(t *testing.T) {
 	if r.Named["rip"] != r.IP || r.Named["rsp"] != r.SP || r.Named["rdi"] != r.Args[0] || r.Named["rax"] != r.Ret || len(r.Named) != len(order)+2 {
 		t.Errorf("named table %v", r.Named)
 	}
+	if r.SyscallPrefix != "__x64_sys_" {
+		t.Errorf("syscall wrappers %q", r.SyscallPrefix)
+	}
 	if _, err := PtRegs("riscv64"); err == nil || !strings.Contains(err.Error(), "riscv64") {
 		t.Errorf("riscv64: %v", err)
+	}
+}
+
+// arm64's layout (arch/arm64/include/asm/ptrace.h): regs[31], sp, pc.
+func TestPtRegsARM64(t *testing.T) {
+	r, err := PtRegs("arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Args) != 8 || len(r.ArgNames) != 8 {
+		t.Fatalf("%d argument offsets, %d names; want x0-x7", len(r.Args), len(r.ArgNames))
+	}
+	for i := range r.Args {
+		if r.Args[i] != int16(8*i) || r.ArgNames[i] != "x"+strconv.Itoa(i) {
+			t.Errorf("argument %d: %s at %d", i+1, r.ArgNames[i], r.Args[i])
+		}
+	}
+	if r.Named["x30"] != 240 || r.Named["sp"] != 248 || r.Named["pc"] != 256 || r.IP != 256 || r.SP != 248 || r.Ret != 0 || len(r.Named) != 33 {
+		t.Errorf("x30 %d, sp %d, pc %d, ip %d, ret %d, %d names", r.Named["x30"], r.Named["sp"], r.Named["pc"], r.IP, r.Ret, len(r.Named))
+	}
+	if r.SyscallPrefix != "__arm64_sys_" {
+		t.Errorf("syscall wrappers %q", r.SyscallPrefix)
 	}
 }

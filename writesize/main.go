@@ -14,7 +14,7 @@ type options struct {
 	Pid        int    `short:"p" long:"pid" value-name:"PID" description:"Trace only this process (its pid, the tgid)"`
 	PerProcess bool   `short:"P" long:"per-process" description:"Print one histogram per process, labelled '<comm> <pid>'"`
 	All        bool   `short:"a" long:"all" description:"With -c, trace every process, not only the command"`
-	Kprobe     string `long:"kprobe" optional:"yes" optional-value:"auto" value-name:"SYMBOL" description:"Use a kprobe on the kernel's write function instead of the tracepoint: __x64_sys_write, ksys_write or sys_write, whichever exists, or SYMBOL (a __x64_sys_ wrapper, or a function whose third argument is the size)"`
+	Kprobe     string `long:"kprobe" optional:"yes" optional-value:"auto" value-name:"SYMBOL" description:"Use a kprobe on the kernel's write function instead of the tracepoint: __x64_sys_write (__arm64_sys_write on arm64), ksys_write or sys_write, whichever exists, or SYMBOL (a syscall wrapper, or a function whose third argument is the size)"`
 	Legacy     bool   `long:"legacy" description:"With --kprobe: register the probe in kprobe_events even where the kprobe PMU (4.17+) exists; TRACEKIT_LEGACY_KPROBES=1 does the same"`
 }
 

@@ -41,10 +41,11 @@ type progConfig struct {
 // kprobeConfig says where the size is at the probed function's entry.
 type kprobeConfig struct {
 	Symbol string
-	// Wrapper: an x86 syscall wrapper (__x64_sys_write, 4.17+), whose one
-	// argument is the user's struct pt_regs: count is that struct's dx, read
-	// with ProbeRead. Otherwise count is the third argument, in dx itself
-	// (ksys_write, or sys_write on old kernels).
+	// Wrapper: a syscall wrapper (__x64_sys_write or __arm64_sys_write,
+	// 4.17+), whose one argument is the user's struct pt_regs: count is
+	// that struct's third argument register (dx, x2), read with ProbeRead.
+	// Otherwise count is the third argument itself (ksys_write, or
+	// sys_write on old kernels).
 	Wrapper   bool
 	ProbeRead bpf.BuiltinFunc
 	Regs      *asm.Regs // where the arguments are in pt_regs
@@ -102,12 +103,12 @@ func loadCount(cfg progConfig) (bpf.Instructions, error) {
 	if !k.Wrapper {
 		return bpf.Instructions{
 			bpf.LoadMem(bpf.R1, asm.RegCtx, count, bpf.DWord).
-				WithSource(bpf.Comment(fmt.Sprintf("r1 = count: third argument of %s (ctx->dx)", k.Symbol))),
+				WithSource(bpf.Comment(fmt.Sprintf("r1 = count: third argument of %s (ctx->%s)", k.Symbol, k.Regs.ArgNames[2]))),
 		}, nil
 	}
 	insns := bpf.Instructions{
 		bpf.LoadMem(bpf.R4, asm.RegCtx, k.Regs.Args[0], bpf.DWord).
-			WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->dx", k.Symbol))),
+			WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->%s", k.Symbol, k.Regs.ArgNames[2]))),
 		bpf.Add.Imm(bpf.R4, int32(count)),
 	}
 	return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, k.ProbeRead)...), nil

@@ -36,8 +36,12 @@ func validate(o *options) error {
 	return nil
 }
 
-// writeSymbols are the kernel's write syscall functions, newest first.
-var writeSymbols = []string{"__x64_sys_write", "ksys_write", "sys_write"}
+// writeSymbols are the kernel's write syscall functions, newest first:
+// the architecture's wrapper (__x64_sys_write, __arm64_sys_write), then
+// ksys_write and sys_write.
+func writeSymbols(regs *asm.Regs) []string {
+	return []string{regs.SyscallPrefix + "write", "ksys_write", "sys_write"}
+}
 
 // kprobeFor picks the function to probe and how to read the size there.
 func kprobeFor(choice string) (*kprobeConfig, error) {
@@ -55,18 +59,18 @@ func kprobeFor(choice string) (*kprobeConfig, error) {
 			return nil, err
 		}
 		sym = ""
-		for _, s := range writeSymbols {
+		for _, s := range writeSymbols(regs) {
 			if syms.Has(s) {
 				sym = s
 				break
 			}
 		}
 		if sym == "" {
-			return nil, fmt.Errorf("--kprobe: none of %s is in /proc/kallsyms: name the function with --kprobe=SYMBOL", strings.Join(writeSymbols, ", "))
+			return nil, fmt.Errorf("--kprobe: none of %s is in /proc/kallsyms: name the function with --kprobe=SYMBOL", strings.Join(writeSymbols(regs), ", "))
 		}
 	}
 	name, _ := tracefs.SplitSymbol(sym)
-	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, "__x64_sys_"), ProbeRead: tools.Readers().Kernel, Regs: regs}, nil
+	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, regs.SyscallPrefix), ProbeRead: tools.Readers().Kernel, Regs: regs}, nil
 }
 
 func run(ctx context.Context, s *tools.Session, o *options) error {
