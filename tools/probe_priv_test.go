@@ -51,9 +51,10 @@ func TestKprobeAndKretprobeFire(t *testing.T) {
 	for _, legacy := range []bool{false, true} {
 		for _, ret := range []bool{false, true} {
 			name := fmt.Sprintf("legacy=%v ret=%v", legacy, ret)
-			off := asm.AMD64.Args[2]
+			regs := hostRegs(t)
+			off := regs.Args[2]
 			if ret {
-				off = asm.AMD64.Ret
+				off = regs.Ret
 			}
 			coll, m := countMarker(t, off)
 			att, err := AttachProbe(coll.Programs["p"], tracefs.Probe{Symbol: "ksys_write", Ret: ret}, "test", legacy)
@@ -107,7 +108,7 @@ func ownEvents(t *testing.T, file string) string {
 
 func TestKprobeBadSymbols(t *testing.T) {
 	privtest.RequireKprobes(t)
-	coll, _ := countMarker(t, asm.AMD64.Args[2])
+	coll, _ := countMarker(t, hostRegs(t).Args[2])
 	defer coll.Close()
 	for _, legacy := range []bool{false, true} {
 		if _, err := AttachProbe(coll.Programs["p"], tracefs.Probe{Symbol: "no_such_function_tk"}, "test", legacy); err == nil {
@@ -119,7 +120,27 @@ func TestKprobeBadSymbols(t *testing.T) {
 	}
 }
 
-// uprobeTarget is what the uprobe test probes: Go passes x in rax.
+func hostRegs(t *testing.T) *asm.Regs {
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return regs
+}
+
+// goArg0 is where Go's register ABI passes the first integer argument:
+// rax on x86-64, x0 on arm64.
+func goArg0(t *testing.T) int16 {
+	regs := hostRegs(t)
+	off, ok := regs.Named[map[string]string{"amd64": "rax", "arm64": "x0"}[regs.Arch]]
+	if !ok {
+		t.Fatalf("Go's first argument register on %s is not known here", regs.Arch)
+	}
+	return off
+}
+
+// uprobeTarget is what the uprobe test probes: Go passes x in a register
+// (goArg0).
 //
 //go:noinline
 func uprobeTarget(x int) int { return x + 1 }
@@ -173,7 +194,7 @@ func TestUprobeFires(t *testing.T) {
 	off := fileOffset(t, self, uint64(reflect.ValueOf(uprobeTarget).Pointer()))
 	const n = 29
 	for _, legacy := range []bool{false, true} {
-		coll, m := countMarker(t, asm.AMD64.Ret) // Go's first argument: rax
+		coll, m := countMarker(t, goArg0(t)) // Go's first argument
 		att, err := AttachProbe(coll.Programs["p"], tracefs.Probe{Type: tracefs.Uprobe, Path: self, Offset: off}, "test", legacy)
 		if err != nil {
 			coll.Close()

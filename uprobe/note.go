@@ -123,7 +123,7 @@ func (f *File) USDT() (probes []Probe, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%s: %w", n.provider, n.name, err)
 		}
-		args, err := ParseArgs(n.args)
+		args, err := ParseArgs(n.args, f.elf.Machine)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%s: %w", n.provider, n.name, err)
 		}

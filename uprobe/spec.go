@@ -1,6 +1,7 @@
 package uprobe
 
 import (
+	"debug/elf"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,11 +58,21 @@ var regs64 = func() map[string]string {
 	return m
 }()
 
-// ParseArgs parses a note's argument string: specs separated by spaces.
-func ParseArgs(s string) ([]Arg, error) {
+// ParseArgs parses a note's argument string, specs separated by spaces,
+// in the syntax of the file's machine: AT&T on x86-64 ("-4@%r13d"), the
+// arm64 assembler's on arm64 ("-4@[sp, 16]").
+func ParseArgs(s string, machine elf.Machine) ([]Arg, error) {
+	parse := ParseArg
+	switch machine {
+	case elf.EM_X86_64:
+	case elf.EM_AARCH64:
+		parse = ParseArgARM64
+	default:
+		return nil, fmt.Errorf("USDT arguments of %v files: this build reads x86-64's and arm64's", machine)
+	}
 	var args []Arg
-	for _, f := range strings.Fields(s) {
-		a, err := ParseArg(f)
+	for _, f := range splitSpecs(s) {
+		a, err := parse(f)
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +84,109 @@ func ParseArgs(s string) ([]Arg, error) {
 	return args, nil
 }
 
-// ParseArg parses one spec: "-4@%r13d", "8@$42", "-8@16(%rbp)",
+// splitSpecs splits at spaces outside brackets: arm64's memory operands
+// hold one ("8@[sp, 16]").
+func splitSpecs(s string) []string {
+	var specs []string
+	depth, start := 0, -1
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || (depth == 0 && (s[i] == ' ' || s[i] == '\t')) {
+			if start >= 0 {
+				specs = append(specs, s[start:i])
+				start = -1
+			}
+			continue
+		}
+		switch s[i] {
+		case '[':
+			depth++
+		case ']':
+			if depth > 0 {
+				depth--
+			}
+		}
+		if start < 0 {
+			start = i
+		}
+	}
+	return specs
+}
+
+// ParseArgARM64 parses one arm64 spec (the forms libbpf's usdt.c reads):
+// a register "-4@x0" ("w0" is x0's low half, "sp" the stack pointer), a
+// constant "-4@5", or memory at a register plus an offset: "8@[sp, 16]",
+// "-4@[x1]".
+func ParseArgARM64(s string) (Arg, error) {
+	a := Arg{Text: s}
+	bad := func(why string) (Arg, error) { return Arg{}, fmt.Errorf("argument spec %q: %s", s, why) }
+	size, op, ok := strings.Cut(s, "@")
+	if !ok {
+		return bad("no '@' between the size and the operand")
+	}
+	var err error
+	if a.Size, a.Signed, err = parseSize(size); err != nil {
+		return bad(err.Error())
+	}
+	if inner, ok := strings.CutPrefix(op, "["); ok {
+		inner, ok = strings.CutSuffix(inner, "]")
+		if !ok {
+			return bad("a memory operand without its ']'")
+		}
+		base, off, hasOff := strings.Cut(inner, ",")
+		if a.Reg, err = regARM64(strings.TrimSpace(base)); err != nil {
+			return bad("an unknown base register")
+		}
+		if hasOff {
+			if a.Off, err = parseInt(strings.TrimPrefix(strings.TrimSpace(off), "#")); err != nil {
+				return bad("an offset that is not a number (an index register is not supported)")
+			}
+		}
+		a.Kind = ArgMem
+		return a, nil
+	}
+	if v, err := parseInt(strings.TrimPrefix(op, "#")); err == nil {
+		a.Kind, a.Off = ArgConst, v
+		return a, nil
+	}
+	if a.Reg, err = regARM64(op); err != nil {
+		return bad("not a register, a constant or a memory operand")
+	}
+	a.Kind = ArgReg
+	return a, nil
+}
+
+// regARM64 is the pt_regs slot of an arm64 operand: x0-x30, their 32-bit
+// halves w0-w30, and sp (wsp).
+func regARM64(s string) (string, error) {
+	switch s {
+	case "sp", "wsp":
+		return "sp", nil
+	}
+	if len(s) >= 2 && (s[0] == 'x' || s[0] == 'w') {
+		n, err := strconv.Atoi(s[1:])
+		if err == nil && n >= 0 && n <= 30 && strconv.Itoa(n) == s[1:] {
+			return "x" + s[1:], nil
+		}
+	}
+	return "", fmt.Errorf("unknown register %s", s)
+}
+
+// parseSize reads a spec's size: 1, 2, 4 or 8 bytes, negative if signed.
+func parseSize(s string) (size int, signed bool, err error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, false, fmt.Errorf("the size is not a number")
+	}
+	if n < 0 {
+		signed, n = true, -n
+	}
+	if n != 1 && n != 2 && n != 4 && n != 8 {
+		return 0, false, fmt.Errorf("the size is not 1, 2, 4 or 8 bytes")
+	}
+	return n, signed, nil
+}
+
+// ParseArg parses one x86-64 spec: "-4@%r13d", "8@$42", "-8@16(%rbp)",
 // "-8@0(%rbp,%rdx,8)", "-4@gcount(%rip)".
 func ParseArg(s string) (Arg, error) {
 	a := Arg{Text: s}
@@ -83,17 +196,10 @@ func ParseArg(s string) (Arg, error) {
 		// sys/sdt.h before 2010 wrote the operand alone: 8 bytes, unsigned.
 		size, op = "8", s
 	}
-	n, err := strconv.Atoi(size)
-	if err != nil {
-		return bad("the size is not a number")
+	var err error
+	if a.Size, a.Signed, err = parseSize(size); err != nil {
+		return bad(err.Error())
 	}
-	if n < 0 {
-		a.Signed, n = true, -n
-	}
-	if n != 1 && n != 2 && n != 4 && n != 8 {
-		return bad("the size is not 1, 2, 4 or 8 bytes")
-	}
-	a.Size = n
 	switch {
 	case strings.HasPrefix(op, "$"):
 		v, err := parseInt(op[1:])

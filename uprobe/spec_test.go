@@ -1,6 +1,7 @@
 package uprobe
 
 import (
+	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -43,6 +44,44 @@ func TestParseArg(t *testing.T) {
 		if a, err := ParseArg(bad); err == nil {
 			t.Errorf("%s: accepted as %s", bad, describe(a))
 		}
+	}
+}
+
+func TestParseArgARM64(t *testing.T) {
+	for _, tc := range []struct{ spec, want string }{
+		{"-4@x0", "s32 reg x0"},
+		{"8@x30", "u64 reg x30"},
+		{"-4@w19", "s32 reg x19"},
+		{"8@sp", "u64 reg sp"},
+		{"-4@5", "s32 const 5"},
+		{"-4@-9", "s32 const -9"},
+		{"8@#16", "u64 const 16"},
+		{"8@[sp, 16]", "u64 mem sp+16"},
+		{"-4@[x29, -20]", "s32 mem x29-20"},
+		{"-8@[x1]", "s64 mem x1+0"},
+		{"4@[sp,8]", "u32 mem sp+8"},
+	} {
+		a, err := ParseArgARM64(tc.spec)
+		if err != nil {
+			t.Errorf("%s: %v", tc.spec, err)
+			continue
+		}
+		if got := describe(a); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.spec, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"3@x0", "x0", "4@x31", "4@x01", "4@r0", "4@[x0", "4@[x0, x1]", "4@[]", "4@%rax", "4@[sp, 16", "4@$5"} {
+		if a, err := ParseArgARM64(bad); err == nil {
+			t.Errorf("%s: accepted as %s", bad, describe(a))
+		}
+	}
+	// A note's string: memory operands hold a space.
+	args, err := ParseArgs("-4@x0 8@[sp, 16]  -8@[x1]", elf.EM_AARCH64)
+	if err != nil || len(args) != 3 || args[1].Text != "8@[sp, 16]" || args[2].Text != "-8@[x1]" {
+		t.Errorf("%+v, %v", args, err)
+	}
+	if _, err := ParseArgs("8@%rax", elf.EM_RISCV); err == nil || !strings.Contains(err.Error(), "RISCV") {
+		t.Errorf("riscv: %v", err)
 	}
 }
 
@@ -94,19 +133,24 @@ func TestPythonNotes(t *testing.T) {
 }
 
 func FuzzParseArgs(f *testing.F) {
-	for _, s := range []string{"-4@%r13d 8@$42", "-8@0(%rbp,%rdx,8)", "-8@gcount+4(%rip)", "4@(%", "@", "8@$-", "-4@112(%rsp)"} {
+	for _, s := range []string{"-4@%r13d 8@$42", "-8@0(%rbp,%rdx,8)", "-8@gcount+4(%rip)", "4@(%", "@", "8@$-", "-4@112(%rsp)", "-4@x0 8@[sp, 16] -4@[x1]", "4@5 8@[x29, -8]", "8@[sp,", "4@[]"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		args, err := ParseArgs(s)
+		x86, err := ParseArgs(s, elf.EM_X86_64)
 		if err != nil {
-			return
+			x86 = nil
 		}
-		for _, a := range args {
+		arm, err := ParseArgs(s, elf.EM_AARCH64)
+		if err != nil {
+			arm = nil
+		}
+		for _, a := range append(x86, arm...) {
 			if a.Size != 1 && a.Size != 2 && a.Size != 4 && a.Size != 8 {
 				t.Fatalf("%q: size %d", s, a.Size)
 			}
-			if (a.Kind == ArgReg || a.Kind == ArgMem || a.Kind == ArgIndex) && a.Reg == "" {
+			// An index operand may have no base: "0(,%rax)".
+			if (a.Kind == ArgReg || a.Kind == ArgMem) && a.Reg == "" || a.Kind == ArgIndex && a.Index == "" {
 				t.Fatalf("%q: no register", s)
 			}
 		}
@@ -157,7 +201,7 @@ func TestFixtureNotes(t *testing.T) {
 		if n.sem != 0 {
 			sems++
 		}
-		if _, err := ParseArgs(n.args); err != nil {
+		if _, err := ParseArgs(n.args, elf.EM_X86_64); err != nil {
 			t.Errorf("%s: %v", key, err)
 		}
 	}

@@ -10,7 +10,7 @@ mount -t tmpfs tmp /tmp
 insmod /lib/loop.ko 2>/dev/null
 ip link set lo up
 export TRACEKIT_BIN=/tk/bin REQUIRE_PRIVILEGED=1 TRACEKIT_REQUIRE_KPROBES=1
-echo "TK-KERNEL $(uname -r)"
+echo "TK-KERNEL $(uname -r) $(uname -m)"
 if [ -f /tk/run.sh ]; then
   cd /tmp && sh /tk/run.sh 2>&1 | sed 's/^/TK-OUT run: /'
   echo "TK-DONE"

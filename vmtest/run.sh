@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make test-vm: the kernel matrix. Boots Debian's 5.10, 6.1, 6.12 and 7.x cloud kernels
-# (which have kprobes, unlike our host's) under qemu TCG with an initramfs
-# of busybox, the tools and the test binaries, runs the privileged tests
-# inside, and checks each guest's verdict lines.
+# for x86-64 and 6.1 for arm64 (which have kprobes, unlike our host's) under
+# qemu TCG with an initramfs of busybox, the tools and the test binaries
+# (built for the guest's architecture), runs the privileged tests inside,
+# and checks each guest's verdict lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=.cache/vm
@@ -11,6 +12,9 @@ start=$(date +%s)
 
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v qemu-system-aarch64 >/dev/null || need+=(qemu-system-arm)
+command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+[ -f /usr/aarch64-linux-gnu/lib/libc.so.6 ] || need+=(libc6-dev-arm64-cross)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v cpio >/dev/null || need+=(cpio)
 command -v xz >/dev/null || need+=(xz-utils)
@@ -40,7 +44,7 @@ newest() { # newest PKG-REGEX [apt options...]: the highest version of the packa
   apt-cache "$@" search --names-only "$re" | awk '{print $1}' | sort -V | tail -1
 }
 kernels=()
-for series in ${TK_VM_SERIES:-'5\.10\.0-[0-9]+' '6\.1\.0-[0-9]+' '6\.12\.[0-9]+\+deb12' '7\.[0-9]+\.[0-9]+\+deb[0-9]+'}; do
+for series in ${TK_VM_SERIES-'5\.10\.0-[0-9]+' '6\.1\.0-[0-9]+' '6\.12\.[0-9]+\+deb12' '7\.[0-9]+\.[0-9]+\+deb[0-9]+'}; do
   opts=()
   case "$series" in
     5*|7*)
@@ -69,46 +73,87 @@ for series in ${TK_VM_SERIES:-'5\.10\.0-[0-9]+' '6\.1\.0-[0-9]+' '6\.12\.[0-9]+\
       mkdir -p "$dir" && dpkg -x "$cache/$p"_*.deb "$dir"
     done
   fi
-  kernels+=("$dir")
+  kernels+=("amd64:$dir")
 done
 
-# Static tools and test binaries.
-stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
-chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
-export CGO_ENABLED=0
-go build -trimpath -o "$stage/tk/bin/tracekit" ./cmd/tracekit
-for t in writesize dropmon iolat filter profile; do ln -s tracekit "$stage/tk/bin/$t"; done
+# arm64: the newest bookworm kernel of each series and busybox, through a
+# private configuration of their own (APT::Architecture=arm64).
+arm_dir=$(pwd)/$cache/apt-arm64
+mkdir -p "$arm_dir/lists/partial" "$arm_dir/cache/archives/partial"
+echo 'deb [arch=arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main' > "$arm_dir/sources.list"
+arm=(-o APT::Architecture=arm64 -o APT::Architectures=arm64 -o Dir::Etc::sourcelist="$arm_dir/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$arm_dir/lists" -o Dir::Cache="$arm_dir/cache" -o Dir::State::status=/dev/null)
+arm_updated=
+for series in ${TK_VM_ARM64_SERIES-'6\.1\.0-[0-9]+'}; do
+  pkg=$(newest "^linux-image-${series}-cloud-arm64-unsigned\$" "${arm[@]}")
+  if [ -z "$pkg" ] && [ -z "$arm_updated" ]; then
+    apt-get "${arm[@]}" update -qq
+    arm_updated=1
+    pkg=$(newest "^linux-image-${series}-cloud-arm64-unsigned\$" "${arm[@]}")
+  fi
+  [ -n "$pkg" ] || { echo "test-vm: no Debian arm64 kernel package matches the series ${series}" >&2; exit 1; }
+  dir="$cache/$pkg"
+  if [ -z "$(find "$dir" -name 'vmlinuz*' -type f 2>/dev/null | head -1)" ]; then
+    (cd "$cache" && rm -f "$pkg"_*.deb && apt-get "${arm[@]}" download -qq "$pkg" 2>/dev/null)
+    mkdir -p "$dir" && dpkg -x "$cache/$pkg"_*.deb "$dir"
+  fi
+  if [ ! -x "$cache/busybox-arm64/bin/busybox" ]; then
+    [ -n "$arm_updated" ] || [ -n "$(ls "$arm_dir/lists" | grep -v partial)" ] || apt-get "${arm[@]}" update -qq
+    (cd "$cache" && rm -f busybox-static_*_arm64.deb && apt-get "${arm[@]}" download -qq busybox-static:arm64 2>/dev/null)
+    dpkg -x "$cache"/busybox-static_*_arm64.deb "$cache/busybox-arm64"
+  fi
+  kernels+=("arm64:$dir")
+done
+
+# Per architecture: static tools and test binaries, the fixtures (built
+# here: the guests have no compiler), the C library they run on at the
+# paths the dynamic linker looks in, busybox and /init.
+stages=$(mktemp -d)
+trap 'rm -rf "$stages"' EXIT
 pkgs=(asm tracefs terminal tools uprobe unwind writesize dropmon iolat filter profile)
-for p in "${pkgs[@]}"; do
-  go test -c -trimpath -o "$stage/tk/t/$p.test" "./$p"
-  mkdir -p "$stage/tk/src/$p"
-  [ -d "$p/testdata" ] && cp -r "$p/testdata" "$stage/tk/src/$p/"
-done
-# The USDT fixtures, built here (the guests have no compiler), and the C
-# library they run on, at the paths the dynamic linker looks in.
-fx="$stage/tk/src/filter/testdata/usdt/build"
-bash filter/testdata/usdt/build.sh "$fx"
-bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
-for lib in $(ldd "$fx/fx-pie-O2" | grep -o '/[^ ]*'); do
-  mkdir -p "$stage$(dirname "$lib")"
-  cp -L "$lib" "$stage$lib"
-done
-cp /bin/busybox "$stage/bin/busybox"
-cp vmtest/init.sh "$stage/init"
-# TK_VM_RUN: a shell command the guests run instead of the tests (debugging).
-if [ -n "${TK_VM_RUN:-}" ]; then
-  printf '%s\n' "$TK_VM_RUN" > "$stage/tk/run.sh"
-fi
-chmod 755 "$stage/init"
+make_stage() { # make_stage ARCH
+  local arch=$1 stage=$stages/$1 cc=gcc
+  [ "$arch" = arm64 ] && cc=aarch64-linux-gnu-gcc
+  mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
+  chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
+  CGO_ENABLED=0 GOARCH=$arch go build -trimpath -o "$stage/tk/bin/tracekit" ./cmd/tracekit
+  for t in writesize dropmon iolat filter profile; do ln -s tracekit "$stage/tk/bin/$t"; done
+  for p in "${pkgs[@]}"; do
+    CGO_ENABLED=0 GOARCH=$arch go test -c -trimpath -o "$stage/tk/t/$p.test" "./$p"
+    mkdir -p "$stage/tk/src/$p"
+    [ -d "$p/testdata" ] && cp -r "$p/testdata" "$stage/tk/src/$p/"
+  done
+  local fx="$stage/tk/src/filter/testdata/usdt/build"
+  CC=$cc bash filter/testdata/usdt/build.sh "$fx"
+  # arm64's chain keeps frame pointers: profile unwinds by them there.
+  CC=$cc CHAIN_FP=$([ "$arch" = arm64 ] && echo 1) bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
+  if [ "$arch" = arm64 ]; then
+    mkdir -p "$stage/lib/aarch64-linux-gnu"
+    cp -L /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 "$stage/lib/"
+    cp -L /usr/aarch64-linux-gnu/lib/libc.so.6 "$stage/lib/aarch64-linux-gnu/"
+    cp "$cache/busybox-arm64/bin/busybox" "$stage/bin/busybox"
+  else
+    for lib in $(ldd "$fx/fx-pie-O2" | grep -o '/[^ ]*'); do
+      mkdir -p "$stage$(dirname "$lib")"
+      cp -L "$lib" "$stage$lib"
+    done
+    cp /bin/busybox "$stage/bin/busybox"
+  fi
+  cp vmtest/init.sh "$stage/init"
+  # TK_VM_RUN: a shell command the guests run instead of the tests (debugging).
+  if [ -n "${TK_VM_RUN:-}" ]; then
+    printf '%s\n' "$TK_VM_RUN" > "$stage/tk/run.sh"
+  fi
+  chmod 755 "$stage/init"
+}
+for arch in $(printf '%s\n' "${kernels[@]}" | cut -d: -f1 | sort -u); do make_stage "$arch"; done
 
 status=0
 all_passed=0 all_failed=0 all_skipped=0
 # One guest per kernel, two at a time (each guest has one CPU; the host
 # has two); the results are read in the matrix's order afterwards.
-boot() { # boot DIR: run the tests in a guest of that kernel, log in $cache/NAME.log.txt
-  local dir=$1 name vmlinuz loop initrd t0
+boot() { # boot ARCH:DIR: run the tests in a guest of that kernel, log in $cache/NAME.log.txt
+  local arch=${1%%:*} dir=${1#*:} name vmlinuz loop initrd t0 stage
+  stage=$stages/$arch
   name=$(basename "$dir")
   vmlinuz=$(find "$dir" -name 'vmlinuz*' -type f | head -1)
   loop=$(find "$dir" -name 'loop.ko*' | head -1)
@@ -126,28 +171,34 @@ boot() { # boot DIR: run the tests in a guest of that kernel, log in $cache/NAME
   t0=$(date +%s)
   # One CPU: with two, 6.12 hits an "Oops: int3" in syscall_trace_enter
   # when a syscall tracepoint is enabled (text_poke_bp under TCG).
-  timeout 900 qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 2048 -nographic -no-reboot \
+  local qemu=(qemu-system-x86_64 -accel tcg -cpu max) console=ttyS0
+  if [ "$arch" = arm64 ]; then
+    # pauth-impdef: pointer authentication with QEMU's own cheap hash,
+    # much faster under TCG than the architected one.
+    qemu=(qemu-system-aarch64 -M virt -cpu max,pauth-impdef=on) console=ttyAMA0
+  fi
+  timeout 900 "${qemu[@]}" -smp 1 -m 2048 -nographic -no-reboot \
     -kernel "$vmlinuz" -initrd "$initrd" \
-    -append "console=ttyS0 quiet panic=-1" > "$cache/$name.log" 2>&1 || true
+    -append "console=$console quiet panic=-1" > "$cache/$name.log" 2>&1 || true
   tr -d '\r' < "$cache/$name.log" > "$cache/$name.log.txt"
   echo $(( $(date +%s) - t0 )) > "$cache/$name.secs"
   rm -f "$initrd"
 }
 running=0
-for dir in "${kernels[@]}"; do
+for k in "${kernels[@]}"; do
   if [ $running -ge 2 ]; then
     wait -n || true
     running=$((running - 1))
   fi
-  boot "$dir" &
+  boot "$k" &
   running=$((running + 1))
 done
 wait
-for dir in "${kernels[@]}"; do
-  name=$(basename "$dir")
+for k in "${kernels[@]}"; do
+  name=$(basename "${k#*:}")
   log="$cache/$name.log.txt"
   kver=$(grep -o -m1 'TK-KERNEL .*' "$log" | cut -d' ' -f2 || true)
-  echo "== $name (kernel ${kver:-?}), $(cat "$cache/$name.secs") s"
+  echo "== $name (${k%%:*}, kernel ${kver:-?}), $(cat "$cache/$name.secs") s"
   if ! grep -q 'TK-DONE' "$log"; then
     echo "test-vm: the guest did not finish; last lines of $log:"; tail -20 "$log"; status=1; continue
   fi

@@ -2,13 +2,17 @@
 # Builds the profile fixtures into $1, all gcc -O2 -fomit-frame-pointer (a
 # chain main -> a -> b -> c whose functions keep no frame pointer): a PIE,
 # a non-PIE, and a PIE whose a, b and c are in a shared library
-# (libchain.so, found through its rpath). Needs gcc.
+# (libchain.so, found through its rpath). Needs gcc; CC=aarch64-linux-gnu-gcc
+# builds them for arm64.
 set -euo pipefail
 src=$(cd "$(dirname "$0")" && pwd)
 out=$1
 mkdir -p "$out"
 cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
-gcc $cflags -fPIE -pie -o "$out/chain-pie" "$src/chain.c"
-gcc $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
-gcc $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
-gcc $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
+# CHAIN_FP=1: with frame pointers instead (arm64, where profile unwinds by
+# frame pointers only).
+[ "${CHAIN_FP:-}" = 1 ] && cflags="-O2 -fno-omit-frame-pointer -fno-optimize-sibling-calls"
+"${CC:-gcc}" $cflags -fPIE -pie -o "$out/chain-pie" "$src/chain.c"
+"${CC:-gcc}" $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
+"${CC:-gcc}" $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
+"${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'

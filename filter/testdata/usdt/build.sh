@@ -4,13 +4,20 @@
 # sys/sdt.h writes: register, constant, off(reg), (base,index,scale),
 # sym(%rip), sym(,index,scale)), and a PIE that calls into a shared library
 # (libtk.so, found through its rpath). Needs gcc and sys/sdt.h
-# (systemtap-sdt-dev).
+# (systemtap-sdt-dev); CC=aarch64-linux-gnu-gcc builds them for arm64.
 set -euo pipefail
 src=$(cd "$(dirname "$0")" && pwd)
 out=$1
 mkdir -p "$out"
-gcc -O0 -fPIE -pie -o "$out/fx-pie-O0" "$src/fixture.c" "$src/guarded.c"
-gcc -O2 -fPIE -pie -o "$out/fx-pie-O2" "$src/fixture.c" "$src/guarded.c"
-gcc -O2 -fno-pie -no-pie -o "$out/fx-nopie-O2" "$src/fixture.c" "$src/guarded.c"
-gcc -O2 -fPIC -shared -o "$out/libtk.so" "$src/lib.c"
-gcc -O2 -fPIE -pie -DTK_LIB -o "$out/fx-lib" "$src/fixture.c" "$src/guarded.c" -L"$out" -ltk -Wl,-rpath,'$ORIGIN'
+# sys/sdt.h is the same for every architecture, but Debian installs it
+# under the host's triplet only: a cross compiler gets a copy.
+if ! echo '#include <sys/sdt.h>' | "${CC:-gcc}" -E -x c - >/dev/null 2>&1; then
+  mkdir -p "$out/include/sys"
+  cp "$(dirname "$(ls /usr/include/*/sys/sdt.h /usr/include/sys/sdt.h 2>/dev/null | head -1)")"/sdt*.h "$out/include/sys/"
+  export CPATH=$out/include
+fi
+"${CC:-gcc}" -O0 -fPIE -pie -o "$out/fx-pie-O0" "$src/fixture.c" "$src/guarded.c"
+"${CC:-gcc}" -O2 -fPIE -pie -o "$out/fx-pie-O2" "$src/fixture.c" "$src/guarded.c"
+"${CC:-gcc}" -O2 -fno-pie -no-pie -o "$out/fx-nopie-O2" "$src/fixture.c" "$src/guarded.c"
+"${CC:-gcc}" -O2 -fPIC -shared -o "$out/libtk.so" "$src/lib.c"
+"${CC:-gcc}" -O2 -fPIE -pie -DTK_LIB -o "$out/fx-lib" "$src/fixture.c" "$src/guarded.c" -L"$out" -ltk -Wl,-rpath,'$ORIGIN'
