@@ -221,7 +221,10 @@ func VersionLine(name string) string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s (tracekit) %s, commit %s, built with %s", name, Version, commit, runtime.Version())
+	if name != "tracekit" {
+		name += " (tracekit)"
+	}
+	return fmt.Sprintf("%s %s, commit %s, built with %s", name, Version, commit, runtime.Version())
 }
 
 // exitHelp ends every tool's --help.
