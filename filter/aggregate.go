@@ -80,10 +80,7 @@ func decodeColumn(col Column, raw []byte) cell {
 	}
 	b := raw[col.Offset : col.Offset+col.Size]
 	if col.String {
-		str := string(b)
-		if i := strings.IndexByte(str, 0); i >= 0 {
-			str = str[:i]
-		}
+		str := tools.CString(b)
 		return cell{str, str}
 	}
 	u := binary.LittleEndian.Uint64(b)

@@ -146,13 +146,10 @@ func fieldValue(f tracefs.Field, raw []byte, pointer bool) (any, string) {
 		if off+n > len(raw) {
 			return nil, ""
 		}
-		str := strings.TrimRight(string(raw[off:off+n]), "\x00")
+		str := tools.CString(raw[off : off+n])
 		return str, str
 	case f.ArrayLen > 0 && strings.HasPrefix(f.Type, "char"):
-		str := string(b)
-		if i := strings.IndexByte(str, 0); i >= 0 {
-			str = str[:i]
-		}
+		str := tools.CString(b)
 		return str, str
 	case f.ArrayLen > 0 || f.Size > 8:
 		return nil, ""

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -74,6 +75,16 @@ func fromPartitions(dev uint32) string {
 		}
 	}
 	return ""
+}
+
+// CString is b up to its first NUL. A name a program copied into a buffer
+// (bpf_get_current_comm, strscpy without padding on 6.1) may have stale
+// bytes after it.
+func CString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
 }
 
 // Comm is the name of process pid from /proc/PID/comm, "" when it is gone.

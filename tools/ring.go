@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -178,11 +177,7 @@ func (r *Rings) Read(fn func(Sample)) {
 				}
 			case unix.PERF_RECORD_COMM:
 				if len(rec) > 16 && r.OnComm != nil {
-					comm := string(rec[16:])
-					if i := strings.IndexByte(comm, 0); i >= 0 {
-						comm = comm[:i]
-					}
-					r.OnComm(binary.LittleEndian.Uint32(rec[8:]), comm)
+					r.OnComm(binary.LittleEndian.Uint32(rec[8:]), CString(rec[16:]))
 				}
 			case unix.PERF_RECORD_LOST:
 				if len(rec) >= 24 {

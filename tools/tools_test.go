@@ -120,3 +120,13 @@ func TestVersion(t *testing.T) {
 		t.Errorf("the build's commit is not printed: %q", line)
 	}
 }
+
+// A name with stale bytes after its NUL (bpf_get_current_comm on 6.1 does
+// not pad) ends at the NUL.
+func TestCString(t *testing.T) {
+	for in, want := range map[string]string{"writesize.test\x00\f": "writesize.test", "sh\x00\x00": "sh", "": "", "0123456789abcdef": "0123456789abcdef", "\x00x": ""} {
+		if got := CString([]byte(in)); got != want {
+			t.Errorf("CString(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

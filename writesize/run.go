@@ -198,7 +198,7 @@ func (r *reader) report() (*tools.HistReport, error) {
 func (r *reader) comm(pid uint32) string {
 	var name [16]byte
 	if err := r.coll.Maps["comms"].Lookup(pid, &name); err == nil {
-		if s := strings.TrimRight(string(name[:]), "\x00"); s != "" {
+		if s := tools.CString(name[:]); s != "" {
 			return s
 		}
 	}
