@@ -374,3 +374,14 @@ func MapDelete(mapName string, keyOff int16) bpf.Instructions {
 	insns = append(insns, stackArg(bpf.R2, keyOff)...)
 	return append(insns, bpf.FnMapDeleteElem.Call())
 }
+
+// CmpXchg is BPF_ATOMIC compare-and-exchange (5.12+): if *(size *)(dst +
+// off) == R0, it stores src there; R0 gets the old value either way.
+// cilium/ebpf v0.22 writes an atomic instruction's imm from its Constant
+// before it fills the operation in, so bpf.CmpXchg.Mem alone goes to the
+// kernel as an atomic add: the operation is set in Constant here.
+func CmpXchg(dst, src bpf.Register, size bpf.Size, off int16) bpf.Instruction {
+	ins := bpf.CmpXchg.Mem(dst, src, size, off)
+	ins.Constant = int64(bpf.CmpXchg >> 8)
+	return ins
+}

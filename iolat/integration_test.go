@@ -1,6 +1,8 @@
 package iolat
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,9 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tools"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -115,6 +120,89 @@ func TestLoopDeviceExactCount(t *testing.T) {
 	if !strings.Contains(text.Stdout, "disk = "+name+"\n     msecs ") {
 		t.Errorf("text report:\n%s", text.Stdout)
 	}
+}
+
+// Start times live in direct-mapped slots where the kernel has
+// compare-and-exchange (5.12+), with the hash for requests whose slot is
+// taken. Exact either way: the slots (the default), the hash alone
+// (TRACEKIT_IOLAT_SLOTS=0), and one slot that a stale entry holds (written
+// by the test into the running tool's map), so that every request takes
+// the hash.
+func TestSlotsAndHashCountExactly(t *testing.T) {
+	privtest.Require(t)
+	dev := loopDevice(t)
+	name := filepath.Base(dev)
+	const n = 60
+	for _, slots := range []string{"", "0", "1"} {
+		if slots != "" {
+			t.Setenv("TRACEKIT_IOLAT_SLOTS", slots)
+		}
+		cmd := exec.Command(tooltest.Tool(t, "iolat"), "-d", name, "--json", "-c", "sleep 1; "+directWrites(dev, n))
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if slots == "1" && tools.HaveAtomicCmpXchg() {
+			occupySlot(t, cmd.Process.Pid)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("slots %q: %v: %s", slots, err, errb.String())
+		}
+		var rep histReport
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &rep); err != nil || len(rep.Histograms) != 1 {
+			t.Fatalf("slots %q: %v: %q %s", slots, err, out.String(), errb.String())
+		}
+		if got := rep.Histograms[0].Total; got != n || rep.Lost != 0 {
+			t.Errorf("slots %q: %d IOs, lost %d; want exactly %d, none lost", slots, got, rep.Lost, n)
+		}
+	}
+}
+
+// occupySlot finds the slots map of the iolat run pid once it is loaded
+// (through the map ids in its /proc/PID/fdinfo: a map of an earlier run
+// may not be freed yet) and fills its every slot with a request that
+// never completes.
+func occupySlot(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(900 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		infos, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fdinfo/*", pid))
+		for _, fdinfo := range infos {
+			b, err := os.ReadFile(fdinfo)
+			if err != nil {
+				continue
+			}
+			var id uint32
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "map_id:"); ok {
+					fmt.Sscan(strings.TrimSpace(v), &id)
+				}
+			}
+			if id == 0 {
+				continue
+			}
+			m, err := ebpf.NewMapFromID(ebpf.MapID(id))
+			if err != nil {
+				continue
+			}
+			info, err := m.Info()
+			if err == nil && info.Name == "iolat_slots" {
+				stale := make([]byte, 24)
+				binary.LittleEndian.PutUint64(stale, 1<<40) // a tag no request here has
+				for i := uint32(0); i < m.MaxEntries(); i++ {
+					if err := m.Put(i, stale); err != nil {
+						t.Fatal(err)
+					}
+				}
+				m.Close()
+				return
+			}
+			m.Close()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no iolat_slots map appeared for iolat (pid %d)", pid)
 }
 
 func TestHeatmapCountsEveryIOAboveZero(t *testing.T) {

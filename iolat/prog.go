@@ -25,6 +25,13 @@ const (
 	tsOff   = -24 // the start time to store
 	histOff = -32 // {u32 id; u32 slot}
 	valOff  = -40
+	idxOff  = -44 // the request's slot in the slots array
+
+	// nSlots direct-mapped slots {u64 tag; u32 dev; u32 pad; u64 ts} hold
+	// the start times of requests in flight (a power of two; the tests
+	// lower it with TRACEKIT_IOLAT_SLOTS to make requests collide).
+	nSlots   = 4096
+	slotSize = 24
 )
 
 // Group-by choices for the histograms.
@@ -63,6 +70,12 @@ type progConfig struct {
 	Heatmap         bool      // decade slots of ns instead of log2 slots
 	Divisor         int32     // log2 mode: ns per unit (1000 usecs, 1000000 msecs)
 	By              int
+	// Slots keeps start times in a direct-mapped array first, claimed with
+	// BPF_ATOMIC compare-and-exchange (5.12+), and in the hash only when a
+	// request's slot is taken: no hash insert and delete per IO. Not with
+	// -Q, whose insert time must win over the issue time. Its value is the
+	// number of slots, a power of two; 0 is the hash alone.
+	Slots uint32
 }
 
 // loadKey stores the in-flight key {dev, sector} of the event at keyOff,
@@ -87,10 +100,77 @@ func loadKey(f rqFields, dev uint32) (bpf.Instructions, error) {
 	return append(insns, asm.StoreKey(keyOff+4, bpf.R1, bpf.DWord)), nil
 }
 
+// slotOf finds the request's slot: r8 = its tag, sector+1 (0, a sector of
+// ~0, takes the hash at fallback), r7 = &slots[idx], where idx mixes the
+// device (times the golden ratio, so that 7:0 and 8:0 part) with the
+// sector in units of 4 KiB (so that sequential IO takes successive slots).
+func slotOf(fallback string, n uint32) bpf.Instructions {
+	insns := bpf.Instructions{
+		bpf.LoadMem(bpf.R8, bpf.RFP, keyOff+4, bpf.DWord).WithSource(bpf.Comment("r8 = tag = sector + 1")),
+		bpf.Add.Imm(bpf.R8, 1),
+		bpf.JEq.Imm(bpf.R8, 0, fallback),
+		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("idx = (dev * 0x9e3779b1 ^ tag >> 3) %% %d", n))),
+		bpf.Mul.Imm(bpf.R1, -0x61c8864f),
+		bpf.Mov.Reg(bpf.R2, bpf.R8),
+		bpf.RSh.Imm(bpf.R2, 3),
+		bpf.Xor.Reg(bpf.R1, bpf.R2),
+		bpf.And.Imm(bpf.R1, int32(n-1)),
+		asm.StoreKey(idxOff, bpf.R1, bpf.Word),
+	}
+	insns = append(insns, asm.MapLookup("slots", idxOff)...)
+	return append(insns,
+		bpf.JEq.Imm(bpf.R0, 0, fallback),
+		bpf.Mov.Reg(bpf.R7, bpf.R0).WithSource(bpf.Comment("r7 = &slots[idx]")),
+	)
+}
+
+// claimSlot records the start time in the request's slot when it is free
+// (compare-and-exchange of its tag from 0), or already this request's (a
+// re-issue restarts the clock, as the hash's BPF_ANY update does); else
+// it goes to fallback.
+func claimSlot(fallback string, n uint32) bpf.Instructions {
+	insns := slotOf(fallback, n)
+	insns = append(insns,
+		bpf.Mov.Imm(bpf.R0, 0).WithSource(bpf.Comment("claim: if slot->tag == 0 { slot->tag = tag }; r0 = the old tag")),
+		asm.CmpXchg(bpf.R7, bpf.R8, bpf.DWord, 0),
+		bpf.JEq.Imm(bpf.R0, 0, "claimed"),
+		bpf.JNE.Reg(bpf.R0, bpf.R8, fallback).WithSource(bpf.Comment("another request's: the hash")),
+		bpf.LoadMem(bpf.R1, bpf.R7, 8, bpf.DWord).WithSource(bpf.Comment("this tag: this device too, or the hash")),
+		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.Word),
+		bpf.JNE.Reg(bpf.R1, bpf.R2, fallback),
+		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSymbol("claimed").WithSource(bpf.Comment("slot->dev = dev; slot->ts = now")),
+		bpf.StoreMem(bpf.R7, 8, bpf.R1, bpf.DWord),
+	)
+	insns = append(insns, asm.Ktime(bpf.R0)...)
+	return append(insns,
+		bpf.StoreMem(bpf.R7, 16, bpf.R0, bpf.DWord),
+		bpf.Ja.Label("exit"),
+	)
+}
+
+// releaseSlot takes the start time from the request's slot into R7 and
+// frees the slot (compare-and-exchange of its tag back to 0), then goes to
+// measure; a slot that is not this request's goes to fallback.
+func releaseSlot(fallback, measure string, n uint32) bpf.Instructions {
+	insns := slotOf(fallback, n)
+	return append(insns,
+		bpf.LoadMem(bpf.R1, bpf.R7, 8, bpf.DWord).WithSource(bpf.Comment("this device's, or the hash")),
+		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.Word),
+		bpf.JNE.Reg(bpf.R1, bpf.R2, fallback),
+		bpf.LoadMem(bpf.R9, bpf.R7, 16, bpf.DWord).WithSource(bpf.Comment("r9 = slot->ts, before the slot is freed")),
+		bpf.Mov.Reg(bpf.R0, bpf.R8).WithSource(bpf.Comment("free: if slot->tag == tag { slot->tag = 0 }; r0 = the old tag")),
+		bpf.Mov.Imm(bpf.R1, 0),
+		asm.CmpXchg(bpf.R7, bpf.R1, bpf.DWord, 0),
+		bpf.JNE.Reg(bpf.R0, bpf.R8, fallback).WithSource(bpf.Comment("another request's: the hash")),
+		bpf.Mov.Reg(bpf.R7, bpf.R9),
+		bpf.Ja.Label(measure),
+	)
+}
+
 // startProgram records when a request was issued (or inserted). flags is
 // the update's: BPF_ANY, or BPF_NOEXIST for issue under -Q, where an insert
 // time already recorded must win.
-func startProgram(f rqFields, dev uint32, noExist bool) (bpf.Instructions, error) {
+func startProgram(f rqFields, dev uint32, noExist bool, nslots uint32) (bpf.Instructions, error) {
 	insns, err := loadKey(f, dev)
 	if err != nil {
 		return nil, err
@@ -99,7 +179,13 @@ func startProgram(f rqFields, dev uint32, noExist bool) (bpf.Instructions, error
 	if noExist {
 		flags = asm.UpdateNoExist
 	}
+	if nslots > 0 {
+		insns = append(insns, claimSlot("hash", nslots)...)
+	}
 	insns = append(insns, asm.Ktime(bpf.R0)...)
+	if nslots > 0 {
+		insns[len(insns)-1] = insns[len(insns)-1].WithSymbol("hash")
+	}
 	insns = append(insns, asm.StoreKey(tsOff, bpf.R0, bpf.DWord))
 	insns = append(insns, asm.Note(asm.MapUpdate("start", keyOff, tsOff, flags), "start[key] = now")...)
 	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
@@ -133,13 +219,24 @@ func completeProgram(cfg progConfig) (bpf.Instructions, error) {
 	if err != nil {
 		return nil, err
 	}
-	insns = append(insns, asm.Note(asm.MapLookup("start", keyOff), "ts = start[key]; issued before tracing began: not counted")...)
+	if cfg.Slots > 0 {
+		insns = append(insns, releaseSlot("hash", "measure", cfg.Slots)...)
+	}
+	lookup := asm.Note(asm.MapLookup("start", keyOff), "ts = start[key]; issued before tracing began: not counted")
+	if cfg.Slots > 0 {
+		lookup[0] = lookup[0].WithSymbol("hash")
+	}
+	insns = append(insns, lookup...)
 	insns = append(insns,
 		bpf.JEq.Imm(bpf.R0, 0, "exit"),
 		bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.DWord),
 	)
 	insns = append(insns, asm.Note(asm.MapDelete("start", keyOff), "delete start[key]")...)
-	insns = append(insns, asm.Ktime(bpf.R1)...)
+	now := asm.Ktime(bpf.R1)
+	if cfg.Slots > 0 {
+		now[0] = now[0].WithSymbol("measure")
+	}
+	insns = append(insns, now...)
 	insns = append(insns,
 		bpf.Sub.Reg(bpf.R1, bpf.R7).WithSource(bpf.Comment("r1 = latency in ns; negative: lost")),
 		bpf.JSLT.Imm(bpf.R1, 0, "negative"),
@@ -204,7 +301,10 @@ func opOf(rwbs tracefs.Field) (bpf.Instructions, error) {
 
 // collection returns the maps and programs.
 func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
-	issue, err := startProgram(cfg.Issue, cfg.Dev, cfg.Insert != nil)
+	if cfg.Slots > 0 && (cfg.Insert != nil || cfg.Slots&(cfg.Slots-1) != 0) {
+		return nil, fmt.Errorf("%d slots: a power of two, and not with -Q (the insert time would not win over the issue time)", cfg.Slots)
+	}
+	issue, err := startProgram(cfg.Issue, cfg.Dev, cfg.Insert != nil, cfg.Slots)
 	if err != nil {
 		return nil, err
 	}
@@ -227,11 +327,14 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 			"complete": {Name: "iolat_complete", Type: ebpf.TracePoint, License: "GPL", Instructions: complete},
 		},
 	}
+	if cfg.Slots > 0 {
+		spec.Maps["slots"] = &ebpf.MapSpec{Name: "iolat_slots", Type: ebpf.Array, KeySize: 4, ValueSize: slotSize, MaxEntries: cfg.Slots}
+	}
 	if cfg.By != byNone {
 		spec.Maps["hist"] = &ebpf.MapSpec{Name: "iolat_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: maxHists}
 	}
 	if cfg.Insert != nil {
-		insert, err := startProgram(*cfg.Insert, cfg.Dev, false)
+		insert, err := startProgram(*cfg.Insert, cfg.Dev, false, 0)
 		if err != nil {
 			return nil, err
 		}

@@ -33,6 +33,8 @@ func variants(t *testing.T) map[string]progConfig {
 		"heatmap":      func(c *progConfig) { c.Heatmap = true },
 		"heatmap_disk": func(c *progConfig) { c.Heatmap, c.By = true, byDisk },
 		"queued":       func(c *progConfig) { c.Insert = &insert },
+		"slots":        func(c *progConfig) { c.Slots = nSlots },
+		"slots_disk":   func(c *progConfig) { c.Slots, c.Heatmap, c.By, c.Dev = nSlots, true, byDisk, tools.MkDev(7, 0) },
 	} {
 		cfg := base
 		set(&cfg)
@@ -41,8 +43,30 @@ func variants(t *testing.T) map[string]progConfig {
 	return out
 }
 
-// TestProgramsLoad hands every variant, with its maps, to the verifier.
-func TestProgramsLoad(t *testing.T) { loadtest.Variants(t, variants(t), collection) }
+// TestProgramsLoad hands every variant, with its maps, to the verifier;
+// the slots variants, which need BPF_ATOMIC compare-and-exchange, where
+// the kernel has it, and where it has not, the verifier must refuse them
+// (else the feature probe is wrong).
+func TestProgramsLoad(t *testing.T) {
+	all := variants(t)
+	if !tools.HaveAtomicCmpXchg() {
+		for name, cfg := range all {
+			if cfg.Slots == 0 {
+				continue
+			}
+			delete(all, name)
+			spec, err := collection(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if coll, err := tools.Load(spec); err == nil {
+				coll.Close()
+				t.Errorf("%s: loaded, but HaveAtomicCmpXchg says this kernel has no compare-and-exchange", name)
+			}
+		}
+	}
+	loadtest.Variants(t, all, collection)
+}
 
 func TestProgramGoldens(t *testing.T) {
 	for name, cfg := range variants(t) {

@@ -3,7 +3,9 @@ package iolat
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -47,6 +49,23 @@ func validate(o *options) error {
 	return nil
 }
 
+// slotsFor is how many direct-mapped slots hold start times on this
+// kernel: none before BPF_ATOMIC compare-and-exchange (5.12), where the
+// hash holds them all. TRACEKIT_IOLAT_SLOTS=N sets it (0: the hash alone;
+// the tests make requests collide with 1).
+func slotsFor() uint32 {
+	if !tools.HaveAtomicCmpXchg() {
+		return 0
+	}
+	if v, ok := os.LookupEnv("TRACEKIT_IOLAT_SLOTS"); ok {
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err == nil && n&(n-1) == 0 {
+			return uint32(n)
+		}
+	}
+	return nSlots
+}
+
 func run(ctx context.Context, s *tools.Session, o *options) error {
 	cfg := progConfig{Dev: o.dev, Heatmap: o.Heatmap, Divisor: 1000}
 	if o.Millis {
@@ -71,6 +90,8 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 		cfg.Insert = &ins
+	} else {
+		cfg.Slots = slotsFor()
 	}
 	spec, err := collection(cfg)
 	if err != nil {

@@ -64,3 +64,36 @@ func probeMap(spec *ebpf.MapSpec) bool {
 func HaveTaskPtRegs() bool {
 	return features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
 }
+
+// HaveAtomicCmpXchg reports whether programs may use BPF_ATOMIC compare
+// and exchange on map values (5.12+, and a JIT that emits it), probed once
+// by loading a tracepoint program that uses it.
+var HaveAtomicCmpXchg = sync.OnceValue(func() bool {
+	_ = rlimit.RemoveMemlock()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return false
+	}
+	defer m.Close()
+	insns := bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 0),
+		bpf.StoreMem(bpf.RFP, -4, bpf.R1, bpf.Word),
+		bpf.LoadMapPtr(bpf.R1, m.FD()),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, -4),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
+		bpf.Mov.Reg(bpf.R1, bpf.R0),
+		bpf.Mov.Imm(bpf.R0, 0),
+		bpf.Mov.Imm(bpf.R2, 1),
+		asm.CmpXchg(bpf.R1, bpf.R2, bpf.DWord, 0),
+		bpf.Mov.Imm(bpf.R0, 0).WithSymbol("exit"),
+		bpf.Return(),
+	}
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.TracePoint, License: "GPL", Instructions: insns})
+	if err != nil {
+		return false
+	}
+	p.Close()
+	return true
+})
