@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
@@ -92,6 +93,8 @@ func run() error {
 			tracers: append([]tracer{
 				{"untraced", untraced},
 				{"empty program", emptyProgram("syscalls:sys_enter_write")},
+				{"empty raw tracepoint (sys_enter: every syscall)", emptyHook("raw", "sys_enter")},
+				{"empty BTF tracepoint (sys_enter: every syscall)", emptyHook("btf", "sys_enter")},
 				{"writesize", toolProcess(*bin+"/writesize", nil)},
 				{"filter --hist count", toolProcess(*bin+"/filter", []string{"--hist", "count", "syscalls:sys_enter_write"})},
 			}, peer("bpftrace hist()", "tracepoint:syscalls:sys_enter_write { @ = hist(args->count); }")...),
@@ -112,6 +115,8 @@ func run() error {
 			tracers: append([]tracer{
 				{"untraced", untraced},
 				{"empty program", emptyProgram("skb:kfree_skb")},
+				{"empty raw tracepoint", emptyHook("raw", "kfree_skb")},
+				{"empty BTF tracepoint", emptyHook("btf", "kfree_skb")},
 				{"dropmon", toolProcess(*bin+"/dropmon", nil)},
 			}, peer("bpftrace count()", "tracepoint:skb:kfree_skb { @[args->location] = count(); }")...),
 		},
@@ -123,6 +128,8 @@ func run() error {
 		block := []tracer{
 			{"untraced", untraced},
 			{"empty program", emptyProgram("block:block_rq_issue", "block:block_rq_complete")},
+			{"empty raw tracepoint", emptyHook("raw", "block_rq_issue", "block_rq_complete")},
+			{"empty BTF tracepoint", emptyHook("btf", "block_rq_issue", "block_rq_complete")},
 			{"iolat", toolProcess(*bin+"/iolat", []string{"-d", filepath.Base(dev)})},
 		}
 		if p, err := exec.LookPath("biolatency"); err == nil {
@@ -437,6 +444,48 @@ func emptyProgram(events ...string) func() (func(), error) {
 				return nil, err
 			}
 			atts = append(atts, a)
+		}
+		return stop, nil
+	}
+}
+
+// emptyHook attaches "return 0" to raw tracepoints ("raw", 4.17+) or BTF
+// tracepoints ("btf", 5.5+): the floor of each cheaper hook. names are the
+// tracepoints' own names (kfree_skb, sys_enter).
+func emptyHook(kind string, names ...string) func() (func(), error) {
+	return func() (func(), error) {
+		var links []link.Link
+		var progs []*ebpf.Program
+		stop := func() {
+			for _, l := range links {
+				l.Close()
+			}
+			for _, p := range progs {
+				p.Close()
+			}
+		}
+		for _, name := range names {
+			spec := &ebpf.ProgramSpec{Type: ebpf.RawTracepoint, License: "GPL", Instructions: asm.Return("exit", 0)}
+			if kind == "btf" {
+				spec.Type, spec.AttachType, spec.AttachTo = ebpf.Tracing, ebpf.AttachTraceRawTp, name
+			}
+			p, err := ebpf.NewProgram(spec)
+			if err != nil {
+				stop()
+				return nil, err
+			}
+			progs = append(progs, p)
+			var l link.Link
+			if kind == "btf" {
+				l, err = link.AttachTracing(link.TracingOptions{Program: p})
+			} else {
+				l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: p})
+			}
+			if err != nil {
+				stop()
+				return nil, err
+			}
+			links = append(links, l)
 		}
 		return stop, nil
 	}

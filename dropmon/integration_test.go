@@ -43,6 +43,25 @@ func udpReason(t *testing.T) string {
 	return ""
 }
 
+// forEachHook runs test once on each way to kfree_skb this kernel has
+// (perf, raw, btf), chosen through TRACEKIT_ATTACH: the counts must not
+// depend on it.
+func forEachHook(t *testing.T, test func(t *testing.T)) {
+	hooks := []tools.Hook{tools.HookPerf}
+	if tools.HaveRawTracepoints() {
+		hooks = append(hooks, tools.HookRaw)
+	}
+	if tools.HaveBTFTracepoint("kfree_skb") {
+		hooks = append(hooks, tools.HookBTF)
+	}
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			t.Setenv(tools.AttachEnv, string(h))
+			test(t)
+		})
+	}
+}
+
 func dropmon(t *testing.T, args ...string) tooltest.Result {
 	return tooltest.Run(t, tooltest.Tool(t, "dropmon"), args...)
 }
@@ -81,103 +100,109 @@ func parse(t *testing.T, out string) report {
 // on the machine meanwhile.
 func TestUDPDropsExact(t *testing.T) {
 	privtest.Require(t)
-	const n = 41
-	r := dropmon(t, "--json", "-c", tooltest.UDPDrops(t, n))
-	if r.Status != 0 {
-		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
-	}
-	fn, reason := udpFunc(t), udpReason(t)
-	rep := parse(t, r.Stdout)
-	var count uint64
-	for _, d := range rep.Drops {
-		if strings.HasPrefix(d.Symbol, fn+"+0x") {
-			if d.Reason != reason {
-				t.Errorf("reason %q, want %q (this kernel's kfree_skb format)", d.Reason, reason)
-			}
-			if !regexp.MustCompile(`^0x[0-9a-f]{16}$`).MatchString(d.Location) {
-				t.Errorf("location %q", d.Location)
-			}
-			count += d.Count
+	forEachHook(t, func(t *testing.T) {
+		const n = 41
+		r := dropmon(t, "--json", "-c", tooltest.UDPDrops(t, n))
+		if r.Status != 0 {
+			t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 		}
-	}
-	if count != n {
-		t.Errorf("%d drops at %s, want exactly %d: %+v", count, fn, n, rep.Drops)
-	}
-	if rep.Tool != "dropmon" || rep.Total < n {
-		t.Errorf("tool %q total %d", rep.Tool, rep.Total)
-	}
+		fn, reason := udpFunc(t), udpReason(t)
+		rep := parse(t, r.Stdout)
+		var count uint64
+		for _, d := range rep.Drops {
+			if strings.HasPrefix(d.Symbol, fn+"+0x") {
+				if d.Reason != reason {
+					t.Errorf("reason %q, want %q (this kernel's kfree_skb format)", d.Reason, reason)
+				}
+				if !regexp.MustCompile(`^0x[0-9a-f]{16}$`).MatchString(d.Location) {
+					t.Errorf("location %q", d.Location)
+				}
+				count += d.Count
+			}
+		}
+		if count != n {
+			t.Errorf("%d drops at %s, want exactly %d: %+v", count, fn, n, rep.Drops)
+		}
+		if rep.Tool != "dropmon" || rep.Total < n {
+			t.Errorf("tool %q total %d", rep.Tool, rep.Total)
+		}
 
-	// The text report says the same.
-	text := dropmon(t, "-c", tooltest.UDPDrops(t, n))
-	tail := "" // no REASON column value before 5.17
-	if reason != "" {
-		tail = `\s+` + reason
-	}
-	row := regexp.MustCompile(`(?m)^\s*(\d+)\s+` + regexp.QuoteMeta(fn) + `\+0x[0-9a-f]+\s+0x[0-9a-f]{16}` + tail + `$`).FindStringSubmatch(text.Stdout)
-	if row == nil || row[1] != "41" {
-		t.Errorf("text report has no row of 41 %q drops at %s:\n%s", reason, fn, text.Stdout)
-	}
-	if !strings.HasPrefix(text.Stdout, "COUNT  LOCATION") && !strings.Contains(text.Stdout, " COUNT  LOCATION") {
-		t.Errorf("no header:\n%s", text.Stdout)
-	}
+		// The text report says the same.
+		text := dropmon(t, "-c", tooltest.UDPDrops(t, n))
+		tail := "" // no REASON column value before 5.17
+		if reason != "" {
+			tail = `\s+` + reason
+		}
+		row := regexp.MustCompile(`(?m)^\s*(\d+)\s+` + regexp.QuoteMeta(fn) + `\+0x[0-9a-f]+\s+0x[0-9a-f]{16}` + tail + `$`).FindStringSubmatch(text.Stdout)
+		if row == nil || row[1] != "41" {
+			t.Errorf("text report has no row of 41 %q drops at %s:\n%s", reason, fn, text.Stdout)
+		}
+		if !strings.HasPrefix(text.Stdout, "COUNT  LOCATION") && !strings.Contains(text.Stdout, " COUNT  LOCATION") {
+			t.Errorf("no header:\n%s", text.Stdout)
+		}
+	})
 }
 
 func TestStacksShowUDPPath(t *testing.T) {
 	privtest.Require(t)
-	r := dropmon(t, "--json", "--stacks", "-c", tooltest.UDPDrops(t, 5))
-	if r.Status != 0 {
-		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
-	}
-	fn := udpFunc(t)
-	for _, d := range parse(t, r.Stdout).Drops {
-		if !strings.HasPrefix(d.Symbol, fn+"+") {
-			continue
+	forEachHook(t, func(t *testing.T) {
+		r := dropmon(t, "--json", "--stacks", "-c", tooltest.UDPDrops(t, 5))
+		if r.Status != 0 {
+			t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 		}
-		var sum uint64
-		for _, s := range d.Stacks {
-			sum += s.Count
-			if !strings.Contains(strings.Join(s.Frames, " "), fn+"+") {
-				t.Errorf("stack without %s: %v", fn, s.Frames)
+		fn := udpFunc(t)
+		for _, d := range parse(t, r.Stdout).Drops {
+			if !strings.HasPrefix(d.Symbol, fn+"+") {
+				continue
 			}
+			var sum uint64
+			for _, s := range d.Stacks {
+				sum += s.Count
+				if !strings.Contains(strings.Join(s.Frames, " "), fn+"+") {
+					t.Errorf("stack without %s: %v", fn, s.Frames)
+				}
+			}
+			// One stack per key: the first claims the fast-path cache slot of the
+			// location, the others go through the hash; together they add up.
+			if len(d.Stacks) == 0 || sum > d.Count || len(d.Stacks) < 3 && sum != d.Count {
+				t.Errorf("stacks %+v for %d drops", d.Stacks, d.Count)
+			}
+			return
 		}
-		// One stack per key: the first claims the fast-path cache slot of the
-		// location, the others go through the hash; together they add up.
-		if len(d.Stacks) == 0 || sum > d.Count || len(d.Stacks) < 3 && sum != d.Count {
-			t.Errorf("stacks %+v for %d drops", d.Stacks, d.Count)
-		}
-		return
-	}
-	t.Errorf("no %s row: %s", fn, r.Stdout)
+		t.Errorf("no %s row: %s", fn, r.Stdout)
+	})
 }
 
 func TestProtocolFilter(t *testing.T) {
 	privtest.Require(t)
-	// The datagrams are IPv4: an IPv6-only dropmon sees none of them.
-	fn := udpFunc(t)
-	r := dropmon(t, "--json", "--protocol", "ipv6", "-c", tooltest.UDPDrops(t, 10))
-	for _, d := range parse(t, r.Stdout).Drops {
-		if strings.HasPrefix(d.Symbol, fn+"+") {
-			t.Errorf("--protocol ipv6 counted IPv4 drops: %+v", d)
-		}
-	}
-	r = dropmon(t, "--json", "--protocol", "ip", "--no-reason", "-c", tooltest.UDPDrops(t, 10))
-	var got uint64
-	for _, d := range parse(t, r.Stdout).Drops {
-		if strings.HasPrefix(d.Symbol, fn+"+") {
-			got += d.Count
-			if d.Reason != "" {
-				t.Errorf("--no-reason still reports %q", d.Reason)
+	forEachHook(t, func(t *testing.T) {
+		// The datagrams are IPv4: an IPv6-only dropmon sees none of them.
+		fn := udpFunc(t)
+		r := dropmon(t, "--json", "--protocol", "ipv6", "-c", tooltest.UDPDrops(t, 10))
+		for _, d := range parse(t, r.Stdout).Drops {
+			if strings.HasPrefix(d.Symbol, fn+"+") {
+				t.Errorf("--protocol ipv6 counted IPv4 drops: %+v", d)
 			}
 		}
-	}
-	if got != 10 {
-		t.Errorf("--protocol ip: %d drops at %s, want 10", got, fn)
-	}
+		r = dropmon(t, "--json", "--protocol", "ip", "--no-reason", "-c", tooltest.UDPDrops(t, 10))
+		var got uint64
+		for _, d := range parse(t, r.Stdout).Drops {
+			if strings.HasPrefix(d.Symbol, fn+"+") {
+				got += d.Count
+				if d.Reason != "" {
+					t.Errorf("--no-reason still reports %q", d.Reason)
+				}
+			}
+		}
+		if got != 10 {
+			t.Errorf("--protocol ip: %d drops at %s, want 10", got, fn)
+		}
+	})
 }
 
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"--protocol", "ipx"}, {"-n", "0"}, {"-n", "x"}, {"-1"}, {"1", "0"}, {"--bogus"},
+		{"--protocol", "ipx"}, {"-n", "0"}, {"-n", "x"}, {"-1"}, {"1", "0"}, {"--bogus"}, {"--attach", "fentry"},
 	} {
 		r := dropmon(t, args...)
 		if r.Status != 2 || !strings.Contains(r.Stderr, "Try 'dropmon --help'") {

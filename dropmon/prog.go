@@ -2,11 +2,13 @@ package dropmon
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -18,6 +20,7 @@ const (
 	noStack     = -1  // the stack slot of the key without --stacks
 	keyOff      = -16 // {u64 location; u32 reason; s32 stack id}
 	valOff      = -24
+	readOff     = -32 // bpf_probe_read_kernel's buffer (raw tracepoint)
 	skbProgName = "dropmon"
 )
 
@@ -48,10 +51,19 @@ type progConfig struct {
 	Layout   layout
 	Protocol int // only this protocol (host order, as the tracepoint stores it); -1 for all
 	Stacks   bool
+	// Hook is how the program reaches kfree_skb: through its record
+	// (perf, at Layout's offsets), or its arguments (raw, btf):
+	// kfree_skb(skb, location[, reason]), with skb->protocol at ProtoOff.
+	Hook      tools.Hook
+	ProtoOff  int
+	ProbeRead bpf.BuiltinFunc // raw: how to read skb->protocol
 }
 
 // program counts each kfree_skb by (location, reason[, kernel stack]).
 func program(cfg progConfig) (bpf.Instructions, error) {
+	if cfg.Hook == tools.HookRaw || cfg.Hook == tools.HookBTF {
+		return argsProgram(cfg)
+	}
 	l := cfg.Layout
 	insns := asm.Prologue()
 	if cfg.Protocol >= 0 {
@@ -79,6 +91,51 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("no reason on this kernel, or --no-reason")))
 	}
 	insns = append(insns, asm.StoreKey(keyOff+8, bpf.R1, bpf.Word))
+	return append(insns, countKey(cfg)...), nil
+}
+
+// argsProgram is program for a raw or BTF tracepoint: the same key, from
+// kfree_skb's arguments, args[0] = skb, args[1] = location, args[2] =
+// reason (5.17+). No record is built for it.
+func argsProgram(cfg progConfig) (bpf.Instructions, error) {
+	insns := asm.Prologue()
+	if cfg.Protocol >= 0 {
+		insns = append(insns, bpf.LoadMem(bpf.R1, asm.RegCtx, 0, bpf.DWord).WithSource(bpf.Comment("r1 = skb (args[0])")))
+		note := fmt.Sprintf("r1 = skb->protocol (offset %d, network order)", cfg.ProtoOff)
+		if cfg.Hook == tools.HookBTF {
+			insns = append(insns, bpf.LoadMem(bpf.R1, bpf.R1, int16(cfg.ProtoOff), bpf.Half).WithSource(bpf.Comment(note)))
+		} else {
+			insns = append(insns,
+				bpf.Add.Imm(bpf.R1, int32(cfg.ProtoOff)).WithSource(bpf.Comment(note)),
+				bpf.Mov.Reg(bpf.R3, bpf.R1),
+				bpf.Mov.Reg(bpf.R1, bpf.RFP),
+				bpf.Add.Imm(bpf.R1, readOff),
+				bpf.Mov.Imm(bpf.R2, 2),
+				cfg.ProbeRead.Call(),
+				bpf.LoadMem(bpf.R1, bpf.RFP, readOff, bpf.Half),
+			)
+		}
+		// Compared in network order: the EtherType's bytes swapped (the
+		// toolkit's architectures are little-endian).
+		insns = append(insns, bpf.JNE.Imm(bpf.R1, int32(bits.ReverseBytes16(uint16(cfg.Protocol))), "exit").
+			WithSource(bpf.Comment(fmt.Sprintf("only protocol 0x%04x", cfg.Protocol))))
+	}
+	insns = append(insns,
+		bpf.LoadMem(bpf.R1, asm.RegCtx, 8, bpf.DWord).WithSource(bpf.Comment("r1 = location (args[1])")),
+		asm.StoreKey(keyOff, bpf.R1, bpf.DWord),
+	)
+	if cfg.Layout.Reason != nil {
+		insns = append(insns, bpf.LoadMem(bpf.R1, asm.RegCtx, 16, bpf.DWord).WithSource(bpf.Comment("r1 = reason (args[2])")))
+	} else {
+		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("no reason on this kernel, or --no-reason")))
+	}
+	insns = append(insns, asm.StoreKey(keyOff+8, bpf.R1, bpf.Word))
+	return append(insns, countKey(cfg)...), nil
+}
+
+// countKey adds the stack id to the key and counts it.
+func countKey(cfg progConfig) bpf.Instructions {
+	var insns bpf.Instructions
 	if cfg.Stacks {
 		insns = append(insns,
 			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("stack id = bpf_get_stackid(ctx, stacks, 0); < 0 if lost")),
@@ -99,7 +156,7 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 	hash := asm.HashIncrement("count", "drops", keyOff, valOff, "lost", nil)
 	hash[0] = hash[0].WithSymbol("hash")
 	insns = append(insns, hash...)
-	return append(insns, asm.Return("exit", 0)...), nil
+	return append(insns, asm.Return("exit", 0)...)
 }
 
 func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
@@ -115,10 +172,12 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	if cfg.Stacks {
 		maps["stacks"] = &ebpf.MapSpec{Name: "dropmon_stacks", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * stackDepth, MaxEntries: maxStacks}
 	}
-	return &ebpf.CollectionSpec{
-		Maps: maps,
-		Programs: map[string]*ebpf.ProgramSpec{
-			skbProgName: {Name: skbProgName, Type: ebpf.TracePoint, License: "GPL", Instructions: insns},
-		},
-	}, nil
+	prog := &ebpf.ProgramSpec{Name: skbProgName, Type: ebpf.TracePoint, License: "GPL", Instructions: insns}
+	switch cfg.Hook {
+	case tools.HookRaw:
+		prog.Type = ebpf.RawTracepoint
+	case tools.HookBTF:
+		prog.Type, prog.AttachType, prog.AttachTo = ebpf.Tracing, ebpf.AttachTraceRawTp, "kfree_skb"
+	}
+	return &ebpf.CollectionSpec{Maps: maps, Programs: map[string]*ebpf.ProgramSpec{skbProgName: prog}}, nil
 }

@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"testing"
 
+	bpf "github.com/cilium/ebpf/asm"
+
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
+	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -62,7 +66,39 @@ func variants(t *testing.T) map[string]progConfig {
 		"prog_stacks":    {Layout: now, Protocol: -1, Stacks: true},
 		"prog_protocol":  {Layout: now, Protocol: 0x0800},
 		"prog_32bit":     {Layout: mustLayout(t, "kfree_skb.32bit.format"), Protocol: 0x86dd},
+		// The arguments' programs, for a kernel with skb->protocol at 180.
+		"prog_raw":          {Layout: now, Protocol: -1, Hook: tools.HookRaw},
+		"prog_raw_protocol": {Layout: now, Protocol: 0x0800, Hook: tools.HookRaw, ProtoOff: 180, ProbeRead: bpf.FnProbeReadKernel},
+		"prog_btf_protocol": {Layout: old, Protocol: 0x86dd, Hook: tools.HookBTF, ProtoOff: 180, Stacks: true},
 	}
+}
+
+// argsVariants are the raw and BTF tracepoint programs as this kernel
+// needs them (a BTF program is checked against kfree_skb's own arguments
+// and sk_buff's layout when it loads), for every hook the kernel has.
+func argsVariants(t *testing.T) map[string]progConfig {
+	f, err := tracefs.ReadFormat("skb", "kfree_skb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := layoutOf(f, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := tools.MemberOffset("sk_buff", "protocol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]progConfig{}
+	for _, hook := range []tools.Hook{tools.HookRaw, tools.HookBTF} {
+		if hook == tools.HookRaw && !tools.HaveRawTracepoints() || hook == tools.HookBTF && !tools.HaveBTFTracepoint("kfree_skb") {
+			continue
+		}
+		for _, stacks := range []bool{false, true} {
+			out[fmt.Sprintf("%s stacks=%v", hook, stacks)] = progConfig{Layout: l, Protocol: 0x0800, Stacks: stacks, Hook: hook, ProtoOff: off, ProbeRead: tools.Readers().Kernel}
+		}
+	}
+	return out
 }
 
 func TestProgramGoldens(t *testing.T) {
@@ -75,8 +111,22 @@ func TestProgramGoldens(t *testing.T) {
 	}
 }
 
-// TestProgramsLoad hands every variant, with its maps, to the verifier.
-func TestProgramsLoad(t *testing.T) { loadtest.Variants(t, variants(t), collection) }
+// TestProgramsLoad hands every variant, with its maps, to the verifier:
+// the record's programs as pinned, the arguments' ones as this kernel
+// needs them.
+func TestProgramsLoad(t *testing.T) {
+	all := map[string]progConfig{}
+	for name, cfg := range variants(t) {
+		if cfg.Hook == "" {
+			all[name] = cfg
+		}
+	}
+	privtest.Require(t)
+	for name, cfg := range argsVariants(t) {
+		all[name] = cfg
+	}
+	loadtest.Variants(t, all, collection)
+}
 
 func mustLayout(t *testing.T, file string) layout {
 	l, err := layoutOf(format(t, file), false)

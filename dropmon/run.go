@@ -20,6 +20,9 @@ var protocols = map[string]int{"ip": 0x0800, "ipv4": 0x0800, "ipv6": 0x86dd, "ar
 
 func validate(o *options) error {
 	o.top, o.proto = 0, -1
+	if err := tools.ValidateAttach(o.Attach); err != nil {
+		return err
+	}
 	if o.Top != "" {
 		n, err := strconv.Atoi(o.Top)
 		if err != nil || n < 1 {
@@ -55,7 +58,19 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if syms.Hidden {
 		fmt.Fprintln(s.Stderr, "dropmon: kernel addresses are hidden (kptr_restrict, or not root): printing addresses only")
 	}
-	spec, err := collection(progConfig{Layout: l, Protocol: o.proto, Stacks: o.Stacks})
+	cfg := progConfig{Layout: l, Protocol: o.proto, Stacks: o.Stacks, ProbeRead: tools.Readers().Kernel}
+	if cfg.Hook, err = tools.PickHook(o.Attach, "kfree_skb"); err != nil {
+		return err
+	}
+	if cfg.Hook != tools.HookPerf && o.proto >= 0 {
+		if cfg.ProtoOff, err = tools.MemberOffset("sk_buff", "protocol"); err != nil {
+			if o.Attach != "" && o.Attach != "auto" {
+				return fmt.Errorf("--attach=%s --protocol: %w", o.Attach, err)
+			}
+			cfg.Hook = tools.HookPerf // the record has the protocol
+		}
+	}
+	spec, err := collection(cfg)
 	if err != nil {
 		return err
 	}
@@ -63,7 +78,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if err := s.AttachTracepoint(coll.Programs[skbProgName], "skb", "kfree_skb"); err != nil {
+	if err := s.AttachHook(coll.Programs[skbProgName], cfg.Hook, "skb", "kfree_skb"); err != nil {
 		return err
 	}
 

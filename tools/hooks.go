@@ -1,0 +1,165 @@
+package tools
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Hook is how a program reaches a tracepoint:
+//   - perf: a perf event on the tracepoint (4.7+); the program reads the
+//     record the tracepoint builds, at the offsets of its format file;
+//   - raw: a raw tracepoint (4.17+); no record is built, the program reads
+//     the tracepoint's arguments (u64 args[]) and what they point to with
+//     bpf_probe_read_kernel;
+//   - btf: a BTF tracepoint (tp_btf, 5.5+, with kernel BTF); arguments as
+//     raw, and the kernel structures they point to are read directly.
+type Hook string
+
+const (
+	HookPerf Hook = "perf"
+	HookRaw  Hook = "raw"
+	HookBTF  Hook = "btf"
+)
+
+// AttachEnv sets --attach's default for every tool that has it.
+const AttachEnv = "TRACEKIT_ATTACH"
+
+// PickHook resolves an --attach choice (auto, perf, raw or btf; "" is
+// TRACEKIT_ATTACH, else auto) for the tracepoint named event (its own
+// name, kfree_skb): auto is the cheapest the kernel has (btf, then raw,
+// then perf); a forced one the kernel lacks is an error that says so.
+func PickHook(choice, event string) (Hook, error) {
+	if choice == "" {
+		choice = os.Getenv(AttachEnv)
+	}
+	switch Hook(choice) {
+	case "", "auto":
+		switch {
+		case HaveBTFTracepoint(event):
+			return HookBTF, nil
+		case HaveRawTracepoints():
+			return HookRaw, nil
+		}
+		return HookPerf, nil
+	case HookPerf:
+		return HookPerf, nil
+	case HookRaw:
+		if !HaveRawTracepoints() {
+			return "", fmt.Errorf("--attach=raw: this kernel has no raw tracepoints (4.17+); use --attach=perf")
+		}
+		return HookRaw, nil
+	case HookBTF:
+		if !HaveBTFTracepoint(event) {
+			return "", fmt.Errorf("--attach=btf: this kernel has no BTF tracepoint %s (5.5+, with /sys/kernel/btf/vmlinux); use --attach=raw or perf", event)
+		}
+		return HookBTF, nil
+	}
+	return "", Usagef("invalid --attach %q: want auto, perf, raw or btf", choice)
+}
+
+// ValidateAttach checks an --attach value before anything is loaded.
+func ValidateAttach(choice string) error {
+	switch choice {
+	case "", "auto", string(HookPerf), string(HookRaw), string(HookBTF):
+		return nil
+	}
+	return Usagef("invalid --attach %q: want auto, perf, raw or btf", choice)
+}
+
+// HaveRawTracepoints reports whether raw tracepoint programs load (4.17+).
+var HaveRawTracepoints = sync.OnceValue(func() bool {
+	_ = rlimit.RemoveMemlock()
+	return features.HaveProgramType(ebpf.RawTracepoint) == nil
+})
+
+var btfTracepoints sync.Map // event name -> bool
+
+// HaveBTFTracepoint reports whether a BTF tracepoint program for event
+// loads: kernel BTF and the tracepoint's btf_trace_ type (5.5+).
+func HaveBTFTracepoint(event string) bool {
+	if v, ok := btfTracepoints.Load(event); ok {
+		return v.(bool)
+	}
+	_ = rlimit.RemoveMemlock()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: event, License: "GPL",
+		Instructions: bpf.Instructions{bpf.Mov.Imm(bpf.R0, 0), bpf.Return()},
+	})
+	ok := err == nil
+	if ok {
+		p.Close()
+	}
+	btfTracepoints.Store(event, ok)
+	return ok
+}
+
+// AttachHook attaches prog to the tracepoint group:name by hook for the
+// rest of the run.
+func (s *Session) AttachHook(prog *ebpf.Program, hook Hook, group, name string) error {
+	var l link.Link
+	var err error
+	switch hook {
+	case HookPerf:
+		return s.AttachTracepoint(prog, group, name)
+	case HookRaw:
+		l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
+	case HookBTF:
+		l, err = link.AttachTracing(link.TracingOptions{Program: prog})
+	default:
+		return fmt.Errorf("unknown hook %q", hook)
+	}
+	if err != nil {
+		return fmt.Errorf("attach to %s tracepoint %s: %w", hook, name, err)
+	}
+	s.OnClose(fmt.Sprintf("detach %s tracepoint %s", hook, name), l.Close)
+	return nil
+}
+
+// MemberOffset is the byte offset of a member of a kernel struct, from the
+// running kernel's BTF, looking through anonymous structs and unions
+// (sk_buff's protocol sits in one from 5.17 on).
+func MemberOffset(structName, member string) (int, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return 0, fmt.Errorf("read kernel BTF: %w", err)
+	}
+	var st *btf.Struct
+	if err := spec.TypeByName(structName, &st); err != nil {
+		return 0, fmt.Errorf("kernel BTF: struct %s: %w", structName, err)
+	}
+	if off, ok := findMember(st.Members, member, 0); ok {
+		return off, nil
+	}
+	return 0, fmt.Errorf("kernel BTF: struct %s has no member %s", structName, member)
+}
+
+func findMember(members []btf.Member, name string, base int) (int, bool) {
+	for _, m := range members {
+		off := base + int(m.Offset.Bytes())
+		if m.Name == name {
+			return off, true
+		}
+		if m.Name != "" {
+			continue
+		}
+		var inner []btf.Member
+		switch t := btf.UnderlyingType(m.Type).(type) {
+		case *btf.Struct:
+			inner = t.Members
+		case *btf.Union:
+			inner = t.Members
+		}
+		if o, ok := findMember(inner, name, off); ok {
+			return o, true
+		}
+	}
+	return 0, false
+}

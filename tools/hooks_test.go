@@ -1,0 +1,58 @@
+package tools
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/internal/privtest"
+)
+
+func TestValidateAttach(t *testing.T) {
+	for _, ok := range []string{"", "auto", "perf", "raw", "btf"} {
+		if err := ValidateAttach(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"fentry", "Raw", "perf ", "kprobe"} {
+		if err := ValidateAttach(bad); err == nil || !strings.Contains(err.Error(), "want auto, perf, raw or btf") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+// auto picks the cheapest hook the kernel has; a forced one it has is
+// kept; a BTF tracepoint that does not exist is refused by name.
+func TestPickHook(t *testing.T) {
+	privtest.Require(t)
+	want := HookPerf
+	if HaveRawTracepoints() {
+		want = HookRaw
+	}
+	if HaveBTFTracepoint("kfree_skb") {
+		want = HookBTF
+	}
+	t.Setenv(AttachEnv, "")
+	if h, err := PickHook("auto", "kfree_skb"); h != want || err != nil {
+		t.Errorf("auto: %s, %v; want %s", h, err, want)
+	}
+	t.Setenv(AttachEnv, "perf")
+	if h, err := PickHook("", "kfree_skb"); h != HookPerf || err != nil {
+		t.Errorf("TRACEKIT_ATTACH=perf: %s, %v", h, err)
+	}
+	if _, err := PickHook("btf", "no_such_tracepoint_tk"); err == nil || !strings.Contains(err.Error(), "no BTF tracepoint no_such_tracepoint_tk") {
+		t.Errorf("btf of a missing tracepoint: %v", err)
+	}
+}
+
+// sk_buff's protocol is in an anonymous struct group from 5.17 on: found
+// either way, at a 2-byte aligned offset past the list pointers.
+func TestMemberOffset(t *testing.T) {
+	privtest.Require(t)
+	off, err := MemberOffset("sk_buff", "protocol")
+	if err != nil || off < 16 || off%2 != 0 {
+		t.Errorf("sk_buff.protocol at %d (%v)", off, err)
+	}
+	if _, err := MemberOffset("sk_buff", "no_such_member"); err == nil {
+		t.Error("a missing member was found")
+	}
+}
