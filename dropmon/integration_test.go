@@ -43,25 +43,6 @@ func udpReason(t *testing.T) string {
 	return ""
 }
 
-// forEachHook runs test once on each way to kfree_skb this kernel has
-// (perf, raw, btf), chosen through TRACEKIT_ATTACH: the counts must not
-// depend on it.
-func forEachHook(t *testing.T, test func(t *testing.T)) {
-	hooks := []tools.Hook{tools.HookPerf}
-	if tools.HaveRawTracepoints() {
-		hooks = append(hooks, tools.HookRaw)
-	}
-	if tools.HaveBTFTracepoint("kfree_skb") {
-		hooks = append(hooks, tools.HookBTF)
-	}
-	for _, h := range hooks {
-		t.Run(string(h), func(t *testing.T) {
-			t.Setenv(tools.AttachEnv, string(h))
-			test(t)
-		})
-	}
-}
-
 func dropmon(t *testing.T, args ...string) tooltest.Result {
 	return tooltest.Run(t, tooltest.Tool(t, "dropmon"), args...)
 }
@@ -100,7 +81,7 @@ func parse(t *testing.T, out string) report {
 // on the machine meanwhile.
 func TestUDPDropsExact(t *testing.T) {
 	privtest.Require(t)
-	forEachHook(t, func(t *testing.T) {
+	tooltest.ForEachHook(t, "kfree_skb", func(t *testing.T) {
 		const n = 41
 		r := dropmon(t, "--json", "-c", tooltest.UDPDrops(t, n))
 		if r.Status != 0 {
@@ -145,7 +126,7 @@ func TestUDPDropsExact(t *testing.T) {
 
 func TestStacksShowUDPPath(t *testing.T) {
 	privtest.Require(t)
-	forEachHook(t, func(t *testing.T) {
+	tooltest.ForEachHook(t, "kfree_skb", func(t *testing.T) {
 		r := dropmon(t, "--json", "--stacks", "-c", tooltest.UDPDrops(t, 5))
 		if r.Status != 0 {
 			t.Fatalf("exit %d: %s", r.Status, r.Stderr)
@@ -175,7 +156,7 @@ func TestStacksShowUDPPath(t *testing.T) {
 
 func TestProtocolFilter(t *testing.T) {
 	privtest.Require(t)
-	forEachHook(t, func(t *testing.T) {
+	tooltest.ForEachHook(t, "kfree_skb", func(t *testing.T) {
 		// The datagrams are IPv4: an IPv6-only dropmon sees none of them.
 		fn := udpFunc(t)
 		r := dropmon(t, "--json", "--protocol", "ipv6", "-c", tooltest.UDPDrops(t, 10))

@@ -64,8 +64,8 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	}
 	if cfg.Hook != tools.HookPerf && o.proto >= 0 {
 		if cfg.ProtoOff, err = tools.MemberOffset("sk_buff", "protocol"); err != nil {
-			if o.Attach != "" && o.Attach != "auto" {
-				return fmt.Errorf("--attach=%s --protocol: %w", o.Attach, err)
+			if tools.AttachForced(o.Attach) {
+				return fmt.Errorf("--attach=%s --protocol: %w", cfg.Hook, err)
 			}
 			cfg.Hook = tools.HookPerf // the record has the protocol
 		}

@@ -71,55 +71,57 @@ type histReport struct {
 
 func TestLoopDeviceExactCount(t *testing.T) {
 	privtest.Require(t)
-	dev := loopDevice(t)
-	name := filepath.Base(dev)
-	const n = 57
-	r := iolat(t, "-D", "--json", "-c", directWrites(dev, n))
-	if r.Status != 0 {
-		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
-	}
-	var rep histReport
-	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil {
-		t.Fatalf("%v: %q", err, r.Stdout)
-	}
-	found := false
-	for _, h := range rep.Histograms {
-		if h.Label == name {
-			found = true
-			if h.Total != n {
-				t.Errorf("%s: %d IOs, want exactly %d", name, h.Total, n)
-			}
+	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
+		dev := loopDevice(t)
+		name := filepath.Base(dev)
+		const n = 57
+		r := iolat(t, "-D", "--json", "-c", directWrites(dev, n))
+		if r.Status != 0 {
+			t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 		}
-	}
-	if !found || rep.Unit != "usecs" || rep.Lost != 0 {
-		t.Errorf("no %s histogram, or unit %q, lost %d: %+v", name, rep.Unit, rep.Lost, rep)
-	}
-
-	// -Q (from insert where the request passed through it) and -F (per
-	// operation) count the same IOs: all of them writes.
-	for _, args := range [][]string{{"-Q", "-d", name}, {"-F", "-d", name}} {
-		r := iolat(t, append(args, "--json", "-c", directWrites(dev, n))...)
 		var rep histReport
 		if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil {
-			t.Fatalf("%v: %v: %q %s", args, err, r.Stdout, r.Stderr)
+			t.Fatalf("%v: %q", err, r.Stdout)
 		}
-		var total uint64
+		found := false
 		for _, h := range rep.Histograms {
-			total += h.Total
-			if args[0] == "-F" && h.Label != "write" {
-				t.Errorf("-F: a %q histogram for direct writes", h.Label)
+			if h.Label == name {
+				found = true
+				if h.Total != n {
+					t.Errorf("%s: %d IOs, want exactly %d", name, h.Total, n)
+				}
 			}
 		}
-		if total != n || rep.Lost != 0 {
-			t.Errorf("%v: %d IOs, lost %d; want exactly %d", args, total, rep.Lost, n)
+		if !found || rep.Unit != "usecs" || rep.Lost != 0 {
+			t.Errorf("no %s histogram, or unit %q, lost %d: %+v", name, rep.Unit, rep.Lost, rep)
 		}
-	}
 
-	// The text report labels the disk as BCC's biolatency -D does.
-	text := iolat(t, "-D", "-m", "-c", directWrites(dev, n))
-	if !strings.Contains(text.Stdout, "disk = "+name+"\n     msecs ") {
-		t.Errorf("text report:\n%s", text.Stdout)
-	}
+		// -Q (from insert where the request passed through it) and -F (per
+		// operation) count the same IOs: all of them writes.
+		for _, args := range [][]string{{"-Q", "-d", name}, {"-F", "-d", name}} {
+			r := iolat(t, append(args, "--json", "-c", directWrites(dev, n))...)
+			var rep histReport
+			if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil {
+				t.Fatalf("%v: %v: %q %s", args, err, r.Stdout, r.Stderr)
+			}
+			var total uint64
+			for _, h := range rep.Histograms {
+				total += h.Total
+				if args[0] == "-F" && h.Label != "write" {
+					t.Errorf("-F: a %q histogram for direct writes", h.Label)
+				}
+			}
+			if total != n || rep.Lost != 0 {
+				t.Errorf("%v: %d IOs, lost %d; want exactly %d", args, total, rep.Lost, n)
+			}
+		}
+
+		// The text report labels the disk as BCC's biolatency -D does.
+		text := iolat(t, "-D", "-m", "-c", directWrites(dev, n))
+		if !strings.Contains(text.Stdout, "disk = "+name+"\n     msecs ") {
+			t.Errorf("text report:\n%s", text.Stdout)
+		}
+	})
 }
 
 // Start times live in direct-mapped slots where the kernel has
@@ -130,33 +132,35 @@ func TestLoopDeviceExactCount(t *testing.T) {
 // the hash.
 func TestSlotsAndHashCountExactly(t *testing.T) {
 	privtest.Require(t)
-	dev := loopDevice(t)
-	name := filepath.Base(dev)
-	const n = 60
-	for _, slots := range []string{"", "0", "1"} {
-		if slots != "" {
-			t.Setenv("TRACEKIT_IOLAT_SLOTS", slots)
+	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
+		dev := loopDevice(t)
+		name := filepath.Base(dev)
+		const n = 60
+		for _, slots := range []string{"", "0", "1"} {
+			if slots != "" {
+				t.Setenv("TRACEKIT_IOLAT_SLOTS", slots)
+			}
+			cmd := exec.Command(tooltest.Tool(t, "iolat"), "-d", name, "--json", "-c", "sleep 1; "+directWrites(dev, n))
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if slots == "1" && tools.HaveAtomicCmpXchg() {
+				occupySlot(t, cmd.Process.Pid)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("slots %q: %v: %s", slots, err, errb.String())
+			}
+			var rep histReport
+			if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &rep); err != nil || len(rep.Histograms) != 1 {
+				t.Fatalf("slots %q: %v: %q %s", slots, err, out.String(), errb.String())
+			}
+			if got := rep.Histograms[0].Total; got != n || rep.Lost != 0 {
+				t.Errorf("slots %q: %d IOs, lost %d; want exactly %d, none lost", slots, got, rep.Lost, n)
+			}
 		}
-		cmd := exec.Command(tooltest.Tool(t, "iolat"), "-d", name, "--json", "-c", "sleep 1; "+directWrites(dev, n))
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if slots == "1" && tools.HaveAtomicCmpXchg() {
-			occupySlot(t, cmd.Process.Pid)
-		}
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("slots %q: %v: %s", slots, err, errb.String())
-		}
-		var rep histReport
-		if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &rep); err != nil || len(rep.Histograms) != 1 {
-			t.Fatalf("slots %q: %v: %q %s", slots, err, out.String(), errb.String())
-		}
-		if got := rep.Histograms[0].Total; got != n || rep.Lost != 0 {
-			t.Errorf("slots %q: %d IOs, lost %d; want exactly %d, none lost", slots, got, rep.Lost, n)
-		}
-	}
+	})
 }
 
 // occupySlot finds the slots map of the iolat run pid once it is loaded

@@ -16,6 +16,7 @@ type options struct {
 	Disks   bool   `short:"D" long:"disks" description:"One histogram (or heatmap row) per disk"`
 	Disk    string `short:"d" long:"disk" value-name:"NAME" description:"Only this disk (e.g. sda, nvme0n1, loop0), filtered in the kernel"`
 	Flags   bool   `short:"F" long:"flags" description:"One histogram per operation: read, write, flush, discard"`
+	Attach  string `long:"attach" value-name:"HOOK" description:"How to reach the block tracepoints: auto (the cheapest this kernel has), btf (5.5+), raw (4.17+, with kernel BTF) or perf (the tracepoints' records, any kernel); TRACEKIT_ATTACH sets the default"`
 	Heatmap bool   `long:"heatmap" description:"Draw a latency heatmap: one row per interval (default 1 s), ten columns per decade from 1 us"`
 	Text    bool   `long:"text" description:"Heatmap: the character ramp ' .:-=+*#%@' instead of colours, and no escape codes"`
 	Full    bool   `long:"full" description:"Heatmap: all 100 latency slots, from 1 ns (default: from 1 us)"`
@@ -25,11 +26,18 @@ type options struct {
 }
 
 const details = `iolat times every block IO request in the kernel: a program on
-block:block_rq_issue (and block_rq_insert with -Q) stores the time by
-(device, sector); one on block:block_rq_complete takes the difference and
-counts it in a histogram there. Requests issued before tracing began are not
-counted; requests that could not be measured (in-flight map full, a negative
-delta) are reported as lost.
+block:block_rq_issue (and block_rq_insert with -Q) stores the time of the
+request; one on block:block_rq_complete takes the difference and counts it
+in a histogram there. Requests issued before tracing began are not counted;
+requests that could not be measured (in-flight map full, a negative delta)
+are reported as lost.
+
+The programs reach the tracepoints the cheapest way the kernel offers
+(--attach): a BTF tracepoint (5.5+) or a raw tracepoint (4.17+), which get
+the struct request itself and key it by its address, as biolatency does;
+else the perf tracepoints, whose records (device, sector, ...) the kernel
+builds for every IO. Start times go in direct-mapped slots where the kernel
+has compare-and-exchange (5.12+), in a hash otherwise.
 
 On a terminal, --heatmap is a live full-screen view (q, Esc or Ctrl-C quits,
 p pauses); piped, it prints a stream of rows with ANSI gray backgrounds, or

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/slots"
+	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -26,6 +27,7 @@ const (
 	histOff = -32 // {u32 id; u32 slot}
 	valOff  = -40
 	idxOff  = -44 // the request's slot in the slots array
+	readOff = -56 // bpf_probe_read_kernel's buffer (raw tracepoints)
 
 	// nSlots direct-mapped slots {u64 tag; u32 dev; u32 pad; u64 ts} hold
 	// the start times of requests in flight (a power of two; the tests
@@ -76,11 +78,47 @@ type progConfig struct {
 	// -Q, whose insert time must win over the issue time. Its value is the
 	// number of slots, a power of two; 0 is the hash alone.
 	Slots uint32
+	// Args, when set, builds programs for raw or BTF tracepoints: they
+	// read the request from the tracepoint's arguments and key it by its
+	// address (as biolatency does) instead of {dev, sector}.
+	Args *rqArgs
 }
 
-// loadKey stores the in-flight key {dev, sector} of the event at keyOff,
-// after the device filter.
-func loadKey(f rqFields, dev uint32) (bpf.Instructions, error) {
+// rqArgs is where a raw or BTF tracepoint program finds what it needs: the
+// struct request among each tracepoint's arguments (5.10's block_rq_issue
+// has the queue first), and through it, at offsets from the kernel's BTF,
+// its device and operation.
+type rqArgs struct {
+	Hook                             tools.Hook
+	IssueArg, CompleteArg, InsertArg int
+	RqDisk                           int // request.rq_disk (before 5.16), or -1: the disk is request.q->disk
+	Q, QDisk                         int // request.q, request_queue.disk
+	Major, FirstMinor                int // gendisk
+	CmdFlags                         int // request.cmd_flags: the operation in its low 8 bits
+	ProbeRead                        bpf.BuiltinFunc
+}
+
+// event names the tracepoints the programs go on.
+type event int
+
+const (
+	issueEvent event = iota
+	completeEvent
+	insertEvent
+)
+
+// loadKey stores the in-flight key of the event at keyOff, after the
+// device filter: {dev, sector} from the record, or {dev or 0, request
+// address} from the arguments (the device only where it is needed).
+func loadKey(cfg progConfig, ev event) (bpf.Instructions, error) {
+	if a := cfg.Args; a != nil {
+		return loadArgsKey(cfg, a, ev), nil
+	}
+	f := map[event]rqFields{issueEvent: cfg.Issue, completeEvent: cfg.Complete}[ev]
+	if ev == insertEvent {
+		f = *cfg.Insert
+	}
+	dev := cfg.Dev
 	d, err := asm.LoadField(bpf.R1, "dev", f.Dev.Offset, f.Dev.Size, false)
 	if err != nil {
 		return nil, err
@@ -100,13 +138,104 @@ func loadKey(f rqFields, dev uint32) (bpf.Instructions, error) {
 	return append(insns, asm.StoreKey(keyOff+4, bpf.R1, bpf.DWord)), nil
 }
 
+// loadArgsKey is loadKey from the tracepoint's arguments.
+func loadArgsKey(cfg progConfig, a *rqArgs, ev event) bpf.Instructions {
+	arg := map[event]int{issueEvent: a.IssueArg, completeEvent: a.CompleteArg, insertEvent: a.InsertArg}[ev]
+	insns := asm.Prologue()
+	insns = append(insns, bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*arg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", arg))))
+	if a.Hook == tools.HookBTF {
+		// A BTF tracepoint's rq is a typed pointer, good for loads, not
+		// for the arithmetic of a slot index: the key gets its value as a
+		// number, copied out of the context.
+		insns = append(insns,
+			bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("key.rq = the address, as a number")),
+			bpf.Add.Imm(bpf.R1, keyOff+4),
+			bpf.Mov.Imm(bpf.R2, 8),
+			bpf.Mov.Reg(bpf.R3, asm.RegCtx),
+		)
+		if arg > 0 {
+			insns = append(insns, bpf.Add.Imm(bpf.R3, int32(8*arg)))
+		}
+		insns = append(insns, a.ProbeRead.Call())
+	} else {
+		insns = append(insns, asm.StoreKey(keyOff+4, bpf.R7, bpf.DWord))
+	}
+	if cfg.Dev == 0 && cfg.By != byDisk {
+		return append(insns,
+			bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the address alone is the key: no device needed")),
+			asm.StoreKey(keyOff, bpf.R1, bpf.Word),
+		)
+	}
+	insns = append(insns, a.devOf()...)
+	if cfg.Dev != 0 {
+		insns = append(insns, bpf.JNE.Imm(bpf.R1, int32(cfg.Dev), "exit").
+			WithSource(bpf.Comment(fmt.Sprintf("only device %d:%d", cfg.Dev>>20, cfg.Dev&(1<<20-1)))))
+	}
+	return append(insns, asm.StoreKey(keyOff, bpf.R1, bpf.Word))
+}
+
+// read puts the size bytes at src+off into dst: a direct load from a BTF
+// tracepoint, bpf_probe_read_kernel from a raw one (R1-R5 clobbered; src
+// must not be one of them unless it is R3).
+func (a *rqArgs) read(dst, src bpf.Register, off int, size bpf.Size, note string) bpf.Instructions {
+	if a.Hook == tools.HookBTF {
+		return bpf.Instructions{bpf.LoadMem(dst, src, int16(off), size).WithSource(bpf.Comment(note))}
+	}
+	return bpf.Instructions{
+		bpf.Mov.Reg(bpf.R3, src).WithSource(bpf.Comment(note)),
+		bpf.Add.Imm(bpf.R3, int32(off)),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, readOff),
+		bpf.Mov.Imm(bpf.R2, int32(size.Sizeof())),
+		a.ProbeRead.Call(),
+		bpf.LoadMem(dst, bpf.RFP, readOff, size),
+	}
+}
+
+// devOf puts the dev_t of the request in R7 into R1: disk->major << 20 |
+// disk->first_minor, the disk being rq->rq_disk or rq->q->disk.
+func (a *rqArgs) devOf() bpf.Instructions {
+	var insns bpf.Instructions
+	if a.Hook == tools.HookRaw {
+		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0), asm.StoreKey(readOff, bpf.R1, bpf.DWord))
+	}
+	if a.RqDisk >= 0 {
+		insns = append(insns, a.read(bpf.R8, bpf.R7, a.RqDisk, bpf.DWord, "r8 = rq->rq_disk")...)
+	} else {
+		insns = append(insns, a.read(bpf.R8, bpf.R7, a.Q, bpf.DWord, "r8 = rq->q")...)
+		insns = append(insns, a.read(bpf.R8, bpf.R8, a.QDisk, bpf.DWord, "r8 = q->disk")...)
+	}
+	insns = append(insns, a.read(bpf.R9, bpf.R8, a.Major, bpf.Word, "r9 = disk->major << 20")...)
+	insns = append(insns, bpf.LSh.Imm(bpf.R9, 20))
+	insns = append(insns, a.read(bpf.R1, bpf.R8, a.FirstMinor, bpf.Word, "r1 = dev = r9 | disk->first_minor")...)
+	return append(insns, bpf.Or.Reg(bpf.R1, bpf.R9))
+}
+
+// opArgs puts the operation letter of the completed request into R1, as the record's rwbs starts: R, W, F(lush),
+// D(iscard, secure erase), N (the others).
+func (a *rqArgs) opArgs() bpf.Instructions {
+	insns := bpf.Instructions{bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*a.CompleteArg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", a.CompleteArg)))}
+	insns = append(insns, a.read(bpf.R1, bpf.R7, a.CmdFlags, bpf.Word, "r1 = rq->cmd_flags & REQ_OP_MASK")...)
+	insns = append(insns, bpf.And.Imm(bpf.R1, 0xff))
+	for _, op := range []struct {
+		num    int32
+		letter byte
+	}{{0, 'R'}, {1, 'W'}, {2, 'F'}, {3, 'D'}, {5, 'D'}} {
+		insns = append(insns, bpf.Mov.Imm(bpf.R2, int32(op.letter)), bpf.JEq.Imm(bpf.R1, op.num, "op_done"))
+	}
+	return append(insns,
+		bpf.Mov.Imm(bpf.R2, 'N'),
+		bpf.Mov.Reg(bpf.R1, bpf.R2).WithSymbol("op_done"),
+	)
+}
+
 // slotOf finds the request's slot: r8 = its tag, sector+1 (0, a sector of
 // ~0, takes the hash at fallback), r7 = &slots[idx], where idx mixes the
 // device (times the golden ratio, so that 7:0 and 8:0 part) with the
 // sector in units of 4 KiB (so that sequential IO takes successive slots).
 func slotOf(fallback string, n uint32) bpf.Instructions {
 	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R8, bpf.RFP, keyOff+4, bpf.DWord).WithSource(bpf.Comment("r8 = tag = sector + 1")),
+		bpf.LoadMem(bpf.R8, bpf.RFP, keyOff+4, bpf.DWord).WithSource(bpf.Comment("r8 = tag = sector (or request address) + 1")),
 		bpf.Add.Imm(bpf.R8, 1),
 		bpf.JEq.Imm(bpf.R8, 0, fallback),
 		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("idx = (dev * 0x9e3779b1 ^ tag >> 3) %% %d", n))),
@@ -170,8 +299,8 @@ func releaseSlot(fallback, measure string, n uint32) bpf.Instructions {
 // startProgram records when a request was issued (or inserted). flags is
 // the update's: BPF_ANY, or BPF_NOEXIST for issue under -Q, where an insert
 // time already recorded must win.
-func startProgram(f rqFields, dev uint32, noExist bool, nslots uint32) (bpf.Instructions, error) {
-	insns, err := loadKey(f, dev)
+func startProgram(cfg progConfig, ev event, noExist bool, nslots uint32) (bpf.Instructions, error) {
+	insns, err := loadKey(cfg, ev)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +344,7 @@ func lostIncrement(prefix string) bpf.Instructions {
 // completeProgram measures a request from its start to its completion and
 // counts the latency in the kernel.
 func completeProgram(cfg progConfig) (bpf.Instructions, error) {
-	insns, err := loadKey(cfg.Complete, cfg.Dev)
+	insns, err := loadKey(cfg, completeEvent)
 	if err != nil {
 		return nil, err
 	}
@@ -263,15 +392,17 @@ func completeProgram(cfg progConfig) (bpf.Instructions, error) {
 		insns = append(insns, asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil)...)
 		insns = append(insns, bpf.Ja.Label("exit"))
 	case byFlags:
-		op, err := opOf(cfg.Complete.Rwbs)
-		if err != nil {
-			return nil, err
+		insns = append(insns, asm.StoreKey(histOff+4, bpf.R3, bpf.Word))
+		if cfg.Args != nil {
+			insns = append(insns, cfg.Args.opArgs()...)
+		} else {
+			op, err := opOf(cfg.Complete.Rwbs)
+			if err != nil {
+				return nil, err
+			}
+			insns = append(insns, op...)
 		}
-		insns = append(insns, op...)
-		insns = append(insns,
-			asm.StoreKey(histOff, bpf.R1, bpf.Word),
-			asm.StoreKey(histOff+4, bpf.R3, bpf.Word),
-		)
+		insns = append(insns, asm.StoreKey(histOff, bpf.R1, bpf.Word))
 		insns = append(insns, asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil)...)
 		insns = append(insns, bpf.Ja.Label("exit"))
 	}
@@ -304,7 +435,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	if cfg.Slots > 0 && (cfg.Insert != nil || cfg.Slots&(cfg.Slots-1) != 0) {
 		return nil, fmt.Errorf("%d slots: a power of two, and not with -Q (the insert time would not win over the issue time)", cfg.Slots)
 	}
-	issue, err := startProgram(cfg.Issue, cfg.Dev, cfg.Insert != nil, cfg.Slots)
+	issue, err := startProgram(cfg, issueEvent, cfg.Insert != nil, cfg.Slots)
 	if err != nil {
 		return nil, err
 	}
@@ -316,6 +447,15 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	if cfg.Heatmap {
 		nslots = slots.Decade
 	}
+	progType := func(name string) *ebpf.ProgramSpec {
+		p := &ebpf.ProgramSpec{Name: "iolat_" + name, Type: ebpf.TracePoint, License: "GPL"}
+		if cfg.Args != nil && cfg.Args.Hook == tools.HookRaw {
+			p.Type = ebpf.RawTracepoint
+		} else if cfg.Args != nil && cfg.Args.Hook == tools.HookBTF {
+			p.Type, p.AttachType, p.AttachTo = ebpf.Tracing, ebpf.AttachTraceRawTp, "block_rq_"+name
+		}
+		return p
+	}
 	spec := &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{
 			"start": {Name: "iolat_start", Type: ebpf.Hash, KeySize: keySize, ValueSize: 8, MaxEntries: maxInFlight},
@@ -323,10 +463,12 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 			"hist":  {Name: "iolat_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: nslots},
 		},
 		Programs: map[string]*ebpf.ProgramSpec{
-			"issue":    {Name: "iolat_issue", Type: ebpf.TracePoint, License: "GPL", Instructions: issue},
-			"complete": {Name: "iolat_complete", Type: ebpf.TracePoint, License: "GPL", Instructions: complete},
+			"issue":    progType("issue"),
+			"complete": progType("complete"),
 		},
 	}
+	spec.Programs["issue"].Instructions = issue
+	spec.Programs["complete"].Instructions = complete
 	if cfg.Slots > 0 {
 		spec.Maps["slots"] = &ebpf.MapSpec{Name: "iolat_slots", Type: ebpf.Array, KeySize: 4, ValueSize: slotSize, MaxEntries: cfg.Slots}
 	}
@@ -334,11 +476,12 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		spec.Maps["hist"] = &ebpf.MapSpec{Name: "iolat_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: maxHists}
 	}
 	if cfg.Insert != nil {
-		insert, err := startProgram(*cfg.Insert, cfg.Dev, false, 0)
+		insert, err := startProgram(cfg, insertEvent, false, 0)
 		if err != nil {
 			return nil, err
 		}
-		spec.Programs["insert"] = &ebpf.ProgramSpec{Name: "iolat_insert", Type: ebpf.TracePoint, License: "GPL", Instructions: insert}
+		spec.Programs["insert"] = progType("insert")
+		spec.Programs["insert"].Instructions = insert
 	}
 	return spec, nil
 }

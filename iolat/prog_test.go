@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"testing"
 
+	bpf "github.com/cilium/ebpf/asm"
+
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
+	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/tools"
 )
@@ -34,11 +37,58 @@ func variants(t *testing.T) map[string]progConfig {
 		"heatmap_disk": func(c *progConfig) { c.Heatmap, c.By = true, byDisk },
 		"queued":       func(c *progConfig) { c.Insert = &insert },
 		"slots":        func(c *progConfig) { c.Slots = nSlots },
-		"slots_disk":   func(c *progConfig) { c.Slots, c.Heatmap, c.By, c.Dev = nSlots, true, byDisk, tools.MkDev(7, 0) },
+		// The arguments' programs, at 6.18's offsets, and 5.10's (the
+		// request after the queue in issue and insert; rq->rq_disk).
+		"raw_slots_disks": func(c *progConfig) { c.Args, c.Slots, c.By = argsAt(tools.HookRaw, 0), nSlots, byDisk },
+		"btf_flags_disk": func(c *progConfig) {
+			c.Args, c.Slots, c.By, c.Dev = argsAt(tools.HookBTF, 0), nSlots, byFlags, tools.MkDev(7, 0)
+		},
+		"btf_510_queued": func(c *progConfig) { c.Args, c.Insert, c.By = argsAt(tools.HookBTF, 1), &insert, byDisk },
+		"slots_disk":     func(c *progConfig) { c.Slots, c.Heatmap, c.By, c.Dev = nSlots, true, byDisk, tools.MkDev(7, 0) },
 	} {
 		cfg := base
 		set(&cfg)
 		out[name] = cfg
+	}
+	return out
+}
+
+// argsAt is rqArgs at 6.18's offsets, or 5.10's with issueArg 1.
+func argsAt(hook tools.Hook, issueArg int) *rqArgs {
+	a := &rqArgs{Hook: hook, IssueArg: issueArg, RqDisk: -1, QDisk: 104, FirstMinor: 4, CmdFlags: 24, ProbeRead: bpf.FnProbeReadKernel}
+	if issueArg == 1 {
+		a.InsertArg, a.RqDisk = 1, 160
+	}
+	return a
+}
+
+// argsVariants are the raw and BTF tracepoint programs as this kernel
+// needs them (a BTF program is checked against the tracepoint's own
+// arguments and the structures' layout when it loads), for every hook the
+// kernel has.
+func argsVariants(t *testing.T) map[string]progConfig {
+	issue, complete, insert := rq(t, "block_rq_issue"), rq(t, "block_rq_complete"), rq(t, "block_rq_insert")
+	out := map[string]progConfig{}
+	for _, hook := range []tools.Hook{tools.HookRaw, tools.HookBTF} {
+		if hook == tools.HookRaw && !tools.HaveRawTracepoints() || hook == tools.HookBTF && !tools.HaveBTFTracepoint("block_rq_issue") {
+			continue
+		}
+		for name, set := range map[string]func(c *progConfig){
+			"slots":        func(c *progConfig) { c.Slots = slotsFor() },
+			"disks":        func(c *progConfig) { c.By = byDisk },
+			"flags_disk":   func(c *progConfig) { c.By, c.Dev = byFlags, tools.MkDev(7, 0) },
+			"queued":       func(c *progConfig) { c.Insert = &insert },
+			"heatmap_disk": func(c *progConfig) { c.Heatmap, c.By, c.Slots = true, byDisk, slotsFor() },
+		} {
+			cfg := progConfig{Issue: issue, Complete: complete, Divisor: 1000}
+			set(&cfg)
+			a, err := rqArgsFor(hook, cfg.Insert != nil)
+			if err != nil {
+				t.Fatalf("%s: %v", hook, err)
+			}
+			cfg.Args = a
+			out[string(hook)+"_"+name] = cfg
+		}
 	}
 	return out
 }
@@ -49,6 +99,15 @@ func variants(t *testing.T) map[string]progConfig {
 // (else the feature probe is wrong).
 func TestProgramsLoad(t *testing.T) {
 	all := variants(t)
+	for name, cfg := range all {
+		if cfg.Args != nil {
+			delete(all, name) // pinned at another kernel's offsets
+		}
+	}
+	privtest.Require(t)
+	for name, cfg := range argsVariants(t) {
+		all[name] = cfg
+	}
 	if !tools.HaveAtomicCmpXchg() {
 		for name, cfg := range all {
 			if cfg.Slots == 0 {

@@ -18,6 +18,9 @@ import (
 )
 
 func validate(o *options) error {
+	if err := tools.ValidateAttach(o.Attach); err != nil {
+		return err
+	}
 	if o.Disks && o.Flags {
 		return tools.Usagef("-D and -F cannot be combined: choose per disk or per operation")
 	}
@@ -47,6 +50,43 @@ func validate(o *options) error {
 		o.dev = dev
 	}
 	return nil
+}
+
+// rqArgsFor finds, in the kernel's BTF, where the raw or BTF tracepoint
+// programs find the request and what they read through it.
+func rqArgsFor(hook tools.Hook, queued bool) (*rqArgs, error) {
+	a := &rqArgs{Hook: hook, RqDisk: -1, ProbeRead: tools.Readers().Kernel}
+	var err error
+	if a.IssueArg, err = tools.TracepointArg("block_rq_issue", "request"); err != nil {
+		return nil, err
+	}
+	if a.CompleteArg, err = tools.TracepointArg("block_rq_complete", "request"); err != nil {
+		return nil, err
+	}
+	if queued {
+		if a.InsertArg, err = tools.TracepointArg("block_rq_insert", "request"); err != nil {
+			return nil, err
+		}
+	}
+	if off, err := tools.MemberOffset("request", "rq_disk"); err == nil {
+		a.RqDisk = off // before 5.16
+	} else {
+		if a.Q, err = tools.MemberOffset("request", "q"); err != nil {
+			return nil, err
+		}
+		if a.QDisk, err = tools.MemberOffset("request_queue", "disk"); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range []struct {
+		st, name string
+		off      *int
+	}{{"gendisk", "major", &a.Major}, {"gendisk", "first_minor", &a.FirstMinor}, {"request", "cmd_flags", &a.CmdFlags}} {
+		if *m.off, err = tools.MemberOffset(m.st, m.name); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // slotsFor is how many direct-mapped slots hold start times on this
@@ -93,6 +133,21 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	} else {
 		cfg.Slots = slotsFor()
 	}
+	hook, err := tools.PickHook(o.Attach, "block_rq_issue")
+	if err != nil {
+		return err
+	}
+	if hook != tools.HookPerf {
+		a, err := rqArgsFor(hook, o.Queued)
+		switch {
+		case err == nil:
+			cfg.Args = a
+		case tools.AttachForced(o.Attach):
+			return fmt.Errorf("--attach=%s: %w", hook, err)
+		default:
+			hook = tools.HookPerf // the records have what iolat needs
+		}
+	}
 	spec, err := collection(cfg)
 	if err != nil {
 		return err
@@ -108,7 +163,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		order = append(order, "insert")
 	}
 	for _, p := range order {
-		if err := s.AttachTracepoint(coll.Programs[p], "block", "block_rq_"+p); err != nil {
+		if err := s.AttachHook(coll.Programs[p], hook, "block", "block_rq_"+p); err != nil {
 			return err
 		}
 	}

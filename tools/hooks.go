@@ -163,3 +163,52 @@ func findMember(members []btf.Member, name string, base int) (int, bool) {
 	}
 	return 0, false
 }
+
+// TracepointArg is the index, among the arguments a raw or BTF tracepoint
+// program gets, of the tracepoint's pointer to struct structName, from the
+// kernel's BTF (btf_trace_EVENT: the proto's first parameter is the
+// tracepoint's own data, not passed on): block_rq_issue's request is
+// args[1] on 5.10 (the queue comes first), args[0] from 5.11.
+func TracepointArg(event, structName string) (int, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return 0, fmt.Errorf("read kernel BTF: %w", err)
+	}
+	var td *btf.Typedef
+	if err := spec.TypeByName("btf_trace_"+event, &td); err != nil {
+		return 0, fmt.Errorf("kernel BTF: tracepoint %s: %w", event, err)
+	}
+	ptr, ok := btf.UnderlyingType(td.Type).(*btf.Pointer)
+	if !ok {
+		return 0, fmt.Errorf("kernel BTF: btf_trace_%s is no function pointer", event)
+	}
+	proto, ok := ptr.Target.(*btf.FuncProto)
+	if !ok || len(proto.Params) == 0 {
+		return 0, fmt.Errorf("kernel BTF: btf_trace_%s is no function pointer", event)
+	}
+	for i, p := range proto.Params[1:] {
+		if pp, ok := btf.UnderlyingType(p.Type).(*btf.Pointer); ok {
+			if st, ok := btf.UnderlyingType(pp.Target).(*btf.Struct); ok && st.Name == structName {
+				return i, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("kernel BTF: tracepoint %s has no struct %s * argument", event, structName)
+}
+
+// HaveMember reports whether a kernel struct has a member (through
+// anonymous ones).
+func HaveMember(structName, member string) bool {
+	_, err := MemberOffset(structName, member)
+	return err == nil
+}
+
+// AttachForced reports whether an --attach choice (or, without one,
+// TRACEKIT_ATTACH) names a hook rather than auto: a tool that cannot use
+// a forced hook says so instead of falling back.
+func AttachForced(choice string) bool {
+	if choice == "" {
+		choice = os.Getenv(AttachEnv)
+	}
+	return choice != "" && choice != "auto"
+}

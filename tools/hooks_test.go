@@ -1,10 +1,12 @@
 package tools
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/privtest"
+	"golang.org/x/sys/unix"
 )
 
 func TestValidateAttach(t *testing.T) {
@@ -54,5 +56,33 @@ func TestMemberOffset(t *testing.T) {
 	}
 	if _, err := MemberOffset("sk_buff", "no_such_member"); err == nil {
 		t.Error("a missing member was found")
+	}
+}
+
+// The block tracepoints pass the request: args[0] from 5.11 (args[1] on
+// 5.10, after the queue); kfree_skb's skb is args[0] everywhere.
+func TestTracepointArg(t *testing.T) {
+	privtest.Require(t)
+	if i, err := TracepointArg("kfree_skb", "sk_buff"); i != 0 || err != nil {
+		t.Errorf("kfree_skb's sk_buff: args[%d], %v", i, err)
+	}
+	i, err := TracepointArg("block_rq_complete", "request")
+	if i != 0 || err != nil {
+		t.Errorf("block_rq_complete's request: args[%d], %v", i, err)
+	}
+	// 5.10 passes the queue first; 5.11 dropped it.
+	var u unix.Utsname
+	unix.Uname(&u)
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
+	want := 0
+	if major < 5 || major == 5 && minor < 11 {
+		want = 1
+	}
+	if i, err := TracepointArg("block_rq_issue", "request"); err != nil || i != want {
+		t.Errorf("block_rq_issue's request on %d.%d: args[%d], %v; want args[%d]", major, minor, i, err, want)
+	}
+	if _, err := TracepointArg("kfree_skb", "request"); err == nil {
+		t.Error("kfree_skb has a request argument?")
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -442,4 +443,23 @@ func Fixtures(t testing.TB, prebuilt, script, pkgs string, have func() bool) str
 	}
 	fixtureBuilt[script] = dir
 	return dir
+}
+
+// ForEachHook runs test once on each way to the tracepoint event (its own
+// name: kfree_skb) this kernel has, perf, raw and btf, chosen through
+// TRACEKIT_ATTACH: a tool's counts must not depend on it.
+func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
+	hooks := []tools.Hook{tools.HookPerf}
+	if tools.HaveRawTracepoints() {
+		hooks = append(hooks, tools.HookRaw)
+	}
+	if tools.HaveBTFTracepoint(event) {
+		hooks = append(hooks, tools.HookBTF)
+	}
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			t.Setenv(tools.AttachEnv, string(h))
+			test(t)
+		})
+	}
 }
