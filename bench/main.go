@@ -117,7 +117,9 @@ func run() error {
 				{"empty program", emptyProgram("skb:kfree_skb")},
 				{"empty raw tracepoint", emptyHook("raw", "kfree_skb")},
 				{"empty BTF tracepoint", emptyHook("btf", "kfree_skb")},
-				{"dropmon", toolProcess(*bin+"/dropmon", nil)},
+				{"dropmon (auto: btf where the kernel has it)", toolProcess(*bin+"/dropmon", nil)},
+				{"dropmon --attach=raw", toolProcess(*bin+"/dropmon", []string{"--attach=raw"})},
+				{"dropmon --attach=perf", toolProcess(*bin+"/dropmon", []string{"--attach=perf"})},
 			}, peer("bpftrace count()", "tracepoint:skb:kfree_skb { @[args->location] = count(); }")...),
 		},
 	}
@@ -130,7 +132,9 @@ func run() error {
 			{"empty program", emptyProgram("block:block_rq_issue", "block:block_rq_complete")},
 			{"empty raw tracepoint", emptyHook("raw", "block_rq_issue", "block_rq_complete")},
 			{"empty BTF tracepoint", emptyHook("btf", "block_rq_issue", "block_rq_complete")},
-			{"iolat", toolProcess(*bin+"/iolat", []string{"-d", filepath.Base(dev)})},
+			{"iolat (auto: btf where the kernel has it)", toolProcess(*bin+"/iolat", []string{"-d", filepath.Base(dev)})},
+			{"iolat --attach=raw", toolProcess(*bin+"/iolat", []string{"--attach=raw", "-d", filepath.Base(dev)})},
+			{"iolat --attach=perf", toolProcess(*bin+"/iolat", []string{"--attach=perf", "-d", filepath.Base(dev)})},
 		}
 		if p, err := exec.LookPath("biolatency"); err == nil {
 			// It prints its "Tracing" line with stdio: line-buffer it through stdbuf.
