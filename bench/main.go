@@ -34,7 +34,7 @@ var (
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
 	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, open, drop, IO, hit or sample")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, open, drop, IO, hit or sample; or startup")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -176,7 +176,7 @@ func run() error {
 			return err
 		}
 	}
-	if *only != "" {
+	if *only != "" && *only != "startup" {
 		return nil
 	}
 	return startup()
@@ -558,20 +558,32 @@ func toolProcess(path string, args []string) func() (func(), error) {
 // startup reports writesize's CPU time and peak RSS from its start to its
 // first report (an interval of 10 ms, one report).
 func startup() error {
-	var cpu []float64
-	var rss []int64
-	for i := 0; i < 5; i++ {
-		cmd := exec.Command(*bin+"/writesize", "0.01", "1")
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("writesize startup run: %w", err)
+	fmt.Printf("\nfrom start to the first report, 10 ms in (median of 5):\n\n")
+	fmt.Println("| tool | CPU ms | peak RSS MiB |")
+	fmt.Println("| --- | ---: | ---: |")
+	for _, t := range []struct {
+		name string
+		args []string
+	}{
+		{"writesize", []string{"0.01", "1"}},
+		{"dropmon", []string{"0.01", "1"}},
+		{"iolat", []string{"0.01", "1"}},
+		{"filter --count", []string{"--count", "syscalls:sys_enter_write", "0.01", "1"}},
+		{"filter --count, a BTF walk", []string{"--count", "net:netif_receive_skb", "--where", "((struct sk_buff *)skbaddr)->dev->name == \"lo\"", "0.01", "1"}},
+		{"profile", []string{"0.01", "1"}},
+	} {
+		tool, _, _ := strings.Cut(t.name, " ")
+		var cpu, rss []float64
+		for i := 0; i < 5; i++ {
+			c, r, err := runPeak(*bin+"/"+tool, t.args...)
+			if err != nil {
+				return fmt.Errorf("%s startup run: %w", t.name, err)
+			}
+			cpu, rss = append(cpu, c), append(rss, r)
 		}
-		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		cpu = append(cpu, float64(time.Duration(ru.Utime.Nano()+ru.Stime.Nano()))/1e6)
-		rss = append(rss, ru.Maxrss)
+		fmt.Printf("| %s | %.1f | %.1f |\n", t.name, median(cpu), median(rss))
 	}
-	sort.Slice(rss, func(i, j int) bool { return rss[i] < rss[j] })
-	fmt.Printf("\nwritesize from start to first report (median of 5): %.1f ms CPU, %.1f MiB peak RSS\n", median(cpu), float64(rss[len(rss)/2])/1024)
+	fmt.Println()
 	fx, _ := filepath.Abs(filepath.Join(*fxDir, "fx-pie-O2"))
 	if _, err := os.Stat(fx); err != nil {
 		return nil
@@ -595,6 +607,48 @@ func startup() error {
 
 // attachTime is the wall time from starting a tool to its "Tracing" line,
 // which it prints once everything is attached.
+// runPeak runs a tool to its end: its CPU time in ms (rusage) and its
+// peak RSS in MiB, the VmHWM of its /proc status read every millisecond
+// until it exits. rusage's maxrss cannot serve: Go starts children with
+// vfork, and a vfork child's maxrss is its parent's, the bench's own.
+func runPeak(path string, args ...string) (float64, float64, error) {
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	var hwm int64
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return 0, 0, err
+			}
+			ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+			return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e6, float64(hwm) / 1024, nil
+		case <-time.After(time.Millisecond):
+			b, err := os.ReadFile(status)
+			if err != nil {
+				continue
+			}
+			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
+			if !strings.HasSuffix(exe, "/tracekit") {
+				continue // not exec'd yet: the bench's own memory
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+					var kb int64
+					fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+					hwm = max(hwm, kb)
+				}
+			}
+		}
+	}
+}
+
 func attachTime(path string, args ...string) (float64, error) {
 	cmd := exec.Command(path, args...)
 	stderr, err := cmd.StderrPipe()

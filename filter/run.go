@@ -252,7 +252,7 @@ func info(s *tools.Session, ev event) error {
 		}
 		return nil
 	}
-	spec, err := btf.LoadKernelSpec()
+	spec, err := tools.KernelBTF()
 	if err != nil {
 		return fmt.Errorf("read the kernel's BTF: %w (needs CONFIG_DEBUG_INFO_BTF)", err)
 	}
@@ -304,7 +304,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		}
 		target.Format = f
 		if needsBTF(root) || columnsNeedBTF(act) {
-			if target.BTF, err = btf.LoadKernelSpec(); err != nil {
+			if target.BTF, err = tools.KernelBTF(); err != nil {
 				return fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
 			}
 		}
@@ -316,7 +316,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", ev, err)
 		}
-		spec, err := btf.LoadKernelSpec()
+		spec, err := tools.KernelBTF()
 		if err != nil {
 			return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
 		}

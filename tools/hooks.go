@@ -89,13 +89,13 @@ func HaveBTFTracepoint(event string) bool {
 		return v.(bool)
 	}
 	_ = rlimit.RemoveMemlock()
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"probe": {
 		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: event, License: "GPL",
 		Instructions: bpf.Instructions{bpf.Mov.Imm(bpf.R0, 0), bpf.Return()},
-	})
+	}}}, ebpf.CollectionOptions{Cache: btfCache})
 	ok := err == nil
 	if ok {
-		p.Close()
+		coll.Close()
 	}
 	btfTracepoints.Store(event, ok)
 	return ok
@@ -127,7 +127,7 @@ func (s *Session) AttachHook(prog *ebpf.Program, hook Hook, group, name string) 
 // running kernel's BTF, looking through anonymous structs and unions
 // (sk_buff's protocol sits in one from 5.17 on).
 func MemberOffset(structName, member string) (int, error) {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := KernelBTF()
 	if err != nil {
 		return 0, fmt.Errorf("read kernel BTF: %w", err)
 	}
@@ -170,7 +170,7 @@ func findMember(members []btf.Member, name string, base int) (int, bool) {
 // tracepoint's own data, not passed on): block_rq_issue's request is
 // args[1] on 5.10 (the queue comes first), args[0] from 5.11.
 func TracepointArg(event, structName string) (int, error) {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := KernelBTF()
 	if err != nil {
 		return 0, fmt.Errorf("read kernel BTF: %w", err)
 	}

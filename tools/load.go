@@ -35,7 +35,9 @@ func load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
 	}
 	// Marshalling mutates instructions: keep a copy to show on failure.
 	shown := spec.Copy()
-	coll, err := ebpf.NewCollection(spec)
+	// BTF programs resolve their target in the kernel's BTF: the one this
+	// run has parsed already, not a parse of their own.
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: btfCache})
 	if err == nil {
 		return coll, nil
 	}
