@@ -15,7 +15,7 @@ type options struct {
 	Protocol string `long:"protocol" value-name:"PROTO" description:"Only packets of this protocol, filtered in the kernel: ip, ipv6, arp, vlan, or an EtherType number such as 0x0800"`
 	NoReason bool   `long:"no-reason" description:"Count by location only, even where the kernel gives a drop reason (5.17+)"`
 	Stacks   bool   `long:"stacks" description:"Also show, for each location, the kernel stacks that led to it (the top 3)"`
-	Attach   string `long:"attach" value-name:"HOOK" description:"How to reach kfree_skb: auto (the cheapest this kernel has), btf (5.5+), raw (4.17+) or perf (the tracepoint's record, any kernel); TRACEKIT_ATTACH sets the default"`
+	Attach   string `long:"attach" value-name:"HOOK" description:"How to reach kfree_skb: auto (the cheapest this kernel has: raw, or btf with --protocol), btf (5.5+), raw (4.17+) or perf (the tracepoint's record, any kernel); TRACEKIT_ATTACH sets the default"`
 
 	top   int
 	proto int
@@ -34,10 +34,11 @@ Examples:
   dropmon --stacks 10 1          # 10 s of drops with the stacks behind them
   dropmon --json -c 'ping -c 3 10.0.0.1'
 
-The program reaches kfree_skb the cheapest way the kernel offers: a BTF
-tracepoint (5.5+: reads skb->protocol directly), else a raw tracepoint
-(4.17+: bpf_probe_read_kernel), else the perf tracepoint, whose record the
-kernel builds for every drop. All three count the same drops.
+The program reaches kfree_skb the cheapest way the kernel offers: a raw
+tracepoint (4.17+), or with --protocol a BTF tracepoint (5.5+), which reads
+skb->protocol directly where a raw one needs bpf_probe_read_kernel; else
+the perf tracepoint, whose record the kernel builds for every drop. All
+three count the same drops.
 
 `
 

@@ -51,7 +51,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	syms, err := tools.LoadKallsyms()
+	syms, err := tools.LazyKallsyms()
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,9 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		fmt.Fprintln(s.Stderr, "dropmon: kernel addresses are hidden (kptr_restrict, or not root): printing addresses only")
 	}
 	cfg := progConfig{Layout: l, Protocol: o.proto, Stacks: o.Stacks, ProbeRead: tools.Readers().Kernel}
-	if cfg.Hook, err = tools.PickHook(o.Attach, "kfree_skb"); err != nil {
+	// Only --protocol reads through skb: without it, a raw tracepoint is as
+	// cheap as a BTF one and parses no BTF at start.
+	if cfg.Hook, err = tools.PickHook(o.Attach, "kfree_skb", o.proto >= 0); err != nil {
 		return err
 	}
 	if cfg.Hook != tools.HookPerf && o.proto >= 0 {
@@ -186,6 +188,28 @@ func (r *reporter) reasonName(v uint32) string {
 	return strconv.FormatUint(uint64(v), 10)
 }
 
+// resolve names the addresses the report shows, the locations and their
+// stacks' frames, in one pass over kallsyms for those not named before.
+func (r *reporter) resolve(rows []row) error {
+	var addrs []uint64
+	for _, rw := range rows {
+		addrs = append(addrs, rw.Location)
+		for _, st := range rw.Stacks {
+			var pcs [stackDepth]uint64
+			if st.ID < 0 || r.coll.Maps["stacks"].Lookup(uint32(st.ID), &pcs) != nil {
+				continue
+			}
+			for _, pc := range pcs {
+				if pc == 0 {
+					break
+				}
+				addrs = append(addrs, pc)
+			}
+		}
+	}
+	return r.syms.Resolve(addrs)
+}
+
 // frames symbolizes a kernel stack, innermost first.
 func (r *reporter) frames(id int32) []string {
 	if id < 0 {
@@ -220,6 +244,9 @@ func (r *reporter) report(now time.Time) error {
 	}
 	if r.o.top > 0 && len(rows) > r.o.top {
 		rows = rows[:r.o.top]
+	}
+	if err := r.resolve(rows); err != nil {
+		return err
 	}
 	if r.o.JSON {
 		return r.writeJSON(now, rows, total, lost)

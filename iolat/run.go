@@ -133,7 +133,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	} else {
 		cfg.Slots = slotsFor()
 	}
-	hook, err := tools.PickHook(o.Attach, "block_rq_issue")
+	hook, err := tools.PickHook(o.Attach, "block_rq_issue", true)
 	if err != nil {
 		return err
 	}

@@ -34,16 +34,18 @@ const AttachEnv = "TRACEKIT_ATTACH"
 
 // PickHook resolves an --attach choice (auto, perf, raw or btf; "" is
 // TRACEKIT_ATTACH, else auto) for the tracepoint named event (its own
-// name, kfree_skb): auto is the cheapest the kernel has (btf, then raw,
-// then perf); a forced one the kernel lacks is an error that says so.
-func PickHook(choice, event string) (Hook, error) {
+// name, kfree_skb): auto is the cheapest the kernel has for a program
+// that reads through the arguments' pointers (deref: btf, then raw, then
+// perf) or only the arguments themselves (raw, whose start parses no
+// BTF, then perf); a forced one the kernel lacks is an error that says so.
+func PickHook(choice, event string, deref bool) (Hook, error) {
 	if choice == "" {
 		choice = os.Getenv(AttachEnv)
 	}
 	switch Hook(choice) {
 	case "", "auto":
 		switch {
-		case HaveBTFTracepoint(event):
+		case deref && HaveBTFTracepoint(event):
 			return HookBTF, nil
 		case HaveRawTracepoints():
 			return HookRaw, nil

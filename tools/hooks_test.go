@@ -30,18 +30,21 @@ func TestPickHook(t *testing.T) {
 	if HaveRawTracepoints() {
 		want = HookRaw
 	}
+	t.Setenv(AttachEnv, "")
+	if h, err := PickHook("auto", "kfree_skb", false); h != want || err != nil {
+		t.Errorf("auto, no pointers read: %s, %v; want %s", h, err, want)
+	}
 	if HaveBTFTracepoint("kfree_skb") {
 		want = HookBTF
 	}
-	t.Setenv(AttachEnv, "")
-	if h, err := PickHook("auto", "kfree_skb"); h != want || err != nil {
+	if h, err := PickHook("auto", "kfree_skb", true); h != want || err != nil {
 		t.Errorf("auto: %s, %v; want %s", h, err, want)
 	}
 	t.Setenv(AttachEnv, "perf")
-	if h, err := PickHook("", "kfree_skb"); h != HookPerf || err != nil {
+	if h, err := PickHook("", "kfree_skb", true); h != HookPerf || err != nil {
 		t.Errorf("TRACEKIT_ATTACH=perf: %s, %v", h, err)
 	}
-	if _, err := PickHook("btf", "no_such_tracepoint_tk"); err == nil || !strings.Contains(err.Error(), "no BTF tracepoint no_such_tracepoint_tk") {
+	if _, err := PickHook("btf", "no_such_tracepoint_tk", true); err == nil || !strings.Contains(err.Error(), "no BTF tracepoint no_such_tracepoint_tk") {
 		t.Errorf("btf of a missing tracepoint: %v", err)
 	}
 }

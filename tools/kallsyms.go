@@ -16,6 +16,74 @@ type Symbols struct {
 	// Hidden is true when every address reads as zero (kptr_restrict, or
 	// not root): nothing can be symbolized.
 	Hidden bool
+	// lazy: known holds the addresses Resolve has named ("" below every
+	// symbol); nothing else of kallsyms is kept.
+	lazy  bool
+	known map[uint64]string
+}
+
+// LazyKallsyms is Symbols that reads /proc/kallsyms only when Resolve
+// names addresses, in one pass that keeps only those: a tool that names a
+// few addresses at report time needs neither the tens of milliseconds of
+// reading all 150,000 symbols at start nor the memory they hold. Whether
+// addresses are hidden is known at once, from the first code symbol.
+func LazyKallsyms() (*Symbols, error) {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return nil, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	s := &Symbols{lazy: true, known: map[uint64]string{}, Hidden: true}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if addr, code, _, _, ok := kallsymsLine(sc.Bytes()); ok && code {
+			s.Hidden = addr == 0
+			break
+		}
+	}
+	return s, sc.Err()
+}
+
+// Resolve names the addresses Symbolize will be asked for, for lazy
+// Symbols (one pass over /proc/kallsyms for those not named yet); other
+// Symbols have every name already.
+func (s *Symbols) Resolve(addrs []uint64) error {
+	if s == nil || !s.lazy || s.Hidden {
+		return nil
+	}
+	var need []uint64
+	for _, a := range addrs {
+		if _, ok := s.known[a]; !ok {
+			need = append(need, a)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	found, _, err := nearestSymbols(f, need)
+	if err != nil {
+		return err
+	}
+	for _, a := range need {
+		s.known[a] = ""
+		if sym, ok := found[a]; ok {
+			s.known[a] = sym.format(a)
+		}
+	}
+	return nil
+}
+
+func (sym ksym) format(addr uint64) string {
+	out := fmt.Sprintf("%s+0x%x", sym.name, addr-sym.addr)
+	if sym.module != "" {
+		out += " [" + sym.module + "]"
+	}
+	return out
 }
 
 type ksym struct {
@@ -65,20 +133,19 @@ func ParseKallsyms(r io.Reader) (*Symbols, error) {
 
 // Symbolize returns "name+0xoff" (with " [module]" for modules), or "" when
 // addr is below the first symbol or the addresses are hidden.
+// Lazy Symbols name only the addresses given to Resolve.
 func (s *Symbols) Symbolize(addr uint64) string {
 	if s == nil || s.Hidden {
 		return ""
+	}
+	if s.lazy {
+		return s.known[addr]
 	}
 	i := sort.Search(len(s.syms), func(i int) bool { return s.syms[i].addr > addr }) - 1
 	if i < 0 {
 		return ""
 	}
-	sym := s.syms[i]
-	out := fmt.Sprintf("%s+0x%x", sym.name, addr-sym.addr)
-	if sym.module != "" {
-		out += " [" + sym.module + "]"
-	}
-	return out
+	return s.syms[i].format(addr)
 }
 
 // Has reports whether a function of that name is in the symbol table.
@@ -107,14 +174,31 @@ func KernelFunctions(addrs []uint64) (names map[uint64]string, hidden bool, err 
 }
 
 func kernelFunctions(r io.Reader, addrs []uint64) (map[uint64]string, bool, error) {
+	found, hidden, err := nearestSymbols(r, addrs)
+	if err != nil || hidden {
+		return map[uint64]string{}, hidden, err
+	}
+	out := make(map[uint64]string, len(found))
+	for a, sym := range found {
+		out[a] = sym.name
+		if sym.module != "" {
+			out[a] += " [" + sym.module + "]"
+		}
+	}
+	return out, false, nil
+}
+
+// nearestSymbols finds, in one pass over kallsyms text, the code symbol at
+// or below each address (of equal ones, the last listed, as Symbolize
+// picks).
+func nearestSymbols(r io.Reader, addrs []uint64) (map[uint64]ksym, bool, error) {
 	targets := append([]uint64(nil), addrs...)
 	sort.Slice(targets, func(i, j int) bool { return targets[i] < targets[j] })
 	// best[k] is the highest symbol address at or below targets[k] seen so
 	// far (of equal ones, the last listed, as Symbolize picks); it never
 	// decreases with k, so an update stops at the first target whose best
 	// is already higher.
-	best := make([]uint64, len(targets))
-	name := make([]string, len(targets))
+	best := make([]ksym, len(targets))
 	found := make([]bool, len(targets))
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 256*1024), 1024*1024)
@@ -131,27 +215,24 @@ func kernelFunctions(r io.Reader, addrs []uint64) (map[uint64]string, bool, erro
 			continue
 		}
 		j := sort.Search(len(targets), func(i int) bool { return targets[i] >= addr })
-		var sym string
-		for k := j; k < len(targets) && (!found[k] || best[k] <= addr); k++ {
-			if sym == "" {
-				sym = string(fn)
-				if len(mod) > 0 {
-					sym += " [" + string(mod) + "]"
-				}
+		var sym *ksym
+		for k := j; k < len(targets) && (!found[k] || best[k].addr <= addr); k++ {
+			if sym == nil {
+				sym = &ksym{addr: addr, name: string(fn), module: string(mod)}
 			}
-			best[k], name[k], found[k] = addr, sym, true
+			best[k], found[k] = *sym, true
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, false, fmt.Errorf("read kernel symbols: %w", err)
 	}
-	out := map[uint64]string{}
+	out := map[uint64]ksym{}
 	if !nonzero {
 		return out, true, nil
 	}
 	for k, t := range targets {
 		if found[k] {
-			out[t] = name[k]
+			out[t] = best[k]
 		}
 	}
 	return out, false, nil

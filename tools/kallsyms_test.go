@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/tracekit/tracekit/internal/privtest"
 )
 
 const kallsyms = `ffffffffc0a01000 t udp_tunnel_xmit	[udp_tunnel]
@@ -87,4 +89,41 @@ func TestKernelFunctions(t *testing.T) {
 	}
 	check(string(b), addrs)
 	t.Logf("%d addresses of this kernel checked", len(addrs))
+}
+
+// LazyKallsyms names what LoadKallsyms names, for the addresses given to
+// Resolve, in two rounds (the second only reads for the new ones).
+func TestLazyKallsyms(t *testing.T) {
+	privtest.Require(t)
+	full, err := LoadKallsyms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lazy, err := LazyKallsyms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lazy.Hidden != full.Hidden {
+		t.Fatalf("hidden: lazy %v, full %v", lazy.Hidden, full.Hidden)
+	}
+	var addrs []uint64
+	for i := 0; i < len(full.syms); i += 97 {
+		a := full.syms[i].addr
+		addrs = append(addrs, a, a+5, a-1)
+	}
+	half := len(addrs) / 2
+	for _, round := range [][]uint64{addrs[:half], addrs} {
+		if err := lazy.Resolve(round); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range round {
+			if got, want := lazy.Symbolize(a), full.Symbolize(a); got != want {
+				t.Fatalf("0x%x: lazy %q, full %q", a, got, want)
+			}
+		}
+	}
+	if lazy.Symbolize(addrs[0]+12345) != "" && !lazy.Hidden {
+		t.Error("an address never resolved was named")
+	}
+	t.Logf("%d addresses checked", len(addrs))
 }
