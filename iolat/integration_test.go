@@ -209,6 +209,28 @@ func occupySlot(t *testing.T, pid int) {
 	t.Fatalf("no iolat_slots map appeared for iolat (pid %d)", pid)
 }
 
+// Without -d, -D or -F nothing is read through the request, and a raw
+// tracepoint program finds it without BTF (by the count of arguments the
+// kernel lets it read). Every IO of the machine is counted then: at least
+// the workload's, none lost.
+func TestWholeMachine(t *testing.T) {
+	privtest.Require(t)
+	dev := loopDevice(t)
+	const n = 33
+	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
+		for _, q := range [][]string{nil, {"-Q"}} {
+			r := iolat(t, append(q, "--json", "-c", directWrites(dev, n))...)
+			var rep histReport
+			if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil || len(rep.Histograms) != 1 {
+				t.Fatalf("%v: %v: %q %s", q, err, r.Stdout, r.Stderr)
+			}
+			if got := rep.Histograms[0].Total; got < n || rep.Lost != 0 {
+				t.Errorf("%v: %d IOs, lost %d; want at least %d, none lost", q, got, rep.Lost, n)
+			}
+		}
+	})
+}
+
 func TestHeatmapCountsEveryIOAboveZero(t *testing.T) {
 	privtest.Require(t)
 	dev := loopDevice(t)

@@ -82,12 +82,19 @@ func argsVariants(t *testing.T) map[string]progConfig {
 		} {
 			cfg := progConfig{Issue: issue, Complete: complete, Divisor: 1000}
 			set(&cfg)
-			a, err := rqArgsFor(hook, cfg.Insert != nil)
+			a, err := rqArgsFor(hook, cfg.Insert != nil, true)
 			if err != nil {
 				t.Fatalf("%s: %v", hook, err)
 			}
 			cfg.Args = a
 			out[string(hook)+"_"+name] = cfg
+			if hook == tools.HookRaw && cfg.By == byNone && cfg.Dev == 0 {
+				// Without BTF: the request's place found by attaching.
+				if cfg.Args, err = rqArgsFor(hook, cfg.Insert != nil, false); err != nil {
+					t.Fatal(err)
+				}
+				out[string(hook)+"_"+name+"_no_btf"] = cfg
+			}
 		}
 	}
 	return out

@@ -53,10 +53,21 @@ func validate(o *options) error {
 }
 
 // rqArgsFor finds, in the kernel's BTF, where the raw or BTF tracepoint
-// programs find the request and what they read through it.
-func rqArgsFor(hook tools.Hook, queued bool) (*rqArgs, error) {
+// programs find the request and what they read through it. A raw program
+// that reads nothing through it (deref false) needs only the request's
+// place among the arguments, found without BTF: the queue comes first
+// where block_rq_issue and block_rq_insert pass two (before 5.11).
+func rqArgsFor(hook tools.Hook, queued, deref bool) (*rqArgs, error) {
 	a := &rqArgs{Hook: hook, RqDisk: -1, ProbeRead: tools.Readers().Kernel}
 	var err error
+	if hook == tools.HookRaw && !deref {
+		n, err := tools.RawTracepointArgs("block_rq_issue", 2)
+		if err != nil {
+			return nil, err
+		}
+		a.IssueArg, a.InsertArg = n-1, n-1
+		return a, nil
+	}
 	if a.IssueArg, err = tools.TracepointArg("block_rq_issue", "request"); err != nil {
 		return nil, err
 	}
@@ -133,12 +144,15 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	} else {
 		cfg.Slots = slotsFor()
 	}
-	hook, err := tools.PickHook(o.Attach, "block_rq_issue", true)
+	// Only -d, -D and -F read through the request; without them a raw
+	// tracepoint needs no BTF at all (its start parses none).
+	deref := o.Disk != "" || o.Disks || o.Flags
+	hook, err := tools.PickHook(o.Attach, "block_rq_issue", deref)
 	if err != nil {
 		return err
 	}
 	if hook != tools.HookPerf {
-		a, err := rqArgsFor(hook, o.Queued)
+		a, err := rqArgsFor(hook, o.Queued, deref)
 		switch {
 		case err == nil:
 			cfg.Args = a

@@ -214,3 +214,28 @@ func AttachForced(choice string) bool {
 	}
 	return choice != "" && choice != "auto"
 }
+
+// RawTracepointArgs is how many arguments the raw tracepoint event passes
+// (up to max), found without BTF: the kernel refuses to attach a program
+// that reads past the last one. block_rq_issue passes 2 on 5.10 (queue,
+// request) and 1 from 5.11.
+func RawTracepointArgs(event string, max int) (int, error) {
+	_ = rlimit.RemoveMemlock()
+	for n := max; n > 0; n-- {
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.RawTracepoint, License: "GPL", Instructions: bpf.Instructions{
+			bpf.LoadMem(bpf.R0, bpf.R1, int16(8*(n-1)), bpf.DWord),
+			bpf.Mov.Imm(bpf.R0, 0),
+			bpf.Return(),
+		}})
+		if err != nil {
+			return 0, fmt.Errorf("raw tracepoint probe: %w", err)
+		}
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: event, Program: p})
+		p.Close()
+		if err == nil {
+			l.Close()
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("raw tracepoint %s takes no program", event)
+}

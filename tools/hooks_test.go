@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf/btf"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"golang.org/x/sys/unix"
 )
@@ -87,5 +88,31 @@ func TestTracepointArg(t *testing.T) {
 	}
 	if _, err := TracepointArg("kfree_skb", "request"); err == nil {
 		t.Error("kfree_skb has a request argument?")
+	}
+}
+
+// Found by attaching, the argument counts agree with BTF's.
+func TestRawTracepointArgs(t *testing.T) {
+	privtest.Require(t)
+	if !HaveRawTracepoints() {
+		t.Skip("no raw tracepoints on this kernel")
+	}
+	for _, ev := range []string{"block_rq_issue", "block_rq_complete", "kfree_skb"} {
+		n, err := RawTracepointArgs(ev, 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kt, err := KernelBTF()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var td *btf.Typedef
+		if err := kt.TypeByName("btf_trace_"+ev, &td); err != nil {
+			t.Fatal(err)
+		}
+		want := len(btf.UnderlyingType(td.Type).(*btf.Pointer).Target.(*btf.FuncProto).Params) - 1
+		if n != want {
+			t.Errorf("%s: %d arguments, BTF says %d", ev, n, want)
+		}
 	}
 }
