@@ -18,6 +18,7 @@ import (
 	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/terminal"
+	"github.com/tracekit/tracekit/tools"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -66,26 +67,43 @@ func nonEmpty(b []terminal.Bucket) []terminal.Bucket {
 	return out
 }
 
+// forEachHook runs test on sys_enter_write's perf tracepoint and, where
+// the kernel has raw tracepoints, on raw_syscalls:sys_enter.
+func forEachHook(t *testing.T, test func(t *testing.T)) {
+	hooks := []tools.Hook{tools.HookPerf}
+	if tools.HaveRawTracepoints() {
+		hooks = append(hooks, tools.HookRaw)
+	}
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			t.Setenv(tools.AttachEnv, string(h))
+			test(t)
+		})
+	}
+}
+
 func TestExactCountsPerSize(t *testing.T) {
 	privtest.Require(t)
-	const n = 37
-	for _, size := range []int{0, 1, 2, 4096, 1000, 1 << 20} {
-		r := runTool(t, "--json", "-c", writer(t, size, n))
-		if r.Status != 0 {
-			t.Fatalf("size %d: exit %d: %s", size, r.Status, r.Stderr)
+	forEachHook(t, func(t *testing.T) {
+		const n = 37
+		for _, size := range []int{0, 1, 2, 4096, 1000, 1 << 20} {
+			r := runTool(t, "--json", "-c", writer(t, size, n))
+			if r.Status != 0 {
+				t.Fatalf("size %d: exit %d: %s", size, r.Status, r.Stderr)
+			}
+			reps := parseJSON(t, r.Stdout)
+			if len(reps) != 1 || len(reps[0].Histograms) != 1 {
+				t.Fatalf("size %d: want one report with one histogram, got %+v", size, reps)
+			}
+			h := reps[0].Histograms[0]
+			lo, hi := terminal.SlotRange(slots.Log2Of(uint64(size)))
+			got := nonEmpty(h.Buckets)
+			want := []terminal.Bucket{{Low: lo, High: hi, Count: n}}
+			if len(got) != 1 || got[0] != want[0] || h.Total != n {
+				t.Errorf("size %d: buckets %+v total %d, want exactly %+v", size, got, h.Total, want)
+			}
 		}
-		reps := parseJSON(t, r.Stdout)
-		if len(reps) != 1 || len(reps[0].Histograms) != 1 {
-			t.Fatalf("size %d: want one report with one histogram, got %+v", size, reps)
-		}
-		h := reps[0].Histograms[0]
-		lo, hi := terminal.SlotRange(slots.Log2Of(uint64(size)))
-		got := nonEmpty(h.Buckets)
-		want := []terminal.Bucket{{Low: lo, High: hi, Count: n}}
-		if len(got) != 1 || got[0] != want[0] || h.Total != n {
-			t.Errorf("size %d: buckets %+v total %d, want exactly %+v", size, got, h.Total, want)
-		}
-	}
+	})
 }
 
 // textBuckets parses BCC-layout histogram rows.
@@ -132,87 +150,91 @@ func TestJSONMatchesText(t *testing.T) {
 
 func TestPerProcessSeparates(t *testing.T) {
 	privtest.Require(t)
-	r := runTool(t, "--json", "-P", "-c", writer(t, 10, 4)+"; "+writer(t, 5000, 9))
-	if r.Status != 0 {
-		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
-	}
-	hs := parseJSON(t, r.Stdout)[0].Histograms
-	if len(hs) != 2 {
-		t.Fatalf("want 2 histograms, got %+v", hs)
-	}
-	labelRE := regexp.MustCompile(`^\S+ \d+$`)
-	totals := map[uint64]bool{}
-	for _, h := range hs {
-		if !labelRE.MatchString(h.Label) {
-			t.Errorf("label %q is not '<comm> <pid>'", h.Label)
+	forEachHook(t, func(t *testing.T) {
+		r := runTool(t, "--json", "-P", "-c", writer(t, 10, 4)+"; "+writer(t, 5000, 9))
+		if r.Status != 0 {
+			t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 		}
-		totals[h.Total] = true
-		if got := nonEmpty(h.Buckets); len(got) != 1 {
-			t.Errorf("%s: buckets %+v, want one", h.Label, got)
+		hs := parseJSON(t, r.Stdout)[0].Histograms
+		if len(hs) != 2 {
+			t.Fatalf("want 2 histograms, got %+v", hs)
 		}
-	}
-	if !totals[4] || !totals[9] || hs[0].Label == hs[1].Label {
-		t.Errorf("want separate processes with 4 and 9 writes, got %+v", hs)
-	}
+		labelRE := regexp.MustCompile(`^\S+ \d+$`)
+		totals := map[uint64]bool{}
+		for _, h := range hs {
+			if !labelRE.MatchString(h.Label) {
+				t.Errorf("label %q is not '<comm> <pid>'", h.Label)
+			}
+			totals[h.Total] = true
+			if got := nonEmpty(h.Buckets); len(got) != 1 {
+				t.Errorf("%s: buckets %+v, want one", h.Label, got)
+			}
+		}
+		if !totals[4] || !totals[9] || hs[0].Label == hs[1].Label {
+			t.Errorf("want separate processes with 4 and 9 writes, got %+v", hs)
+		}
+	})
 }
 
 // TestPidExcludesOthers traces one waiting process with -p while another
 // process writes too; only the first one's writes may be counted.
 func TestPidExcludesOthers(t *testing.T) {
 	privtest.Require(t)
-	self, _ := os.Executable()
-	gateR, gateW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := exec.Command(self)
-	target.Env = append(os.Environ(), "TK_WRITES=123:17", "TK_WAIT_FD=3")
-	target.ExtraFiles = []*os.File{gateR}
-	if err := target.Start(); err != nil {
-		t.Fatal(err)
-	}
-	gateR.Close()
-	defer target.Process.Kill()
-
-	ws := exec.Command(tool(t), "--json", "-p", strconv.Itoa(target.Process.Pid))
-	var out bytes.Buffer
-	ws.Stdout = &out
-	stderr, _ := ws.StderrPipe()
-	if err := ws.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Process.Kill()
-	// The tool says "Tracing ..." once attached.
-	line, err := bufio.NewReader(stderr).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "Tracing") {
-		t.Fatalf("no tracing line: %q %v", line, err)
-	}
-	other := exec.Command(self)
-	other.Env = append(os.Environ(), "TK_WRITES=123:50")
-	if err := other.Run(); err != nil {
-		t.Fatal(err)
-	}
-	gateW.Write([]byte{1})
-	gateW.Close()
-	if err := target.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	ws.Process.Signal(syscall.SIGINT)
-	done := make(chan error, 1)
-	go func() { done <- ws.Wait() }()
-	select {
-	case err := <-done:
+	forEachHook(t, func(t *testing.T) {
+		self, _ := os.Executable()
+		gateR, gateW, err := os.Pipe()
 		if err != nil {
-			t.Fatalf("writesize: %v", err)
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("writesize did not stop on SIGINT")
-	}
-	h := parseJSON(t, out.String())[0].Histograms[0]
-	got := nonEmpty(h.Buckets)
-	if len(got) != 1 || got[0].Count != 17 || got[0].Low != 64 {
-		t.Errorf("buckets %+v, want exactly 17 in 64 -> 127", got)
-	}
+		target := exec.Command(self)
+		target.Env = append(os.Environ(), "TK_WRITES=123:17", "TK_WAIT_FD=3")
+		target.ExtraFiles = []*os.File{gateR}
+		if err := target.Start(); err != nil {
+			t.Fatal(err)
+		}
+		gateR.Close()
+		defer target.Process.Kill()
+
+		ws := exec.Command(tool(t), "--json", "-p", strconv.Itoa(target.Process.Pid))
+		var out bytes.Buffer
+		ws.Stdout = &out
+		stderr, _ := ws.StderrPipe()
+		if err := ws.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Process.Kill()
+		// The tool says "Tracing ..." once attached.
+		line, err := bufio.NewReader(stderr).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "Tracing") {
+			t.Fatalf("no tracing line: %q %v", line, err)
+		}
+		other := exec.Command(self)
+		other.Env = append(os.Environ(), "TK_WRITES=123:50")
+		if err := other.Run(); err != nil {
+			t.Fatal(err)
+		}
+		gateW.Write([]byte{1})
+		gateW.Close()
+		if err := target.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		ws.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- ws.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("writesize: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("writesize did not stop on SIGINT")
+		}
+		h := parseJSON(t, out.String())[0].Histograms[0]
+		got := nonEmpty(h.Buckets)
+		if len(got) != 1 || got[0].Count != 17 || got[0].Low != 64 {
+			t.Errorf("buckets %+v, want exactly 17 in 64 -> 127", got)
+		}
+	})
 }
 
 func TestUnprivilegedGetsOneLine(t *testing.T) {

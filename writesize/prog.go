@@ -36,7 +36,21 @@ type progConfig struct {
 	// Kprobe reads the size from the registers at a kprobe on the write
 	// syscall function instead of the tracepoint record.
 	Kprobe *kprobeConfig
+	// Raw reads it at the raw tracepoint raw_syscalls:sys_enter (4.17+),
+	// sys_enter(regs, id), which runs for every syscall: the program
+	// leaves at once unless id is write's.
+	Raw *rawConfig
 }
+
+// rawConfig says how the raw sys_enter program finds a write's size.
+type rawConfig struct {
+	NR        int32     // write's syscall number on this architecture
+	Regs      *asm.Regs // the third argument's register in the user's pt_regs
+	ProbeRead bpf.BuiltinFunc
+}
+
+// writeNR is write(2)'s number by architecture.
+var writeNR = map[string]int32{"amd64": 1, "arm64": 64}
 
 // kprobeConfig says where the size is at the probed function's entry.
 type kprobeConfig struct {
@@ -69,6 +83,12 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 		return nil, err
 	}
 	insns := asm.Prologue()
+	if r := cfg.Raw; r != nil {
+		insns = append(insns,
+			bpf.LoadMem(bpf.R1, asm.RegCtx, 8, bpf.DWord).WithSource(bpf.Comment("r1 = the syscall's number (args[1]); not write: leave")),
+			bpf.JNE.Imm(bpf.R1, r.NR, "exit"),
+		)
+	}
 	if cfg.Pid != 0 || cfg.Tree || cfg.PerProcess {
 		insns = append(insns, asm.CurrentPid()...)
 	}
@@ -95,6 +115,14 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 
 // loadCount puts the write's size into R1.
 func loadCount(cfg progConfig) (bpf.Instructions, error) {
+	if r := cfg.Raw; r != nil {
+		insns := bpf.Instructions{
+			bpf.LoadMem(bpf.R4, asm.RegCtx, 0, bpf.DWord).
+				WithSource(bpf.Comment(fmt.Sprintf("sys_enter(regs, id): count = regs->%s", r.Regs.ArgNames[2]))),
+			bpf.Add.Imm(bpf.R4, int32(r.Regs.Args[2])),
+		}
+		return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, r.ProbeRead)...), nil
+	}
 	k := cfg.Kprobe
 	if k == nil {
 		return asm.LoadField(bpf.R1, cfg.Count.Name, cfg.Count.Offset, cfg.Count.Size, false)
@@ -131,6 +159,8 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	progType := ebpf.TracePoint
 	if cfg.Kprobe != nil {
 		progType = ebpf.Kprobe
+	} else if cfg.Raw != nil {
+		progType = ebpf.RawTracepoint
 	}
 	spec := &ebpf.CollectionSpec{
 		Maps: maps,

@@ -36,6 +36,8 @@ func variants(t *testing.T) map[string]progConfig {
 		"prog_kprobe_wrapper":  {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.AMD64}},
 		"prog_kprobe_old_read": {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeRead, Regs: asm.AMD64}},
 		"prog_kprobe_ksys":     {Kprobe: &kprobeConfig{Symbol: "ksys_write", Regs: asm.AMD64}, Tree: true},
+		"prog_raw":             {Raw: &rawConfig{NR: 1, Regs: asm.AMD64, ProbeRead: bpf.FnProbeReadKernel}},
+		"prog_raw_tree_arm64":  {Raw: &rawConfig{NR: 64, Regs: asm.ARM64, ProbeRead: bpf.FnProbeReadKernel}, Tree: true},
 		"prog_kprobe_arm64":    {Kprobe: &kprobeConfig{Symbol: "__arm64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.ARM64}},
 	}
 }

@@ -3,6 +3,7 @@ package writesize
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -19,6 +20,15 @@ func validate(o *options) error {
 	if err := tools.CheckPid(o.Pid); err != nil {
 		return err
 	}
+	if err := tools.ValidateAttach(o.Attach); err != nil {
+		return err
+	}
+	if o.Attach == string(tools.HookBTF) {
+		return tools.Usagef("--attach=btf: writesize reads no kernel structure; use raw or perf")
+	}
+	if o.Kprobe != "" && o.Attach != "" && o.Attach != "auto" {
+		return tools.Usagef("--kprobe and --attach=%s contradict each other: a kprobe is its own hook", o.Attach)
+	}
 	if o.All && o.Command == "" {
 		return tools.Usagef("--all goes with -c: without -c every process is traced already")
 	}
@@ -34,6 +44,23 @@ func validate(o *options) error {
 		return tools.Usagef("--legacy goes with --kprobe")
 	}
 	return nil
+}
+
+// writeHook resolves --attach for writesize. auto is perf: a raw
+// tracepoint on sys_enter makes each write cheaper to count, but it runs
+// for every syscall of the machine, and the perf tracepoint only for writes
+// (make bench shows both costs side by side).
+func writeHook(choice string) (tools.Hook, error) {
+	if !tools.AttachForced(choice) {
+		return tools.HookPerf, nil
+	}
+	if choice == "" {
+		choice = os.Getenv(tools.AttachEnv)
+	}
+	if tools.Hook(choice) == tools.HookBTF {
+		return tools.HookPerf, nil // TRACEKIT_ATTACH=btf: nothing to read through; the default
+	}
+	return tools.PickHook(choice, "sys_enter", false)
 }
 
 // writeSymbols are the kernel's write syscall functions, newest first:
@@ -81,6 +108,18 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 		cfg.Kprobe = k
+	} else if hook, err := writeHook(o.Attach); err != nil {
+		return err
+	} else if hook == tools.HookRaw {
+		regs, err := asm.HostPtRegs()
+		if err != nil {
+			return fmt.Errorf("--attach=raw: %w", err)
+		}
+		nr, ok := writeNR[regs.Arch]
+		if !ok {
+			return fmt.Errorf("--attach=raw: write's syscall number on %s is not known here", regs.Arch)
+		}
+		cfg.Raw = &rawConfig{NR: nr, Regs: regs, ProbeRead: tools.Readers().Kernel}
 	} else {
 		format, err := tracefs.ReadFormat("syscalls", "sys_enter_write")
 		if err != nil {
@@ -111,7 +150,11 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if cfg.Kprobe != nil {
 		err = s.AttachProbe(prog, tracefs.Probe{Type: tracefs.Kprobe, Symbol: cfg.Kprobe.Symbol}, o.Legacy)
 	} else {
-		err = s.AttachTracepoint(prog, "syscalls", "sys_enter_write")
+		if cfg.Raw != nil {
+			err = s.AttachHook(prog, tools.HookRaw, "raw_syscalls", "sys_enter")
+		} else {
+			err = s.AttachTracepoint(prog, "syscalls", "sys_enter_write")
+		}
 	}
 	if err != nil {
 		return err
