@@ -129,7 +129,7 @@ func TestLoopDeviceExactCount(t *testing.T) {
 // taken. Exact either way: the slots (the default), the hash alone
 // (TRACEKIT_IOLAT_SLOTS=0), and one slot that a stale entry holds (written
 // by the test into the running tool's map), so that every request takes
-// the hash.
+// the hash. The workload waits for the test's go-ahead (a file).
 func TestSlotsAndHashCountExactly(t *testing.T) {
 	privtest.Require(t)
 	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
@@ -140,16 +140,30 @@ func TestSlotsAndHashCountExactly(t *testing.T) {
 			if slots != "" {
 				t.Setenv("TRACEKIT_IOLAT_SLOTS", slots)
 			}
-			cmd := exec.Command(tooltest.Tool(t, "iolat"), "-d", name, "--json", "-c", "sleep 1; "+directWrites(dev, n))
+			flag := filepath.Join(t.TempDir(), "go")
+			work := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done; %s", flag, directWrites(dev, n))
+			cmd := exec.Command(tooltest.Tool(t, "iolat"), "-d", name, "--json", "-c", work)
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			exited := false
+			t.Cleanup(func() {
+				if !exited {
+					cmd.Process.Kill()
+					cmd.Wait()
+				}
+			})
 			if slots == "1" && tools.HaveAtomicCmpXchg() {
 				occupySlot(t, cmd.Process.Pid)
 			}
-			if err := cmd.Wait(); err != nil {
+			if err := os.WriteFile(flag, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			exited = true
+			if err != nil {
 				t.Fatalf("slots %q: %v: %s", slots, err, errb.String())
 			}
 			var rep histReport
@@ -166,10 +180,10 @@ func TestSlotsAndHashCountExactly(t *testing.T) {
 // occupySlot finds the slots map of the iolat run pid once it is loaded
 // (through the map ids in its /proc/PID/fdinfo: a map of an earlier run
 // may not be freed yet) and fills its every slot with a request that
-// never completes.
+// never completes. Under emulation a start takes seconds.
 func occupySlot(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(900 * time.Millisecond)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		infos, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fdinfo/*", pid))
 		for _, fdinfo := range infos {
