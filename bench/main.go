@@ -132,7 +132,7 @@ func run() error {
 				{"empty program", emptyProgram("skb:kfree_skb")},
 				{"empty raw tracepoint", emptyHook("raw", "kfree_skb")},
 				{"empty BTF tracepoint", emptyHook("btf", "kfree_skb")},
-				{"dropmon (auto: btf where the kernel has it)", toolProcess(*bin+"/dropmon", nil)},
+				{"dropmon (auto: raw; btf with --protocol)", toolProcess(*bin+"/dropmon", nil)},
 				{"dropmon --attach=raw", toolProcess(*bin+"/dropmon", []string{"--attach=raw"})},
 				{"dropmon --attach=perf", toolProcess(*bin+"/dropmon", []string{"--attach=perf"})},
 			}, peer("bpftrace count()", "tracepoint:skb:kfree_skb { @[args->location] = count(); }")...),
