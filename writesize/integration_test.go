@@ -18,7 +18,6 @@ import (
 	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/terminal"
-	"github.com/tracekit/tracekit/tools"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -67,24 +66,9 @@ func nonEmpty(b []terminal.Bucket) []terminal.Bucket {
 	return out
 }
 
-// forEachHook runs test on sys_enter_write's perf tracepoint and, where
-// the kernel has raw tracepoints, on raw_syscalls:sys_enter.
-func forEachHook(t *testing.T, test func(t *testing.T)) {
-	hooks := []tools.Hook{tools.HookPerf}
-	if tools.HaveRawTracepoints() {
-		hooks = append(hooks, tools.HookRaw)
-	}
-	for _, h := range hooks {
-		t.Run(string(h), func(t *testing.T) {
-			t.Setenv(tools.AttachEnv, string(h))
-			test(t)
-		})
-	}
-}
-
 func TestExactCountsPerSize(t *testing.T) {
 	privtest.Require(t)
-	forEachHook(t, func(t *testing.T) {
+	tooltest.ForEachHook(t, "", func(t *testing.T) {
 		const n = 37
 		for _, size := range []int{0, 1, 2, 4096, 1000, 1 << 20} {
 			r := runTool(t, "--json", "-c", writer(t, size, n))
@@ -150,7 +134,7 @@ func TestJSONMatchesText(t *testing.T) {
 
 func TestPerProcessSeparates(t *testing.T) {
 	privtest.Require(t)
-	forEachHook(t, func(t *testing.T) {
+	tooltest.ForEachHook(t, "", func(t *testing.T) {
 		r := runTool(t, "--json", "-P", "-c", writer(t, 10, 4)+"; "+writer(t, 5000, 9))
 		if r.Status != 0 {
 			t.Fatalf("exit %d: %s", r.Status, r.Stderr)
@@ -180,7 +164,7 @@ func TestPerProcessSeparates(t *testing.T) {
 // process writes too; only the first one's writes may be counted.
 func TestPidExcludesOthers(t *testing.T) {
 	privtest.Require(t)
-	forEachHook(t, func(t *testing.T) {
+	tooltest.ForEachHook(t, "", func(t *testing.T) {
 		self, _ := os.Executable()
 		gateR, gateW, err := os.Pipe()
 		if err != nil {
