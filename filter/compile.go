@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 	"github.com/tracekit/tracekit/uprobe"
@@ -27,7 +28,7 @@ type Arg struct {
 type Target struct {
 	Format *tracefs.Format // a tracepoint's fields
 	Args   []Arg           // a kprobe's arguments
-	BTF    *btf.Spec       // struct layouts, for casts and walks
+	BTF    *kbtf.Spec      // struct layouts, for casts and walks
 	Read   asm.Readers     // the kernel's reading helpers
 	// UserSpace: the event's pointers are user addresses (a syscall
 	// tracepoint's arguments). Otherwise a string pointer without a __user
@@ -853,6 +854,13 @@ func (c *compiler) walk(o Operand, t btf.Type) (value, error) {
 				return value{}, c.errAt(s.Pos-2, "%s is %s, not a pointer: '->' cannot walk through it", name, typeName(t))
 			}
 			t = p.Target
+			if c.t.BTF != nil {
+				// The struct behind a pointer is decoded when walked into.
+				var err error
+				if t, err = c.t.BTF.Complete(t); err != nil {
+					return value{}, c.errAt(s.Pos, "%s: %v", name, err)
+				}
+			}
 		} else if inReg {
 			return value{}, c.errAt(s.Pos-1, "%s is a pointer: use '->'", name)
 		}

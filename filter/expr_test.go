@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand"
 	"os"
@@ -18,13 +17,14 @@ import (
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/uprobe"
 )
 
 // A small BTF of our own: struct layouts fixed for the goldens, whatever
 // kernel the tests run on.
-func testBTF(t *testing.T) (*btf.Spec, *btf.Pointer) {
+func testBTF(t *testing.T) (*kbtf.Spec, *btf.Pointer) {
 	t.Helper()
 	u8 := &btf.Int{Name: "char", Size: 1, Encoding: btf.Signed}
 	u16 := &btf.Int{Name: "unsigned short", Size: 2}
@@ -47,7 +47,7 @@ func testBTF(t *testing.T) (*btf.Spec, *btf.Pointer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := btf.LoadSpecFromReader(bytes.NewReader(raw))
+	spec, err := kbtf.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

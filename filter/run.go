@@ -13,6 +13,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/slots"
+	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -135,7 +136,7 @@ func validate(o *options) error {
 }
 
 // funcArgs returns a kernel function's BTF prototype.
-func funcProto(spec *btf.Spec, symbol string) (*btf.Func, *btf.FuncProto, error) {
+func funcProto(spec *kbtf.Spec, symbol string) (*btf.Func, *btf.FuncProto, error) {
 	name, off := tracefs.SplitSymbol(symbol)
 	var fn *btf.Func
 	if err := spec.TypeByName(name, &fn); err != nil {
@@ -190,7 +191,7 @@ func fetchType(t btf.Type) string {
 }
 
 // kprobeTarget builds the compile target and the probe's fetch arguments.
-func kprobeTarget(ev event, spec *btf.Spec, regs *asm.Regs) (Target, []string, map[string]bool, error) {
+func kprobeTarget(ev event, spec *kbtf.Spec, regs *asm.Regs) (Target, []string, map[string]bool, error) {
 	_, proto, err := funcProto(spec, ev.symbol)
 	if err != nil {
 		return Target{}, nil, nil, err

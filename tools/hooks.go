@@ -91,13 +91,13 @@ func HaveBTFTracepoint(event string) bool {
 		return v.(bool)
 	}
 	_ = rlimit.RemoveMemlock()
-	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"probe": {
-		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: event, License: "GPL",
+	prog, err := loadTracing(&ebpf.ProgramSpec{
+		Name: "probe", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: event, License: "GPL",
 		Instructions: bpf.Instructions{bpf.Mov.Imm(bpf.R0, 0), bpf.Return()},
-	}}}, ebpf.CollectionOptions{Cache: btfCache})
+	}, nil, false)
 	ok := err == nil
 	if ok {
-		coll.Close()
+		prog.Close()
 	}
 	btfTracepoints.Store(event, ok)
 	return ok

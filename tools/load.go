@@ -35,10 +35,29 @@ func load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
 	}
 	// Marshalling mutates instructions: keep a copy to show on failure.
 	shown := spec.Copy()
-	// BTF programs resolve their target in the kernel's BTF: the one this
-	// run has parsed already, not a parse of their own.
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: btfCache})
+	// Tracing programs (BTF tracepoints, fentry) are loaded after the
+	// rest, by loadTracing: cilium/ebpf would parse all of the kernel's
+	// BTF to find their targets.
+	rest := *spec
+	rest.Programs = map[string]*ebpf.ProgramSpec{}
+	tracing := map[string]*ebpf.ProgramSpec{}
+	for name, p := range spec.Programs {
+		if p.Type == ebpf.Tracing {
+			tracing[name] = p
+		} else {
+			rest.Programs[name] = p
+		}
+	}
+	coll, err := ebpf.NewCollection(&rest)
 	if err == nil {
+		for name, p := range tracing {
+			prog, err := loadTracing(p, coll.Maps, verbose)
+			if err != nil {
+				coll.Close()
+				return nil, err
+			}
+			coll.Programs[name] = prog
+		}
 		return coll, nil
 	}
 	var ve *ebpf.VerifierError

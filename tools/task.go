@@ -26,13 +26,3 @@ func TaskStackOffset() (int, error) {
 	}
 	return 0, fmt.Errorf("kernel BTF: task_struct has no stack member")
 }
-
-// btfCache holds the running kernel's BTF for the whole run, for the
-// toolkit's own lookups and for cilium/ebpf's when it loads programs: every
-// parse of /sys/kernel/btf/vmlinux, and every name index built over it,
-// costs tens of milliseconds.
-var btfCache = btf.NewCache()
-
-// KernelBTF is the running kernel's BTF, parsed once per run (shared: do
-// not modify it).
-func KernelBTF() (*btf.Spec, error) { return btfCache.Kernel() }
