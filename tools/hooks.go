@@ -20,13 +20,17 @@ import (
 //     the tracepoint's arguments (u64 args[]) and what they point to with
 //     bpf_probe_read_kernel;
 //   - btf: a BTF tracepoint (tp_btf, 5.5+, with kernel BTF); arguments as
-//     raw, and the kernel structures they point to are read directly.
+//     raw, and the kernel structures they point to are read directly;
+//   - fentry: a BPF trampoline at a kernel function's entry (x86-64 5.5+,
+//     arm64 6.0+, where the kernel has trampolines), for tools that trace a
+//     function rather than a tracepoint; typed arguments, as btf.
 type Hook string
 
 const (
-	HookPerf Hook = "perf"
-	HookRaw  Hook = "raw"
-	HookBTF  Hook = "btf"
+	HookPerf   Hook = "perf"
+	HookRaw    Hook = "raw"
+	HookBTF    Hook = "btf"
+	HookFentry Hook = "fentry"
 )
 
 // AttachEnv sets --attach's default for every tool that has it.
@@ -41,8 +45,13 @@ const AttachEnv = "TRACEKIT_ATTACH"
 func PickHook(choice, event string, deref bool) (Hook, error) {
 	if choice == "" {
 		choice = os.Getenv(AttachEnv)
+		if Hook(choice) == HookFentry {
+			choice = "auto" // TRACEKIT_ATTACH=fentry: for the tools that trace functions
+		}
 	}
 	switch Hook(choice) {
+	case HookFentry:
+		return "", Usagef("--attach=fentry reaches kernel functions, and this tool reads the tracepoint %s: use btf, raw or perf", event)
 	case "", "auto":
 		switch {
 		case deref && HaveBTFTracepoint(event):
@@ -70,10 +79,37 @@ func PickHook(choice, event string, deref bool) (Hook, error) {
 // ValidateAttach checks an --attach value before anything is loaded.
 func ValidateAttach(choice string) error {
 	switch choice {
-	case "", "auto", string(HookPerf), string(HookRaw), string(HookBTF):
+	case "", "auto", string(HookPerf), string(HookRaw), string(HookBTF), string(HookFentry):
 		return nil
 	}
-	return Usagef("invalid --attach %q: want auto, perf, raw or btf", choice)
+	return Usagef("invalid --attach %q: want auto, perf, raw, btf or fentry", choice)
+}
+
+var fentries sync.Map // function name -> bool
+
+// HaveFentry reports whether a program attaches at the entry of the kernel
+// function fn: kernel BTF with the function, and BPF trampolines, which
+// only attaching proves (a kernel without them loads the program and
+// refuses the link).
+func HaveFentry(fn string) bool {
+	if v, ok := fentries.Load(fn); ok {
+		return v.(bool)
+	}
+	_ = rlimit.RemoveMemlock()
+	prog, err := loadTracing(&ebpf.ProgramSpec{
+		Name: "probe", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: fn, License: "GPL",
+		Instructions: bpf.Instructions{bpf.Mov.Imm(bpf.R0, 0), bpf.Return()},
+	}, nil, false)
+	ok := err == nil
+	if ok {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if ok = err == nil; ok {
+			l.Close()
+		}
+		prog.Close()
+	}
+	fentries.Store(fn, ok)
+	return ok
 }
 
 // HaveRawTracepoints reports whether raw tracepoint programs load (4.17+).
@@ -113,15 +149,19 @@ func (s *Session) AttachHook(prog *ebpf.Program, hook Hook, group, name string) 
 		return s.AttachTracepoint(prog, group, name)
 	case HookRaw:
 		l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
-	case HookBTF:
+	case HookBTF, HookFentry:
 		l, err = link.AttachTracing(link.TracingOptions{Program: prog})
 	default:
 		return fmt.Errorf("unknown hook %q", hook)
 	}
-	if err != nil {
-		return fmt.Errorf("attach to %s tracepoint %s: %w", hook, name, err)
+	what := fmt.Sprintf("%s tracepoint %s", hook, name)
+	if hook == HookFentry {
+		what = "fentry " + name
 	}
-	s.OnClose(fmt.Sprintf("detach %s tracepoint %s", hook, name), l.Close)
+	if err != nil {
+		return fmt.Errorf("attach to %s: %w", what, err)
+	}
+	s.OnClose("detach "+what, l.Close)
 	return nil
 }
 

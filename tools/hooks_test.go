@@ -9,13 +9,13 @@ import (
 )
 
 func TestValidateAttach(t *testing.T) {
-	for _, ok := range []string{"", "auto", "perf", "raw", "btf"} {
+	for _, ok := range []string{"", "auto", "perf", "raw", "btf", "fentry"} {
 		if err := ValidateAttach(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"fentry", "Raw", "perf ", "kprobe"} {
-		if err := ValidateAttach(bad); err == nil || !strings.Contains(err.Error(), "want auto, perf, raw or btf") {
+	for _, bad := range []string{"Raw", "perf ", "kprobe"} {
+		if err := ValidateAttach(bad); err == nil || !strings.Contains(err.Error(), "want auto, perf, raw, btf or fentry") {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
@@ -42,6 +42,13 @@ func TestPickHook(t *testing.T) {
 	t.Setenv(AttachEnv, "perf")
 	if h, err := PickHook("", "kfree_skb", true); h != HookPerf || err != nil {
 		t.Errorf("TRACEKIT_ATTACH=perf: %s, %v", h, err)
+	}
+	if _, err := PickHook("fentry", "kfree_skb", true); err == nil || !strings.Contains(err.Error(), "reads the tracepoint kfree_skb") {
+		t.Errorf("fentry for a tracepoint: %v", err)
+	}
+	t.Setenv(AttachEnv, "fentry") // a default for the tools that trace functions
+	if h, err := PickHook("", "kfree_skb", false); h == "" || h == HookFentry || err != nil {
+		t.Errorf("TRACEKIT_ATTACH=fentry for a tracepoint: %s, %v; want auto's pick", h, err)
 	}
 	if _, err := PickHook("btf", "no_such_tracepoint_tk", true); err == nil || !strings.Contains(err.Error(), "no BTF tracepoint no_such_tracepoint_tk") {
 		t.Errorf("btf of a missing tracepoint: %v", err)

@@ -112,6 +112,10 @@ func loadTracing(p *ebpf.ProgramSpec, maps map[string]*ebpf.Map, verbose bool) (
 		return ebpf.NewProgramFromFD(fd)
 	}
 	if errors.Is(err, unix.EPERM) {
+		if unix.Geteuid() == 0 {
+			// Kernels without BPF trampolines refuse fentry so, even to root.
+			return nil, fmt.Errorf("load BPF program %s (%s %s): %w, even to root: this kernel does not allow it", p.Name, p.AttachType, p.AttachTo, err)
+		}
 		return nil, fmt.Errorf("load BPF program %s: %w (needs root, or CAP_BPF and CAP_PERFMON)", p.Name, err)
 	}
 	// Again with the verifier's log, which says why.

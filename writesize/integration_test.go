@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/terminal"
+	"github.com/tracekit/tracekit/tools"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -242,10 +244,32 @@ func TestUnprivilegedGetsOneLine(t *testing.T) {
 	}
 }
 
+// --attach=fentry where the kernel cannot attach there is one line and
+// status 1 (the matrix kernels have trampolines: there the exactness tests
+// run on fentry too); TRACEKIT_ATTACH=fentry is a default, and falls back.
+func TestFentryMissing(t *testing.T) {
+	privtest.Require(t)
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tools.HaveFentry(regs.SyscallPrefix + "write") {
+		t.Skip("this kernel attaches fentry programs: TestExactCountsPerSize/fentry runs instead")
+	}
+	r := runTool(t, "--attach=fentry", "0.01", "1")
+	if r.Status != 1 || strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, "BPF trampolines") {
+		t.Errorf("--attach=fentry: exit %d, stderr %q; want 1 and one line", r.Status, r.Stderr)
+	}
+	t.Setenv(tools.AttachEnv, "fentry")
+	if r := runTool(t, "0.01", "1"); r.Status != 0 {
+		t.Errorf("TRACEKIT_ATTACH=fentry: exit %d, stderr %q; want the perf tracepoint", r.Status, r.Stderr)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"abc"}, {"-1"}, {"0"}, {"1", "0"}, {"1", "x"}, {"1", "2", "3"},
-		{"--bogus"}, {"-p", "999999999"}, {"-p", "x"}, {"--all"},
+		{"--bogus"}, {"-p", "999999999"}, {"-p", "x"}, {"--all"}, {"--attach", "btf"}, {"--attach", "kprobe"},
 	} {
 		r := runTool(t, args...)
 		if r.Status != 2 {

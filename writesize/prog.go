@@ -40,6 +40,17 @@ type progConfig struct {
 	// sys_enter(regs, id), which runs for every syscall: the program
 	// leaves at once unless id is write's.
 	Raw *rawConfig
+	// Fentry reads it at the entry of the write syscall's wrapper
+	// (__x64_sys_write, __arm64_sys_write) through a BPF trampoline: only
+	// writes run it, and the wrapper's pt_regs is a typed pointer, read
+	// directly.
+	Fentry *fentryConfig
+}
+
+// fentryConfig says where the fentry program is and how it finds count.
+type fentryConfig struct {
+	Symbol string    // the wrapper: its one argument is the user's pt_regs
+	Regs   *asm.Regs // count is that struct's third argument register
 }
 
 // rawConfig says how the raw sys_enter program finds a write's size.
@@ -123,6 +134,13 @@ func loadCount(cfg progConfig) (bpf.Instructions, error) {
 		}
 		return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, r.ProbeRead)...), nil
 	}
+	if f := cfg.Fentry; f != nil {
+		return bpf.Instructions{
+			bpf.LoadMem(bpf.R4, asm.RegCtx, 0, bpf.DWord).
+				WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->%s, a typed pointer's member", f.Symbol, f.Regs.ArgNames[2]))),
+			bpf.LoadMem(bpf.R1, bpf.R4, f.Regs.Args[2], bpf.DWord),
+		}, nil
+	}
 	k := cfg.Kprobe
 	if k == nil {
 		return asm.LoadField(bpf.R1, cfg.Count.Name, cfg.Count.Offset, cfg.Count.Size, false)
@@ -162,11 +180,13 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	} else if cfg.Raw != nil {
 		progType = ebpf.RawTracepoint
 	}
+	prog := &ebpf.ProgramSpec{Name: "writesize", Type: progType, License: "GPL", Instructions: insns}
+	if cfg.Fentry != nil {
+		prog.Type, prog.AttachType, prog.AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, cfg.Fentry.Symbol
+	}
 	spec := &ebpf.CollectionSpec{
-		Maps: maps,
-		Programs: map[string]*ebpf.ProgramSpec{
-			"writesize": {Name: "writesize", Type: progType, License: "GPL", Instructions: insns},
-		},
+		Maps:     maps,
+		Programs: map[string]*ebpf.ProgramSpec{"writesize": prog},
 	}
 	if cfg.Tree {
 		if err := tools.AddProcessTree(spec); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -27,18 +28,26 @@ func countField(t *testing.T) tracefs.Field {
 // test proves: one line per variant.
 func variants(t *testing.T) map[string]progConfig {
 	count := countField(t)
+	// fentry programs load only against a function of the running kernel:
+	// its own wrapper, whichever registers the golden reads.
+	wrapper := "__x64_sys_write"
+	if regs, err := asm.HostPtRegs(); err == nil {
+		wrapper = regs.SyscallPrefix + "write"
+	}
 	return map[string]progConfig{
-		"prog_all":             {Count: count},
-		"prog_pid":             {Count: count, Pid: 1234},
-		"prog_tree":            {Count: count, Tree: true},
-		"prog_per_process":     {Count: count, PerProcess: true},
-		"prog_pid_per_process": {Count: count, Pid: 1234, PerProcess: true},
-		"prog_kprobe_wrapper":  {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.AMD64}},
-		"prog_kprobe_old_read": {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeRead, Regs: asm.AMD64}},
-		"prog_kprobe_ksys":     {Kprobe: &kprobeConfig{Symbol: "ksys_write", Regs: asm.AMD64}, Tree: true},
-		"prog_raw":             {Raw: &rawConfig{NR: 1, Regs: asm.AMD64, ProbeRead: bpf.FnProbeReadKernel}},
-		"prog_raw_tree_arm64":  {Raw: &rawConfig{NR: 64, Regs: asm.ARM64, ProbeRead: bpf.FnProbeReadKernel}, Tree: true},
-		"prog_kprobe_arm64":    {Kprobe: &kprobeConfig{Symbol: "__arm64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.ARM64}},
+		"prog_fentry":            {Fentry: &fentryConfig{Symbol: wrapper, Regs: asm.AMD64}},
+		"prog_fentry_tree_arm64": {Fentry: &fentryConfig{Symbol: wrapper, Regs: asm.ARM64}, Tree: true},
+		"prog_all":               {Count: count},
+		"prog_pid":               {Count: count, Pid: 1234},
+		"prog_tree":              {Count: count, Tree: true},
+		"prog_per_process":       {Count: count, PerProcess: true},
+		"prog_pid_per_process":   {Count: count, Pid: 1234, PerProcess: true},
+		"prog_kprobe_wrapper":    {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.AMD64}},
+		"prog_kprobe_old_read":   {Kprobe: &kprobeConfig{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeRead, Regs: asm.AMD64}},
+		"prog_kprobe_ksys":       {Kprobe: &kprobeConfig{Symbol: "ksys_write", Regs: asm.AMD64}, Tree: true},
+		"prog_raw":               {Raw: &rawConfig{NR: 1, Regs: asm.AMD64, ProbeRead: bpf.FnProbeReadKernel}},
+		"prog_raw_tree_arm64":    {Raw: &rawConfig{NR: 64, Regs: asm.ARM64, ProbeRead: bpf.FnProbeReadKernel}, Tree: true},
+		"prog_kprobe_arm64":      {Kprobe: &kprobeConfig{Symbol: "__arm64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.ARM64}},
 	}
 }
 
@@ -53,7 +62,17 @@ func TestProgramGoldens(t *testing.T) {
 }
 
 // TestProgramsLoad hands every variant, with its maps, to the verifier.
-func TestProgramsLoad(t *testing.T) { loadtest.Variants(t, variants(t), collection) }
+// The fentry variants load where the kernel attaches fentry programs (the
+// matrix's kernels); this host's refuses them even to root.
+func TestProgramsLoad(t *testing.T) {
+	vs := variants(t)
+	if regs, err := asm.HostPtRegs(); err != nil || !tools.HaveFentry(regs.SyscallPrefix+"write") {
+		t.Log("no fentry on this kernel: prog_fentry and prog_fentry_tree_arm64 load in the matrix")
+		delete(vs, "prog_fentry")
+		delete(vs, "prog_fentry_tree_arm64")
+	}
+	loadtest.Variants(t, vs, collection)
+}
 
 func TestProgramReadsOffsetFromFormat(t *testing.T) {
 	// A layout where count moved: the program must follow it.

@@ -24,7 +24,7 @@ func validate(o *options) error {
 		return err
 	}
 	if o.Attach == string(tools.HookBTF) {
-		return tools.Usagef("--attach=btf: writesize reads no kernel structure; use raw or perf")
+		return tools.Usagef("--attach=btf: writesize reads no tracepoint argument through BTF; use fentry, raw or perf")
 	}
 	if o.Kprobe != "" && o.Attach != "" && o.Attach != "auto" {
 		return tools.Usagef("--kprobe and --attach=%s contradict each other: a kprobe is its own hook", o.Attach)
@@ -49,16 +49,32 @@ func validate(o *options) error {
 // writeHook resolves --attach for writesize. auto is perf: a raw
 // tracepoint on sys_enter makes each write cheaper to count, but it runs
 // for every syscall of the machine, and the perf tracepoint only for writes
-// (make bench shows both costs side by side).
+// (make bench shows both costs side by side). fentry runs only for writes
+// too, where the kernel has BPF trampolines; it stays a choice until a
+// bench on such a kernel ranks it (ours has none).
 func writeHook(choice string) (tools.Hook, error) {
 	if !tools.AttachForced(choice) {
 		return tools.HookPerf, nil
 	}
-	if choice == "" {
+	fromEnv := choice == ""
+	if fromEnv {
 		choice = os.Getenv(tools.AttachEnv)
 	}
-	if tools.Hook(choice) == tools.HookBTF {
+	switch tools.Hook(choice) {
+	case tools.HookBTF:
 		return tools.HookPerf, nil // TRACEKIT_ATTACH=btf: nothing to read through; the default
+	case tools.HookFentry:
+		regs, err := asm.HostPtRegs()
+		if err != nil {
+			return "", fmt.Errorf("--attach=fentry: %w", err)
+		}
+		switch {
+		case tools.HaveFentry(regs.SyscallPrefix + "write"):
+			return tools.HookFentry, nil
+		case fromEnv:
+			return tools.HookPerf, nil // a default for the machines that have it
+		}
+		return "", fmt.Errorf("--attach=fentry: this kernel cannot attach to %swrite's entry (BPF trampolines: x86-64 5.5+, arm64 6.0+, with kernel BTF); use raw or perf", regs.SyscallPrefix)
 	}
 	return tools.PickHook(choice, "sys_enter", false)
 }
@@ -110,6 +126,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		cfg.Kprobe = k
 	} else if hook, err := writeHook(o.Attach); err != nil {
 		return err
+	} else if hook == tools.HookFentry {
+		regs, err := asm.HostPtRegs()
+		if err != nil {
+			return fmt.Errorf("--attach=fentry: %w", err)
+		}
+		cfg.Fentry = &fentryConfig{Symbol: regs.SyscallPrefix + "write", Regs: regs}
 	} else if hook == tools.HookRaw {
 		regs, err := asm.HostPtRegs()
 		if err != nil {
@@ -147,14 +169,15 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		}
 	}
 	prog := coll.Programs["writesize"]
-	if cfg.Kprobe != nil {
+	switch {
+	case cfg.Kprobe != nil:
 		err = s.AttachProbe(prog, tracefs.Probe{Type: tracefs.Kprobe, Symbol: cfg.Kprobe.Symbol}, o.Legacy)
-	} else {
-		if cfg.Raw != nil {
-			err = s.AttachHook(prog, tools.HookRaw, "raw_syscalls", "sys_enter")
-		} else {
-			err = s.AttachTracepoint(prog, "syscalls", "sys_enter_write")
-		}
+	case cfg.Fentry != nil:
+		err = s.AttachHook(prog, tools.HookFentry, "", cfg.Fentry.Symbol)
+	case cfg.Raw != nil:
+		err = s.AttachHook(prog, tools.HookRaw, "raw_syscalls", "sys_enter")
+	default:
+		err = s.AttachTracepoint(prog, "syscalls", "sys_enter_write")
 	}
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -448,7 +449,8 @@ func Fixtures(t testing.TB, prebuilt, script, pkgs string, have func() bool) str
 // ForEachHook runs test once on each way to the tracepoint event (its own
 // name: kfree_skb) this kernel has, perf, raw and btf, chosen through
 // TRACEKIT_ATTACH: a tool's counts must not depend on it. An event of ""
-// is a tool without a BTF path (writesize): perf and raw.
+// is writesize, which has no BTF tracepoint but an fentry: perf, raw, and
+// fentry at the write syscall's wrapper where the kernel has trampolines.
 func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
 	hooks := []tools.Hook{tools.HookPerf}
 	if tools.HaveRawTracepoints() {
@@ -456,6 +458,9 @@ func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
 	}
 	if event != "" && tools.HaveBTFTracepoint(event) {
 		hooks = append(hooks, tools.HookBTF)
+	}
+	if regs, err := asm.HostPtRegs(); event == "" && err == nil && tools.HaveFentry(regs.SyscallPrefix+"write") {
+		hooks = append(hooks, tools.HookFentry)
 	}
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
