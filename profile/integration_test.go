@@ -233,7 +233,9 @@ func TestFolded(t *testing.T) {
 		t.Fatalf("status %d\n%s", res.Status, res.Stderr)
 	}
 	// Samples in c: the whole chain, in 95% of them (as in
-	// TestChainWithoutFramePointers); the process's start is no chain.
+	// TestChainWithoutFramePointers); the process's start is no chain. A
+	// busy machine gives the fixture less than its second of CPU: how many
+	// samples it earned is checked against its CPU time below.
 	var total, inC, chain int
 	for _, line := range strings.Split(strings.TrimSpace(res.Stdout), "\n") {
 		i := strings.LastIndexByte(line, ' ')
@@ -251,7 +253,7 @@ func TestFolded(t *testing.T) {
 			chain += n
 		}
 	}
-	if inC < 150 || float64(chain) < 0.95*float64(inC) {
+	if inC < 100 || float64(chain) < 0.95*float64(inC) {
 		t.Errorf("%d of the %d folded samples in c are chain-nopie;_start;...;main;a;b;c (%d samples in all)\n%s", chain, inC, total, res.Stdout)
 	}
 	// The fixture's own samples add up to its CPU time at 199 Hz.

@@ -107,6 +107,10 @@ type progConfig struct {
 	Rows                   int    // capacity of the row table
 	TaskRegs               bool   // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
 	Mmapable               bool   // the row table can be mapped into memory (5.5+)
+	// LazyHashes: the hash maps allocate entries as they are inserted
+	// (6.1+ for perf_event programs), not all of them at load: the counts
+	// alone are 6 MiB of kernel memory cleared at every start.
+	LazyHashes bool
 	// TaskStack, without TaskRegs, is the offset of task_struct.stack: the
 	// user registers are at the top of the task's kernel stack. 0: unknown.
 	TaskStack int
@@ -129,6 +133,10 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 			"events":  {Name: "profile_events", Type: ebpf.PerfEventArray},
 		},
 		Programs: map[string]*ebpf.ProgramSpec{},
+	}
+	if cfg.LazyHashes {
+		spec.Maps["counts"].Flags |= unix.BPF_F_NO_PREALLOC
+		spec.Maps["seen"].Flags |= unix.BPF_F_NO_PREALLOC
 	}
 	entry, err := sampleProg(cfg)
 	if err != nil {

@@ -24,6 +24,7 @@ func variants() map[string]progConfig {
 		"auto_no_taskreg": {Mode: unwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: kd, UserDepth: ud},
 		"eh_task_stack":   {Mode: unwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"auto_small_keys": {Mode: unwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: smallKernelDepth, UserDepth: smallUserDepth},
+		"auto_lazy":       {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Mmapable: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 	}
 	return v
 }
@@ -68,6 +69,13 @@ func TestProgramsLoad(t *testing.T) {
 		for name, cfg := range v {
 			if cfg.TaskRegs {
 				delete(v, name)
+			}
+		}
+	}
+	if !tools.HaveLazyHashes() {
+		for name, cfg := range v {
+			if cfg.LazyHashes {
+				delete(v, name) // before 6.1: preallocated hashes only, which is what runs here
 			}
 		}
 	}

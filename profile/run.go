@@ -91,7 +91,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		cfg.KernelDepth, cfg.UserDepth = smallKernelDepth, smallUserDepth
 		fmt.Fprintf(s.Stderr, "profile: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", cfg.KernelDepth, cfg.UserDepth)
 	}
-	cfg.TaskRegs, cfg.Mmapable = tools.HaveTaskPtRegs(), tools.HaveMmapableArrays()
+	cfg.TaskRegs, cfg.Mmapable, cfg.LazyHashes = tools.HaveTaskPtRegs(), tools.HaveMmapableArrays(), tools.HaveLazyHashes()
 	if os.Getenv(noTaskRegsEnv) == "1" {
 		cfg.TaskRegs = false // the tests take the pre-5.15 path on any kernel
 	}

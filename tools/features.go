@@ -97,3 +97,33 @@ var HaveAtomicCmpXchg = sync.OnceValue(func() bool {
 	p.Close()
 	return true
 })
+
+// HaveLazyHashes reports whether perf_event programs may use hash maps
+// that allocate their entries as they are inserted (BPF_F_NO_PREALLOC;
+// 6.1's BPF memory allocator lifted the "perf_event programs can only use
+// preallocated hash map" rule). A preallocated map costs its whole size in
+// kernel memory and clearing time at every start: profile's stack counts
+// are 6 MiB of it.
+var HaveLazyHashes = sync.OnceValue(func() bool {
+	_ = rlimit.RemoveMemlock()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return false
+	}
+	defer m.Close()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.PerfEvent, License: "GPL", Instructions: bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 0),
+		bpf.StoreMem(bpf.RFP, -4, bpf.R1, bpf.Word),
+		bpf.LoadMapPtr(bpf.R1, m.FD()),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, -4),
+		bpf.FnMapLookupElem.Call(),
+		bpf.Mov.Imm(bpf.R0, 0),
+		bpf.Return(),
+	}})
+	if err != nil {
+		return false
+	}
+	p.Close()
+	return true
+})

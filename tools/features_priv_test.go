@@ -27,3 +27,12 @@ func TestHaveAtomicCmpXchg(t *testing.T) {
 		t.Errorf("kernel %d.%d: HaveAtomicCmpXchg() = %v, want %v", major, minor, got, want)
 	}
 }
+
+// Lazily allocated hash maps in perf_event programs arrived with 6.1's BPF
+// memory allocator.
+func TestHaveLazyHashes(t *testing.T) {
+	privtest.Require(t)
+	if got, want := HaveLazyHashes(), kernelAtLeast(t, 6, 1); got != want {
+		t.Errorf("HaveLazyHashes() = %v, want %v", got, want)
+	}
+}
