@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -56,12 +58,86 @@ func StartCommand(line string, stdout io.Writer) (*Command, error) {
 		return nil, fmt.Errorf("start command %q: %w", line, err)
 	}
 	r.Close()
+	g, alive, err := startGuard(cmd.Process.Pid)
+	if err != nil {
+		w.Close() // the gate sees EOF: the command never runs
+		cmd.Wait()
+		return nil, err
+	}
 	c := &Command{cmd: cmd, release: w, done: make(chan struct{})}
 	go func() {
+		// The guard goes before the command is reaped: once it is, its
+		// process group id is free for another, which the guard must
+		// never signal.
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		g.Process.Kill()
+		g.Wait()
+		alive.Close()
 		c.err = cmd.Wait()
 		close(c.done)
 	}()
 	return c, nil
+}
+
+// guardEnv, in a process's environment, makes it the guard of the -c
+// command whose process group it names (see startGuard).
+const guardEnv = "TRACEKIT_GUARD_PGID"
+
+// A process started as a guard does nothing else.
+func init() {
+	if v := os.Getenv(guardEnv); v != "" {
+		os.Exit(guard(v))
+	}
+}
+
+// startGuard starts this same executable as the guard of the command's
+// process group pgid: it waits, in a process group of its own, ignoring
+// the terminal's signals, for EOF on a pipe only the tool holds open. A
+// tool that exits any way at all, SIGKILL included, closes it, and the
+// guard ends the command's group as Stop would (SIGTERM, then SIGKILL
+// after StopGrace). A tool that reaps its command kills the guard first.
+// PR_SET_PDEATHSIG on the command would not do: the shell's children (a
+// pipeline, a loop) do not inherit it.
+func startGuard(pgid int) (guard *exec.Cmd, alive *os.File, err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start the command's guard: %w", err)
+	}
+	defer r.Close()
+	g := exec.Command("/proc/self/exe")
+	g.Env = append(os.Environ(), fmt.Sprintf("%s=%d", guardEnv, pgid))
+	g.ExtraFiles = []*os.File{r}
+	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := g.Start(); err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("start the command's guard: %w", err)
+	}
+	// w is close-on-exec: no command inherits it, only this process's end
+	// (or killing the guard) closes it.
+	return g, w, nil
+}
+
+// guard is a guard process's life: wait for the tool's end, then end the
+// command's process group, if it still has members.
+func guard(v string) int {
+	pgid, err := strconv.Atoi(v)
+	if err != nil || pgid <= 1 {
+		return 2
+	}
+	signal.Ignore(unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU)
+	io.Copy(io.Discard, os.NewFile(3, "tool"))
+	if unix.Kill(-pgid, unix.SIGTERM) != nil {
+		return 0
+	}
+	time.Sleep(StopGrace)
+	unix.Kill(-pgid, unix.SIGKILL)
+	return 0
 }
 
 // IsTerminal reports whether fd is a terminal.

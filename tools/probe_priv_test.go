@@ -156,6 +156,19 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if line := os.Getenv("TK_HOLD_COMMAND"); line != "" {
+		// A stand-in for a tool: start the command, let it run, wait to
+		// be killed.
+		c, err := StartCommand(line, nil)
+		if err == nil {
+			err = c.Release()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		select {}
+	}
 	os.Exit(m.Run())
 }
 

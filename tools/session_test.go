@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/internal/pgroup"
 	"github.com/tracekit/tracekit/internal/privtest"
 )
 
@@ -193,4 +197,40 @@ func TestRejectionShowsTheLogsEnd(t *testing.T) {
 	if nl < 200 {
 		t.Errorf("with --verbose: %d lines, want the whole log and the program", nl)
 	}
+}
+
+// A tool killed by SIGKILL runs no code, and its command, in a process
+// group of its own, would run on: the guard ends the group instead, within
+// the stop grace.
+func TestCommandDiesWithKilledTool(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	tool := exec.Command(os.Args[0], "-test.run=^$")
+	tool.Env = append(os.Environ(), "TK_HOLD_COMMAND=echo $$ > "+pidFile+"; sleep 30 | cat; echo late")
+	if err := tool.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for i := 0; i < 100 && pid == 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if pid == 0 {
+		tool.Process.Kill()
+		tool.Wait()
+		t.Fatal("the command did not start")
+	}
+	time.Sleep(100 * time.Millisecond) // the pipeline started
+	tool.Process.Kill()
+	tool.Wait()
+	killed := time.Now()
+	// Its members are reparented: zombies wait for init, and do not count.
+	for time.Since(killed) < StopGrace+2*time.Second && len(pgroup.Live(pid)) > 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if live := pgroup.Live(pid); len(live) > 0 {
+		unix.Kill(-pid, unix.SIGKILL)
+		t.Fatalf("the command's processes %v outlived its SIGKILLed tool by %v", live, time.Since(killed))
+	}
+	t.Logf("the command's group ended %v after the tool's SIGKILL", time.Since(killed).Round(time.Millisecond))
 }

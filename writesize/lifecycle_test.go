@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracekit/tracekit/internal/pgroup"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/terminal"
@@ -193,5 +194,38 @@ func TestFullNameMapIsReported(t *testing.T) {
 	}
 	if !strings.Contains(r.Stderr, "12 processes print as '?': their names did not fit in the name map (8 entries)") {
 		t.Errorf("stderr %q", r.Stderr)
+	}
+}
+
+// A tool killed by SIGKILL cannot end its command: its guard does, the
+// whole process group, within the stop grace.
+func TestKilledToolEndsItsCommand(t *testing.T) {
+	privtest.Require(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := exec.Command(tool(t), "-c", "echo $$ > "+pidFile+"; sleep 30 | cat; echo late")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pgid int
+	for i := 0; i < 250 && pgid == 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+		b, _ := os.ReadFile(pidFile)
+		pgid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if pgid == 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("the command did not start")
+	}
+	time.Sleep(100 * time.Millisecond) // the pipeline started
+	cmd.Process.Kill()
+	cmd.Wait()
+	killed := time.Now()
+	for time.Since(killed) < 3*time.Second && len(pgroup.Live(pgid)) > 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if live := pgroup.Live(pgid); len(live) > 0 {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		t.Fatalf("the command's processes %v outlived the SIGKILLed tool by %v", live, time.Since(killed))
 	}
 }
