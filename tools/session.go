@@ -214,10 +214,25 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 	var done <-chan struct{}
 	switch {
 	case s.cmd != nil:
+		// A signal (or Stop) that came during the setup: the command never
+		// runs, and there is nothing to report.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stopc:
+			return s.stopErr
+		default:
+		}
 		if err := s.cmd.Release(); err != nil {
 			return err
 		}
 		done = s.cmd.Done()
+		// However the loop ends, the command ends with it, while the
+		// programs are still attached: closing the session takes a while
+		// (detaching, freeing maps), and the command must not run on
+		// untraced meanwhile. Ended before the final report, its last
+		// moments are in it.
+		defer s.cmd.Stop(StopGrace)
 	case s.Quiet:
 	case s.Opts.interval == 0:
 		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end.\n", what)
@@ -232,15 +247,23 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 	}
 	watch := time.NewTicker(stdoutPoll)
 	defer watch.Stop()
+	final := func() error {
+		if s.cmd != nil {
+			if err := s.cmd.Stop(StopGrace); err != nil {
+				return err
+			}
+		}
+		return report(true)
+	}
 	for n := 0; ; {
 		select {
 		case <-ctx.Done():
-			return report(true)
+			return final()
 		case <-s.stopc:
 			if s.stopErr != nil {
 				return s.stopErr
 			}
-			return report(true)
+			return final()
 		case <-done:
 			s.commandStatus = s.cmd.Status()
 			return report(true)
@@ -251,7 +274,7 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 		case <-tick:
 			n++
 			if s.Opts.count > 0 && n >= s.Opts.count {
-				return report(true)
+				return final()
 			}
 			if err := report(false); err != nil {
 				return err

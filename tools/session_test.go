@@ -234,3 +234,52 @@ func TestCommandDiesWithKilledTool(t *testing.T) {
 	}
 	t.Logf("the command's group ended %v after the tool's SIGKILL", time.Since(killed).Round(time.Millisecond))
 }
+
+// A signal during the setup (ctx done before Loop) means the command
+// never runs, and nothing is reported.
+func TestSignalBeforeReleaseNeverRunsTheCommand(t *testing.T) {
+	ran := filepath.Join(t.TempDir(), "ran")
+	s := NewSession("t", &Common{Command: "touch " + ran})
+	s.Quiet, s.stdoutFD = true, -1
+	if err := s.startCommand(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	reports := 0
+	err := s.Loop(ctx, "x", func(bool) error { reports++; return nil })
+	if cerr := s.Close(); err != nil || cerr != nil || reports != 0 {
+		t.Fatalf("Loop: %v, Close: %v, %d reports; want nil, nil, 0", err, cerr, reports)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the command ran after the signal")
+	}
+}
+
+// A signal once the command runs ends the command before the final report
+// (its last moments are in it), not after the session's teardown, during
+// which it would run on untraced.
+func TestSignalEndsTheCommandBeforeTheFinalReport(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	s := NewSession("t", &Common{Command: "echo $$ > " + pidFile + "; sleep 30 | cat"})
+	s.Quiet, s.stdoutFD = true, -1
+	if err := s.startCommand(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var live []int
+	err := s.Loop(ctx, "x", func(final bool) error {
+		b, _ := os.ReadFile(pidFile)
+		if pgid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pgid > 0 {
+			live = pgroup.Live(pgid)
+		} else {
+			t.Error("the command did not start")
+		}
+		return nil
+	})
+	if err != nil || len(live) > 0 {
+		t.Errorf("Loop: %v; the command's processes %v still ran at the final report", err, live)
+	}
+}
