@@ -151,8 +151,11 @@ func Main(t Tool, args []string) (status int) {
 	// command, a handled one is reset to the default on exec.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	s = NewSession(t.Name, t.Options.common())
+	finished := make(chan struct{})
+	go watchStuck(ctx, finished, t.Name, s)
 	runErr := run(ctx, t, s)
 	closeErr := s.Close()
+	close(finished)
 	var ue *UsageError
 	switch {
 	case runErr == nil && closeErr == nil:
@@ -165,6 +168,37 @@ func Main(t Tool, args []string) (status int) {
 	}
 	fmt.Fprintf(os.Stderr, "%s: %v\n", t.Name, errors.Join(runErr, closeErr))
 	return 1
+}
+
+// stuckAfter is how long a run may take to end once signalled: the
+// command's grace, the final report, with room to spare.
+const stuckAfter = StopGrace + 2*time.Second
+
+// watchStuck ends a run that a signal did not end within stuckAfter: one
+// blocked writing to a stdout nobody reads (a full pipe; a terminal held
+// with Ctrl-S). It closes the session itself (programs detached, probes
+// removed, the command ended) and exits 1. A run that is closing already
+// is left to finish.
+func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *Session) {
+	select {
+	case <-finished:
+		return
+	case <-ctx.Done():
+	}
+	select {
+	case <-finished:
+		return
+	case <-time.After(stuckAfter):
+	}
+	first, err := s.close()
+	if !first {
+		return // the run's own close was under way: its exit follows
+	}
+	fmt.Fprintf(os.Stderr, "%s: stdout is blocked (nothing reads it): ended without the final report\n", name)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	}
+	os.Exit(1)
 }
 
 // run is what every tool's run starts with: privileges, the sweep of

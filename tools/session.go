@@ -29,9 +29,10 @@ type Session struct {
 	// terminal).
 	Quiet bool
 
-	mu      sync.Mutex
-	closers []closer
-	closed  bool
+	mu        sync.Mutex
+	closers   []closer
+	closed    bool
+	closeDone chan struct{} // closed when the closing is over
 
 	cmd           *Command
 	commandStatus int // a -c command's status when it ended on its own
@@ -72,9 +73,24 @@ func (s *Session) OnClose(what string, close func() error) {
 // Close undoes everything registered, last first, each once, and joins
 // the errors: one failure never keeps the rest open. Twice is harmless.
 func (s *Session) Close() error {
+	_, err := s.close()
+	return err
+}
+
+// close is Close; first reports whether this call did the closing. A call
+// while another closes waits for it to finish.
+func (s *Session) close() (first bool, err error) {
 	s.mu.Lock()
+	if s.closed {
+		done := s.closeDone
+		s.mu.Unlock()
+		<-done
+		return false, nil
+	}
 	cs := s.closers
 	s.closers, s.closed = nil, true
+	s.closeDone = make(chan struct{})
+	defer close(s.closeDone)
 	s.mu.Unlock()
 	var errs []error
 	for i := len(cs) - 1; i >= 0; i-- {
@@ -85,7 +101,7 @@ func (s *Session) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return true, errors.Join(errs...)
 }
 
 // Load loads spec (see Load) and closes the collection with the run.

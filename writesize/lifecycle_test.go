@@ -229,3 +229,36 @@ func TestKilledToolEndsItsCommand(t *testing.T) {
 		t.Fatalf("the command's processes %v outlived the SIGKILLed tool by %v", live, time.Since(killed))
 	}
 }
+
+// With stdout a pipe nobody reads, the tool blocks in a write; SIGINT must
+// still end the run (cleaned up, status 1, one line why), not hang.
+func TestSignalEndsARunBlockedOnStdout(t *testing.T) {
+	privtest.Require(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(tool(t), "0.001")
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// A report a millisecond fills the pipe's 64 KiB well within this.
+	time.Sleep(2 * time.Second)
+	cmd.Process.Signal(syscall.SIGINT)
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-ended
+		t.Fatal("still running 10 s after SIGINT")
+	}
+	if st := cmd.ProcessState.ExitCode(); st != 1 || !strings.Contains(stderr.String(), "stdout is blocked") {
+		t.Errorf("exit %d, stderr %q; want 1 and a line saying stdout is blocked", st, stderr.String())
+	}
+}
