@@ -183,7 +183,7 @@ func TestProtocolFilter(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"--protocol", "ipx"}, {"-n", "0"}, {"-n", "x"}, {"-1"}, {"1", "0"}, {"--bogus"}, {"--attach", "fentry"},
+		{"--protocol", "ipx"}, {"-n", "0"}, {"-n", "x"}, {"-1"}, {"1", "0"}, {"--bogus"}, {"--attach", "fentry"}, {"--json", "-T"},
 	} {
 		r := dropmon(t, args...)
 		if r.Status != 2 || !strings.Contains(r.Stderr, "Try 'dropmon --help'") {

@@ -181,6 +181,8 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"net:netif_receive_skb", "1e-300"}, `invalid interval "1e-300"`},
 		{[]string{"net:netif_receive_skb", "Inf"}, `invalid interval "Inf"`},
 		{[]string{"-p", "4294967297", "net:netif_receive_skb"}, "invalid pid 4294967297: pids run from 1 to"},
+		{[]string{"-T", "net:netif_receive_skb"}, "-T dates --count, --count-by and --hist reports"},
+		{[]string{"-T", "--json", "--count", "net:netif_receive_skb"}, "-T and --json cannot be used together"},
 	} {
 		r := filter(t, tc.args...)
 		if r.Status != 2 || !strings.Contains(r.Stderr, tc.want) || !strings.Contains(r.Stderr, "Try 'filter --help'") {

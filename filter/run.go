@@ -109,6 +109,9 @@ func validate(o *options) error {
 	if len(modes) > 1 {
 		return tools.Usagef("%s: choose one of printing (--fields), --count, --count-by and --hist", strings.Join(modes, " and "))
 	}
+	if o.Timestamp && !o.Count && o.CountBy == "" && o.Hist == "" && !o.Info {
+		return tools.Usagef("-T dates --count, --count-by and --hist reports: printed events carry their own time")
+	}
 	for _, opt := range []struct {
 		name, text string
 		want       int

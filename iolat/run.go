@@ -31,6 +31,12 @@ func validate(o *options) error {
 			}
 		}
 	} else {
+		if o.JSON {
+			return tools.Usagef("--heatmap and --json cannot be used together: the heatmap is drawn, JSON reports histograms")
+		}
+		if o.Timestamp {
+			return tools.Usagef("--heatmap and -T cannot be used together: the heatmap's rows are dated already")
+		}
 		if o.Flags {
 			return tools.Usagef("--heatmap draws latency per disk (-D) or for all IO, not per operation (-F)")
 		}

@@ -288,6 +288,8 @@ func TestUsageErrors(t *testing.T) {
 		{"-p", "1", "-c", "true"},
 		{"-p", "99999999"},
 		{"--folded", "--json"},
+		{"--folded", "-T"},
+		{"--json", "-T"},
 		{"--svg", ""},
 	} {
 		res := tooltest.Run(t, bin, args...)

@@ -37,6 +37,9 @@ func validate(o *options) error {
 	if o.Folded && o.JSON {
 		return tools.Usagef("--folded and --json cannot be used together: pick one report format")
 	}
+	if o.Folded && o.Timestamp {
+		return tools.Usagef("--folded and -T cannot be used together: folded lines are for flame graph tools, which a time line would break")
+	}
 	if o.Budget < 1 || o.Budget > 1024 {
 		return tools.Usagef("invalid --table-mib %d: want 1 to 1024", o.Budget)
 	}

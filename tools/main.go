@@ -80,6 +80,9 @@ func (c *Common) validate() error {
 		}
 		c.interval = time.Duration(secs * float64(time.Second))
 	}
+	if c.Timestamp && c.JSON {
+		return Usagef("-T and --json cannot be used together: -T dates text reports, and each JSON object has its time")
+	}
 	if a.Count != "" {
 		n, err := strconv.Atoi(a.Count)
 		if err != nil || n <= 0 {
