@@ -2,6 +2,7 @@ package iolat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -205,6 +206,9 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 func fields(event string) (rqFields, error) {
 	f, err := tracefs.ReadFormat("block", event)
 	if err != nil {
+		if errors.Is(err, tracefs.ErrNoAccess) {
+			return rqFields{}, err
+		}
 		return rqFields{}, fmt.Errorf("%w (iolat needs the block tracepoints: CONFIG_BLK_DEV and tracing)", err)
 	}
 	return rqFieldsOf(f)

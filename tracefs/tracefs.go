@@ -134,6 +134,11 @@ func ValidateName(kind, name string) error {
 // ErrEventNotFound is returned when an event does not exist in tracefs.
 var ErrEventNotFound = errors.New("event not found")
 
+// ErrNoAccess is returned when tracefs is there but closed to this
+// process: it is root's (mode 0700), and CAP_BPF with CAP_PERFMON load and
+// attach programs but do not open it.
+var ErrNoAccess = errors.New("tracefs is open to root only: with CAP_BPF and CAP_PERFMON, add CAP_DAC_READ_SEARCH (or run as root)")
+
 // EventDir returns the directory of an event, after validating its names.
 func EventDir(group, name string) (string, error) {
 	if err := ValidateName("event group", group); err != nil {
@@ -150,6 +155,9 @@ func EventDir(group, name string) (string, error) {
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("tracepoint %s:%s: %w (see %s/available_events)", group, name, ErrEventNotFound, root)
+		}
+		if errors.Is(err, os.ErrPermission) {
+			return "", fmt.Errorf("tracepoint %s:%s: %w", group, name, ErrNoAccess)
 		}
 		return "", fmt.Errorf("tracepoint %s:%s: %w", group, name, err)
 	}

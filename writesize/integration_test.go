@@ -244,6 +244,29 @@ func TestUnprivilegedGetsOneLine(t *testing.T) {
 	}
 }
 
+// With CAP_BPF and CAP_PERFMON but not root, tracefs (mode 0700) is what
+// is missing: the error says which capability opens it, and with that one
+// added the run works.
+func TestCapBPFWithoutTracefsAccess(t *testing.T) {
+	privtest.Require(t)
+	const capDacReadSearch, capPerfmon, capBPF = 2, 38, 39
+	run := func(caps ...uintptr) (int, string) {
+		cmd := exec.Command(tool(t), "0.01", "1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, AmbientCaps: caps}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		cmd.Run()
+		return cmd.ProcessState.ExitCode(), errb.String()
+	}
+	st, msg := run(capBPF, capPerfmon)
+	if st != 1 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "add CAP_DAC_READ_SEARCH") {
+		t.Errorf("CAP_BPF and CAP_PERFMON: exit %d, stderr %q; want 1 and one line naming CAP_DAC_READ_SEARCH", st, msg)
+	}
+	if st, msg := run(capBPF, capPerfmon, capDacReadSearch); st != 0 {
+		t.Errorf("with CAP_DAC_READ_SEARCH too: exit %d, stderr %q; want a run", st, msg)
+	}
+}
+
 // --attach=fentry where the kernel cannot attach there is one line and
 // status 1 (the matrix kernels have trampolines: there the exactness tests
 // run on fentry too); TRACEKIT_ATTACH=fentry is a default, and falls back.

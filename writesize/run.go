@@ -2,6 +2,7 @@ package writesize
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -145,6 +146,9 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	} else {
 		format, err := tracefs.ReadFormat("syscalls", "sys_enter_write")
 		if err != nil {
+			if errors.Is(err, tracefs.ErrNoAccess) {
+				return err
+			}
 			return fmt.Errorf("%w (writesize needs syscall tracepoints: CONFIG_FTRACE_SYSCALLS; or try --kprobe)", err)
 		}
 		if cfg.Count, err = format.MustField("count"); err != nil {
