@@ -22,7 +22,7 @@ import (
 //   - btf: a BTF tracepoint (tp_btf, 5.5+, with kernel BTF); arguments as
 //     raw, and the kernel structures they point to are read directly;
 //   - fentry: a BPF trampoline at a kernel function's entry (x86-64 5.5+,
-//     arm64 6.0+, where the kernel has trampolines), for tools that trace a
+//     arm64 where ftrace has direct calls, which 6.1 lacks), for tools that trace a
 //     function rather than a tracepoint; typed arguments, as btf.
 type Hook string
 

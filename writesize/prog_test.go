@@ -28,15 +28,9 @@ func countField(t *testing.T) tracefs.Field {
 // test proves: one line per variant.
 func variants(t *testing.T) map[string]progConfig {
 	count := countField(t)
-	// fentry programs load only against a function of the running kernel:
-	// its own wrapper, whichever registers the golden reads.
-	wrapper := "__x64_sys_write"
-	if regs, err := asm.HostPtRegs(); err == nil {
-		wrapper = regs.SyscallPrefix + "write"
-	}
 	return map[string]progConfig{
-		"prog_fentry":            {Fentry: &fentryConfig{Symbol: wrapper, Regs: asm.AMD64}},
-		"prog_fentry_tree_arm64": {Fentry: &fentryConfig{Symbol: wrapper, Regs: asm.ARM64}, Tree: true},
+		"prog_fentry":            {Fentry: &fentryConfig{Symbol: "__x64_sys_write", Regs: asm.AMD64}},
+		"prog_fentry_tree_arm64": {Fentry: &fentryConfig{Symbol: "__arm64_sys_write", Regs: asm.ARM64}, Tree: true},
 		"prog_all":               {Count: count},
 		"prog_pid":               {Count: count, Pid: 1234},
 		"prog_tree":              {Count: count, Tree: true},
@@ -66,10 +60,21 @@ func TestProgramGoldens(t *testing.T) {
 // matrix's kernels); this host's refuses them even to root.
 func TestProgramsLoad(t *testing.T) {
 	vs := variants(t)
-	if regs, err := asm.HostPtRegs(); err != nil || !tools.HaveFentry(regs.SyscallPrefix+"write") {
-		t.Log("no fentry on this kernel: prog_fentry and prog_fentry_tree_arm64 load in the matrix")
+	regs, err := asm.HostPtRegs()
+	if err != nil || !tools.HaveFentry(regs.SyscallPrefix+"write") {
+		t.Log("no fentry on this kernel: prog_fentry and prog_fentry_tree_arm64 load in the matrix's x86-64 kernels")
 		delete(vs, "prog_fentry")
 		delete(vs, "prog_fentry_tree_arm64")
+	}
+	for name, cfg := range vs {
+		if cfg.Fentry != nil {
+			// Loaded against this kernel's own wrapper, whichever
+			// registers the program reads.
+			f := *cfg.Fentry
+			f.Symbol = regs.SyscallPrefix + "write"
+			cfg.Fentry = &f
+			vs[name] = cfg
+		}
 	}
 	loadtest.Variants(t, vs, collection)
 }

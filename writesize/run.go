@@ -75,7 +75,7 @@ func writeHook(choice string) (tools.Hook, error) {
 		case fromEnv:
 			return tools.HookPerf, nil // a default for the machines that have it
 		}
-		return "", fmt.Errorf("--attach=fentry: this kernel cannot attach to %swrite's entry (BPF trampolines: x86-64 5.5+, arm64 6.0+, with kernel BTF); use raw or perf", regs.SyscallPrefix)
+		return "", fmt.Errorf("--attach=fentry: this kernel cannot attach to %swrite's entry (BPF trampolines: x86-64 5.5+, arm64 with ftrace direct calls (not 6.1), with kernel BTF); use raw or perf", regs.SyscallPrefix)
 	}
 	return tools.PickHook(choice, "sys_enter", false)
 }
