@@ -564,3 +564,42 @@ func TestHostileCommEscaped(t *testing.T) {
 		t.Errorf("--json keeps the name: %q", r.Stdout)
 	}
 }
+
+// The rings wake the reader a quarter full, not per record: a single
+// record must still print while the run goes on, within the reader's
+// poll timeout (100 ms), not at the end.
+func TestOneEventPrintsAtOnce(t *testing.T) {
+	privtest.Require(t)
+	const size = 12345
+	cmd := exec.Command(tooltest.Tool(t, "filter"), "syscalls:sys_enter_write", "--where", fmt.Sprintf("count == %d", size))
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if _, err := bufio.NewReader(stderr).ReadString('\n'); err != nil { // "Tracing ...": attached
+		t.Fatal(err)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	wrote := time.Now()
+	null.Write(make([]byte, size))
+	got := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		got <- line
+	}()
+	select {
+	case line := <-got:
+		if !strings.Contains(line, fmt.Sprintf("count=%d", size)) {
+			t.Errorf("line %q", line)
+		}
+		t.Logf("printed %v after the write", time.Since(wrote).Round(time.Millisecond))
+	case <-time.After(time.Second):
+		t.Fatal("the event did not print within 1 s of the write")
+	}
+}

@@ -379,7 +379,7 @@ func report(ctx context.Context, s *tools.Session, o *options, ev event, coll *e
 	case Hist:
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
 	}
-	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.BufferPages)
+	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.BufferPages, tools.WakeBatch)
 	if err != nil {
 		return err
 	}

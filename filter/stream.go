@@ -1,8 +1,10 @@
 package filter
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -39,7 +41,7 @@ func streamKept(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Coll
 			return err
 		}
 	}
-	rings, err := s.OpenRings(coll.Programs["filter"], ev.String(), id, pages)
+	rings, err := s.OpenRings(coll.Programs["filter"], ev.String(), id, pages, tools.WakeBatch)
 	if err != nil {
 		return err
 	}
@@ -69,7 +71,8 @@ func recordFormat(ev event, prog *Program) *tracefs.Format {
 // stream prints every record of the rings as format lays it out, and
 // reports lost ones.
 func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings, format *tracefs.Format, pointers map[string]bool) error {
-	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}}
+	// One write per batch of records, not per record.
+	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
 	rings.OnComm = func(pid uint32, comm string) { p.comms[pid] = comm }
 	var mu sync.Mutex
 	done := make(chan struct{})
@@ -83,15 +86,17 @@ func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings,
 				return
 			default:
 			}
-			if ok, _ := rings.Poll(100); ok {
-				mu.Lock()
-				rings.Read(p.print)
-				err := p.err
-				mu.Unlock()
-				if err != nil {
-					s.Stop(err) // a closed stdout, at once
-					return
-				}
+			// The rings wake us a quarter full; the timeout shows a
+			// trickle of records within 100 ms.
+			rings.Poll(100)
+			mu.Lock()
+			rings.Read(p.print)
+			p.flush()
+			err := p.err
+			mu.Unlock()
+			if err != nil {
+				s.Stop(err) // a closed stdout, at once
+				return
 			}
 		}
 	}()
@@ -99,6 +104,7 @@ func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings,
 		mu.Lock()
 		defer mu.Unlock()
 		rings.Read(p.print)
+		p.flush()
 		if lost := rings.TotalLost(); final && lost > 0 {
 			// The kernel counts lost records: events, and the rare
 			// process-name record (PERF_RECORD_COMM) that met a full ring.
@@ -118,7 +124,15 @@ type printer struct {
 	format   *tracefs.Format
 	pointers map[string]bool
 	comms    map[uint32]string
+	out      *bufio.Writer
 	err      error
+}
+
+// flush writes out what the last batch printed.
+func (p *printer) flush() {
+	if p.err == nil {
+		p.err = p.out.Flush()
+	}
 }
 
 func (p *printer) comm(pid uint32) string {
@@ -193,8 +207,14 @@ func (p *printer) print(smp tools.Sample) {
 				fields[f.Name] = v
 			}
 		}
-		p.err = p.s.WriteJSON(map[string]any{"tool": "filter", "event": p.ev.String(), "comm": p.comm(smp.Pid),
+		b, err := json.Marshal(map[string]any{"tool": "filter", "event": p.ev.String(), "comm": p.comm(smp.Pid),
 			"pid": smp.Pid, "tid": smp.Tid, "cpu": smp.CPU, "ts": secs, "fields": fields})
+		if err != nil {
+			p.err = fmt.Errorf("encode event: %w", err)
+			return
+		}
+		p.out.Write(b)
+		p.out.WriteByte('\n')
 		return
 	}
 	var b strings.Builder
@@ -210,5 +230,5 @@ func (p *printer) print(smp tools.Sample) {
 		}
 	}
 	b.WriteByte('\n')
-	_, p.err = fmt.Fprint(p.s.Stdout, b.String())
+	p.out.WriteString(b.String())
 }

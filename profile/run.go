@@ -142,7 +142,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 	}
-	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8)
+	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8, tools.WakeEach)
 	if err != nil {
 		return err
 	}

@@ -146,13 +146,13 @@ func (s *Session) ProbeEvent(p tracefs.Probe) (*ProbeEvent, error) {
 }
 
 // OpenRings opens per-CPU ring buffers of event id for the rest of the run.
-func (s *Session) OpenRings(prog *ebpf.Program, what string, id uint64, pages int) (*Rings, error) {
-	return s.rings(OpenRings(prog, what, id, pages))
+func (s *Session) OpenRings(prog *ebpf.Program, what string, id uint64, pages int, wake RingWake) (*Rings, error) {
+	return s.rings(OpenRings(prog, what, id, pages, wake))
 }
 
 // OpenOutputRings is tools.OpenOutputRings, closed with the session.
-func (s *Session) OpenOutputRings(events *ebpf.Map, what string, pages int) (*Rings, error) {
-	return s.rings(OpenOutputRings(events, what, pages))
+func (s *Session) OpenOutputRings(events *ebpf.Map, what string, pages int, wake RingWake) (*Rings, error) {
+	return s.rings(OpenOutputRings(events, what, pages, wake))
 }
 
 func (s *Session) rings(r *Rings, err error) (*Rings, error) {
