@@ -34,7 +34,7 @@ var (
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
 	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit or sample; or startup")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, stream or sample; or startup")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -183,6 +183,11 @@ func run() error {
 			continue
 		}
 		if err := measure(st); err != nil {
+			return err
+		}
+	}
+	if *only == "" || *only == "stream" {
+		if err := streamSuite(bpftrace); err != nil {
 			return err
 		}
 	}
