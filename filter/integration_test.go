@@ -506,13 +506,19 @@ func TestRingOverflowIsCounted(t *testing.T) {
 	work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: burst}, tooltest.Open{Times: 1000}, tooltest.Open{Path: a, Times: 1})
 	r := filter(t, "--buffer-pages", "1", "syscalls:sys_enter_openat", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work)
 	printed := len(lines(r.Stdout))
-	m := regexp.MustCompile(`filter: (\d+) records lost: a ring buffer was full`).FindStringSubmatch(r.Stderr)
-	lost := 0
+	m := regexp.MustCompile(`filter: (\d+) (events|records) lost: a ring buffer was full`).FindStringSubmatch(r.Stderr)
+	lost, slack := 0, 0
 	if m != nil {
 		lost, _ = strconv.Atoi(m[1])
+		if m[2] == "records" {
+			// Before 6.0 the kernel counts lost records of every kind,
+			// and the rings carry a process-name record for every exec
+			// on their CPU, the other test packages' included.
+			slack = 20
+		}
 	}
-	if r.Status != 0 || printed+lost < burst+1 || printed+lost > burst+3 {
-		t.Errorf("exit %d: %d printed + %d lost, want %d (up to 2 more: process-name records): %s", r.Status, printed, lost, burst+1, r.Stderr)
+	if r.Status != 0 || printed+lost < burst+1 || printed+lost > burst+1+slack {
+		t.Errorf("exit %d: %d printed + %d lost, want %d (up to %d more: process-name records): %s", r.Status, printed, lost, burst+1, slack, r.Stderr)
 	}
 	if lost == 0 {
 		t.Errorf("a 1-page ring kept up with %d events: no overflow was tested", burst)

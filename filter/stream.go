@@ -105,10 +105,14 @@ func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings,
 		defer mu.Unlock()
 		rings.Read(p.print)
 		p.flush()
-		if lost := rings.TotalLost(); final && lost > 0 {
-			// The kernel counts lost records: events, and the rare
-			// process-name record (PERF_RECORD_COMM) that met a full ring.
-			fmt.Fprintf(s.Stderr, "filter: %d records lost: a ring buffer was full (a stricter --where, --count or a larger --buffer-pages keeps up)\n", lost)
+		if lost, exact := rings.LostEvents(); final && lost > 0 {
+			what := "events"
+			if !exact {
+				// Before 6.0 the kernel counts lost records of every
+				// kind: events, and process-name records (PERF_RECORD_COMM).
+				what = "records"
+			}
+			fmt.Fprintf(s.Stderr, "filter: %d %s lost: a ring buffer was full (a stricter --where, --count or a larger --buffer-pages keeps up)\n", lost, what)
 		}
 		return p.err
 	})

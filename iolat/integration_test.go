@@ -303,7 +303,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-d", "nosuchdisk9"}, {"-d", "../sda"}, {"abc"}, {"-1"}, {"--text"}, {"-D", "-F"},
 		{"--heatmap", "-F"}, {"--scale", "wide", "--heatmap"},
-		{"--heatmap", "--json"}, {"--heatmap", "-T"}, {"--heatmap", "--json", "--text"}, {"--json", "-T"},
+		{"--heatmap", "--json", "--text"}, {"--heatmap", "--json", "--scale", "global"}, {"--heatmap", "-T"}, {"--json", "-T"},
 	} {
 		r := iolat(t, args...)
 		if r.Status != 2 || !strings.Contains(r.Stderr, "Try 'iolat --help'") {

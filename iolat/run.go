@@ -32,8 +32,8 @@ func validate(o *options) error {
 			}
 		}
 	} else {
-		if o.JSON {
-			return tools.Usagef("--heatmap and --json cannot be used together: the heatmap is drawn, JSON reports histograms")
+		if o.JSON && (o.Text || o.Scale != "row") {
+			return tools.Usagef("--json prints the heatmap's rows as numbers: --text and --scale shade a drawn one")
 		}
 		if o.Timestamp {
 			return tools.Usagef("--heatmap and -T cannot be used together: the heatmap's rows are dated already")

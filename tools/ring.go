@@ -128,23 +128,22 @@ var lostReadable = sync.OnceValue(func() bool {
 	return true
 })
 
-// TotalLost is the number of records lost to full rings, including those
-// the kernel has counted but not yet reported: it reports a loss in the
-// next record that fits, and after the last event of a run there is none.
-// Where the kernel keeps each event's count of lost samples (6.0+), that
-// count is read and the larger of the two returned.
-func (r *Rings) TotalLost() uint64 {
+// LostEvents is the number of the event's own records (samples) lost to
+// full rings, exactly, where the kernel counts them per event (6.0+,
+// exact true). Elsewhere it is the count of the kernel's LOST records,
+// reported with the next record that fits, which also counts the
+// process-name records of any exec on the ring's CPU.
+func (r *Rings) LostEvents() (n uint64, exact bool) {
 	if !lostReadable() || r.events == nil {
-		return r.Lost
+		return r.Lost, false
 	}
-	var counted uint64
 	buf := make([]byte, 16) // u64 value, u64 lost
 	for _, fd := range r.events.FDs {
-		if n, err := unix.Read(fd, buf); err == nil && n == 16 {
-			counted += binary.LittleEndian.Uint64(buf[8:])
+		if m, err := unix.Read(fd, buf); err == nil && m == 16 {
+			n += binary.LittleEndian.Uint64(buf[8:])
 		}
 	}
-	return max(r.Lost, counted)
+	return n, true
 }
 
 // Poll waits up to timeoutMs for data in any ring; it returns early (false)
