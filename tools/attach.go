@@ -3,6 +3,9 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -70,10 +73,17 @@ func setBPF(prog *ebpf.Program, what string, fd int) (*Attachment, error) {
 }
 
 func privilegeHint(err error) string {
-	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-		return " (needs root, or CAP_PERFMON and CAP_BPF)"
+	if !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EPERM) {
+		return ""
 	}
-	return ""
+	// Debian's kernels add a level 3 (their default): perf events for
+	// CAP_SYS_ADMIN only, CAP_PERFMON or not.
+	if b, rerr := os.ReadFile("/proc/sys/kernel/perf_event_paranoid"); rerr == nil && os.Geteuid() != 0 {
+		if level, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && level > 2 {
+			return fmt.Sprintf(" (kernel.perf_event_paranoid is %d: only root opens perf events here; at 2 or below, CAP_PERFMON and CAP_BPF do)", level)
+		}
+	}
+	return " (needs root, or CAP_PERFMON and CAP_BPF)"
 }
 
 // Close disables the perf event and closes it, which detaches the program,
