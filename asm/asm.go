@@ -52,6 +52,33 @@ func CurrentPid() bpf.Instructions {
 	}
 }
 
+// PidNS names a pid namespace for bpf_get_ns_current_pid_tgid (5.7+): the
+// inode of /proc/self/ns/pid and its device in the kernel's encoding
+// (major<<20 | minor).
+type PidNS struct{ Dev, Ino uint64 }
+
+// CurrentNsPid loads the current process id as seen in ns into RegPid: 0
+// for a task whose pid namespace is another (the helper compares the task's
+// own namespace, not its ancestors). bufOff is 8 bytes of free stack.
+func CurrentNsPid(ns PidNS, bufOff int16) bpf.Instructions {
+	return append(NsPidTgid(ns, bufOff), bpf.LoadMem(RegPid, bpf.RFP, bufOff+4, bpf.Word))
+}
+
+// NsPidTgid calls bpf_get_ns_current_pid_tgid(ns, fp+bufOff, 8), which
+// writes struct bpf_pidns_info {u32 pid; u32 tgid;} there: the thread's and
+// the process's ids in ns, zeros for a task in another namespace.
+func NsPidTgid(ns PidNS, bufOff int16) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadImm(bpf.R1, int64(ns.Dev), bpf.DWord).
+			WithSource(bpf.Comment(fmt.Sprintf("bpf_get_ns_current_pid_tgid(dev %#x, ino %d, fp%d, 8): ids in this pid namespace, 0 outside it", ns.Dev, ns.Ino, bufOff))),
+		bpf.LoadImm(bpf.R2, int64(ns.Ino), bpf.DWord),
+		bpf.Mov.Reg(bpf.R3, bpf.RFP),
+		bpf.Add.Imm(bpf.R3, int32(bufOff)),
+		bpf.Mov.Imm(bpf.R4, 8),
+		bpf.FnGetNsCurrentPidTgid.Call(),
+	}
+}
+
 // PidFilter jumps to skip unless RegPid (see CurrentPid) equals pid.
 func PidFilter(pid uint32, skip string) bpf.Instructions {
 	// A 64-bit compare against a positive immediate: JMP32 forms are 5.1+.
@@ -246,6 +273,24 @@ func FollowForks(mapName, lostMap string, parentOff, childOff int) (bpf.Instruct
 	)
 	insns = append(insns, PerCPUArrayIncrement("lost", lostMap, -4)...)
 	return append(insns, Return("exit", 0)...), nil
+}
+
+// SeedOnExec is a whole program for sched:sched_process_exec, for a
+// command followed from inside a pid namespace: its pid there (root) is
+// not the kernel's, which fork and exit records and bpf_get_current_pid_tgid
+// give. When the task whose pid in ns is root execs (the command, once
+// released), its kernel pid joins the hash mapName.
+func SeedOnExec(mapName string, ns PidNS, root uint32) bpf.Instructions {
+	insns := append(Prologue(), CurrentNsPid(ns, -16)...)
+	insns = append(insns, bpf.JNE.Imm(RegPid, int32(root), "exit").WithSource(bpf.Comment(fmt.Sprintf("only the command: pid %d in the namespace", root))))
+	insns = append(insns, CurrentPid()...)
+	insns = append(insns,
+		StoreKey(-4, RegPid, bpf.Word),
+		bpf.Mov.Imm(bpf.R1, 1),
+		StoreKey(-8, bpf.R1, bpf.Word),
+	)
+	insns = append(insns, Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[kernel pid] = 1")...)
+	return append(insns, Return("exit", 0)...)
 }
 
 // ForgetExits is a whole program for sched:sched_process_exit: the exiting

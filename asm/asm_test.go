@@ -31,6 +31,7 @@ func TestSnippetGoldens(t *testing.T) {
 		"pid_in_set":   PidInSet("pids", -36, "exit"),
 		"follow_forks": fork,
 		"forget_exits": exits,
+		"seed_on_exec": SeedOnExec("pids", PidNS{Dev: 4, Ino: 4026532417}, 2),
 		"decade_slot":  DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3),
 		"cache_inc":    CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
 		"row_search":   RowSearch("search", "rows", bpf.R6, bpf.R7, bpf.R8, 2, -4, "fail"),

@@ -42,6 +42,9 @@ type Target struct {
 	// only those of the processes in the map tools.PidsMap (-c's tree).
 	Pid  uint32
 	Tree bool
+	// NS: filter runs in a pid namespace of its own, whose pids SelfPid,
+	// Pid and the pid and tid builtins are (see tools.PidNamespace).
+	NS *asm.PidNS
 	// USDT are a USDT call site's arguments, arg0 onwards; Site is the
 	// site's link-time address (a rip-relative argument is found from the
 	// instruction pointer, which a uprobe sets to the site) and Regs the
@@ -118,7 +121,15 @@ func (c *compiler) emit(insns ...bpf.Instruction) {
 func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
 	c := &compiler{t: t, expr: expr, alias: map[string]string{}}
 	c.emit(asm.Prologue()...)
-	if t.SelfPid != 0 || t.Pid != 0 || t.Tree {
+	if t.NS != nil && t.Tree {
+		// The tree holds the kernel's pids; SelfPid and Pid are the
+		// namespace's.
+		c.emit(asm.CurrentPid()...)
+		c.emit(asm.PidInSet(tools.PidsMap, countKey, "reject")...)
+	}
+	if t.NS != nil && (t.SelfPid != 0 || t.Pid != 0) {
+		c.emit(asm.CurrentNsPid(*t.NS, scratchOff)...)
+	} else if t.NS == nil && (t.SelfPid != 0 || t.Pid != 0 || t.Tree) {
 		c.emit(asm.CurrentPid()...)
 	}
 	if t.SelfPid != 0 {
@@ -127,7 +138,7 @@ func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
 	if t.Pid != 0 {
 		c.emit(asm.PidFilter(t.Pid, "reject")...)
 	}
-	if t.Tree {
+	if t.NS == nil && t.Tree {
 		c.emit(asm.PidInSet(tools.PidsMap, countKey, "reject")...)
 	}
 	if root != nil {
@@ -973,6 +984,16 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 	case srcBuiltin:
 		switch v.builtin {
 		case "pid", "tid":
+			if c.t.NS != nil {
+				// {u32 pid; u32 tgid;}: the thread's id, then the process's.
+				field := int16(0)
+				if v.builtin == "pid" {
+					field = 4
+				}
+				c.emit(asm.NsPidTgid(*c.t.NS, scratchOff)...)
+				c.emit(bpf.LoadMem(dst, bpf.RFP, scratchOff+field, bpf.Word).WithSource(bpf.Comment(v.builtin + " in this pid namespace, 0 outside it")))
+				return nil
+			}
 			c.emit(bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment(v.builtin + " from bpf_get_current_pid_tgid()")))
 		case "uid", "gid":
 			c.emit(bpf.FnGetCurrentUidGid.Call().WithSource(bpf.Comment(v.builtin + " from bpf_get_current_uid_gid()")))

@@ -84,6 +84,12 @@ func targets(t *testing.T) map[string]Target {
 			t.Tree, t.SelfPid = true, 4242
 			return t
 		}(),
+		"uprobe_tree_ns": func() Target {
+			t := uprobeT
+			t.Tree, t.SelfPid, t.NS = true, 1, &asm.PidNS{Dev: 4, Ino: 4026532417}
+			return t
+		}(),
+		"netif_ns":   {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), Read: asm.NewReaders, SelfPid: 1, Pid: 3, NS: &asm.PidNS{Dev: 4, Ino: 4026532417}},
 		"usdt_pid":   {USDT: specs[:2], Site: 0x10ac, Regs: asm.AMD64, Read: asm.NewReaders, UserSpace: true, Pid: 1234},
 		"uretprobe":  uretT,
 		"netif":      {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, Read: asm.NewReaders},
@@ -131,6 +137,7 @@ var compileCases = []struct {
 	{"kprobe_walk_str", "kprobe", `skb->dev->name ~ "lo*" && skb->dev->ifindex > skb->len`, ""},
 	{"double_not", "netif", `!!(len > 3) && !(name == "lo" || name == "eth0")`, ""},
 	{"self", "netif_self", `len > 100`, ""},
+	{"ns_pid_builtins", "netif_ns", `pid == 3 && tid != 4`, "fields:pid,tid,len"},
 	{"emit_openat", "openat", `dfd == -100`, "emit"},
 	{"emit_kopen", "kopen", ``, "emit"},
 	{"fields_mixed", "netif", `len > 0`, "fields:comm,pid,len,name,((struct sk_buff *)skbaddr)->dev->ifindex"},
@@ -150,6 +157,7 @@ var compileCases = []struct {
 	{"uprobe_args", "uprobe", `arg1 == 1000 && comm == "fx"`, "count-by:arg0"},
 	{"uretprobe_ret", "uretprobe", `ret == 1007`, "fields:ret,pid"},
 	{"uprobe_tree", "uprobe_tree", `arg0 < 5`, "count"},
+	{"uprobe_tree_ns", "uprobe_tree_ns", `arg0 < 5 && pid != 9`, "count"},
 	{"common_pid_parens", "netif", `common_pid == 1 && ((len)) > 0 && (((struct sk_buff *)skbaddr)->len) > 0`, ""},
 	{"usdt_pid", "usdt_pid", `arg0 == -1`, "count"},
 }

@@ -54,7 +54,9 @@ or || runs only when the left side does not decide. An operand is:
     ret (signed 64-bit). (char *)arg0 reads a user string. Memory a process
     has not touched yet (a page not faulted in) reads as 0 or "".
   - a builtin: pid (the process id), tid, comm, cpu, uid, gid. A field or
-    argument of the same name wins.
+    argument of the same name wins. In a container (a pid namespace of its
+    own), pid, tid and -p are that namespace's ids, 0 for a task outside it;
+    fields such as a record's prev_pid stay the kernel's.
   - a path through pointers BTF knows: skb->dev->name, or a tracepoint
     field once cast: ((struct sk_buff *)skbaddr)->dev->name. Offsets come
     from BTF at run time, so the same command works across kernels.

@@ -291,6 +291,11 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		target.SelfPid = uint32(os.Getpid())
 	}
 	target.Pid = uint32(o.Pid)
+	ns, err := tools.PidNamespace()
+	if err != nil && (o.Pid != 0 || o.Command != "") {
+		return err
+	}
+	target.NS = ns
 	var fetch []string
 	pointers := map[string]bool{}
 	progType := ebpf.TracePoint
@@ -299,7 +304,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		return err
 	}
 	if ev.user() {
-		return runUser(ctx, s, o, ev, root, act, target.SelfPid)
+		return runUser(ctx, s, o, ev, root, act, target.SelfPid, target.NS)
 	}
 	if ev.kind == "tracepoint" {
 		f, err := tracefs.ReadFormat(ev.group, ev.name)
@@ -328,7 +333,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err != nil {
 			return err
 		}
-		t.Read, t.SelfPid, t.Pid = target.Read, target.SelfPid, target.Pid
+		t.Read, t.SelfPid, t.Pid, t.NS = target.Read, target.SelfPid, target.Pid, target.NS
 		target, fetch, pointers, progType = t, f, ptrs, ebpf.Kprobe
 	}
 	if act.Kind == Keep && hasStringPointer(target) {
@@ -388,7 +393,7 @@ func report(ctx context.Context, s *tools.Session, o *options, ev event, coll *e
 
 // runUser runs a user-space probe: one program per site (each USDT site
 // has its own argument specs), sharing the maps, all attached or none.
-func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root Node, act Action, self uint32) error {
+func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root Node, act Action, self uint32, ns *asm.PidNS) error {
 	if !tracefs.Uprobe.Available() {
 		return fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
 	}
@@ -412,7 +417,7 @@ func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root N
 	var prog *Program
 	for i, st := range sites {
 		t := userTarget(ev, st, regs)
-		t.SelfPid, t.Pid, t.Tree = self, uint32(o.Pid), tree
+		t.SelfPid, t.Pid, t.Tree, t.NS = self, uint32(o.Pid), tree, ns
 		p, err := Compile(o.Where, root, t, act)
 		if err != nil {
 			return usageOr(err)
@@ -427,7 +432,7 @@ func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root N
 	}
 	spec.Maps = maps(act.Kind, prog)
 	if tree {
-		if err := tools.AddProcessTree(spec); err != nil {
+		if err := tools.AddProcessTree(spec, ns, s.CommandPid()); err != nil {
 			return err
 		}
 	}

@@ -55,6 +55,9 @@ A stack that ends before _start is marked by why:
   [no user registers]            a kernel thread
 The report counts each.
 
+In a container (a pid namespace of its own), pids are that namespace's, and
+only its processes are sampled: the others' memory maps cannot be read there.
+
 Examples:
   profile                        # all CPUs until Ctrl-C, hottest stacks last
   profile -F 99 -p 1234 10 1     # pid 1234 at 99 Hz, one report after 10 s

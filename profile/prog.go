@@ -104,9 +104,14 @@ type progConfig struct {
 	Mode                   string // unwindFP, unwindEH or unwindAuto
 	Pid                    int    // -p: only this process
 	Tree                   bool   // -c: the process tree in tools.PidsMap
-	Rows                   int    // capacity of the row table
-	TaskRegs               bool   // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
-	Mmapable               bool   // the row table can be mapped into memory (5.5+)
+	Root                   int    // -c: the command's pid
+	// NS: this runs in a pid namespace of its own. Pid, the keys and the
+	// processes user space reads are that namespace's pids; samples of
+	// tasks outside it are dropped (their maps cannot be read from here).
+	NS       *asm.PidNS
+	Rows     int  // capacity of the row table
+	TaskRegs bool // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
+	Mmapable bool // the row table can be mapped into memory (5.5+)
 	// LazyHashes: the hash maps allocate entries as they are inserted
 	// (6.1+ for perf_event programs), not all of them at load: the counts
 	// alone are 6 MiB of kernel memory cleared at every start.
@@ -152,9 +157,9 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
 	}
-	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg()}
+	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg(cfg.NS)}
 	if cfg.Tree {
-		if err := tools.AddProcessTree(spec); err != nil {
+		if err := tools.AddProcessTree(spec, cfg.NS, cfg.Root); err != nil {
 			return nil, err
 		}
 	}
@@ -169,12 +174,16 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 	insns = append(insns, bpf.StoreMem(bpf.RFP, fpCtx, asm.RegCtx, bpf.DWord))
 	insns = append(insns, asm.CurrentPid()...)
 	insns = append(insns, asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "not the idle task")...)
-	switch {
-	case cfg.Pid > 0:
-		insns = append(insns, asm.PidFilter(uint32(cfg.Pid), "exit")...)
-	case cfg.Tree:
+	if cfg.Tree {
 		insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
 		insns = append(insns, asm.PidInSet(tools.PidsMap, fpTgid, "exit")...)
+	}
+	if cfg.NS != nil {
+		insns = append(insns, asm.CurrentNsPid(*cfg.NS, fpRead)...)
+		insns = append(insns, asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "a task outside this pid namespace: its memory maps cannot be read here")...)
+	}
+	if cfg.Pid > 0 {
+		insns = append(insns, asm.PidFilter(uint32(cfg.Pid), "exit")...)
 	}
 	insns = append(insns,
 		asm.StoreKey(fpTgid, asm.RegPid, bpf.Word),
@@ -575,9 +584,13 @@ func miss(cfg progConfig, p, next string) bpf.Instructions {
 // execProg tells user space that a sampled process exec'd: its mappings
 // are new, and user space reads them at once (the libraries the loader
 // maps next are found when the unwinder first misses in them).
-func execProg() bpf.Instructions {
+func execProg(ns *asm.PidNS) bpf.Instructions {
 	insns := bpf.Instructions{bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord)}
-	insns = append(insns, asm.CurrentPid()...)
+	if ns != nil {
+		insns = append(insns, asm.CurrentNsPid(*ns, fpRead)...)
+	} else {
+		insns = append(insns, asm.CurrentPid()...)
+	}
 	insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
 	insns = append(insns, asm.Note(asm.MapLookup("seen", fpTgid), "exec of a process seen before: tell user space")...)
 	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))

@@ -88,6 +88,11 @@ func (k stackKey) decode(kernelDepth int) decodedKey {
 func run(ctx context.Context, s *tools.Session, o *options) error {
 	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: tools.Readers(),
 		KernelDepth: kernelDepth, UserDepth: userDepth}
+	ns, err := tools.PidNamespace()
+	if err != nil {
+		return err
+	}
+	cfg.NS, cfg.Root = ns, s.CommandPid()
 	if !haveBigKeys() {
 		// Older kernels (5.10 here) take hash keys of MAX_BPF_STACK, 512
 		// bytes, at most.

@@ -18,6 +18,7 @@ const (
 	pidsLost   = "pids_lost"
 	followProg = "follow_forks"
 	forgetProg = "forget_exits"
+	seedProg   = "seed_on_exec"
 )
 
 // maxFollowed is the most processes (and threads) followed at once:
@@ -29,11 +30,15 @@ var maxFollowed = func() uint32 {
 	return 8192
 }()
 
-// AddProcessTree adds to spec what following a process and its descendants
-// takes: the hash PidsMap (pid -> 1), which programs test with
-// asm.PidInSet, a sched:sched_process_fork program that adds children, and
-// a sched:sched_process_exit program that removes the exited.
-func AddProcessTree(spec *ebpf.CollectionSpec) error {
+// AddProcessTree adds to spec what following the process root and its
+// descendants takes: the hash PidsMap (kernel pid -> 1), which programs
+// test with asm.PidInSet against bpf_get_current_pid_tgid, a
+// sched:sched_process_fork program that adds children, and a
+// sched:sched_process_exit program that removes the exited. Inside a pid
+// namespace (ns not nil), root is that namespace's pid, and a
+// sched:sched_process_exec program puts the kernel's pid in the map when
+// root execs (see asm.SeedOnExec).
+func AddProcessTree(spec *ebpf.CollectionSpec, ns *asm.PidNS, root int) error {
 	f, err := tracefs.ReadFormat("sched", "sched_process_fork")
 	if err != nil {
 		return fmt.Errorf("follow the command's processes: %w", err)
@@ -66,18 +71,26 @@ func AddProcessTree(spec *ebpf.CollectionSpec) error {
 	spec.Maps[pidsLost] = &ebpf.MapSpec{Name: "tk_pids_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	spec.Programs[followProg] = &ebpf.ProgramSpec{Name: followProg, Type: ebpf.TracePoint, License: "GPL", Instructions: fork}
 	spec.Programs[forgetProg] = &ebpf.ProgramSpec{Name: forgetProg, Type: ebpf.TracePoint, License: "GPL", Instructions: exits}
+	if ns != nil {
+		spec.Programs[seedProg] = &ebpf.ProgramSpec{Name: seedProg, Type: ebpf.TracePoint, License: "GPL", Instructions: asm.SeedOnExec(PidsMap, *ns, uint32(root))}
+	}
 	return nil
 }
 
-// FollowProcessTree seeds PidsMap with root and attaches the fork follower
-// and the exit pruner for the rest of the run. When the run ends, children
+// FollowProcessTree seeds PidsMap with root (or, in a pid namespace,
+// attaches the program that does at root's exec) and attaches the fork
+// follower and the exit pruner for the rest of the run. When the run ends, children
 // that did not fit in the map are reported on stderr.
 func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
 	m, fork, exits := coll.Maps[PidsMap], coll.Programs[followProg], coll.Programs[forgetProg]
 	if m == nil || fork == nil || exits == nil {
 		return errors.New("follow the command's processes: AddProcessTree was not called")
 	}
-	if err := m.Put(uint32(root), uint32(1)); err != nil {
+	if seed := coll.Programs[seedProg]; seed != nil {
+		if err := s.AttachTracepoint(seed, "sched", "sched_process_exec"); err != nil {
+			return err
+		}
+	} else if err := m.Put(uint32(root), uint32(1)); err != nil {
 		return fmt.Errorf("follow pid %d: %w", root, err)
 	}
 	if err := s.AttachTracepoint(fork, "sched", "sched_process_fork"); err != nil {

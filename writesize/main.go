@@ -38,6 +38,10 @@ tk_writesize_<pidns>_<pid>) and removed on every exit; one left by a run
 killed with SIGKILL is removed by the next run of any of the toolkit's tools
 in the same pid namespace.
 
+In a container (a pid namespace of its own), -p, -c and the -P labels are
+that namespace's pids, as ps shows them there; writes of processes outside
+it are counted under "[outside this pid namespace]" with -P.
+
 `
 
 // Summary is the tool's one-line description: the first line of its --help.

@@ -32,7 +32,12 @@ type progConfig struct {
 	Count      tracefs.Field // the size field: sys_enter_write's count
 	Pid        uint32        // only this process; 0 for all
 	Tree       bool          // only the processes in tools.PidsMap (-c)
+	Root       int           // the tree's first process, the command
 	PerProcess bool          // one histogram per process
+	// NS: this runs in a pid namespace of its own; Pid and the
+	// per-process keys are that namespace's pids (the tree holds the
+	// kernel's, see tools.AddProcessTree).
+	NS *asm.PidNS
 	// Kprobe reads the size from the registers at a kprobe on the write
 	// syscall function instead of the tracepoint record.
 	Kprobe *kprobeConfig
@@ -83,6 +88,7 @@ const (
 	commOff = -32 // 16 bytes of task name
 	treeOff = -36 // key of the process-tree lookup
 	readOff = -48 // probe-read buffer
+	nsOff   = -56 // bpf_get_ns_current_pid_tgid's result
 )
 
 // program returns the instructions of the write-size program: read count,
@@ -100,13 +106,18 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 			bpf.JNE.Imm(bpf.R1, r.NR, "exit"),
 		)
 	}
-	if cfg.Pid != 0 || cfg.Tree || cfg.PerProcess {
+	nsPids := cfg.NS != nil && (cfg.Pid != 0 || cfg.PerProcess)
+	if cfg.Tree || (cfg.Pid != 0 || cfg.PerProcess) && !nsPids {
 		insns = append(insns, asm.CurrentPid()...)
+	}
+	if cfg.Tree {
+		insns = append(insns, asm.PidInSet(tools.PidsMap, treeOff, "exit")...)
+	}
+	if nsPids {
+		insns = append(insns, asm.CurrentNsPid(*cfg.NS, nsOff)...)
 	}
 	if cfg.Pid != 0 {
 		insns = append(insns, asm.PidFilter(cfg.Pid, "exit")...)
-	} else if cfg.Tree {
-		insns = append(insns, asm.PidInSet(tools.PidsMap, treeOff, "exit")...)
 	}
 	insns = append(insns, load...)
 	insns = append(insns, asm.Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3)...)
@@ -189,7 +200,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		Programs: map[string]*ebpf.ProgramSpec{"writesize": prog},
 	}
 	if cfg.Tree {
-		if err := tools.AddProcessTree(spec); err != nil {
+		if err := tools.AddProcessTree(spec, cfg.NS, cfg.Root); err != nil {
 			return nil, err
 		}
 	}

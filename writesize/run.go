@@ -158,7 +158,14 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	// With -c, the command's process and its descendants: dash forks even a
 	// single command, so the pid of "sh -c" alone would miss its writes.
 	cmdPid := s.CommandPid()
-	cfg.Tree = cmdPid != 0 && o.Pid == 0 && !o.All
+	cfg.Tree, cfg.Root = cmdPid != 0 && o.Pid == 0 && !o.All, cmdPid
+	if cfg.Tree || cfg.Pid != 0 || cfg.PerProcess {
+		ns, err := tools.PidNamespace()
+		if err != nil {
+			return err
+		}
+		cfg.NS = ns
+	}
 	spec, err := collection(cfg)
 	if err != nil {
 		return err
@@ -186,7 +193,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	r := &reader{coll: coll, perProcess: o.PerProcess, deltas: tools.Deltas{Cumulative: o.Cumulative}}
+	r := &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil, deltas: tools.Deltas{Cumulative: o.Cumulative}}
 	return s.Loop(ctx, "write(2) sizes", func(final bool) error {
 		rep, err := r.report()
 		if err != nil {
@@ -206,6 +213,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 type reader struct {
 	coll       *ebpf.Collection
 	perProcess bool
+	inNS       bool // pids are this pid namespace's, 0 for processes outside it
 	deltas     tools.Deltas
 	comms      map[uint32]string
 	unnamed    int // processes of the last report labelled "?"
@@ -253,6 +261,11 @@ func (r *reader) report() (*tools.HistReport, error) {
 		h := r.deltas.Hist(pid, hists[pid])
 		if h.Total() == 0 {
 			continue // nothing from this process in this interval
+		}
+		if pid == 0 && r.inNS {
+			h.Label = "[outside this pid namespace] -"
+			rep.Hists = append(rep.Hists, h)
+			continue
 		}
 		comm := r.comm(pid)
 		if comm == "?" {

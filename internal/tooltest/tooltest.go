@@ -469,3 +469,50 @@ func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
 		})
 	}
 }
+
+// InPidNS runs bin in a new pid namespace with its own /proc, as
+// `unshare -fp --mount-proc` does (util-linux's, or busybox's in the
+// matrix guests): bin and its children see that namespace's pids.
+func InPidNS(t testing.TB, bin string, args ...string) Result {
+	t.Helper()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatalf("the pid namespace tests need unshare(1) (util-linux or busybox): %v", err)
+	}
+	return Run(t, unshare, append([]string{"-fp", "--mount-proc", bin}, args...)...)
+}
+
+// Self is this test binary's path, for shell scripts that run its workloads
+// (TK_WRITES=SIZE:N and the like).
+func Self(t testing.TB) string { return self(t) }
+
+// PidNSScript is a shell script to run inside a new pid namespace (see
+// InPidNS): a writer waits on a fifo while tool starts with args (shell
+// words: "$target" is the writer's pid there); once the tool says
+// "Tracing", another process makes 50 writes of 123 bytes, then the writer
+// makes 17, and the tool is stopped with SIGTERM. The script prints the
+// tool's stdout, and "target PID" on stderr.
+func PidNSScript(t testing.TB, tool string, args ...string) string {
+	return fmt.Sprintf(`set -e
+d=$(mktemp -d)
+mkfifo "$d/gate"
+TK_WRITES=123:17 TK_WAIT_FD=3 %[1]s 3<"$d/gate" &
+target=$!
+%[2]s %[3]s >"$d/out" 2>"$d/err" &
+tool=$!
+i=0
+until grep -q Tracing "$d/err"; do
+	sleep 0.1
+	i=$((i+1))
+	if [ $i -gt 100 ] || ! kill -0 $tool 2>/dev/null; then cat "$d/err" >&2; exit 9; fi
+done
+TK_WRITES=123:50 %[1]s
+echo x >"$d/gate"
+wait $target
+kill $tool
+wait $tool
+echo "target $target" >&2
+cat "$d/out"
+rm -r "$d"
+`, self(t), tool, strings.Join(args, " "))
+}
