@@ -174,7 +174,9 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--fields", "len,,name", "net:netif_receive_skb"}, "--fields: expected a field, a number or a string\n  len,,name\n      ^"},
 		{[]string{"--hist", "len,name", "net:netif_receive_skb"}, "--hist: expected one field or builtin\n  len,name\n     ^"},
 		{[]string{"--count-by", `comm,"x"`, "net:netif_receive_skb"}, "--count-by: expected a field or a builtin, not a constant\n  comm,\"x\"\n       ^"},
-		{[]string{"--buffer-pages", "3", "net:netif_receive_skb"}, "--buffer-pages 3: a power of two from 1 to 65536"},
+		{[]string{"--ring-pages", "3", "net:netif_receive_skb"}, "--ring-pages 3: a power of two from 1 to 65536"},
+		{[]string{"--buffer-pages", "3", "net:netif_receive_skb"}, "--ring-pages 3: a power of two from 1 to 65536"}, // the old name
+		{[]string{"--ring-pages", "131072", "net:netif_receive_skb"}, "--ring-pages 131072: a power of two from 1 to 65536"},
 		{[]string{"-c", "", "net:netif_receive_skb"}, "--command is empty: give it a value, or leave it out"},
 		{[]string{"--where", "", "net:netif_receive_skb"}, "--where is empty"},
 		{[]string{"net:netif_receive_skb", "NaN"}, `invalid interval "NaN": want a number of seconds from 0.001 to 1000000`},
@@ -504,7 +506,7 @@ func TestRingOverflowIsCounted(t *testing.T) {
 	// The pause, then one more open: the kernel reports a loss with the
 	// next record that fits.
 	work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: burst}, tooltest.Open{Times: 1000}, tooltest.Open{Path: a, Times: 1})
-	r := filter(t, "--buffer-pages", "1", "syscalls:sys_enter_openat", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work)
+	r := filter(t, "--ring-pages", "1", "syscalls:sys_enter_openat", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work)
 	printed := len(lines(r.Stdout))
 	m := regexp.MustCompile(`filter: (\d+) (events|records) lost: a ring buffer was full`).FindStringSubmatch(r.Stderr)
 	lost, slack := 0, 0

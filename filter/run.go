@@ -132,8 +132,11 @@ func validate(o *options) error {
 	if o.Pid != 0 && o.Command != "" {
 		return tools.Usagef("-p and -c: trace a running process or a command, not both")
 	}
-	if p := o.BufferPages; p < 1 || p > 1<<16 || p&(p-1) != 0 {
-		return tools.Usagef("--buffer-pages %d: a power of two from 1 to 65536", p)
+	if o.BufferPages != 0 {
+		o.RingPages = o.BufferPages
+	}
+	if p := o.RingPages; p < 1 || p > 1<<16 || p&(p-1) != 0 {
+		return tools.Usagef("--ring-pages %d: a power of two from 1 to 65536", p)
 	}
 	return nil
 }
@@ -368,7 +371,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		}
 	}
 	if act.Kind == Keep {
-		return streamKept(ctx, s, ev, coll, target.Format, fetch, pointers, o.BufferPages)
+		return streamKept(ctx, s, ev, coll, target.Format, fetch, pointers, o.RingPages)
 	}
 	return report(ctx, s, o, ev, coll, prog, act)
 }
@@ -384,7 +387,7 @@ func report(ctx context.Context, s *tools.Session, o *options, ev event, coll *e
 	case Hist:
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
 	}
-	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.BufferPages, tools.WakeBatch)
+	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.RingPages, tools.WakeBatch)
 	if err != nil {
 		return err
 	}

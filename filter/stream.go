@@ -112,7 +112,7 @@ func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings,
 				// kind: events, and process-name records (PERF_RECORD_COMM).
 				what = "records"
 			}
-			fmt.Fprintf(s.Stderr, "filter: %d %s lost: a ring buffer was full (a stricter --where, --count or a larger --buffer-pages keeps up)\n", lost, what)
+			fmt.Fprintf(s.Stderr, "filter: %d %s lost: a ring buffer was full (a stricter --where, --count or a larger --ring-pages keeps up)\n", lost, what)
 		}
 		return p.err
 	})
