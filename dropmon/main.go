@@ -11,6 +11,8 @@ import (
 
 type options struct {
 	tools.Common
+	tools.ServeOption
+	ServeTop int    `long:"serve-top" value-name:"N" default:"100" description:"With --serve: the N locations with the most drops when first seen get series of their own; the others are summed under symbol=\"other\" (a series never moves, so counters only grow)"`
 	Top      string `short:"n" long:"top" value-name:"N" description:"Show only the N rows with the most drops (default: all)"`
 	Protocol string `long:"protocol" value-name:"PROTO" description:"Only packets of this protocol, filtered in the kernel: ip, ipv6, arp, vlan, or an EtherType number such as 0x0800"`
 	NoReason bool   `long:"no-reason" description:"Count by location only, even where the kernel gives a drop reason (5.17+)"`

@@ -23,6 +23,12 @@ func validate(o *options) error {
 	if err := tools.ValidateAttach(o.Attach); err != nil {
 		return err
 	}
+	if err := o.CheckServe(); err != nil {
+		return err
+	}
+	if o.ServeTop < 1 {
+		return tools.Usagef("invalid --serve-top %d: want the number of locations with series of their own, 1 or more", o.ServeTop)
+	}
 	if o.Top != "" {
 		n, err := strconv.Atoi(o.Top)
 		if err != nil || n < 1 {
@@ -86,6 +92,16 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 
 	r := &reporter{s: s, o: o, coll: coll, syms: syms, reasons: format.Symbolic["reason"], hasReason: l.Reason != nil}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
+	if o.Serve != "" {
+		c := &collector{r: r, series: tools.StickySeries[uint64]{Max: o.ServeTop}}
+		// Names of its own: the scrapes run beside the reports.
+		if c.syms, err = tools.LazyKallsyms(); err != nil {
+			return err
+		}
+		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
+			return err
+		}
+	}
 	return s.Loop(ctx, "packet drops", func(final bool) error { return r.report(time.Now()) })
 }
 
@@ -122,8 +138,9 @@ type reporter struct {
 	lost      tools.Deltas
 }
 
-// rows reads the drops map into rows sorted by count, largest first.
-func (r *reporter) rows() ([]row, uint64, error) {
+// counts reads the drops since the start, and the drops that could not be
+// counted.
+func (r *reporter) readCounts() (map[dropKey]uint64, uint64, error) {
 	cur := map[dropKey]uint64{}
 	var k dropKey
 	var v uint64
@@ -138,6 +155,15 @@ func (r *reporter) rows() ([]row, uint64, error) {
 		return nil, 0, err
 	}
 	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	if err != nil {
+		return nil, 0, err
+	}
+	return cur, lost, nil
+}
+
+// rows reads the drops map into rows sorted by count, largest first.
+func (r *reporter) rows() ([]row, uint64, error) {
+	cur, lost, err := r.readCounts()
 	if err != nil {
 		return nil, 0, err
 	}

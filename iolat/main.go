@@ -11,6 +11,7 @@ import (
 
 type options struct {
 	tools.Common
+	tools.ServeOption
 	Queued  bool   `short:"Q" long:"queued" description:"Include the OS queue: measure from block_rq_insert where the request passed through it, else from issue"`
 	Millis  bool   `short:"m" long:"milliseconds" description:"Histograms in milliseconds instead of microseconds"`
 	Disks   bool   `short:"D" long:"disks" description:"One histogram (or heatmap row) per disk"`

@@ -25,6 +25,12 @@ func validate(o *options) error {
 	if o.Disks && o.Flags {
 		return tools.Usagef("-D and -F cannot be combined: choose per disk or per operation")
 	}
+	if err := o.CheckServe(); err != nil {
+		return err
+	}
+	if o.Serve != "" && o.Heatmap {
+		return tools.Usagef("--serve exposes latency histograms: leave out --heatmap")
+	}
 	if !o.Heatmap {
 		for flag, set := range map[string]bool{"--text": o.Text, "--full": o.Full, "--scale": o.Scale != "row"} {
 			if set {
@@ -191,6 +197,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 
 	r := &reader{coll: coll, o: o, names: tools.Disks{}}
 	r.deltas.Cumulative = o.Cumulative
+	if o.Serve != "" {
+		c := &collector{coll: coll, o: o, names: tools.Disks{}}
+		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
+			return err
+		}
+	}
 	if o.Heatmap {
 		return r.heatmap(ctx, s)
 	}

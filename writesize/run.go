@@ -21,6 +21,9 @@ func validate(o *options) error {
 	if err := tools.CheckPid(o.Pid); err != nil {
 		return err
 	}
+	if err := o.CheckServe(); err != nil {
+		return err
+	}
 	if err := tools.ValidateAttach(o.Attach); err != nil {
 		return err
 	}
@@ -194,6 +197,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		return err
 	}
 	r := &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil, deltas: tools.Deltas{Cumulative: o.Cumulative}}
+	if o.Serve != "" {
+		c := &collector{r: &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil}, series: tools.StickySeries[string]{Max: maxCommSeries}}
+		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
+			return err
+		}
+	}
 	return s.Loop(ctx, "write(2) sizes", func(final bool) error {
 		rep, err := r.report()
 		if err != nil {
