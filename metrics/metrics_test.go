@@ -59,7 +59,7 @@ func TestLabelName(t *testing.T) {
 	for in, want := range map[string]string{
 		"comm": "comm", "skb->len": "skb_len", "args->filename": "args_filename",
 		"((struct sk_buff *)skbaddr)->dev->name": "struct_sk_buff_skbaddr_dev_name",
-		"str(args->filename)": "str_args_filename", "9x": "x9x", "__x": "x__x", "": "x",
+		"str(args->filename)":                    "str_args_filename", "9x": "x9x", "__x": "x__x", "": "x",
 	} {
 		if got := LabelName(in); got != want {
 			t.Errorf("LabelName(%q) = %q, want %q", in, got, want)
