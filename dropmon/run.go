@@ -141,14 +141,8 @@ type reporter struct {
 // counts reads the drops since the start, and the drops that could not be
 // counted.
 func (r *reporter) readCounts() (map[dropKey]uint64, uint64, error) {
-	cur := map[dropKey]uint64{}
-	var k dropKey
-	var v uint64
-	it := r.coll.Maps["drops"].Iterate()
-	for it.Next(&k, &v) {
-		cur[k] = v
-	}
-	if err := it.Err(); err != nil {
+	cur, err := tools.DumpHash[dropKey, uint64](r.coll.Maps["drops"])
+	if err != nil {
 		return nil, 0, fmt.Errorf("read drops: %w", err)
 	}
 	if err := readCache(r.coll.Maps["cache"], cur); err != nil {

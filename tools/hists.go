@@ -152,3 +152,35 @@ func (d *KeyedDeltas[K]) Step(cur map[K]uint64) map[K]uint64 {
 	d.prev = cur
 	return out
 }
+
+// DumpHash reads a whole hash map: in batches of 1024 where the kernel has
+// BPF_MAP_LOOKUP_BATCH for hashes (5.6+), a few system calls for ten
+// thousand keys; else a key at a time.
+func DumpHash[K comparable, V any](m *ebpf.Map) (map[K]V, error) {
+	out := map[K]V{}
+	keys, vals := make([]K, 1024), make([]V, 1024)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			out[keys[i]] = vals[i]
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			break // not supported (before 5.6), or a bucket larger than a batch
+		}
+	}
+	clear(out)
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
