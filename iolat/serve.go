@@ -39,9 +39,9 @@ func (c *collector) families() []metrics.Family {
 		}
 		per = map[uint32][]uint64{0: all}
 	}
-	unit, last := 1e-6, lastSlotUs
+	div, last := 1e6, lastSlotUs
 	if c.o.Millis {
-		unit, last = 1e-3, lastSlotMs
+		div, last = 1e3, lastSlotMs
 	}
 	for id, counts := range per {
 		var labels []metrics.Label
@@ -57,7 +57,7 @@ func (c *collector) families() []metrics.Family {
 		case c.o.Disk != "":
 			labels = []metrics.Label{{Name: "disk", Value: c.o.Disk}}
 		}
-		lat.Metrics = append(lat.Metrics, metrics.Metric{Labels: labels, Hist: tools.Log2Hist(counts, last, unit, true)})
+		lat.Metrics = append(lat.Metrics, metrics.Metric{Labels: labels, Hist: tools.Log2Hist(counts, last, div, true)})
 	}
 	out[0] = lat
 	return out

@@ -54,19 +54,20 @@ func LostFamily(tool string, n uint64) metrics.Family {
 
 // Log2Hist is a log2 histogram's slots (slots.Log2: slot 1 holds 0 and 1,
 // slot k the values from 2^(k-1) to 2^k-1) as a Prometheus histogram with
-// the fixed buckets of slots 1 to last: the bound of slot k is 2^k-1 times
-// unit, or 2^k times unit for values truncated to whole units (a latency
+// the fixed buckets of slots 1 to last: the bound of slot k is 2^k-1 over
+// div (1e6 for microseconds as seconds), or 2^k over div for values
+// truncated to whole units (a latency
 // in microseconds measured in nanoseconds is below 2^k units, not at most
 // 2^k-1). Counts above slot last go to the +Inf bucket. The same buckets
 // at every scrape, as Prometheus' histogram functions want them.
-func Log2Hist(counts []uint64, last int, unit float64, truncated bool) *metrics.Hist {
+func Log2Hist(counts []uint64, last int, div float64, truncated bool) *metrics.Hist {
 	h := &metrics.Hist{Counts: make([]uint64, last+1)}
 	for k := 1; k <= last; k++ {
 		bound := float64(uint64(1)<<k - 1)
 		if truncated {
 			bound = float64(uint64(1) << k)
 		}
-		h.Bounds = append(h.Bounds, bound*unit)
+		h.Bounds = append(h.Bounds, bound/div) // exact operands: the nearest double to the decimal
 	}
 	for k, c := range counts {
 		switch {

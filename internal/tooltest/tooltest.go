@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cilium/ebpf"
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
@@ -515,4 +516,40 @@ echo "target $target" >&2
 cat "$d/out"
 rm -r "$d"
 `, self(t), tool, strings.Join(args, " "))
+}
+
+// Maps creates maps from specs for a test (closed when it ends) and
+// returns them as a collection without programs, for code that reads a
+// tool's maps from fixed contents.
+func Maps(t testing.TB, specs map[string]*ebpf.MapSpec) *ebpf.Collection {
+	t.Helper()
+	coll := &ebpf.Collection{Maps: map[string]*ebpf.Map{}}
+	for name, spec := range specs {
+		m, err := ebpf.NewMap(spec)
+		if err != nil {
+			t.Fatalf("map %s: %v", name, err)
+		}
+		t.Cleanup(func() { m.Close() })
+		coll.Maps[name] = m
+	}
+	return coll
+}
+
+// PutPerCPU sets key of a per-CPU map to vals on the first CPUs (zeros on
+// the others).
+func PutPerCPU(t testing.TB, m *ebpf.Map, key any, vals ...uint64) {
+	t.Helper()
+	all := make([]uint64, ebpfPossibleCPUs(t))
+	copy(all, vals)
+	if err := m.Put(key, all); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ebpfPossibleCPUs(t testing.TB) int {
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,0 +1,69 @@
+package writesize
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/metrics"
+	"github.com/tracekit/tracekit/tools"
+)
+
+// exposition writes a collector's families in both formats, the build
+// info left out (it names the commit).
+func exposition(t *testing.T, fams []metrics.Family) string {
+	t.Helper()
+	var b bytes.Buffer
+	for _, format := range []string{metrics.TextType, metrics.OpenMetricsType} {
+		if err := metrics.Write(&b, format, fams); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+// TestExpositionGoldens serves fixed map contents: the histogram of all
+// writes, and with -P one per task name (two processes of one name summed,
+// a hostile name escaped, the names beyond the bound under "other").
+func TestExpositionGoldens(t *testing.T) {
+	privtest.Require(t)
+	all := tooltest.Maps(t, map[string]*ebpf.MapSpec{
+		"hist": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 65},
+	})
+	tooltest.PutPerCPU(t, all.Maps["hist"], uint32(1), 2)     // 0 and 1 byte
+	tooltest.PutPerCPU(t, all.Maps["hist"], uint32(10), 5, 7) // 512 to 1023
+	tooltest.PutPerCPU(t, all.Maps["hist"], uint32(40), 1)    // above the last bucket
+	c := &collector{r: &reader{coll: all}}
+	golden.Check(t, "expo_all", exposition(t, c.families()))
+
+	per := tooltest.Maps(t, map[string]*ebpf.MapSpec{
+		"hist":  {Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},
+		"comms": {Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 64},
+		"lost":  {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+	})
+	// Pids above any pid_max: /proc never names them.
+	for pid, name := range map[uint32]string{4194401: "dd", 4194402: "dd", 4194403: "evil\"\\\n\xff", 4194404: "cat", 4194405: "zz"} {
+		var comm [16]byte
+		copy(comm[:], name)
+		if err := per.Maps["comms"].Put(pid, comm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range []struct {
+		pid, slot uint32
+		n         uint64
+	}{
+		{4194401, 10, 3}, {4194402, 10, 4}, {4194402, 2, 1}, {4194403, 5, 9}, {4194404, 13, 8}, {4194405, 1, 1},
+	} {
+		if err := per.Maps["hist"].Put([2]uint32{w.pid, w.slot}, w.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tooltest.PutPerCPU(t, per.Maps["lost"], uint32(0), 6)
+	c = &collector{r: &reader{coll: per, perProcess: true}, series: tools.StickySeries[string]{Max: 3}}
+	golden.Check(t, "expo_per_process", exposition(t, c.families()))
+}
