@@ -35,6 +35,7 @@ Examples:
   dropmon -n 10 --protocol ipv6  # the 10 busiest IPv6 drop sites
   dropmon --stacks 10 1          # 10 s of drops with the stacks behind them
   dropmon --json -c 'ping -c 3 10.0.0.1'
+  dropmon --serve :9435          # Prometheus: tracekit_dropmon_drops_total{symbol,reason}
 
 The program reaches kfree_skb the cheapest way the kernel offers: a raw
 tracepoint (4.17+), or with --protocol a BTF tracepoint (5.5+), which reads

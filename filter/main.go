@@ -11,6 +11,8 @@ import (
 
 type options struct {
 	tools.Common
+	tools.ServeOption
+	ServeTop    int    `long:"serve-top" value-name:"N" default:"100" description:"With --serve and --count-by: the N keys with the most events when first seen get series of their own; the others are summed under \"other\" (a series never moves, so counters only grow)"`
 	Where       string `short:"w" long:"where" value-name:"EXPR" unquote:"false" description:"Keep only events for which EXPR holds: comparisons of fields, arguments, builtins and strings, joined by &&, || and !, with parentheses (see below)"`
 	Fields      string `long:"fields" value-name:"LIST" unquote:"false" description:"Print only these comma-separated fields, arguments, builtins, paths or str() on each line; strings print as text"`
 	Count       bool   `long:"count" description:"Count the passing events in the kernel and report the count per interval instead of printing them"`
@@ -91,6 +93,7 @@ Examples:
   filter --count skb:kfree_skb --where 'reason == "NO_SOCKET"' 1
   filter --count-by comm,filename syscalls:sys_enter_openat --where 'filename ~ "/etc/*"'
   filter --hist len net:netif_receive_skb --where 'name == "lo"' 5
+  filter --count-by comm --serve :9437 syscalls:sys_enter_execve
   filter --fields comm,pid,filename syscalls:sys_enter_execve
   filter --count usdt:/usr/bin/python3.11:python:audit --where '(char *)arg0 == "os.system"'
   filter --hist arg0 uprobe:libc.so.6:malloc

@@ -96,6 +96,15 @@ func validate(o *options) error {
 			return tools.Usagef("--where: %v", err)
 		}
 	}
+	if err := o.CheckServe(); err != nil {
+		return err
+	}
+	if o.Serve != "" && !o.Count && o.CountBy == "" && o.Hist == "" && !o.Info {
+		return tools.Usagef("--serve exposes what filter counts in the kernel: add --count, --count-by KEYS or --hist EXPR")
+	}
+	if o.ServeTop < 1 {
+		return tools.Usagef("invalid --serve-top %d: want the number of keys with series of their own, 1 or more", o.ServeTop)
+	}
 	var modes []string
 	for name, set := range map[string]bool{"--count": o.Count, "--count-by": o.CountBy != "", "--hist": o.Hist != "", "--fields": o.Fields != ""} {
 		if set {
@@ -379,6 +388,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 // report runs an action's loop: the maps read per interval, or the output
 // rings printed.
 func report(ctx context.Context, s *tools.Session, o *options, ev event, coll *ebpf.Collection, prog *Program, act Action) error {
+	if o.Serve != "" {
+		c := &collector{ev: ev.String(), coll: coll, prog: prog, act: act, series: tools.StickySeries[string]{Max: o.ServeTop}}
+		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
+			return err
+		}
+	}
 	switch act.Kind {
 	case Count:
 		return count(ctx, s, ev, coll)

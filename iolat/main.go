@@ -51,6 +51,7 @@ Examples:
   iolat -d nvme0n1 --json 1   # one disk, JSON reports every second
   iolat --heatmap             # the live latency heatmap
   iolat --heatmap --text 1 30 > heat.txt
+  iolat -D --serve :9436      # Prometheus: tracekit_iolat_latency_seconds{disk}
 
 `
 

@@ -33,6 +33,7 @@ Examples:
   writesize -c 'dd if=/dev/zero of=/dev/null bs=4k count=100 status=none'
                                 # trace only that command, report when it ends
   writesize --kprobe            # the same from a kprobe (the seed's tracex4)
+  writesize -P --serve :9438    # Prometheus: tracekit_writesize_bytes{comm}
 
 With --kprobe, probes are registered per process (group
 tk_writesize_<pidns>_<pid>) and removed on every exit; one left by a run

@@ -1,0 +1,99 @@
+package filter
+
+import (
+	"strconv"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/metrics"
+	"github.com/tracekit/tracekit/tools"
+)
+
+// The histogram's buckets: log2 slots up to 2^63-1.
+const lastSlot = 63
+
+// collector turns what filter counts in the kernel into metrics at each
+// scrape, cumulative since the start: tracekit_filter_events_total by
+// event (--count) and by the keys' values too (--count-by, bounded by
+// StickySeries), or the histogram tracekit_filter_value (--hist), with
+// negative values, where the expression has them, under le="-1".
+type collector struct {
+	ev     string
+	coll   *ebpf.Collection
+	prog   *Program
+	act    Action
+	series tools.StickySeries[string]
+}
+
+func (c *collector) families() []metrics.Family {
+	events := metrics.Family{Name: "tracekit_filter_events", Help: "Events that passed filter's --where since it started.", Type: metrics.Counter}
+	eventLabel := metrics.Label{Name: "event", Value: c.ev}
+	var lost uint64
+	switch c.act.Kind {
+	case Count:
+		n, _ := tools.ReadPerCPUCounter(c.coll.Maps["count"])
+		events.Metrics = []metrics.Metric{{Labels: []metrics.Label{eventLabel}, Value: float64(n)}}
+	case CountBy:
+		lost, _ = tools.ReadPerCPUCounter(c.coll.Maps["lost"])
+		rows, err := readCounts(c.coll.Maps["counts"], c.prog.Columns)
+		if err != nil {
+			break
+		}
+		names := keyLabels(c.prog.Columns)
+		totals := map[string]uint64{}
+		for _, r := range rows {
+			totals[rowKey(r)] = r.count
+		}
+		own := c.series.Assign(totals, func(a, b string) bool { return a < b })
+		var other uint64
+		for _, r := range rows {
+			if !own[rowKey(r)] {
+				other += r.count
+				continue
+			}
+			labels := []metrics.Label{eventLabel}
+			for i, cl := range r.cells {
+				labels = append(labels, metrics.Label{Name: names[i], Value: cl.text})
+			}
+			events.Metrics = append(events.Metrics, metrics.Metric{Labels: labels, Value: float64(r.count)})
+		}
+		if other > 0 || len(rows) > len(own) {
+			labels := []metrics.Label{eventLabel}
+			for _, n := range names {
+				labels = append(labels, metrics.Label{Name: n, Value: "other"})
+			}
+			events.Metrics = append(events.Metrics, metrics.Metric{Labels: labels, Value: float64(other)})
+		}
+	case Hist:
+		h, err := tools.ReadLog2Array(c.coll.Maps["hist"])
+		if err != nil {
+			break
+		}
+		hist := tools.Log2Hist(h.Counts[:], lastSlot, 1, false)
+		if c.prog.Signed {
+			neg, _ := tools.ReadPerCPUCounter(c.coll.Maps["neg"])
+			hist.Bounds = append([]float64{-1}, hist.Bounds...)
+			hist.Counts = append([]uint64{neg}, hist.Counts...)
+		}
+		value := metrics.Family{Name: "tracekit_filter_value", Help: "The --hist expression's values over the events that passed, since filter started.", Type: metrics.Histogram,
+			Metrics: []metrics.Metric{{Labels: []metrics.Label{eventLabel, {Name: "expr", Value: c.act.Hist.Text}}, Hist: hist}}}
+		return []metrics.Family{value, tools.LostFamily("filter", 0)}
+	}
+	return []metrics.Family{events, tools.LostFamily("filter", lost)}
+}
+
+// keyLabels names a --count-by key's columns as labels: valid names, none
+// twice and none "event".
+func keyLabels(cols []Column) []string {
+	used := map[string]bool{"event": true}
+	names := make([]string, len(cols))
+	for i, col := range cols {
+		n := metrics.LabelName(col.Name)
+		for base, k := n, 2; used[n]; k++ {
+			n = base + "_" + strconv.Itoa(k)
+		}
+		used[n] = true
+		names[i] = n
+	}
+	return names
+}
