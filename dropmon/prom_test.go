@@ -60,6 +60,18 @@ func TestPrometheus(t *testing.T) {
 	if v, _ := prom.Scalar(t, `tracekit_build_info{job="tracekit"}`); v != 1 {
 		t.Errorf("tracekit_build_info: %v", v)
 	}
+	// Prometheus' own linter on the text format: names and types by the
+	// conventions.
+	resp, err := http.Get("http://" + tool.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lint := exec.Command("promtool", "check", "metrics")
+	lint.Stdin = resp.Body
+	if out, err := lint.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v: %s", err, out)
+	}
+	resp.Body.Close()
 
 	// A restart on the same address: its counters start again from 0.
 	tool.Stop(t)
