@@ -151,8 +151,14 @@ func TestValidate(t *testing.T) {
 		{options{Top: "0"}, -1, false},
 		{options{Top: "-3"}, -1, false},
 		{options{Top: "5"}, -1, true},
+		{options{ServeTop: -1}, -1, false},
+		{options{ServeOption: tools.ServeOption{Serve: "localhost"}}, -1, false},
+		{options{ServeOption: tools.ServeOption{Serve: "localhost:9435"}}, -1, true},
 	} {
 		o := tc.o
+		if o.ServeTop == 0 {
+			o.ServeTop = 100 // the flag's default
+		}
 		err := validate(&o)
 		if (err == nil) != tc.ok {
 			t.Errorf("%+v: err %v", tc.o, err)

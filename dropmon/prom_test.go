@@ -20,17 +20,20 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/promtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tools"
 )
 
-func udpDrops(t *testing.T, n int) {
+// udp6Drops makes n drops over IPv6: the other test packages, which may
+// run meanwhile, make theirs over IPv4.
+func udp6Drops(t *testing.T, n int) {
 	t.Helper()
-	if out, err := exec.Command("/bin/sh", "-c", tooltest.UDPDrops(t, n)).CombinedOutput(); err != nil {
+	if out, err := exec.Command("/bin/sh", "-c", tooltest.UDP6Drops(t, n)).CombinedOutput(); err != nil {
 		t.Fatalf("%d UDP drops: %v: %s", n, err, out)
 	}
 }
 
 // TestPrometheus scrapes dropmon --serve with a real Prometheus, a scrape
-// a second. One drop first, so that the series exists before the counted
+// a second; drops are UDP datagrams to a closed port of [::1]. One first, so that the series exists before the counted
 // ones (a counter that appears at N shows Prometheus no increase); then
 // exactly N drops raise the sum of the UDP function's counters by N. Then
 // dropmon restarts on the same address, M more drops, and increase() over
@@ -41,17 +44,17 @@ func TestPrometheus(t *testing.T) {
 	tool := promtest.Serve(t, "dropmon", "127.0.0.1:0")
 	prom := promtest.Start(t, tool.Addr)
 	prom.WaitScrapes(t, tool.Addr, 1)
-	fn, reason := udpFunc(t), udpReason(t)
-	// The issue's query, narrowed to the UDP function: other tests' drops
-	// of other kinds may come meanwhile.
+	fn, reason := udp6Func(t), udpReason(t)
+	// The issue's query, narrowed to the UDPv6 function: other tests'
+	// drops, over IPv4, may come meanwhile.
 	series := fmt.Sprintf(`tracekit_dropmon_drops_total{reason=%q,symbol=%q}`, reason, fn)
 	sum := "sum(" + series + ")"
 
-	udpDrops(t, 1)
+	udp6Drops(t, 1)
 	prom.WaitFor(t, sum, func(v float64) bool { return v >= 1 })
 	prom.WaitScrapes(t, tool.Addr, 1)
 	before, _ := prom.Scalar(t, sum)
-	udpDrops(t, n)
+	udp6Drops(t, n)
 	prom.WaitFor(t, sum, func(v float64) bool { return v >= before+n })
 	prom.WaitScrapes(t, tool.Addr, 2)
 	if got, _ := prom.Scalar(t, sum); got != before+n {
@@ -78,7 +81,7 @@ func TestPrometheus(t *testing.T) {
 	prom.WaitFor(t, fmt.Sprintf(`up{instance=%q}`, tool.Addr), func(v float64) bool { return v == 0 })
 	again := promtest.Serve(t, "dropmon", tool.Addr)
 	prom.WaitScrapes(t, again.Addr, 1)
-	udpDrops(t, m)
+	udp6Drops(t, m)
 	prom.WaitFor(t, sum, func(v float64) bool { return v >= m })
 	prom.WaitScrapes(t, again.Addr, 2)
 
@@ -96,6 +99,21 @@ func TestPrometheus(t *testing.T) {
 	if len(inc) != 1 || math.Abs(inc[0].Value-want) > 0.01 {
 		t.Errorf("increase over the window %s ending at the last sample: %+v, want %v (the %d and %d drops, across the restart); samples %+v", window, inc, want, n, m, samples)
 	}
+}
+
+// udp6Func is the function the running kernel names for the drop of a
+// datagram to a closed IPv6 port: __udp6_lib_rcv, or its caller where a
+// kernel inlined it.
+func udp6Func(t *testing.T) string {
+	t.Helper()
+	syms, err := tools.LoadKallsyms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if syms.Has("__udp6_lib_rcv") {
+		return "__udp6_lib_rcv"
+	}
+	return "udpv6_rcv"
 }
 
 // toolMap opens the map of that name among a process's descriptors.

@@ -32,7 +32,10 @@ func Main(m *testing.M) {
 		os.Exit(exactWrites(spec))
 	}
 	if n := os.Getenv("TK_UDP_DROPS"); n != "" {
-		os.Exit(udpDrops(n))
+		os.Exit(udpDrops(n, false))
+	}
+	if n := os.Getenv("TK_UDP6_DROPS"); n != "" {
+		os.Exit(udpDrops(n, true))
 	}
 	if spec := os.Getenv("TK_PING"); spec != "" {
 		os.Exit(ping(spec))
@@ -56,6 +59,12 @@ func Writes(t testing.TB, size, n int) string {
 // at __udp4_lib_rcv with reason NO_SOCKET.
 func UDPDrops(t testing.TB, n int) string {
 	return fmt.Sprintf("TK_UDP_DROPS=%d %s", n, self(t))
+}
+
+// UDP6Drops is UDPDrops over IPv6, to [::1]: drops at __udp6_lib_rcv
+// (or where the kernel inlined it), which no other test makes.
+func UDP6Drops(t testing.TB, n int) string {
+	return fmt.Sprintf("TK_UDP6_DROPS=%d %s", n, self(t))
 }
 
 // Open is a file a workload opens Times times; with no Path, a pause of
@@ -319,19 +328,26 @@ func udpSizes(spec string) int {
 	return 0
 }
 
-func udpDrops(arg string) int {
+func udpDrops(arg string, v6 bool) int {
 	n, err := strconv.Atoi(arg)
 	if err != nil {
 		return 3
 	}
-	ctl, err := freshNetns()
+	fd, err := freshNetns()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 4
 	}
-	to := &unix.SockaddrInet4{Port: 9, Addr: [4]byte{127, 0, 0, 1}}
+	var to unix.Sockaddr = &unix.SockaddrInet4{Port: 9, Addr: [4]byte{127, 0, 0, 1}}
+	if v6 {
+		if fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM, 0); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 5
+		}
+		to = &unix.SockaddrInet6{Port: 9, Addr: [16]byte{15: 1}}
+	}
 	for i := 0; i < n; i++ {
-		if err := unix.Sendto(ctl, []byte("drop me"), 0, to); err != nil {
+		if err := unix.Sendto(fd, []byte("drop me"), 0, to); err != nil {
 			fmt.Fprintln(os.Stderr, "sendto:", err)
 			return 7
 		}
