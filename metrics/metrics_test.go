@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tracekit/tracekit/internal/golden"
 )
@@ -178,5 +179,51 @@ func TestServer(t *testing.T) {
 
 	if _, err := Listen(s.Addr(), fixture); !errors.Is(err, ErrAddrInUse) {
 		t.Errorf("a second Listen on %s: %v, want ErrAddrInUse", s.Addr(), err)
+	}
+}
+
+// TestScrapesShareACollection: scrapes that come while a collection runs
+// wait for it and share its result.
+func TestScrapesShareACollection(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	runs := 0
+	s, err := Listen("127.0.0.1:0", func() []Family {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+		<-release
+		return fixture()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, _, _ := get(t, "http://"+s.Addr()+"/metrics", ""); code != 200 {
+				t.Errorf("status %d", code)
+			}
+		}()
+	}
+	// Let every request in before the collection ends.
+	for {
+		mu.Lock()
+		n := runs
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if runs > 2 {
+		t.Errorf("20 scrapes at once ran %d collections", runs)
 	}
 }

@@ -31,9 +31,39 @@ type Server struct {
 	addr    string
 	ln      *os.File
 	collect func() []Family
-	mu      sync.Mutex // one collection at a time: collectors keep state
+	mu      sync.Mutex
+	flight  *flight // the collection under way, if any
 	conns   chan struct{}
 	wg      sync.WaitGroup
+}
+
+// flight is one run of collect, shared by the scrapes that wait for it.
+type flight struct {
+	done     chan struct{}
+	families []Family
+}
+
+// gather runs collect, or waits for the run under way and shares its
+// result: collectors keep state and run one at a time, and a hundred
+// scrapes at once cost about one collection, not a hundred in a row.
+func (s *Server) gather() []Family {
+	s.mu.Lock()
+	if f := s.flight; f != nil {
+		s.mu.Unlock()
+		<-f.done
+		return f.families
+	}
+	f := &flight{done: make(chan struct{})}
+	s.flight = f
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.flight = nil
+		s.mu.Unlock()
+		close(f.done)
+	}()
+	f.families = s.collect()
+	return f.families
 }
 
 // ErrAddrInUse is returned by Listen when another socket holds the address.
@@ -236,9 +266,8 @@ func (s *Server) answer(c *os.File) {
 	case "/metrics":
 		format := Negotiate(r.accept)
 		var out bytes.Buffer
-		s.mu.Lock()
-		families := s.collect()
-		s.mu.Unlock()
+		families := s.gather()
+		_ = c.SetWriteDeadline(time.Now().Add(ioTimeout)) // the answer's own time, however long the collection took
 		if err := Write(&out, format, families); err != nil {
 			reply(c, 500, "text/plain; charset=utf-8", nil, []byte(err.Error()+"\n"), body)
 			return
