@@ -278,19 +278,22 @@ func claimSlot(fallback string, n uint32) bpf.Instructions {
 }
 
 // releaseSlot takes the start time from the request's slot into R7 and
-// frees the slot (compare-and-exchange of its tag back to 0), then goes to
-// measure; a slot that is not this request's goes to fallback.
+// frees the slot, then goes to measure; a slot that is not this request's
+// goes to fallback. Freeing is a plain store of 0: while the tag is this
+// request's, no issue can claim the slot (a claim needs tag 0), so nothing
+// can change it between the check and the store. A second request to the
+// same sector in flight shares the slot, as with a compare-and-exchange.
 func releaseSlot(fallback, measure string, n uint32) bpf.Instructions {
 	insns := slotOf(fallback, n)
 	return append(insns,
+		bpf.LoadMem(bpf.R1, bpf.R7, 0, bpf.DWord).WithSource(bpf.Comment("this request's tag, or the hash")),
+		bpf.JNE.Reg(bpf.R1, bpf.R8, fallback),
 		bpf.LoadMem(bpf.R1, bpf.R7, 8, bpf.DWord).WithSource(bpf.Comment("this device's, or the hash")),
 		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.Word),
 		bpf.JNE.Reg(bpf.R1, bpf.R2, fallback),
-		bpf.LoadMem(bpf.R9, bpf.R7, 16, bpf.DWord).WithSource(bpf.Comment("r9 = slot->ts, before the slot is freed")),
-		bpf.Mov.Reg(bpf.R0, bpf.R8).WithSource(bpf.Comment("free: if slot->tag == tag { slot->tag = 0 }; r0 = the old tag")),
+		bpf.LoadMem(bpf.R9, bpf.R7, 16, bpf.DWord).WithSource(bpf.Comment("r9 = slot->ts, then free the slot: slot->tag = 0")),
 		bpf.Mov.Imm(bpf.R1, 0),
-		asm.CmpXchg(bpf.R7, bpf.R1, bpf.DWord, 0),
-		bpf.JNE.Reg(bpf.R0, bpf.R8, fallback).WithSource(bpf.Comment("another request's: the hash")),
+		bpf.StoreMem(bpf.R7, 0, bpf.R1, bpf.DWord),
 		bpf.Mov.Reg(bpf.R7, bpf.R9),
 		bpf.Ja.Label(measure),
 	)
