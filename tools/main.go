@@ -173,31 +173,49 @@ func Main(t Tool, args []string) (status int) {
 	return 1
 }
 
-// stuckAfter is how long a run may take to end once signalled: the
-// command's grace, the final report, with room to spare.
-const stuckAfter = StopGrace + 2*time.Second
+// stuckAfter is how long a write to stdout may wait once a signal came:
+// one blocked that long is on a stdout nobody reads (a full pipe; a
+// terminal held with Ctrl-S). giveUpAfter bounds the rest of the ending,
+// whatever it waits on (the live heatmap's terminal writes are not
+// tracked).
+const (
+	stuckAfter  = StopGrace + 2*time.Second
+	giveUpAfter = 30 * time.Second
+)
 
-// watchStuck ends a run that a signal did not end within stuckAfter: one
-// blocked writing to a stdout nobody reads (a full pipe; a terminal held
-// with Ctrl-S). It closes the session itself (programs detached, probes
-// removed, the command ended) and exits 1. A run that is closing already
-// is left to finish.
+// watchStuck ends a run that a signal did not end: blocked writing to
+// stdout for stuckAfter, or not done after giveUpAfter. A final report that
+// is only slow to compute is left to finish. It closes the session itself
+// (programs detached, probes removed, the command ended) and exits 1. A
+// run that is closing already is left to finish.
 func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *Session) {
 	select {
 	case <-finished:
 		return
 	case <-ctx.Done():
 	}
-	select {
-	case <-finished:
-		return
-	case <-time.After(stuckAfter):
+	start := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	why := ""
+	for why == "" {
+		select {
+		case <-finished:
+			return
+		case now := <-tick.C:
+			switch {
+			case s.stdout.blockedFor(now) >= stuckAfter:
+				why = "stdout is blocked (nothing reads it): ended without the final report"
+			case now.Sub(start) >= giveUpAfter:
+				why = fmt.Sprintf("not done %v after the signal: ended without the final report", giveUpAfter)
+			}
+		}
 	}
 	first, err := s.close()
 	if !first {
 		return // the run's own close was under way: its exit follows
 	}
-	fmt.Fprintf(os.Stderr, "%s: stdout is blocked (nothing reads it): ended without the final report\n", name)
+	fmt.Fprintf(os.Stderr, "%s: %s\n", name, why)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 	}

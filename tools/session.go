@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -43,6 +44,7 @@ type Session struct {
 	stopErr  error
 
 	stdoutFD int // polled for a reader that went away; -1 for none
+	stdout   *trackedWriter
 }
 
 type closer struct {
@@ -53,7 +55,10 @@ type closer struct {
 // NewSession starts a run of tool writing to the process's stdout and
 // stderr.
 func NewSession(tool string, c *Common) *Session {
-	return &Session{Tool: tool, Opts: c, Stdout: os.Stdout, Stderr: os.Stderr, stopc: make(chan struct{}), stdoutFD: 1}
+	s := &Session{Tool: tool, Opts: c, Stderr: os.Stderr, stopc: make(chan struct{}), stdoutFD: 1}
+	s.stdout = &trackedWriter{w: os.Stdout}
+	s.Stdout = s.stdout
+	return s
 }
 
 // OnClose registers the undoing of something the run created; Close runs
@@ -297,4 +302,30 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 			}
 		}
 	}
+}
+
+// trackedWriter notes when a write began that has not returned yet: the
+// watchdog tells a stdout nobody reads from a final report that is merely
+// slow (ten thousand rows on a slow machine).
+type trackedWriter struct {
+	w     io.Writer
+	since atomic.Int64 // unix ns of the write under way, 0 for none
+}
+
+func (t *trackedWriter) Write(p []byte) (int, error) {
+	t.since.Store(time.Now().UnixNano())
+	defer t.since.Store(0)
+	return t.w.Write(p)
+}
+
+// blockedFor is how long the write to stdout under way has waited, 0 when
+// none is.
+func (t *trackedWriter) blockedFor(now time.Time) time.Duration {
+	if t == nil {
+		return 0
+	}
+	if since := t.since.Load(); since != 0 {
+		return now.Sub(time.Unix(0, since))
+	}
+	return 0
 }
