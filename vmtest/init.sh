@@ -22,7 +22,7 @@ for t in /tk/t/*.test; do
   "$t" -test.count=1 -test.v -test.timeout=240s > /tmp/out 2>&1
   rc=$?
   # Every test's verdict line, and the failures' output, for the host.
-  grep -E '^(--- |=== RUN|\s+\S+_test\.go:|FAIL|ok|PASS)' /tmp/out | grep -v '^=== RUN' | sed "s|^|TK-OUT $pkg: |"
+  grep -E '^(--- |=== RUN|\s+\S+\.go:[0-9]+:|FAIL|ok|PASS)' /tmp/out | grep -v '^=== RUN' | sed "s|^|TK-OUT $pkg: |"
   echo "TK-RESULT $pkg $rc"
 done
 echo "TK-DONE"
