@@ -1,0 +1,68 @@
+package filter
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/terminal"
+	"github.com/tracekit/tracekit/tools"
+)
+
+// referenceLine is the event line as fmt printed it before the printer
+// built lines by hand: the printer must print the same bytes.
+func referenceLine(p *printer, smp tools.Sample) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%16s-%-7d [%03d] %.6f: %s:", terminal.Printable(p.comm(smp.Pid)), smp.Tid, smp.CPU, float64(smp.Time)/1e9, p.ev.shortName())
+	for _, f := range p.format.Fields {
+		if f.Common || strings.HasPrefix(f.Name, "__probe") {
+			continue
+		}
+		if _, text := fieldValue(f, smp.Raw, p.pointers[f.Name]); text != "" || f.DataLoc {
+			fmt.Fprintf(&b, " %s=%s", f.Name, terminal.Printable(text))
+		}
+	}
+	return b.String() + "\n"
+}
+
+// TestTextLineMatchesFmt prints random records of several formats (numbers
+// signed and not, pointers, char arrays, __data_loc strings, hostile bytes,
+// wide and narrow names, CPUs and tids of every width) and compares each
+// line with fmt's.
+func TestTextLineMatchesFmt(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 9))
+	comms := []string{"sh", "a-very-long-task-name", "é名前", "x\x1b[31my", "", "0123456789abcdef"}
+	for _, name := range []string{"sys_enter_openat.6.18.format", "sched_switch.6.18.format", "netif_receive_skb.6.18.format", "kfree_skb.6.18.format", "block_rq_issue.6.18.format"} {
+		format := tooltest.Format(t, name)
+		ev := event{kind: "tracepoint", group: "g", name: strings.Split(name, ".")[0]}
+		for i := 0; i < 2000; i++ {
+			var out bytes.Buffer
+			p := &printer{s: &tools.Session{Opts: &tools.Common{}}, ev: ev, format: format, pointers: map[string]bool{"skbaddr": i%2 == 0},
+				comms: map[uint32]string{7: comms[i%len(comms)]}, out: bufio.NewWriter(&out)}
+			raw := make([]byte, 64+r.IntN(64))
+			for j := range raw {
+				raw[j] = byte(r.Uint32())
+				if r.IntN(4) == 0 {
+					raw[j] = 'a' + byte(r.IntN(26))
+				}
+			}
+			// Some __data_loc strings that fit.
+			for _, f := range format.Fields {
+				if f.DataLoc && f.Offset+4 <= len(raw) && r.IntN(2) == 0 {
+					off, n := 48+r.IntN(8), r.IntN(12)
+					raw[f.Offset], raw[f.Offset+1], raw[f.Offset+2], raw[f.Offset+3] = byte(off), 0, byte(n), 0
+				}
+			}
+			smp := tools.Sample{Pid: 7, Tid: uint32(r.Uint64N(1 << (r.IntN(31) + 1))), CPU: uint32(r.IntN(300)), Time: r.Uint64N(1 << 50), Raw: raw}
+			p.print(smp)
+			p.out.Flush()
+			if want := referenceLine(p, smp); out.String() != want {
+				t.Fatalf("%s:\n got %q\nwant %q", name, out.String(), want)
+			}
+		}
+	}
+}
