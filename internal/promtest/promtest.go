@@ -107,7 +107,7 @@ type Server struct {
 // the host.
 func Start(t *testing.T, targets ...string) *Server {
 	t.Helper()
-	bin := tooltest.Peer(t, "prometheus", "prometheus")
+	bin := tooltest.Peer(t, "prometheus", "--no-install-recommends prometheus") // not the node exporter, which would start a daemon
 	if bin == "" {
 		t.Skip("no Prometheus in the kernel matrix's guests: this test runs on the host")
 	}
