@@ -1,7 +1,6 @@
 package dropmon
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/tools"
 )
 
@@ -40,7 +38,7 @@ func TestExpositionGoldens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	slot := make([]cacheSlot, ebpfCPUs(t))
+	slot := make([]cacheSlot, tooltest.PossibleCPUs(t))
 	slot[0] = cacheSlot{Key: dropKey{Location: 0xffffffff81200010, Reason: 3, Stack: noStack}, Count: 10}
 	if err := coll.Maps["cache"].Put(uint32(1), slot); err != nil {
 		t.Fatal(err)
@@ -48,22 +46,9 @@ func TestExpositionGoldens(t *testing.T) {
 	tooltest.PutPerCPU(t, coll.Maps["lost"], uint32(0), 1)
 	r := &reporter{coll: coll, reasons: map[uint64]string{2: "NO_SOCKET", 3: "TCP_CSUM", 9: "QUEUE_PURGE"}, hasReason: true}
 	c := &collector{r: r, syms: syms, series: tools.StickySeries[uint64]{Max: 3}}
-	var b bytes.Buffer
-	for _, format := range []string{metrics.TextType, metrics.OpenMetricsType} {
-		if err := metrics.Write(&b, format, c.families()); err != nil {
-			t.Fatal(err)
-		}
+	out := tooltest.Exposition(t, c.families())
+	if strings.Contains(out, "ffffffff") {
+		t.Errorf("an address is exposed:\n%s", out)
 	}
-	if strings.Contains(b.String(), "ffffffff") {
-		t.Errorf("an address is exposed:\n%s", b.String())
-	}
-	golden.Check(t, "expo", b.String())
-}
-
-func ebpfCPUs(t *testing.T) int {
-	n, err := ebpf.PossibleCPU()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	golden.Check(t, "expo", out)
 }

@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -17,7 +17,6 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/promtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/tools"
 )
 
@@ -26,14 +25,8 @@ import (
 // --serve-top under "other") and --hist of a signed expression.
 func TestExpositionGoldens(t *testing.T) {
 	privtest.Require(t)
-	var b bytes.Buffer
-	write := func(c *collector) {
-		for _, format := range []string{metrics.TextType, metrics.OpenMetricsType} {
-			if err := metrics.Write(&b, format, c.families()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	var b strings.Builder
+	write := func(c *collector) { b.WriteString(tooltest.Exposition(t, c.families())) }
 	count := tooltest.Maps(t, map[string]*ebpf.MapSpec{"count": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}})
 	tooltest.PutPerCPU(t, count.Maps["count"], uint32(0), 40, 2)
 	write(&collector{ev: "net:netif_receive_skb", coll: count, act: Action{Kind: Count}})

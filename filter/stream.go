@@ -174,8 +174,21 @@ func fieldValue(f tracefs.Field, raw []byte, pointer bool) (any, string) {
 	case f.ArrayLen > 0 || f.Size > 8:
 		return nil, ""
 	}
-	size, signed := f.Value()
-	var u uint64
+	u, size, signed := intField(f, b)
+	if pointer || strings.Contains(f.Type, "*") {
+		return fmt.Sprintf("0x%x", u), fmt.Sprintf("0x%x", u)
+	}
+	if signed {
+		v := signExtend(u, size)
+		return v, strconv.FormatInt(v, 10)
+	}
+	return u, strconv.FormatUint(u, 10)
+}
+
+// intField reads an integer field's bytes as its C type lays them out:
+// the value zero-extended, its size, and whether the type is signed.
+func intField(f tracefs.Field, b []byte) (u uint64, size int, signed bool) {
+	size, signed = f.Value()
 	switch size {
 	case 1:
 		u = uint64(b[0])
@@ -186,15 +199,13 @@ func fieldValue(f tracefs.Field, raw []byte, pointer bool) (any, string) {
 	case 8:
 		u = binary.LittleEndian.Uint64(b)
 	}
-	if pointer || strings.Contains(f.Type, "*") {
-		return fmt.Sprintf("0x%x", u), fmt.Sprintf("0x%x", u)
-	}
-	if signed {
-		shift := 64 - 8*size
-		v := int64(u<<shift) >> shift
-		return v, strconv.FormatInt(v, 10)
-	}
-	return u, strconv.FormatUint(u, 10)
+	return u, size, signed
+}
+
+// signExtend is the signed value of size bytes held zero-extended in u.
+func signExtend(u uint64, size int) int64 {
+	shift := 64 - 8*size
+	return int64(u<<shift) >> shift
 }
 
 func (p *printer) print(smp tools.Sample) {
@@ -278,24 +289,12 @@ func (p *printer) appendField(b []byte, f tracefs.Field, raw []byte) []byte {
 		return b
 	default:
 		b = append(append(append(b, ' '), f.Name...), '=')
-		size, signed := f.Value()
-		var u uint64
-		switch size {
-		case 1:
-			u = uint64(v[0])
-		case 2:
-			u = uint64(binary.LittleEndian.Uint16(v))
-		case 4:
-			u = uint64(binary.LittleEndian.Uint32(v))
-		case 8:
-			u = binary.LittleEndian.Uint64(v)
-		}
+		u, size, signed := intField(f, v)
 		switch {
 		case p.pointers[f.Name] || strings.Contains(f.Type, "*"):
 			return strconv.AppendUint(append(b, "0x"...), u, 16)
 		case signed:
-			shift := 64 - 8*size
-			return strconv.AppendInt(b, int64(u<<shift)>>shift, 10)
+			return strconv.AppendInt(b, signExtend(u, size), 10)
 		}
 		return strconv.AppendUint(b, u, 10)
 	}

@@ -1,7 +1,7 @@
 package iolat
 
 import (
-	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -9,7 +9,6 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/tools"
 )
 
@@ -18,14 +17,8 @@ import (
 // bounds in seconds, 2^k units (latencies are truncated to whole units).
 func TestExpositionGoldens(t *testing.T) {
 	privtest.Require(t)
-	var b bytes.Buffer
-	write := func(c *collector) {
-		for _, format := range []string{metrics.TextType, metrics.OpenMetricsType} {
-			if err := metrics.Write(&b, format, c.families()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	var b strings.Builder
+	write := func(c *collector) { b.WriteString(tooltest.Exposition(t, c.families())) }
 	hash := tooltest.Maps(t, map[string]*ebpf.MapSpec{
 		"hist": {Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},
 		"lost": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},

@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"sort"
@@ -34,9 +33,7 @@ func (s *Session) ServeMetrics(addr string, collect func() []metrics.Family) err
 		{Name: "tool", Value: s.Tool}, {Name: "version", Value: Version}, {Name: "revision", Value: Commit}, {Name: "goversion", Value: runtime.Version()},
 	}}}}
 	srv, err := metrics.Listen(addr, func() []metrics.Family { return append(collect(), build) })
-	if errors.Is(err, metrics.ErrAddrInUse) {
-		return fmt.Errorf("--serve %s: %w", addr, err)
-	} else if err != nil {
+	if err != nil {
 		return fmt.Errorf("--serve %s: %w", addr, err)
 	}
 	go srv.Serve()

@@ -1,7 +1,6 @@
 package writesize
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -9,22 +8,8 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/tools"
 )
-
-// exposition writes a collector's families in both formats, the build
-// info left out (it names the commit).
-func exposition(t *testing.T, fams []metrics.Family) string {
-	t.Helper()
-	var b bytes.Buffer
-	for _, format := range []string{metrics.TextType, metrics.OpenMetricsType} {
-		if err := metrics.Write(&b, format, fams); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
-}
 
 // TestExpositionGoldens serves fixed map contents: the histogram of all
 // writes, and with -P one per task name (two processes of one name summed,
@@ -38,7 +23,7 @@ func TestExpositionGoldens(t *testing.T) {
 	tooltest.PutPerCPU(t, all.Maps["hist"], uint32(10), 5, 7) // 512 to 1023
 	tooltest.PutPerCPU(t, all.Maps["hist"], uint32(40), 1)    // above the last bucket
 	c := &collector{r: &reader{coll: all}}
-	golden.Check(t, "expo_all", exposition(t, c.families()))
+	golden.Check(t, "expo_all", tooltest.Exposition(t, c.families()))
 
 	per := tooltest.Maps(t, map[string]*ebpf.MapSpec{
 		"hist":  {Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},
@@ -65,5 +50,5 @@ func TestExpositionGoldens(t *testing.T) {
 	}
 	tooltest.PutPerCPU(t, per.Maps["lost"], uint32(0), 6)
 	c = &collector{r: &reader{coll: per, perProcess: true}, series: tools.StickySeries[string]{Max: 3}}
-	golden.Check(t, "expo_per_process", exposition(t, c.families()))
+	golden.Check(t, "expo_per_process", tooltest.Exposition(t, c.families()))
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -556,7 +557,7 @@ func Maps(t testing.TB, specs map[string]*ebpf.MapSpec) *ebpf.Collection {
 // the sum is the same on every machine.
 func PutPerCPU(t testing.TB, m *ebpf.Map, key any, vals ...uint64) {
 	t.Helper()
-	all := make([]uint64, ebpfPossibleCPUs(t))
+	all := make([]uint64, PossibleCPUs(t))
 	for i, v := range vals {
 		all[min(i, len(all)-1)] += v
 	}
@@ -565,10 +566,24 @@ func PutPerCPU(t testing.TB, m *ebpf.Map, key any, vals ...uint64) {
 	}
 }
 
-func ebpfPossibleCPUs(t testing.TB) int {
+// PossibleCPUs is the number of values a per-CPU map holds per key.
+func PossibleCPUs(t testing.TB) int {
 	n, err := ebpf.PossibleCPU()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Exposition writes families in the Prometheus text format, then in
+// OpenMetrics, for the exposition goldens.
+func Exposition(t testing.TB, families []metrics.Family) string {
+	t.Helper()
+	var b bytes.Buffer
+	for _, format := range []string{metrics.TextType, metrics.OpenMetricsType} {
+		if err := metrics.Write(&b, format, families); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
 }
