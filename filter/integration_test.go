@@ -256,9 +256,9 @@ func TestKprobeFilters(t *testing.T) {
 	}
 }
 
-// "filter ... | head -1": the stream ends within a second of its reader
-// going away, quietly, with status 0; and filter EVENT alone (no --where)
-// loads and streams.
+// "filter ... | head -1": the stream ends soon after its reader goes
+// away (at the next event's write), quietly, with status 0; and filter
+// EVENT alone (no --where) loads and streams.
 func TestStreamEndsWhenTheReaderGoes(t *testing.T) {
 	privtest.Require(t)
 	for _, args := range [][]string{
@@ -286,8 +286,12 @@ func TestStreamEndsWhenTheReaderGoes(t *testing.T) {
 		select {
 		case err := <-done:
 			rest := strings.TrimPrefix(errb.String(), "Tracing events of sched:sched_switch... Hit Ctrl-C to end.\n")
-			if err != nil || rest != "" || time.Since(closed) > 1500*time.Millisecond {
-				t.Errorf("%v: %v after %v, stderr %q", args, err, time.Since(closed), errb.String())
+			// 3 s: a guest of the kernel matrix (TCG, one CPU shared
+			// with another guest) takes up to ~1 s to detach and exit.
+			if took := time.Since(closed); err != nil || rest != "" || took > 3*time.Second {
+				t.Errorf("%v: %v after %v, stderr %q", args, err, took, errb.String())
+			} else {
+				t.Logf("%v: ended %v after its reader", args, took.Round(time.Millisecond))
 			}
 		case <-time.After(5 * time.Second):
 			cmd.Process.Kill()
@@ -607,7 +611,9 @@ func TestOneEventPrintsAtOnce(t *testing.T) {
 			t.Errorf("line %q", line)
 		}
 		t.Logf("printed %v after the write", time.Since(wrote).Round(time.Millisecond))
-	case <-time.After(time.Second):
-		t.Fatal("the event did not print within 1 s of the write")
+	case <-time.After(5 * time.Second):
+		// Without the poll timeout it would print only at the end, and
+		// the run has no end: 5 s leaves room for a slow guest.
+		t.Fatal("the event did not print within 5 s of the write")
 	}
 }

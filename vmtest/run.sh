@@ -148,7 +148,7 @@ make_stage() { # make_stage ARCH
 for arch in $(printf '%s\n' "${kernels[@]}" | cut -d: -f1 | sort -u); do make_stage "$arch"; done
 
 status=0
-all_passed=0 all_failed=0 all_skipped=0
+all_passed=0 all_failed=0 all_skipped=0 recap=
 # One guest per kernel, two at a time (each guest has one CPU; the host
 # has two); the results are read in the matrix's order afterwards.
 boot() { # boot ARCH:DIR: run the tests in a guest of that kernel, log in $cache/NAME.log.txt
@@ -221,8 +221,20 @@ for k in "${kernels[@]}"; do
     all_passed=$((all_passed + passed)) all_failed=$((all_failed + failed)) all_skipped=$((all_skipped + skipped))
     [ "$rc" = 0 ] || status=1
   done < <(grep '^TK-RESULT' "$log")
+  # A recap for the end of the output, where CI's excerpt looks: each
+  # failure with the test lines logged just before it in its package.
+  recap+=$(awk -v k="$kver" '
+    /^TK-OUT / { split($2, p, ":"); if (p[1] != pkg) { pkg = p[1]; n = 0 } }
+    /^TK-OUT [^ ]+ +[^ ]+_test\.go:[0-9]+:/ { last[n++ % 6] = $0 }
+    /^TK-OUT [^ ]+ --- (PASS|SKIP)/ { n = 0 }
+    /^TK-OUT [^ ]+ --- FAIL/ {
+      printf "test-vm: kernel %s: %s\n", k, substr($0, 8)
+      for (i = (n > 6 ? n - 6 : 0); i < n; i++) printf "test-vm:   %s\n", substr(last[i % 6], 8)
+      n = 0
+    }' "$log")$'\n'
 done
 echo "test-vm: $(( $(date +%s) - start )) s for ${#kernels[@]} kernels"
 [ $status = 0 ] || [ $all_failed -gt 0 ] || all_failed=1 # a guest that died counts
+printf '%s' "${recap//$'\n\n'/$'\n'}" | grep . || true
 echo "test-vm: $all_passed passed, $all_failed failed, $all_skipped skipped"
 exit $status
