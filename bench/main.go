@@ -147,9 +147,15 @@ func run() error {
 			{"empty program", emptyProgram("block:block_rq_issue", "block:block_rq_complete")},
 			{"empty raw tracepoint", emptyHook("raw", "block_rq_issue", "block_rq_complete")},
 			{"empty BTF tracepoint", emptyHook("btf", "block_rq_issue", "block_rq_complete")},
-			{"iolat (auto: btf where the kernel has it)", toolProcess(*bin+"/iolat", []string{"-d", filepath.Base(dev)})},
-			{"iolat --attach=raw", toolProcess(*bin+"/iolat", []string{"--attach=raw", "-d", filepath.Base(dev)})},
-			{"iolat --attach=perf", toolProcess(*bin+"/iolat", []string{"--attach=perf", "-d", filepath.Base(dev)})},
+			// All disks, as biolatency runs: auto is the raw tracepoint,
+			// which needs no BTF for that.
+			{"iolat (auto: raw)", toolProcess(*bin+"/iolat", nil)},
+			{"iolat --attach=btf", toolProcess(*bin+"/iolat", []string{"--attach=btf"})},
+			{"iolat --attach=perf", toolProcess(*bin+"/iolat", []string{"--attach=perf"})},
+			// One disk: the device is read through the request (auto: btf).
+			{"iolat -d DISK (auto: btf)", toolProcess(*bin+"/iolat", []string{"-d", filepath.Base(dev)})},
+			{"iolat -d DISK --attach=raw", toolProcess(*bin+"/iolat", []string{"--attach=raw", "-d", filepath.Base(dev)})},
+			{"iolat -d DISK --attach=perf", toolProcess(*bin+"/iolat", []string{"--attach=perf", "-d", filepath.Base(dev)})},
 		}
 		if p, err := exec.LookPath("biolatency"); err == nil {
 			// It prints its "Tracing" line with stdio: line-buffer it through stdbuf.

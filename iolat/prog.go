@@ -145,18 +145,18 @@ func loadArgsKey(cfg progConfig, a *rqArgs, ev event) bpf.Instructions {
 	insns = append(insns, bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*arg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", arg))))
 	if a.Hook == tools.HookBTF {
 		// A BTF tracepoint's rq is a typed pointer, good for loads, not
-		// for the arithmetic of a slot index: the key gets its value as a
-		// number, copied out of the context.
+		// for the shifts of a slot index. The difference of two pointers
+		// is a number (to a loader with CAP_PERFMON, which tracing
+		// programs need anyway), and the value of a one-entry array has
+		// a fixed address: the key is the request's distance from it,
+		// one to one with the request's address. (A copy out of the
+		// context with bpf_probe_read_kernel cost a helper call.)
 		insns = append(insns,
-			bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("key.rq = the address, as a number")),
-			bpf.Add.Imm(bpf.R1, keyOff+4),
-			bpf.Mov.Imm(bpf.R2, 8),
-			bpf.Mov.Reg(bpf.R3, asm.RegCtx),
+			bpf.LoadMapValue(bpf.R1, 0, 0).WithReference("anchor").WithSource(bpf.Comment("key.rq = rq - &anchor[0], a number")),
+			bpf.Mov.Reg(bpf.R2, bpf.R7),
+			bpf.Sub.Reg(bpf.R2, bpf.R1),
+			asm.StoreKey(keyOff+4, bpf.R2, bpf.DWord),
 		)
-		if arg > 0 {
-			insns = append(insns, bpf.Add.Imm(bpf.R3, int32(8*arg)))
-		}
-		insns = append(insns, a.ProbeRead.Call())
 	} else {
 		insns = append(insns, asm.StoreKey(keyOff+4, bpf.R7, bpf.DWord))
 	}
@@ -474,6 +474,9 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	spec.Programs["complete"].Instructions = complete
 	if cfg.Slots > 0 {
 		spec.Maps["slots"] = &ebpf.MapSpec{Name: "iolat_slots", Type: ebpf.Array, KeySize: 4, ValueSize: slotSize, MaxEntries: cfg.Slots}
+	}
+	if cfg.Args != nil && cfg.Args.Hook == tools.HookBTF {
+		spec.Maps["anchor"] = &ebpf.MapSpec{Name: "iolat_anchor", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	}
 	if cfg.By != byNone {
 		spec.Maps["hist"] = &ebpf.MapSpec{Name: "iolat_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: maxHists}
