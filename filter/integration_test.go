@@ -529,6 +529,7 @@ func TestRingOverflowIsCounted(t *testing.T) {
 	if lost == 0 {
 		t.Errorf("a 1-page ring kept up with %d events: no overflow was tested", burst)
 	}
+	t.Logf("%d printed, %d lost", printed, lost)
 	if !strings.Contains(r.Stdout, "filename="+a+" ") {
 		t.Errorf("the filename prints as text: %.300s", r.Stdout)
 	}
