@@ -34,7 +34,7 @@ func TestSnippetGoldens(t *testing.T) {
 		"seed_on_exec": SeedOnExec("pids", PidNS{Dev: 4, Ino: 4026532417}, 2),
 		"decade_slot":  DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3),
 		"cache_inc":    CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
-		"row_search":   RowSearch("search", "rows", bpf.R6, bpf.R7, bpf.R8, 2, -4, "fail"),
+		"row_search":   RowSearch("search", "rows", "fences", 1<<14-1, bpf.R6, bpf.R7, bpf.R8, -4, "fail"),
 	} {
 		golden.Check(t, name, fmt.Sprintf("%v", insns))
 	}

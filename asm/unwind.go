@@ -4,49 +4,84 @@ import (
 	"fmt"
 
 	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/unwind"
 )
 
-// RowSearch finds, among the n unwind rows of the array map rowsMap that
-// start at index lo, the last whose address (the u32 at offset 0 of a row)
-// is at or below target, and leaves its index in lo. It takes steps fixed
-// steps (n must be at most 1<<steps) and no branch on the data: each step
-// adds half of n to lo under a mask made from the sign of target-row, so
-// the verifier walks one path. (A multiply by 0 or 1, not an AND with a
-// 0/-1 mask: 6.18's verifier forks its state on the mask, 2^steps paths.) target, lo and n must be callee-saved
-// registers (R6-R9); target and every row address must be below 1<<32.
-// keyOff is a 4-byte stack slot for the lookup key; fail is jumped to if a
-// row is outside the map. R0-R5 are clobbered.
-func RowSearch(prefix, rowsMap string, target, lo, n bpf.Register, steps int, keyOff int16, fail string) bpf.Instructions {
-	var insns bpf.Instructions
-	for i := 0; i < steps; i++ {
-		step := bpf.Instructions{
-			bpf.Mov.Reg(bpf.R1, n),
+// RowSearch finds, among the n unwind rows of a file whose first row is
+// row lo of the table (a multiple of unwind.BlockRows), the last whose
+// address (the u32 at offset 0 of a row) is at or below target, and leaves
+// a pointer to that row in R0: the file's first row when target is below
+// them all, which the caller checks. The table is laid out as
+// unwind.Blocks does, in two array maps: fencesMap, one value holding the
+// first address of every block (u32s, fenceMask+1 of them, a power of
+// two), read in place through its address (no call, nothing for the
+// verifier to patch); and rowsMap, whose values are blocks of
+// unwind.BlockRows rows, one of them looked up. Fixed steps and no branch
+// on the data: unwind.FenceSteps among the file's fences, then
+// unwind.BlockSteps within the block, each adding half of what is left to
+// lo under a multiply by 0 or 1 made from the sign of target-address. (A
+// multiply, not an AND with a 0/-1 mask: 6.18's verifier forks its state
+// on the mask, 2^steps paths.) target, lo and n must be callee-saved
+// registers (R6-R9); target and every address must be below 1<<32; lo and
+// n are clobbered. keyOff is a 4-byte stack slot for the block's key;
+// fail is jumped to if the block is outside the map. R0-R5 are clobbered.
+func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n bpf.Register, keyOff int16, fail string) bpf.Instructions {
+	insns := bpf.Instructions{
+		bpf.RSh.Imm(lo, unwind.BlockSteps).WithSymbol(prefix).WithSource(bpf.Comment(fmt.Sprintf(
+			"%s = the last block starting at or below %s among the file's (%s+%d)/%d from %s/%d: %d steps of lo += (fence[lo+n/2] <= %s) * n/2; n -= n/2",
+			lo, target, n, unwind.BlockRows-1, unwind.BlockRows, lo, unwind.BlockRows, unwind.FenceSteps, target))),
+		bpf.Add.Imm(n, unwind.BlockRows-1),
+		bpf.RSh.Imm(n, unwind.BlockSteps),
+		bpf.LoadMapValue(bpf.R4, 0, 0).WithReference(fencesMap),
+	}
+	for i := 0; i < unwind.FenceSteps; i++ {
+		insns = append(insns,
+			bpf.Mov.Reg(bpf.R1, n).WithSymbol(fmt.Sprintf("%s_fence%d", prefix, i)),
 			bpf.RSh.Imm(bpf.R1, 1),
-			bpf.Add.Reg(bpf.R1, lo),
-			bpf.StoreMem(bpf.RFP, keyOff, bpf.R1, bpf.Word),
-			bpf.LoadMapPtr(bpf.R1, 0).WithReference(rowsMap),
-			bpf.Mov.Reg(bpf.R2, bpf.RFP),
-			bpf.Add.Imm(bpf.R2, int32(keyOff)),
-			bpf.FnMapLookupElem.Call(),
-			bpf.JEq.Imm(bpf.R0, 0, fail),
-			bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word),
+			bpf.Mov.Reg(bpf.R2, lo),
+			bpf.Add.Reg(bpf.R2, bpf.R1),
+			bpf.And.Imm(bpf.R2, fenceMask),
+			bpf.LSh.Imm(bpf.R2, 2),
+			bpf.Mov.Reg(bpf.R3, bpf.R4),
+			bpf.Add.Reg(bpf.R3, bpf.R2),
+			bpf.LoadMem(bpf.R3, bpf.R3, 0, bpf.Word),
 			bpf.Mov.Reg(bpf.R2, target),
-			bpf.Sub.Reg(bpf.R2, bpf.R1),
+			bpf.Sub.Reg(bpf.R2, bpf.R3),
 			bpf.RSh.Imm(bpf.R2, 63),
 			bpf.Xor.Imm(bpf.R2, 1),
-			bpf.Mov.Reg(bpf.R3, n),
-			bpf.RSh.Imm(bpf.R3, 1),
-			bpf.Mul.Reg(bpf.R2, bpf.R3),
+			bpf.Mul.Reg(bpf.R2, bpf.R1),
 			bpf.Add.Reg(lo, bpf.R2),
-			bpf.Sub.Reg(n, bpf.R3),
-		}
-		if i == 0 {
-			step[0] = step[0].WithSource(bpf.Comment(fmt.Sprintf(
-				"%s = last row at or below %s among %s rows from %s: %d steps of lo += (row[lo+n/2] <= %s) * n/2; n -= n/2",
-				lo, target, n, lo, steps, target)))
-		}
-		step[0] = step[0].WithSymbol(fmt.Sprintf("%s_step%d", prefix, i))
-		insns = append(insns, step...)
+			bpf.Sub.Reg(n, bpf.R1),
+		)
 	}
-	return insns
+	insns = append(insns,
+		bpf.StoreMem(bpf.RFP, keyOff, lo, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("r0 = the block; %s = the last row at or below %s in it: %d steps", lo, target, unwind.BlockSteps))),
+		bpf.LoadMapPtr(bpf.R1, 0).WithReference(rowsMap),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, int32(keyOff)),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, fail),
+		bpf.Mov.Imm(lo, 0),
+	)
+	for half := int32(unwind.BlockRows / 2); half > 0; half >>= 1 {
+		insns = append(insns,
+			bpf.Mov.Reg(bpf.R1, lo).WithSymbol(fmt.Sprintf("%s_row%d", prefix, half)),
+			bpf.Add.Imm(bpf.R1, half),
+			bpf.LSh.Imm(bpf.R1, 3),
+			bpf.Mov.Reg(bpf.R2, bpf.R0),
+			bpf.Add.Reg(bpf.R2, bpf.R1),
+			bpf.LoadMem(bpf.R2, bpf.R2, 0, bpf.Word),
+			bpf.Mov.Reg(bpf.R3, target),
+			bpf.Sub.Reg(bpf.R3, bpf.R2),
+			bpf.RSh.Imm(bpf.R3, 63),
+			bpf.Xor.Imm(bpf.R3, 1),
+			bpf.Mul.Imm(bpf.R3, half),
+			bpf.Add.Reg(lo, bpf.R3),
+		)
+	}
+	return append(insns,
+		bpf.LSh.Imm(lo, 3).WithSource(bpf.Comment("r0 = &block[lo]")),
+		bpf.Add.Reg(bpf.R0, lo),
+	)
 }

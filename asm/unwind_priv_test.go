@@ -41,26 +41,46 @@ func libcRows(t *testing.T) []unwind.Entry {
 }
 
 // TestRowSearchInKernel runs the search in the kernel (a socket filter
-// under BPF_PROG_TEST_RUN) over libc's real rows, placed after unrelated
-// rows as in the shared table, and compares it with unwind.Search at every
-// row boundary, the address before each, and random addresses.
+// under BPF_PROG_TEST_RUN) over libc's real rows, laid out in blocks after
+// another file's as in the shared table, and compares it with
+// unwind.Search at every row boundary, the address before each, and random
+// addresses.
 func TestRowSearchInKernel(t *testing.T) {
 	privtest.Require(t)
 	if err := rlimit.RemoveMemlock(); err != nil { // 5.10 charges maps to RLIMIT_MEMLOCK
 		t.Fatal(err)
 	}
 	rows := libcRows(t)
-	const first = 1000 // another file's rows come first
-	table, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(first + len(rows))})
+	for i := range rows {
+		rows[i].Rule = 1<<30 | uint32(i) // the program returns the rule: here, the row's index
+	}
+	const first = 16 * unwind.BlockRows // another file's blocks come first
+	blocks, fences := unwind.Blocks(rows)
+	nblocks := first/unwind.BlockRows + len(fences)
+	fenceCap := 1
+	for fenceCap < nblocks {
+		fenceCap *= 2
+	}
+	table, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: uint32(nblocks)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer table.Close()
-	keys := make([]uint32, len(rows))
-	for i := range keys {
-		keys[i] = uint32(first + i)
+	for b := 0; b < len(fences); b++ {
+		var block [unwind.BlockRows]unwind.Entry
+		copy(block[:], blocks[b*unwind.BlockRows:])
+		if err := table.Put(uint32(first/unwind.BlockRows+b), block); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := table.BatchUpdate(keys, rows, nil); err != nil {
+	fenceMap, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: uint32(4 * fenceCap), MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fenceMap.Close()
+	all := make([]uint32, fenceCap)
+	copy(all[first/unwind.BlockRows:], fences)
+	if err := fenceMap.Put(uint32(0), all); err != nil {
 		t.Fatal(err)
 	}
 	input, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
@@ -69,7 +89,7 @@ func TestRowSearchInKernel(t *testing.T) {
 	}
 	defer input.Close()
 	insns := bpf.Instructions{
-		bpf.StoreImm(bpf.RFP, -4, 0, bpf.Word).WithSource(bpf.Comment("r0 = index of the row for input[0]")),
+		bpf.StoreImm(bpf.RFP, -4, 0, bpf.Word).WithSource(bpf.Comment("r0 = the rule of the row for input[0]")),
 		bpf.LoadMapPtr(bpf.R1, input.FD()),
 		bpf.Mov.Reg(bpf.R2, bpf.RFP),
 		bpf.Add.Imm(bpf.R2, -4),
@@ -79,12 +99,13 @@ func TestRowSearchInKernel(t *testing.T) {
 		bpf.Mov.Imm(bpf.R7, first),
 		bpf.Mov.Imm(bpf.R8, int32(len(rows))),
 	}
-	insns = append(insns, RowSearch("s", "rows", bpf.R6, bpf.R7, bpf.R8, unwind.SearchSteps, -8, "fail")...)
-	insns = append(insns, bpf.Mov.Reg(bpf.R0, bpf.R7), bpf.Return())
+	insns = append(insns, RowSearch("s", "rows", "fences", int32(fenceCap-1), bpf.R6, bpf.R7, bpf.R8, -8, "fail")...)
+	insns = append(insns, bpf.LoadMem(bpf.R0, bpf.R0, 4, bpf.Word), bpf.Return())
 	insns = append(insns, Return("fail", -1)...)
 	for i := range insns {
-		if insns[i].Reference() == "rows" {
-			if err := insns[i].AssociateMap(table); err != nil {
+		m := map[string]*ebpf.Map{"rows": table, "fences": fenceMap}[insns[i].Reference()]
+		if m != nil {
+			if err := insns[i].AssociateMap(m); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -102,6 +123,7 @@ func TestRowSearchInKernel(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		pcs = append(pcs, rows[0].PC+uint32(rng.IntN(int(rows[len(rows)-1].PC-rows[0].PC+64))))
 	}
+	layout := unwind.NewLayout(rows)
 	for _, pc := range pcs {
 		if err := input.Put(uint32(0), uint64(pc)); err != nil {
 			t.Fatal(err)
@@ -110,10 +132,10 @@ func TestRowSearchInKernel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run: %v", err)
 		}
-		want, _ := unwind.Search(rows, pc)
-		if int(got) != first+want {
-			t.Fatalf("row of 0x%x: %d in the kernel, %d in Go", pc, int32(got), first+want)
+		want, _ := layout.Search(pc)
+		if got != 1<<30|uint32(want) {
+			t.Fatalf("row of 0x%x: rule 0x%x in the kernel, row %d in Go", pc, got, want)
 		}
 	}
-	t.Logf("%d rows, %d addresses, %d instructions", len(rows), len(pcs), len(insns))
+	t.Logf("%d rows in %d blocks, %d addresses, %d instructions", len(rows), len(fences), len(pcs), len(insns))
 }

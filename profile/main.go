@@ -19,7 +19,7 @@ type options struct {
 	Folded    bool   `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
 	SVG       string `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
 	Pprof     string `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
-	Budget    int    `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
+	Budget    int    `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
 	Idle      bool   `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
 }
 

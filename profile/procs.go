@@ -75,23 +75,21 @@ type lpmValue struct {
 // files: all of them for the processes asked for (-p, -c), else a file's
 // when the unwinder first meets an address in it.
 type processes struct {
-	rows, lpm *ebpf.Map    // nil with --unwind=fp
-	mem       *ebpf.Memory // the row table mapped into memory (5.5+), or nil
-	eager     bool
-	capacity  int // rows the table holds
-	next      int // its first free row
-	files     map[fileKey]*file
-	procs     map[uint32]*process
-	full      int // files left out: the row table was full
-	loadTime  time.Duration
+	rows, fences, lpm *ebpf.Map // nil with --unwind=fp
+	fenceCopy         []uint32  // the fences value, written whole
+	eager             bool
+	capacity          int // rows the table holds
+	next              int // its first free row, at a block's start
+	files             map[fileKey]*file
+	procs             map[uint32]*process
+	full              int // files left out: the row table was full
+	loadTime          time.Duration
 }
 
-func newProcesses(rows, lpm *ebpf.Map, capacity int, eager bool) *processes {
-	ps := &processes{rows: rows, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
-	if rows != nil {
-		if mem, err := rows.Memory(); err == nil {
-			ps.mem = mem
-		}
+func newProcesses(rows, fences, lpm *ebpf.Map, capacity int, eager bool) *processes {
+	ps := &processes{rows: rows, fences: fences, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
+	if fences != nil {
+		ps.fenceCopy = make([]uint32, fences.ValueSize()/4)
 	}
 	return ps
 }
@@ -311,43 +309,43 @@ func (ps *processes) loadRows(f *file) (err error) {
 	if len(entries) == 0 {
 		return errors.New("no unwind rows")
 	}
-	if ps.next+len(entries) > ps.capacity {
+	rows, fences := unwind.Blocks(entries)
+	if ps.next+len(rows) > ps.capacity {
 		ps.full++
 		return fmt.Errorf("the row table is full (%d of %d rows used)", ps.next, ps.capacity)
 	}
-	if err := ps.store(entries); err != nil {
+	if err := ps.store(rows, fences); err != nil {
 		return fmt.Errorf("load unwind rows: %w", err)
 	}
 	f.first, f.rows = ps.next, len(entries)
-	ps.next += len(entries)
+	ps.next += len(rows)
 	return nil
 }
 
-// store writes rows at ps.next: straight into the mapped table (5.5+),
-// else in batches (5.6+), else one at a time.
-func (ps *processes) store(entries []unwind.Entry) error {
-	if ps.mem != nil {
-		b := make([]byte, 8*len(entries))
-		for i, e := range entries {
-			binary.LittleEndian.PutUint32(b[8*i:], e.PC)
-			binary.LittleEndian.PutUint32(b[8*i+4:], e.Rule)
-		}
-		_, err := ps.mem.WriteAt(b, int64(8*ps.next))
-		return err
-	}
-	keys := make([]uint32, len(entries))
+// store writes whole blocks of rows at ps.next, in batches (5.6+) or one
+// at a time, then the fences value whole. (Not through a mapping of the
+// table into memory: every page of a mapped BPF array is resident, the
+// whole table counted in the tool's RSS.)
+func (ps *processes) store(rows []unwind.Entry, fences []uint32) error {
+	block := ps.next / unwind.BlockRows
+	keys := make([]uint32, len(fences))
+	values := make([][unwind.BlockRows]unwind.Entry, len(fences))
 	for i := range keys {
-		keys[i] = uint32(ps.next + i)
+		keys[i] = uint32(block + i)
+		copy(values[i][:], rows[unwind.BlockRows*i:])
 	}
-	if _, err := ps.rows.BatchUpdate(keys, entries, nil); err == nil || !errors.Is(err, ebpf.ErrNotSupported) {
-		return err
-	}
-	for i, e := range entries {
-		if err := ps.rows.Put(keys[i], e); err != nil {
+	if _, err := ps.rows.BatchUpdate(keys, values, nil); err != nil {
+		if !errors.Is(err, ebpf.ErrNotSupported) {
 			return err
 		}
+		for i := range keys {
+			if err := ps.rows.Put(keys[i], values[i]); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
+	copy(ps.fenceCopy[block:], fences)
+	return ps.fences.Put(uint32(0), ps.fenceCopy)
 }
 
 // point replaces the process's prefixes in the mappings trie with those of
@@ -520,12 +518,14 @@ func (ps *processes) comm(pid uint32) string {
 	return "?"
 }
 
-// tableStats says what the row table holds.
-func (ps *processes) tableStats() (files, rows int) {
+// tableStats says what the row table holds: the files' rows, and the
+// table's rows in use (theirs, and the padding of their last blocks).
+func (ps *processes) tableStats() (files, rows, used int) {
 	for _, f := range ps.files {
 		if f != nil && f.first >= 0 {
 			files++
+			rows += f.rows
 		}
 	}
-	return files, ps.next
+	return files, rows, ps.next
 }

@@ -111,7 +111,6 @@ type progConfig struct {
 	NS       *asm.PidNS
 	Rows     int  // capacity of the row table
 	TaskRegs bool // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
-	Mmapable bool // the row table can be mapped into memory (5.5+)
 	// LazyHashes: the hash maps allocate entries as they are inserted
 	// (6.1+ for perf_event programs), not all of them at load: the counts
 	// alone are 6 MiB of kernel memory cleared at every start.
@@ -120,6 +119,17 @@ type progConfig struct {
 	// user registers are at the top of the task's kernel stack. 0: unknown.
 	TaskStack int
 	Readers   asm.Readers
+}
+
+// fences is how many block addresses the fences map holds: one for each
+// block of the row table, rounded up to a power of two (the search masks
+// its index with fences-1).
+func (c progConfig) fences() int {
+	n := 1
+	for n < c.Rows/unwind.BlockRows {
+		n *= 2
+	}
+	return n
 }
 
 func (c progConfig) keyUser() int     { return keyKernel + 8*c.KernelDepth }
@@ -149,10 +159,12 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	}
 	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: ebpf.PerfEvent, License: "GPL", Instructions: entry}
 	if cfg.Mode != unwindFP {
-		spec.Maps["rows"] = &ebpf.MapSpec{Name: "profile_rows", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(cfg.Rows)}
-		if cfg.Mmapable {
-			spec.Maps["rows"].Flags = unix.BPF_F_MMAPABLE // rows are written to memory, not through a syscall each
-		}
+		// The row table, as unwind.Blocks lays it out: blocks of rows, and
+		// the first address of each block in one value (read in place).
+		spec.Maps["rows"] = &ebpf.MapSpec{Name: "profile_rows", Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: uint32(cfg.Rows / unwind.BlockRows)}
+		// Both are written through syscalls, not mapped into memory: a
+		// mapping of the table is resident in full, 8 MiB more RSS.
+		spec.Maps["fences"] = &ebpf.MapSpec{Name: "profile_fences", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(4 * cfg.fences()), MaxEntries: 1}
 		spec.Maps["mappings"] = &ebpf.MapSpec{Name: "profile_maps", Type: ebpf.LPMTrie, KeySize: 16, ValueSize: 16, MaxEntries: maxMappings, Flags: 1 /* BPF_F_NO_PREALLOC, required */}
 		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
@@ -484,12 +496,9 @@ func frame(cfg progConfig, p string, last bool) bpf.Instructions {
 		bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.Word),
 		bpf.LoadMem(bpf.R8, bpf.R0, 4, bpf.Word),
 	)
-	insns = append(insns, asm.RowSearch(p+"_search", "rows", bpf.R6, bpf.R7, bpf.R8, unwind.SearchSteps, fpSearch, "no_row")...)
-	insns = append(insns, bpf.StoreMem(bpf.RFP, fpSearch, bpf.R7, bpf.Word))
-	insns = append(insns, asm.MapLookup("rows", fpSearch)...)
+	insns = append(insns, asm.RowSearch(p+"_search", "rows", "fences", int32(cfg.fences()-1), bpf.R6, bpf.R7, bpf.R8, fpSearch, "no_row")...)
 	insns = append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, "no_row"),
-		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word),
+		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word).WithSource(bpf.Comment("the row's address: above the target, the target is below the file's first row")),
 		bpf.JGT.Reg(bpf.R1, bpf.R6, "no_row"),
 		bpf.LoadMem(bpf.R2, bpf.R0, 4, bpf.Word).WithSource(bpf.Comment("the rule: base (bits 0-1), saved rbp (2-9), offset (10-31)")),
 		bpf.StoreMem(bpf.RFP, fpRule, bpf.R2, bpf.DWord),

@@ -20,12 +20,12 @@ func variants() map[string]progConfig {
 		"fp_all":          {Mode: unwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"fp_pid":          {Mode: unwindFP, Pid: 1234, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"eh_tree":         {Mode: unwindEH, Tree: true, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
-		"auto_all":        {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Mmapable: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_all":        {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"auto_no_taskreg": {Mode: unwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: kd, UserDepth: ud},
 		"eh_task_stack":   {Mode: unwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"auto_small_keys": {Mode: unwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: smallKernelDepth, UserDepth: smallUserDepth},
 		"eh_tree_ns":      {Mode: unwindEH, Tree: true, Root: 2, NS: &asm.PidNS{Dev: 4, Ino: 4026532417}, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
-		"auto_lazy":       {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, Mmapable: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_lazy":       {Mode: unwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 	}
 	return v
 }

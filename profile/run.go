@@ -40,8 +40,10 @@ func validate(o *options) error {
 	if o.Folded && o.Timestamp {
 		return tools.Usagef("--folded and -T cannot be used together: folded lines are for flame graph tools, which a time line would break")
 	}
-	if o.Budget < 1 || o.Budget > 1024 {
-		return tools.Usagef("invalid --table-mib %d: want 1 to 1024", o.Budget)
+	if o.Budget < 1 || o.Budget > 512 {
+		// 512 MiB of rows have 1M blocks: their fences, one value of 4 MiB,
+		// are the most an array value may hold before 6.x (KMALLOC_MAX_SIZE).
+		return tools.Usagef("invalid --table-mib %d: want 1 to 512", o.Budget)
 	}
 	if o.Pid != 0 {
 		if o.Command != "" {
@@ -99,7 +101,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		cfg.KernelDepth, cfg.UserDepth = smallKernelDepth, smallUserDepth
 		fmt.Fprintf(s.Stderr, "profile: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", cfg.KernelDepth, cfg.UserDepth)
 	}
-	cfg.TaskRegs, cfg.Mmapable, cfg.LazyHashes = tools.HaveTaskPtRegs(), tools.HaveMmapableArrays(), tools.HaveLazyHashes()
+	cfg.TaskRegs, cfg.LazyHashes = tools.HaveTaskPtRegs(), tools.HaveLazyHashes()
 	if os.Getenv(noTaskRegsEnv) == "1" {
 		cfg.TaskRegs = false // the tests take the pre-5.15 path on any kernel
 	}
@@ -121,7 +123,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	ps := newProcesses(coll.Maps["rows"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
+	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	defer ps.close()
 	if cfg.Mode != unwindFP {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
@@ -492,9 +494,9 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 		fmt.Fprintf(w, "  %s: %d\n", e, byEnd[e])
 	}
 	if r.o.Unwind != unwindFP {
-		files, rows := r.ps.tableStats()
+		files, rows, used := r.ps.tableStats()
 		fmt.Fprintf(w, "unwind tables: %d files, %d rows (%.1f of %d MiB), read in %d ms",
-			files, rows, float64(rows*8)/(1<<20), r.o.Budget, r.ps.loadTime.Milliseconds())
+			files, rows, float64(used*8)/(1<<20), r.o.Budget, r.ps.loadTime.Milliseconds())
 		if r.ps.full > 0 {
 			fmt.Fprintf(w, "; %d files left out: the table is full (--table-mib)", r.ps.full)
 		}

@@ -36,12 +36,6 @@ func newest(want, fallback bpf.BuiltinFunc) bpf.BuiltinFunc {
 // Readers are the reading helpers of this kernel, probed once.
 func Readers() asm.Readers { return readers() }
 
-// HaveMmapableArrays reports whether array maps can be mapped into memory
-// (BPF_F_MMAPABLE, 5.5+).
-func HaveMmapableArrays() bool {
-	return probeMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_MMAPABLE})
-}
-
 // HashKeyFits reports whether a hash map takes keys of size bytes: 5.10
 // refuses keys above MAX_BPF_STACK (512 bytes), 6.1 takes them.
 func HashKeyFits(size int) bool {

@@ -55,11 +55,35 @@ func (s Stop) String() string {
 }
 
 // MaxRows is the most entries one file may have: the in-kernel search
-// takes a fixed SearchSteps steps.
+// takes a fixed SearchSteps steps, FenceSteps among its blocks' first
+// addresses (the fences) and BlockSteps among one block's BlockRows rows.
 const (
 	SearchSteps = 20
 	MaxRows     = 1 << SearchSteps
+	BlockSteps  = 6
+	BlockRows   = 1 << BlockSteps
+	FenceSteps  = SearchSteps - BlockSteps
 )
+
+// Pad fills a file's last block after its rows: above every address the
+// search is asked for, and a stop if it were ever chosen.
+var Pad = Entry{PC: 1<<32 - 1, Rule: stop(StopNoRow)}
+
+// Blocks lays entries out as the in-kernel table holds them: whole blocks
+// of BlockRows rows (the last one padded with Pad), and the fences, the
+// first address of each block.
+func Blocks(entries []Entry) (rows []Entry, fences []uint32) {
+	n := (len(entries) + BlockRows - 1) / BlockRows * BlockRows
+	rows = make([]Entry, n)
+	copy(rows, entries)
+	for i := len(entries); i < n; i++ {
+		rows[i] = Pad
+	}
+	for i := 0; i < n; i += BlockRows {
+		fences = append(fences, rows[i].PC)
+	}
+	return rows, fences
+}
 
 func stop(s Stop) uint32 { return BaseStop | uint32(s)<<offShift }
 
@@ -162,20 +186,45 @@ func Compile(fdes []FDE) ([]Entry, error) {
 }
 
 // Search is the in-kernel search in Go: the index (from first) of the last
-// entry at or below pc among count entries, as the BPF program computes it,
-// SearchSteps fixed steps and no branch on the data. ok is false when pc is
-// below the first entry.
+// entry at or below pc among count entries, as the BPF program computes it
+// over Blocks' layout. ok is false when pc is below the first entry.
 func Search(entries []Entry, pc uint32) (int, bool) {
-	lo, n := 0, len(entries)
-	if n == 0 {
+	return NewLayout(entries).Search(pc)
+}
+
+// Layout is a file's entries as Blocks lays them out.
+type Layout struct {
+	n      int
+	rows   []Entry
+	fences []uint32
+}
+
+func NewLayout(entries []Entry) Layout {
+	rows, fences := Blocks(entries)
+	return Layout{len(entries), rows, fences}
+}
+
+// Search is the in-kernel search: FenceSteps fixed steps among the fences
+// for the last block that starts at or below pc, then BlockSteps within
+// that block, and no branch on the data. ok is false when pc is below the
+// first entry (or only a Pad row is at or below it).
+func (l Layout) Search(pc uint32) (int, bool) {
+	if l.n == 0 {
 		return 0, false
 	}
-	for i := 0; i < SearchSteps; i++ {
+	b, n := 0, len(l.fences)
+	for i := 0; i < FenceSteps; i++ {
 		half := n >> 1
-		if entries[lo+half].PC <= pc {
-			lo += half
+		if l.fences[b+half] <= pc {
+			b += half
 		}
 		n -= half
 	}
-	return lo, entries[lo].PC <= pc
+	lo := b * BlockRows
+	for half := BlockRows / 2; half > 0; half >>= 1 {
+		if l.rows[lo+half].PC <= pc {
+			lo += half
+		}
+	}
+	return lo, lo < l.n && l.rows[lo].PC <= pc
 }

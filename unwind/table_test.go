@@ -32,8 +32,9 @@ func TestCompile(t *testing.T) {
 				t.Fatalf("%s: entries %d and %d not merged: %+v %+v", name, i-1, i, entries[i-1], entries[i])
 			}
 		}
+		layout := NewLayout(entries)
 		rule := func(pc uint64) uint32 {
-			i, ok := Search(entries, uint32(pc))
+			i, ok := layout.Search(uint32(pc))
 			if !ok {
 				t.Fatalf("%s: no entry for 0x%x", name, pc)
 			}
@@ -86,6 +87,7 @@ func TestSearch(t *testing.T) {
 			pc += 1 + uint32(rng.Intn(50))
 			entries[i] = Entry{PC: pc, Rule: uint32(i)}
 		}
+		layout := NewLayout(entries)
 		for k := 0; k < 2000; k++ {
 			q := uint32(rng.Int63n(int64(pc) + 100))
 			if k < n {
@@ -94,7 +96,7 @@ func TestSearch(t *testing.T) {
 			// The reference: the first entry above q, less one.
 			want := sort.Search(len(entries), func(i int) bool { return entries[i].PC > q }) - 1
 			wok := want >= 0
-			got, ok := Search(entries, q)
+			got, ok := layout.Search(q)
 			if ok != wok || ok && got != want {
 				t.Fatalf("n=%d pc=0x%x: %d %v, want %d %v", n, q, got, ok, want, wok)
 			}
