@@ -6,7 +6,6 @@ import (
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
@@ -43,7 +42,7 @@ func HashKeyFits(size int) bool {
 }
 
 func probeMap(spec *ebpf.MapSpec) bool {
-	_ = rlimit.RemoveMemlock() // before 5.11 map memory counts against RLIMIT_MEMLOCK
+	_ = removeMemlock() // before 5.11 map memory counts against RLIMIT_MEMLOCK
 	m, err := ebpf.NewMap(spec)
 	if err != nil {
 		return false
@@ -63,7 +62,7 @@ func HaveTaskPtRegs() bool {
 // and exchange on map values (5.12+, and a JIT that emits it), probed once
 // by loading a tracepoint program that uses it.
 var HaveAtomicCmpXchg = sync.OnceValue(func() bool {
-	_ = rlimit.RemoveMemlock()
+	_ = removeMemlock()
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
 	if err != nil {
 		return false
@@ -99,7 +98,7 @@ var HaveAtomicCmpXchg = sync.OnceValue(func() bool {
 // kernel memory and clearing time at every start: profile's stack counts
 // are 6 MiB of it.
 var HaveLazyHashes = sync.OnceValue(func() bool {
-	_ = rlimit.RemoveMemlock()
+	_ = removeMemlock()
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_NO_PREALLOC})
 	if err != nil {
 		return false

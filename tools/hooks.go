@@ -10,7 +10,6 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 )
 
 // Hook is how a program reaches a tracepoint:
@@ -95,7 +94,7 @@ func HaveFentry(fn string) bool {
 	if v, ok := fentries.Load(fn); ok {
 		return v.(bool)
 	}
-	_ = rlimit.RemoveMemlock()
+	_ = removeMemlock()
 	prog, err := loadTracing(&ebpf.ProgramSpec{
 		Name: "probe", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: fn, License: "GPL",
 		Instructions: bpf.Instructions{bpf.Mov.Imm(bpf.R0, 0), bpf.Return()},
@@ -114,7 +113,7 @@ func HaveFentry(fn string) bool {
 
 // HaveRawTracepoints reports whether raw tracepoint programs load (4.17+).
 var HaveRawTracepoints = sync.OnceValue(func() bool {
-	_ = rlimit.RemoveMemlock()
+	_ = removeMemlock()
 	return features.HaveProgramType(ebpf.RawTracepoint) == nil
 })
 
@@ -126,7 +125,7 @@ func HaveBTFTracepoint(event string) bool {
 	if v, ok := btfTracepoints.Load(event); ok {
 		return v.(bool)
 	}
-	_ = rlimit.RemoveMemlock()
+	_ = removeMemlock()
 	prog, err := loadTracing(&ebpf.ProgramSpec{
 		Name: "probe", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: event, License: "GPL",
 		Instructions: bpf.Instructions{bpf.Mov.Imm(bpf.R0, 0), bpf.Return()},
@@ -260,7 +259,7 @@ func AttachForced(choice string) bool {
 // that reads past the last one. block_rq_issue passes 2 on 5.10 (queue,
 // request) and 1 from 5.11.
 func RawTracepointArgs(event string, max int) (int, error) {
-	_ = rlimit.RemoveMemlock()
+	_ = removeMemlock()
 	for n := max; n > 0; n-- {
 		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.RawTracepoint, License: "GPL", Instructions: bpf.Instructions{
 			bpf.LoadMem(bpf.R0, bpf.R1, int16(8*(n-1)), bpf.DWord),

@@ -6,7 +6,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,10 +24,10 @@ const shortLog = 20
 // no disassembly (a complex program's log runs to tens of thousands of
 // lines).
 func load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
-	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; RemoveMemlock
-	// raises it only where that accounting is still in force.
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("raise RLIMIT_MEMLOCK for BPF maps: %w", err)
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; the limit
+	// is raised only where that accounting is still in force.
+	if err := removeMemlock(); err != nil {
+		return nil, err
 	}
 	for _, p := range spec.Programs {
 		firstLineInfo(p.Instructions)
