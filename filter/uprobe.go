@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/lazy"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 	"github.com/tracekit/tracekit/uprobe"
@@ -20,11 +20,11 @@ import (
 var (
 	// fileName is a bare file name looked up on $PATH and in the library
 	// directories; a path must be absolute (tracefs.ValidatePath).
-	fileName = regexp.MustCompile(`^[A-Za-z0-9._+-]+$`)
+	fileName = lazy.Regexp(`^[A-Za-z0-9._+-]+$`)
 	// userSymbol is a uprobe target: a function with an optional +offset,
 	// or a virtual address.
-	userSymbol = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_.$@]*(\+(0x[0-9a-fA-F]+|[0-9]+))?|0x[0-9a-fA-F]+)$`)
-	usdtName   = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+	userSymbol = lazy.Regexp(`^([A-Za-z_][A-Za-z0-9_.$@]*(\+(0x[0-9a-fA-F]+|[0-9]+))?|0x[0-9a-fA-F]+)$`)
+	usdtName   = lazy.Regexp(`^[A-Za-z0-9_]+$`)
 )
 
 // parseUserEvent parses uprobe:PATH:SYMBOL[+OFF], uprobe:PATH:0xADDR,
@@ -51,14 +51,14 @@ func parseUserEvent(kind, rest string, info bool) (event, error) {
 		if !ok {
 			prov, name = "", target
 		}
-		if (prov != "" && !usdtName.MatchString(prov)) || !usdtName.MatchString(name) {
+		if (prov != "" && !usdtName().MatchString(prov)) || !usdtName().MatchString(name) {
 			return ev, fmt.Errorf("invalid USDT probe %q: want [PROVIDER:]NAME, letters, digits and _", target)
 		}
 		ev.provider, ev.probeName = prov, name
 	case info:
 		ev.symbol = target // a glob
 	default:
-		if !userSymbol.MatchString(target) {
+		if !userSymbol().MatchString(target) {
 			return ev, fmt.Errorf("invalid function %q: want a symbol with an optional +offset, or a 0x address", target)
 		}
 		if kind == "uretprobe" && strings.Contains(target, "+") {
@@ -73,7 +73,7 @@ func checkFileArg(path string) error {
 	if strings.HasPrefix(path, "/") {
 		return tracefs.ValidatePath(path)
 	}
-	if !fileName.MatchString(path) {
+	if !fileName().MatchString(path) {
 		return fmt.Errorf("invalid file %q: an absolute path, or a bare name to look up on $PATH and in the library directories", path)
 	}
 	return nil

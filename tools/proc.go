@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/lazy"
 )
 
 // MkDev is a kernel dev_t as the block tracepoints record it:
@@ -26,12 +26,12 @@ func MkDev(major, minor uint32) uint32 { return major<<20 | minor }
 // DevString prints a kernel dev_t as "major:minor".
 func DevString(dev uint32) string { return fmt.Sprintf("%d:%d", dev>>20, dev&(1<<20-1)) }
 
-var diskName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
+var diskName = lazy.Regexp(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
 
 // DevOf finds a disk by name ("loop0", "vda", "nvme0n1p2") through
 // /sys/class/block. The name becomes part of a path: it is checked first.
 func DevOf(name string) (uint32, error) {
-	if !diskName.MatchString(name) || name == "." || name == ".." {
+	if !diskName().MatchString(name) || name == "." || name == ".." {
 		return 0, fmt.Errorf("invalid disk name %q", name)
 	}
 	b, err := os.ReadFile(filepath.Join("/sys/class/block", name, "dev"))

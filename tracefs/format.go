@@ -2,9 +2,10 @@ package tracefs
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/tracekit/tracekit/internal/lazy"
 )
 
 // Field is one field of a trace event record, as its format file states it.
@@ -64,8 +65,8 @@ func (f *Format) MustField(name string) (Field, error) {
 }
 
 var (
-	fieldLine = regexp.MustCompile(`^\s*field:(.+);\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);`)
-	arraySfx  = regexp.MustCompile(`\[(\d*)\]$`)
+	fieldLine = lazy.Regexp(`^\s*field:(.+);\s*offset:(\d+);\s*size:(\d+);\s*signed:(\d+);`)
+	arraySfx  = lazy.Regexp(`\[(\d*)\]$`)
 )
 
 // ParseFormat parses the text of a tracefs format file.
@@ -88,7 +89,7 @@ func ParseFormat(text string) (*Format, error) {
 			// A blank line separates the common fields from the event's own.
 			common = false
 		default:
-			m := fieldLine.FindStringSubmatch(line)
+			m := fieldLine().FindStringSubmatch(line)
 			if m == nil {
 				continue
 			}
@@ -124,12 +125,12 @@ func parseField(m []string) (Field, error) {
 		return Field{}, fmt.Errorf("no type in %q", decl)
 	}
 	typ, name := strings.TrimSpace(decl[:i+1]), decl[i+1:]
-	if a := arraySfx.FindStringSubmatch(name); a != nil {
+	if a := arraySfx().FindStringSubmatch(name); a != nil {
 		name = strings.TrimSuffix(name, a[0])
 		typ += a[0]
 		fl.ArrayLen, _ = strconv.Atoi(a[1])
 	}
-	if name == "" || !namePattern.MatchString(name) {
+	if name == "" || !namePattern().MatchString(name) {
 		return Field{}, fmt.Errorf("bad field name in %q", decl)
 	}
 	fl.Name, fl.Type = name, typ
@@ -137,8 +138,8 @@ func parseField(m []string) (Field, error) {
 }
 
 var (
-	symbolicStart = regexp.MustCompile(`__print_symbolic\(\s*REC->(\w+)\s*,`)
-	symbolicEntry = regexp.MustCompile(`\{\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*,\s*"([^"]*)"\s*\}`)
+	symbolicStart = lazy.Regexp(`__print_symbolic\(\s*REC->(\w+)\s*,`)
+	symbolicEntry = lazy.Regexp(`\{\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*,\s*"([^"]*)"\s*\}`)
 )
 
 // parseSymbolic reads the {value, "name"} tables of __print_symbolic calls
@@ -146,7 +147,7 @@ var (
 // enum name (no TRACE_DEFINE_ENUM in that kernel) are skipped.
 func parseSymbolic(printFmt string) map[string]map[uint64]string {
 	out := map[string]map[uint64]string{}
-	for _, loc := range symbolicStart.FindAllStringSubmatchIndex(printFmt, -1) {
+	for _, loc := range symbolicStart().FindAllStringSubmatchIndex(printFmt, -1) {
 		field := printFmt[loc[2]:loc[3]]
 		body := printFmt[loc[1]:]
 		// The table ends at the parenthesis that closes the call.
@@ -163,7 +164,7 @@ func parseSymbolic(printFmt string) map[string]map[uint64]string {
 			}
 		}
 		table := map[uint64]string{}
-		for _, e := range symbolicEntry.FindAllStringSubmatch(body, -1) {
+		for _, e := range symbolicEntry().FindAllStringSubmatch(body, -1) {
 			v, err := strconv.ParseInt(e[1], 0, 64)
 			if err != nil {
 				continue

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/tracekit/tracekit/internal/lazy"
 )
 
 // ProbeType is the kind of a dynamic probe: a kprobe on a kernel function
@@ -125,11 +126,11 @@ func (p Probe) String() string {
 // add dots: "foo.isra.0", "bar.cold") with an optional +offset, decimal or
 // hex. Nothing else reaches kprobe_events: a space would add arguments, a
 // newline another probe definition, a ':' or '/' a group.
-var symbolPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*(\+(0x[0-9a-fA-F]+|[0-9]+))?$`)
+var symbolPattern = lazy.Regexp(`^[A-Za-z_][A-Za-z0-9_.]*(\+(0x[0-9a-fA-F]+|[0-9]+))?$`)
 
 // ValidateSymbol checks a kprobe target before anything is written.
 func ValidateSymbol(sym string) error {
-	if len(sym) > 256 || !symbolPattern.MatchString(sym) {
+	if len(sym) > 256 || !symbolPattern().MatchString(sym) {
 		return fmt.Errorf("invalid kernel symbol %q: want a function name with an optional +offset (e.g. ksys_write, tcp_v4_rcv+0x10)", sym)
 	}
 	return nil
@@ -139,11 +140,11 @@ func ValidateSymbol(sym string) error {
 // printable characters without white space (which would split the line into
 // arguments), ':' (which separates the offset), '(' or ')' (the semaphore),
 // '%' or '\'. A path with those characters is probed through the PMU only.
-var pathPattern = regexp.MustCompile(`^/[^\x00-\x20\x7f:()%\\]*$`)
+var pathPattern = lazy.Regexp(`^/[^\x00-\x20\x7f:()%\\]*$`)
 
 // ValidatePath checks a uprobe's file before anything is written.
 func ValidatePath(path string) error {
-	if len(path) > 4095 || !pathPattern.MatchString(path) {
+	if len(path) > 4095 || !pathPattern().MatchString(path) {
 		return fmt.Errorf("invalid file path %q for a uprobe: want an absolute path without spaces, control characters, ':', '(', ')', '%%' or '\\'", path)
 	}
 	return nil
@@ -179,7 +180,7 @@ func SplitSymbol(sym string) (string, uint64) {
 // fetchArg is a probe argument this toolkit writes: a name, an argument
 // register of x86-64 or arm64 (x0-x7), or the return value, and a
 // fixed-size type ("skb=%di:x64", "skb=%x1:x64", "ret=$retval:s32").
-var fetchArg = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=(%(di|si|dx|cx|r8|r9|ax|x[0-7])|\$retval):[usx](8|16|32|64)$`)
+var fetchArg = lazy.Regexp(`^[A-Za-z_][A-Za-z0-9_]*=(%(di|si|dx|cx|r8|r9|ax|x[0-7])|\$retval):[usx](8|16|32|64)$`)
 
 // Line is the line of kprobe_events or uprobe_events that defines the
 // probe as group/event: "p:group/event ksys_write skb=%di:x64",
@@ -207,7 +208,7 @@ func (p Probe) Line(group, event string) (string, error) {
 	}
 	line := fmt.Sprintf("%s:%s/%s %s", kind, group, event, place)
 	for _, a := range p.Args {
-		if !fetchArg.MatchString(a) {
+		if !fetchArg().MatchString(a) {
 			return "", fmt.Errorf("invalid probe argument %q", a)
 		}
 		line += " " + a
@@ -272,7 +273,7 @@ func RemoveProbe(t ProbeType, group, event string) error {
 // pid namespace in which that pid means something.
 const GroupPrefix = "tk_"
 
-var ownedGroup = regexp.MustCompile(`^` + GroupPrefix + `[A-Za-z0-9]+_([0-9]+)_([0-9]+)$`)
+var ownedGroup = lazy.Regexp(`^` + GroupPrefix + `[A-Za-z0-9]+_([0-9]+)_([0-9]+)$`)
 
 // Group returns the probe group of a tool process: its tool name (letters
 // and digits), the inode of its pid namespace and its pid there.
@@ -336,7 +337,7 @@ func parseProbeList(t ProbeType, s *bufio.Scanner) []ProbeEvent {
 // group of another namespace (a tool in a container that shares the host's
 // tracefs) cannot be judged from here and is never stale.
 func stale(group string, ns uint64, alive func(pid int) bool) bool {
-	m := ownedGroup.FindStringSubmatch(group)
+	m := ownedGroup().FindStringSubmatch(group)
 	if m == nil {
 		return false
 	}

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/tracekit/tracekit/internal/lazy"
 	"golang.org/x/sys/unix"
 )
 
@@ -119,13 +119,13 @@ func isTracefs(p string) bool {
 // namePattern is what the kernel accepts for event groups and names
 // (kernel/trace/trace_probe.c: is_good_name), and all this package lets
 // become part of a path or a probe definition.
-var namePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var namePattern = lazy.Regexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // ValidateName checks an event group or event name: a C identifier, so that
 // "../x", "a/b" or a name with a newline can never become a path or a line
 // written to a control file.
 func ValidateName(kind, name string) error {
-	if !namePattern.MatchString(name) {
+	if !namePattern().MatchString(name) {
 		return fmt.Errorf("invalid %s name %q: want letters, digits and '_', not starting with a digit", kind, name)
 	}
 	return nil
