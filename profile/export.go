@@ -6,63 +6,7 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"time"
-
-	"github.com/google/pprof/profile"
 )
-
-// writePprof writes the stacks as a gzipped pprof profile (the format go
-// tool pprof, speedscope and Pyroscope read): one sample per stack with its
-// count and its CPU time (count / frequency), frames leaf first, kernel
-// frames above the user ones.
-func writePprof(w io.Writer, stacks []stack, hz int, start time.Time, d time.Duration) error {
-	period := int64(time.Second) / int64(hz)
-	p := &profile.Profile{
-		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
-		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
-		Period:        period,
-		TimeNanos:     start.UnixNano(),
-		DurationNanos: d.Nanoseconds(),
-	}
-	funcs := map[string]*profile.Function{}
-	locs := map[string]*profile.Location{}
-	loc := func(name string) *profile.Location {
-		if l, ok := locs[name]; ok {
-			return l
-		}
-		f := funcs[name]
-		if f == nil {
-			f = &profile.Function{ID: uint64(len(p.Function) + 1), Name: name, SystemName: name}
-			funcs[name] = f
-			p.Function = append(p.Function, f)
-		}
-		l := &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: f}}}
-		locs[name] = l
-		p.Location = append(p.Location, l)
-		return l
-	}
-	for _, st := range stacks {
-		s := &profile.Sample{
-			Value:    []int64{int64(st.Count), int64(st.Count) * period},
-			Label:    map[string][]string{"comm": {st.Comm}},
-			NumLabel: map[string][]int64{"pid": {int64(st.Pid)}},
-		}
-		for _, f := range st.Kernel {
-			s.Location = append(s.Location, loc(f+" [kernel]"))
-		}
-		for _, f := range st.User {
-			s.Location = append(s.Location, loc(f))
-		}
-		if st.End != "" {
-			s.Location = append(s.Location, loc(st.End))
-		}
-		p.Sample = append(p.Sample, s)
-	}
-	if err := p.CheckValid(); err != nil {
-		return fmt.Errorf("build the pprof profile: %w", err)
-	}
-	return p.Write(w)
-}
 
 // flameNode is a frame of the flame graph: its samples, its callees.
 type flameNode struct {

@@ -3,6 +3,7 @@ package profile
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,32 @@ func TestPprofFromStacks(t *testing.T) {
 	}
 	if got := p.Sample[1].Location[0].Line[0].Function.Name; got != "read_zero [kernel]" {
 		t.Errorf("kernel leaf: %q", got)
+	}
+	// What the pprof package wrote before this package wrote the format
+	// itself: the header, labels, one function per frame name.
+	if err := p.CheckValid(); err != nil {
+		t.Error(err)
+	}
+	vt := func(v *profile.ValueType) string { return v.Type + "/" + v.Unit }
+	if got := fmt.Sprint(vt(p.SampleType[0]), " ", vt(p.SampleType[1]), " ", vt(p.PeriodType)); len(p.SampleType) != 2 || got != "samples/count cpu/nanoseconds cpu/nanoseconds" {
+		t.Errorf("types %s", got)
+	}
+	if p.TimeNanos != 1700000000e9 || p.DurationNanos != 2e9 {
+		t.Errorf("time %d, duration %d", p.TimeNanos, p.DurationNanos)
+	}
+	odd := p.Sample[2]
+	if fmt.Sprint(odd.Label, odd.NumLabel) != "map[comm:[odd;name x]] map[pid:[7]]" {
+		t.Errorf("labels %v %v", odd.Label, odd.NumLabel)
+	}
+	if got := odd.Location[1].Line[0].Function; got.Name != "g\nh" || got.SystemName != got.Name {
+		t.Errorf("frame %q (%q)", got.Name, got.SystemName)
+	}
+	names = nil
+	for _, f := range p.Function {
+		names = append(names, f.Name)
+	}
+	if len(p.Function) != len(p.Location) || len(p.Function) != 14 {
+		t.Errorf("%d functions, %d locations, want one of each for the 14 frame names: %q", len(p.Function), len(p.Location), names)
 	}
 }
 
