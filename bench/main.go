@@ -591,10 +591,11 @@ func toolProcess(path string, args []string) func() (func(), error) {
 // first report (an interval of 10 ms, one report), with the runs that read
 // the kernel's BTF as rows of their own.
 func startup() error {
-	fmt.Printf("\nfrom start to the first report, 10 ms in (median of 5):\n\n")
+	const rounds = 9
+	fmt.Printf("\nfrom start to the first report, 10 ms in (%d interleaved rounds, medians):\n\n", rounds)
 	fmt.Println("| tool | CPU ms | peak RSS MiB |")
 	fmt.Println("| --- | ---: | ---: |")
-	for _, t := range []struct {
+	tools := []struct {
 		name string
 		args []string
 	}{
@@ -606,17 +607,22 @@ func startup() error {
 		{"filter --count", []string{"--count", "syscalls:sys_enter_write", "0.01", "1"}},
 		{"filter --count, a BTF walk", []string{"--count", "net:netif_receive_skb", "--where", "((struct sk_buff *)skbaddr)->dev->name == \"lo\"", "0.01", "1"}},
 		{"profile", []string{"0.01", "1"}},
-	} {
-		tool, _, _ := strings.Cut(t.name, " ")
-		var cpu, rss []float64
-		for i := 0; i < 5; i++ {
-			c, r, err := runPeak(*bin+"/"+tool, t.args...)
+	}
+	// Round by round, every tool once a round: the machine's drift over
+	// the minute this takes falls on all of them alike.
+	cpu, rss := make([][]float64, len(tools)), make([][]float64, len(tools))
+	for r := 0; r < rounds; r++ {
+		for i, t := range tools {
+			tool, _, _ := strings.Cut(t.name, " ")
+			c, m, err := runPeak(*bin+"/"+tool, t.args...)
 			if err != nil {
 				return fmt.Errorf("%s startup run: %w", t.name, err)
 			}
-			cpu, rss = append(cpu, c), append(rss, r)
+			cpu[i], rss[i] = append(cpu[i], c), append(rss[i], m)
 		}
-		fmt.Printf("| %s | %.1f | %.1f |\n", t.name, median(cpu), median(rss))
+	}
+	for i, t := range tools {
+		fmt.Printf("| %s | %.1f | %.1f |\n", t.name, median(cpu[i]), median(rss[i]))
 	}
 	fmt.Println()
 	fx, _ := filepath.Abs(filepath.Join(*fxDir, "fx-pie-O2"))
