@@ -46,10 +46,9 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n
 			bpf.Mov.Reg(bpf.R3, bpf.R4),
 			bpf.Add.Reg(bpf.R3, bpf.R2),
 			bpf.LoadMem(bpf.R3, bpf.R3, 0, bpf.Word),
-			bpf.Mov.Reg(bpf.R2, target),
-			bpf.Sub.Reg(bpf.R2, bpf.R3),
-			bpf.RSh.Imm(bpf.R2, 63),
-			bpf.Xor.Imm(bpf.R2, 1),
+		)
+		insns = append(insns, atOrBelow(bpf.R2, bpf.R3, target)...)
+		insns = append(insns,
 			bpf.Mul.Reg(bpf.R2, bpf.R1),
 			bpf.Add.Reg(lo, bpf.R2),
 			bpf.Sub.Reg(n, bpf.R1),
@@ -72,10 +71,9 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n
 			bpf.Mov.Reg(bpf.R2, bpf.R0),
 			bpf.Add.Reg(bpf.R2, bpf.R1),
 			bpf.LoadMem(bpf.R2, bpf.R2, 0, bpf.Word),
-			bpf.Mov.Reg(bpf.R3, target),
-			bpf.Sub.Reg(bpf.R3, bpf.R2),
-			bpf.RSh.Imm(bpf.R3, 63),
-			bpf.Xor.Imm(bpf.R3, 1),
+		)
+		insns = append(insns, atOrBelow(bpf.R3, bpf.R2, target)...)
+		insns = append(insns,
 			bpf.Mul.Imm(bpf.R3, half),
 			bpf.Add.Reg(lo, bpf.R3),
 		)
@@ -84,4 +82,15 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n
 		bpf.LSh.Imm(lo, 3).WithSource(bpf.Comment("r0 = &block[lo]")),
 		bpf.Add.Reg(bpf.R0, lo),
 	)
+}
+
+// atOrBelow sets cond to 1 if addr <= target, else 0, without a branch:
+// the sign bit of target-addr, flipped (both below 1<<32).
+func atOrBelow(cond, addr, target bpf.Register) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Mov.Reg(cond, target),
+		bpf.Sub.Reg(cond, addr),
+		bpf.RSh.Imm(cond, 63),
+		bpf.Xor.Imm(cond, 1),
+	}
 }
