@@ -13,18 +13,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(CHAIN_LIB) && !defined(CHAIN_SO)
-void a(double secs, int sys);
-#else
-static char buf[1 << 20];
-static volatile unsigned long sink;
-
 static double now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
+
+#if defined(CHAIN_LIB) && !defined(CHAIN_SO)
+void a(double secs, int sys);
+#else
+static char buf[1 << 20];
+static volatile unsigned long sink;
 
 __attribute__((noinline)) void c(double secs, int sys)
 {
@@ -64,11 +64,16 @@ int main(int argc, char **argv)
 	// Off the CPU (no samples) while the profiler loads this process's
 	// unwind tables: under qemu's TCG on a busy host that took over 300 ms.
 	usleep(1000000);
+	double start = now();
 	a(secs, sys);
-	// The CPU time the samples should add up to, for the tests.
+	double spun = now() - start;
+	// The CPU time the samples should add up to, for the tests, and the
+	// wall time c spun: the most a one-thread process can be sampled for.
+	// A virtual machine's stolen time is in the second, not the first
+	// (the scheduler leaves it out), yet the CPU clock samples it.
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	fprintf(stderr, "chain: cpu %ld us\n", (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+	fprintf(stderr, "chain: cpu %ld us, spun %ld us\n", (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 + ru.ru_utime.tv_usec + ru.ru_stime.tv_usec, (long)(spun * 1e6));
 	return 0;
 }
 #endif
