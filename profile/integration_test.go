@@ -274,10 +274,14 @@ func TestFolded(t *testing.T) {
 			own += n
 		}
 	}
+	// Below, the bound is loose: a guest's timer can fire late when its
+	// host is busy (qemu's TCG on a loaded machine), and the CPU clock
+	// then takes one sample for all the periods that passed. A lost
+	// sample or one counted twice shows all the same.
 	low, high := float64(cpuUs)*199/1e6, float64(max(cpuUs, spunUs))*199/1e6
 	t.Logf("chain-nopie: %d samples for %d us of CPU in %d us spinning (%.0f to %.0f expected at 199 Hz)", own, cpuUs, spunUs, low, high)
-	if float64(own) < 0.9*low || float64(own) > 1.1*high+2 {
-		t.Errorf("chain-nopie has %d samples for %d us of CPU in %d us, want %.0f to %.0f within 10%%", own, cpuUs, spunUs, low, high)
+	if float64(own) < 0.75*low || float64(own) > 1.1*high+2 {
+		t.Errorf("chain-nopie has %d samples for %d us of CPU in %d us, want %.0f (-25%%) to %.0f (+10%%)", own, cpuUs, spunUs, low, high)
 	}
 }
 
@@ -326,21 +330,30 @@ func TestPprofAndSVGFiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the pprof package cannot read the file: %v", err)
 	}
+	// c is the top function, with most of the samples taken in the chain
+	// (main, a, b or c on the stack; the others are the process's start,
+	// slow and long under emulation: a third of the samples in a 5.10
+	// guest on a busy host).
 	flat := map[string]int64{}
-	var total int64
+	var total, inChain int64
 	for _, s := range p.Sample {
-		flat[s.Location[0].Line[0].Function.Name] += s.Value[0]
+		leaf := s.Location[0].Line[0].Function.Name
+		flat[leaf] += s.Value[0]
 		total += s.Value[0]
+		if slices.ContainsFunc(s.Location, func(l *profile.Location) bool {
+			return slices.Contains([]string{"main", "a", "b", "c"}, l.Line[0].Function.Name)
+		}) {
+			inChain += s.Value[0]
+		}
 	}
-	// c is the top function (the rest is the process's start, slow under
-	// emulation), with most of the samples.
 	for fn, n := range flat {
 		if n > flat["c"] {
 			t.Errorf("%s has more samples flat (%d) than c (%d)", fn, n, flat["c"])
 		}
 	}
-	if total < 150 || float64(flat["c"]) < 0.75*float64(total) {
-		t.Errorf("c has %d of %d samples flat", flat["c"], total)
+	t.Logf("c has %d samples flat of %d in the chain, %d in all", flat["c"], inChain, total)
+	if inChain < 150 || float64(flat["c"]) < 0.9*float64(inChain) {
+		t.Errorf("c has %d of the %d samples in the chain flat (%d samples in all): %v", flat["c"], inChain, total, flat)
 	}
 	if goBin, err := exec.LookPath("go"); err == nil {
 		top, err := exec.Command(goBin, "tool", "pprof", "-top", pb).CombinedOutput()
