@@ -245,13 +245,15 @@ func TestUnprivilegedGetsOneLine(t *testing.T) {
 }
 
 // With CAP_BPF and CAP_PERFMON but not root, tracefs (mode 0700) is what
-// is missing: the error says which capability opens it, and with that one
-// added the run works.
+// keeps the tracepoint out of reach: the error says which capability opens
+// it, and with that one added the run works. fentry (auto, where the
+// kernel has BPF trampolines) needs no tracefs: there those two suffice.
 func TestCapBPFWithoutTracefsAccess(t *testing.T) {
 	privtest.Require(t)
 	const capDacReadSearch, capPerfmon, capBPF = 2, 38, 39
+	attach := "--attach=perf"
 	run := func(caps ...uintptr) (int, string) {
-		cmd := exec.Command(tool(t), "0.01", "1")
+		cmd := exec.Command(tool(t), attach, "0.01", "1")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, AmbientCaps: caps}
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -274,6 +276,15 @@ func TestCapBPFWithoutTracefsAccess(t *testing.T) {
 		t.Errorf("with CAP_DAC_READ_SEARCH too (perf_event_paranoid %d): exit %d, stderr %q; want a run", level, st, msg)
 	case level > 2 && st != 0 && (st != 1 || !strings.Contains(msg, fmt.Sprintf("kernel.perf_event_paranoid is %d", level))):
 		t.Errorf("with CAP_DAC_READ_SEARCH too (perf_event_paranoid %d): exit %d, stderr %q; want 1 and the paranoid level named", level, st, msg)
+	}
+	regs, err := asm.HostPtRegs()
+	if err != nil || !tools.HaveFentry(regs.SyscallPrefix+"write") {
+		t.Log("no fentry on this kernel: auto is the tracepoint, checked above")
+		return
+	}
+	attach = "--attach=auto"
+	if st, msg = run(capBPF, capPerfmon); st != 0 {
+		t.Errorf("auto (fentry) with CAP_BPF and CAP_PERFMON: exit %d, stderr %q; want a run", st, msg)
 	}
 }
 

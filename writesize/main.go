@@ -1,6 +1,7 @@
 // Package writesize is the tool writesize: it prints histograms of the sizes of write(2) calls,
-// counted in the kernel by a hand-assembled BPF program on the
-// syscalls:sys_enter_write tracepoint.
+// counted in the kernel by a hand-assembled BPF program at the write
+// syscall's entry (a BPF trampoline) or on the syscalls:sys_enter_write
+// tracepoint.
 package writesize
 
 import (
@@ -16,14 +17,15 @@ type options struct {
 	PerProcess bool   `short:"P" long:"per-process" description:"Print one histogram per process, labelled '<comm> <pid>'"`
 	All        bool   `short:"a" long:"all" description:"With -c, trace every process, not only the command"`
 	Kprobe     string `long:"kprobe" optional:"yes" optional-value:"auto" value-name:"SYMBOL" description:"Use a kprobe on the kernel's write function instead of the tracepoint: __x64_sys_write (__arm64_sys_write on arm64), ksys_write or sys_write, whichever exists, or SYMBOL (a syscall wrapper, or a function whose third argument is the size)"`
-	Attach     string `long:"attach" value-name:"HOOK" description:"How to reach the writes: auto (perf, see below), perf (syscalls:sys_enter_write), raw (raw_syscalls:sys_enter, 4.17+, which runs for every syscall) or fentry (the write syscall's entry through a BPF trampoline, x86-64 5.5+, and arm64 kernels with ftrace direct calls (6.1 has none)); TRACEKIT_ATTACH sets the default"`
+	Attach     string `long:"attach" value-name:"HOOK" description:"How to reach the writes: auto (fentry where the kernel has BPF trampolines, else perf), perf (syscalls:sys_enter_write), raw (raw_syscalls:sys_enter, 4.17+, which runs for every syscall) or fentry (the write syscall's entry through a BPF trampoline, x86-64 5.5+, and arm64 kernels with ftrace direct calls (6.1 has none)); TRACEKIT_ATTACH sets the default"`
 	Legacy     bool   `long:"legacy" description:"With --kprobe: register the probe in kprobe_events even where the kprobe PMU (4.17+) exists; TRACEKIT_LEGACY_KPROBES=1 does the same"`
 }
 
-const details = `writesize counts every write(2) by its size in the kernel: the program on
-syscalls:sys_enter_write reads the count argument at the offset the event's
-format file gives, computes its log2 bucket and counts it there. User space
-only reads the counts when it prints a report.
+const details = `writesize counts every write(2) by its size in the kernel: the program reads
+the count argument at the write syscall's entry (through a BPF trampoline,
+where the kernel has them) or on syscalls:sys_enter_write (at the offset
+its format file gives), computes its log2 bucket and counts it there. User
+space only reads the counts when it prints a report.
 
 Examples:
   writesize                     # trace all writes until Ctrl-C, then print
