@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"github.com/tracekit/tracekit/asm"
 )
 
 // Hook is how a program reaches a tracepoint:
@@ -85,6 +86,14 @@ func ValidateAttach(choice string) error {
 }
 
 var fentries sync.Map // function name -> bool
+
+// HaveFentrySyscall reports whether a program attaches at the entry of the
+// syscall name's wrapper on this architecture (__x64_sys_write for
+// "write"): see HaveFentry.
+func HaveFentrySyscall(name string) bool {
+	regs, err := asm.HostPtRegs()
+	return err == nil && HaveFentry(regs.SyscallPrefix+name)
+}
 
 // HaveFentry reports whether a program attaches at the entry of the kernel
 // function fn: kernel BTF with the function, and BPF trampolines, which

@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cilium/ebpf"
-	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
@@ -477,7 +476,7 @@ func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
 	if event != "" && tools.HaveBTFTracepoint(event) {
 		hooks = append(hooks, tools.HookBTF)
 	}
-	if regs, err := asm.HostPtRegs(); event == "" && err == nil && tools.HaveFentry(regs.SyscallPrefix+"write") {
+	if event == "" && tools.HaveFentrySyscall("write") {
 		hooks = append(hooks, tools.HookFentry)
 	}
 	for _, h := range hooks {
