@@ -23,6 +23,13 @@ type Regs struct {
 	// argument is the user's struct pt_regs: "__x64_sys_" (write is
 	// __x64_sys_write).
 	SyscallPrefix string
+	// SyscallArgs are a syscall's six argument registers in that struct,
+	// in order: the C convention's but for x86-64's fourth, r10 (rcx
+	// holds the return address there).
+	SyscallArgs []int16
+	// SyscallNr is the syscall's number in that struct, a 32-bit read
+	// (x86-64's orig_ax, arm64's syscallno).
+	SyscallNr int16
 }
 
 // AMD64 is x86-64's pt_regs (arch/x86/include/asm/ptrace.h: r15 at 0 ...
@@ -39,13 +46,16 @@ var AMD64 = &Regs{
 		"r9": 64, "r8": 72, "rax": 80, "rcx": 88, "rdx": 96, "rsi": 104, "rdi": 112, "rip": 128, "rsp": 152,
 	},
 	SyscallPrefix: "__x64_sys_",
+	SyscallArgs:   []int16{112, 104, 96, 56, 72, 64}, // rdi, rsi, rdx, r10, r8, r9
+	SyscallNr:     120,                               // orig_ax
 }
 
 // ARM64 is arm64's pt_regs (arch/arm64/include/asm/ptrace.h: regs[31],
-// x0 at 0 ... x30 at 240, then sp 248, pc 256, pstate 264). Arguments are
-// x0-x7, the return value x0.
+// x0 at 0 ... x30 at 240, then sp 248, pc 256, pstate 264, orig_x0 272,
+// s32 syscallno 280). Arguments are x0-x7 (a syscall's x0-x5), the return
+// value x0.
 var ARM64 = func() *Regs {
-	r := &Regs{Arch: "arm64", Ret: 0, IP: 256, SP: 248, Named: map[string]int16{"sp": 248, "pc": 256}, SyscallPrefix: "__arm64_sys_"}
+	r := &Regs{Arch: "arm64", Ret: 0, IP: 256, SP: 248, Named: map[string]int16{"sp": 248, "pc": 256}, SyscallPrefix: "__arm64_sys_", SyscallNr: 280}
 	for i := 0; i < 31; i++ {
 		r.Named[fmt.Sprintf("x%d", i)] = int16(8 * i)
 	}
@@ -53,6 +63,7 @@ var ARM64 = func() *Regs {
 		r.Args = append(r.Args, int16(8*i))
 		r.ArgNames = append(r.ArgNames, fmt.Sprintf("x%d", i))
 	}
+	r.SyscallArgs = r.Args[:6]
 	return r
 }()
 

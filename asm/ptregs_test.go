@@ -40,6 +40,16 @@ func TestPtRegs(t *testing.T) {
 	if r.SyscallPrefix != "__x64_sys_" {
 		t.Errorf("syscall wrappers %q", r.SyscallPrefix)
 	}
+	// A syscall's arguments: rdi, rsi, rdx, r10, r8, r9; its number in
+	// orig_ax, between rdi and rip.
+	for i, name := range []string{"rdi", "rsi", "rdx", "r10", "r8", "r9"} {
+		if r.SyscallArgs[i] != r.Named[name] {
+			t.Errorf("syscall argument %d at %d, want %s's %d", i+1, r.SyscallArgs[i], name, r.Named[name])
+		}
+	}
+	if len(r.SyscallArgs) != 6 || r.SyscallNr != 120 {
+		t.Errorf("%d syscall arguments, number at %d", len(r.SyscallArgs), r.SyscallNr)
+	}
 	if _, err := PtRegs("riscv64"); err == nil || !strings.Contains(err.Error(), "riscv64") {
 		t.Errorf("riscv64: %v", err)
 	}
@@ -64,5 +74,8 @@ func TestPtRegsARM64(t *testing.T) {
 	}
 	if r.SyscallPrefix != "__arm64_sys_" {
 		t.Errorf("syscall wrappers %q", r.SyscallPrefix)
+	}
+	if len(r.SyscallArgs) != 6 || r.SyscallArgs[5] != 40 || r.SyscallNr != 280 {
+		t.Errorf("syscall arguments %v, number at %d", r.SyscallArgs, r.SyscallNr)
 	}
 }

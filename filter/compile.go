@@ -52,6 +52,13 @@ type Target struct {
 	USDT []uprobe.Arg
 	Site uint64
 	Regs *asm.Regs
+	// Entry, with the Format of a syscalls:sys_enter_* event, reads the
+	// event's fields at the entry of the syscall's wrapper (fentry)
+	// instead of from the tracepoint's record: the wrapper's one argument
+	// is the user's pt_regs, which holds the syscall's arguments
+	// (Entry.SyscallArgs, in the format's order) and its number
+	// (__syscall_nr).
+	Entry *asm.Regs
 }
 
 // Stack layout of the filter program.
@@ -540,6 +547,7 @@ const (
 	srcWalk                  // at the address resolve left in R1
 	srcBuiltin               // from a helper
 	srcUSDT                  // a USDT argument, as its spec says
+	srcEntry                 // a syscall's argument or number, in the user's pt_regs at regOff (Target.Entry)
 )
 
 // space is the address space a string pointer points into.
@@ -742,8 +750,16 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 		if err != nil {
 			return value{}, c.errAt(o.Pos, "%v", err)
 		}
-		ld, _ := asm.LoadField(bpf.R1, f.Name, f.Offset, 8, false)
-		c.emit(ld...)
+		if c.t.Entry != nil {
+			v, err := c.entryField(f)
+			if err != nil {
+				return value{}, c.errAt(o.Pos, "%v", err)
+			}
+			c.emitEntryLoad(bpf.R1, v)
+		} else {
+			ld, _ := asm.LoadField(bpf.R1, f.Name, f.Offset, 8, false)
+			c.emit(ld...)
+		}
 		if len(o.Steps) == 0 {
 			return value{}, c.errAt(o.Pos, "a cast pointer must be walked: ((struct %s *)%s)->member", o.Cast, f.Name)
 		}
@@ -752,7 +768,61 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 	if len(o.Steps) > 0 {
 		return value{}, c.errAt(o.Steps[0].Pos-2, "field %s is not a struct pointer that can be walked: cast it, as in ((struct sk_buff *)%s)->len", f.Name, f.Name)
 	}
-	return fieldVal(f, c.t.Format, c.t.UserSpace)
+	v, err := fieldVal(f, c.t.Format, c.t.UserSpace)
+	if err != nil || c.t.Entry == nil {
+		return v, err
+	}
+	// At the syscall's entry: the same value, from the user's registers.
+	in := &v
+	if v.ptr != nil {
+		in = v.ptr // a string: its address is the register
+	}
+	e, err := c.entryField(f)
+	if err != nil {
+		return value{}, c.errAt(o.Pos, "%v", err)
+	}
+	in.src, in.regOff, in.ctxOff = srcEntry, e.regOff, 0
+	return v, nil
+}
+
+// entryField is where a syscalls:sys_enter_* field is in the user's
+// pt_regs: __syscall_nr in the number's register, the others in the
+// argument registers in the format's order.
+func (c *compiler) entryField(f tracefs.Field) (value, error) {
+	if f.Name == "__syscall_nr" {
+		return value{name: f.Name, regOff: c.t.Entry.SyscallNr}, nil
+	}
+	if f.DataLoc {
+		return value{}, fmt.Errorf("%s is the kernel's copy of user memory in the tracepoint's record, which a syscall's entry does not have: use --attach=perf", f.Name)
+	}
+	i := 0
+	for _, g := range c.t.Format.Fields {
+		switch {
+		case g.Common || g.Name == "__syscall_nr" || g.DataLoc: // 6.19+ adds __data_loc copies (__buf_val) after the arguments
+			continue
+		case g.Name == f.Name:
+			if i >= len(c.t.Entry.SyscallArgs) {
+				return value{}, fmt.Errorf("%s is a syscall's argument %d: a syscall has %d", f.Name, i+1, len(c.t.Entry.SyscallArgs))
+			}
+			return value{name: f.Name, regOff: c.t.Entry.SyscallArgs[i]}, nil
+		}
+		i++
+	}
+	return value{}, fmt.Errorf("%s is not a syscall's argument", f.Name)
+}
+
+// emitEntryLoad loads a srcEntry value's register into dst: all 64 bits
+// of an argument, the low 32 of the number (an int in the record; arm64's
+// syscallno is an s32, x86-64's orig_ax a long).
+func (c *compiler) emitEntryLoad(dst bpf.Register, v value) {
+	size, what := bpf.DWord, "argument"
+	if v.regOff == c.t.Entry.SyscallNr {
+		size, what = bpf.Word, "number"
+	}
+	c.emit(
+		bpf.LoadMem(dst, asm.RegCtx, 0, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s: the syscall's %s, at pt_regs+%d of the wrapper's argument", dst, v.name, what, v.regOff))),
+		bpf.LoadMem(dst, dst, v.regOff, size),
+	)
 }
 
 // fieldVal is the value of a tracepoint field.
@@ -975,6 +1045,9 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		return nil // LoadField extends
 	case srcArg:
 		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (register at pt_regs+%d)", dst, v.name, v.regOff))))
+	case srcEntry:
+		c.emitEntryLoad(dst, v)
+		narrow = v.size < 8 && (v.regOff != c.t.Entry.SyscallNr || v.signed)
 	case srcWalk:
 		c.read(v.size, scratchOff)
 		c.emit(bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(v.size)))

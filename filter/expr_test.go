@@ -99,10 +99,15 @@ func targets(t *testing.T) map[string]Target {
 		"switch":     {Format: tooltest.Format(t, "sched_switch.6.18.format"), Read: asm.NewReaders},
 		"openat":     {Format: openat, Read: asm.NewReaders, UserSpace: true},
 		"openat_old": {Format: openat, Read: asm.OldReaders, UserSpace: true},
-		"kprobe":     {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}, BTF: spec, Read: asm.NewReaders},
-		"kret":       {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}, Read: asm.NewReaders},
-		"kopen":      {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.NewReaders},
-		"kopen_old":  {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.OldReaders},
+		// At the syscall's wrapper (fentry): the same fields, from the
+		// user's registers; 6.19+'s format adds __buf_val, a copy of the
+		// buffer, which only the record has.
+		"openat_entry":     {Format: openat, Read: asm.NewReaders, UserSpace: true, Entry: asm.AMD64},
+		"write_next_entry": {Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), Read: asm.NewReaders, UserSpace: true, Entry: asm.AMD64, SelfPid: 4242},
+		"kprobe":           {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}, BTF: spec, Read: asm.NewReaders},
+		"kret":             {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}, Read: asm.NewReaders},
+		"kopen":            {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.NewReaders},
+		"kopen_old":        {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.OldReaders},
 	}
 }
 
@@ -160,6 +165,10 @@ var compileCases = []struct {
 	{"uprobe_tree_ns", "uprobe_tree_ns", `arg0 < 5 && pid != 9`, "count"},
 	{"common_pid_parens", "netif", `common_pid == 1 && ((len)) > 0 && (((struct sk_buff *)skbaddr)->len) > 0`, ""},
 	{"usdt_pid", "usdt_pid", `arg0 == -1`, "count"},
+	{"entry_openat_prefix_or_not", "openat_entry", `(filename ~ "/etc/*" || filename == "/tmp/x") && !(dfd == -100)`, "count"},
+	{"entry_emit_openat", "openat_entry", `__syscall_nr == 257 && mode != 0`, "emit"},
+	{"entry_count_by_flags", "openat_entry", `flags > 0`, "count-by:comm,flags,filename"},
+	{"entry_hist_count", "write_next_entry", `fd == 1 && pid != 1`, "hist:count"},
 }
 
 // compileCase compiles one case of compileCases.
@@ -257,7 +266,19 @@ func TestCompiledLoad(t *testing.T) {
 		if ts[tc.target].Tree {
 			m[tools.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		}
-		loadtest.Program(t, tc.golden, typ, &ebpf.ProgramSpec{Name: "filter", Instructions: p.Insns}, m)
+		prog := &ebpf.ProgramSpec{Name: "filter", Instructions: p.Insns}
+		if format := ts[tc.target].Format; ts[tc.target].Entry != nil {
+			// At the wrapper of this kernel's architecture: the x86-64
+			// offsets the goldens pin are inside arm64's pt_regs too.
+			name := strings.TrimPrefix(format.Name, "sys_enter_")
+			if !tools.HaveFentrySyscall(name) {
+				t.Logf("%s: this kernel has no fentry at %s's wrapper (BPF trampolines): the matrix kernels that have one load it", tc.golden, name)
+				continue
+			}
+			regs, _ := asm.HostPtRegs()
+			typ, prog.AttachType, prog.AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, regs.SyscallPrefix+name
+		}
+		loadtest.Program(t, tc.golden, typ, prog, m)
 	}
 }
 
@@ -273,6 +294,7 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `len = 3`, "'=' is not an operator: use '==' to compare\n  len = 3\n      ^"},
 		{"netif", `len == 3 &&`, "expected a field, a number or a string\n  len == 3 &&\n             ^"},
 		{"netif", `len 3`, "expected a comparison (== != < <= > >= ~)\n  len 3\n      ^"},
+		{"write_next_entry", `count > 0 && __buf_val == "x"`, "__buf_val is the kernel's copy of user memory in the tracepoint's record, which a syscall's entry does not have: use --attach=perf\n  count > 0 && __buf_val == \"x\"\n               ^"},
 		{"netif", `skbaddr->len == 3`, "field skbaddr is not a struct pointer that can be walked: cast it, as in ((struct sk_buff *)skbaddr)->len\n  skbaddr->len == 3\n         ^"},
 		{"netif", `((struct sk_buff *)len)->len == 3`, "field len (unsigned int) is not a pointer: it cannot be cast to struct sk_buff *\n  ((struct sk_buff *)len)->len == 3\n  ^"},
 		{"netif", `((struct nosuch *)skbaddr)->len == 3`, "no struct nosuch in the kernel's BTF\n  ((struct nosuch *)skbaddr)->len == 3\n  ^"},

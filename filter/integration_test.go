@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/tracefs"
@@ -177,6 +178,10 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--hist", "len,name", "net:netif_receive_skb"}, "--hist: expected one field or builtin\n  len,name\n     ^"},
 		{[]string{"--count-by", `comm,"x"`, "net:netif_receive_skb"}, "--count-by: expected a field or a builtin, not a constant\n  comm,\"x\"\n       ^"},
 		{[]string{"--ring-pages", "3", "net:netif_receive_skb"}, "--ring-pages 3: a power of two from 1 to 65536"},
+		{[]string{"--attach=raw", "syscalls:sys_enter_write"}, "--attach=raw: filter reads a tracepoint's fields from the record the kernel builds, which raw and BTF tracepoints do not; use perf, or fentry for syscalls:sys_enter_*"},
+		{[]string{"--attach=fentry", "net:netif_receive_skb"}, "--attach=fentry reaches a syscall's entry: it takes a syscalls:sys_enter_* event, not net:netif_receive_skb"},
+		{[]string{"--attach=perf", "kprobe:ksys_write"}, "--attach chooses how a tracepoint is reached: kprobe:ksys_write is a kprobe"},
+		{[]string{"--attach=fast", "syscalls:sys_enter_write"}, `invalid --attach "fast": want auto, perf or fentry`},
 		{[]string{"--buffer-pages", "3", "net:netif_receive_skb"}, "--ring-pages 3: a power of two from 1 to 65536"}, // the old name
 		{[]string{"--ring-pages", "131072", "net:netif_receive_skb"}, "--ring-pages 131072: a power of two from 1 to 65536"},
 		{[]string{"-c", "", "net:netif_receive_skb"}, "--command is empty: give it a value, or leave it out"},
@@ -338,38 +343,40 @@ func bpftraceCount(t *testing.T, bt, script, command string) int {
 // same predicate over the same workload.
 func TestUserStringsSideBySide(t *testing.T) {
 	privtest.Require(t)
-	dir := t.TempDir()
-	// ax: a string that a starts, which == a must not count.
-	a, b, ax, other := dir+"/a", dir+"/b", dir+"/ax", dir+"-other"
-	openFiles(t, a, b, ax, other)
-	const na, nb, nx, no = 7, 5, 2, 3
-	work := tooltest.Opens(t, "tk-opens", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: b, Times: nb}, tooltest.Open{Path: ax, Times: nx}, tooltest.Open{Path: other, Times: no})
-	bt := tooltest.Peer(t, "bpftrace", "bpftrace")
-	fn := `str(args->filename)`
-	prefix := fmt.Sprintf(`strncmp(%s, "%s/", %d) == 0`, fn, dir, len(dir)+1)
-	for _, tc := range []struct {
-		where, bpftrace string
-		want            int
-	}{
-		{fmt.Sprintf(`filename == "%s"`, a), fmt.Sprintf(`%s == "%s"`, fn, a), na},
-		{fmt.Sprintf(`filename ~ "%s/*"`, dir), prefix, na + nb + nx},
-		{fmt.Sprintf(`filename == "%s" || filename == "%s"`, a, b), fmt.Sprintf(`%s == "%s" || %s == "%s"`, fn, a, fn, b), na + nb},
-		{fmt.Sprintf(`filename ~ "%s/*" && !(filename == "%s")`, dir, a), fmt.Sprintf(`%s && !(%s == "%s")`, prefix, fn, a), nb + nx},
-		{fmt.Sprintf(`comm == "tk-opens" && filename ~ "%s*" && dfd == -100`, dir), fmt.Sprintf(`comm == "tk-opens" && strncmp(%s, "%s", %d) == 0 && args->dfd == -100`, fn, dir, len(dir)), na + nb + nx + no},
-	} {
-		got := countOf(t, "syscalls:sys_enter_openat", "--where", tc.where, "-c", work)
-		if got != tc.want {
-			t.Errorf("--where '%s': %d events, want exactly %d", tc.where, got, tc.want)
+	tooltest.ForEachSyscallHook(t, "openat", func(t *testing.T) {
+		dir := t.TempDir()
+		// ax: a string that a starts, which == a must not count.
+		a, b, ax, other := dir+"/a", dir+"/b", dir+"/ax", dir+"-other"
+		openFiles(t, a, b, ax, other)
+		const na, nb, nx, no = 7, 5, 2, 3
+		work := tooltest.Opens(t, "tk-opens", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: b, Times: nb}, tooltest.Open{Path: ax, Times: nx}, tooltest.Open{Path: other, Times: no})
+		bt := tooltest.Peer(t, "bpftrace", "bpftrace")
+		fn := `str(args->filename)`
+		prefix := fmt.Sprintf(`strncmp(%s, "%s/", %d) == 0`, fn, dir, len(dir)+1)
+		for _, tc := range []struct {
+			where, bpftrace string
+			want            int
+		}{
+			{fmt.Sprintf(`filename == "%s"`, a), fmt.Sprintf(`%s == "%s"`, fn, a), na},
+			{fmt.Sprintf(`filename ~ "%s/*"`, dir), prefix, na + nb + nx},
+			{fmt.Sprintf(`filename == "%s" || filename == "%s"`, a, b), fmt.Sprintf(`%s == "%s" || %s == "%s"`, fn, a, fn, b), na + nb},
+			{fmt.Sprintf(`filename ~ "%s/*" && !(filename == "%s")`, dir, a), fmt.Sprintf(`%s && !(%s == "%s")`, prefix, fn, a), nb + nx},
+			{fmt.Sprintf(`comm == "tk-opens" && filename ~ "%s*" && dfd == -100`, dir), fmt.Sprintf(`comm == "tk-opens" && strncmp(%s, "%s", %d) == 0 && args->dfd == -100`, fn, dir, len(dir)), na + nb + nx + no},
+		} {
+			got := countOf(t, "syscalls:sys_enter_openat", "--where", tc.where, "-c", work)
+			if got != tc.want {
+				t.Errorf("--where '%s': %d events, want exactly %d", tc.where, got, tc.want)
+			}
+			if bt == "" {
+				t.Logf("--where '%s': %d; bpftrace is compared on the host, not in the matrix's guests", tc.where, got)
+				continue
+			}
+			peer := bpftraceCount(t, bt, fmt.Sprintf("tracepoint:syscalls:sys_enter_openat /%s/ { @ = count(); }", tc.bpftrace), work)
+			if peer != got {
+				t.Errorf("--where '%s': filter counted %d, bpftrace %d", tc.where, got, peer)
+			}
 		}
-		if bt == "" {
-			t.Logf("--where '%s': %d; bpftrace is compared on the host, not in the matrix's guests", tc.where, got)
-			continue
-		}
-		peer := bpftraceCount(t, bt, fmt.Sprintf("tracepoint:syscalls:sys_enter_openat /%s/ { @ = count(); }", tc.bpftrace), work)
-		if peer != got {
-			t.Errorf("--where '%s': filter counted %d, bpftrace %d", tc.where, got, peer)
-		}
-	}
+	})
 }
 
 // -c and --where reach /bin/sh and the parser verbatim: go-flags would
@@ -401,44 +408,46 @@ func openFiles(t *testing.T, paths ...string) {
 // @[comm] = count() over the same workload agrees.
 func TestCountBy(t *testing.T) {
 	privtest.Require(t)
-	dir := t.TempDir()
-	a, b := dir+"/a", dir+"/b"
-	openFiles(t, a, b)
-	const na, nb = 9, 4
-	work := tooltest.Opens(t, "tk-countby", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: b, Times: nb})
-	where := fmt.Sprintf(`filename ~ "%s/*"`, dir)
-	r := filter(t, "--count-by", "comm", "syscalls:sys_enter_openat", "--where", where, "-c", work)
-	want := "comm        count\ntk-countby     13\n"
-	if r.Status != 0 || r.Stdout != want {
-		t.Errorf("--count-by comm: exit %d, got:\n%swant:\n%s%s", r.Status, r.Stdout, want, r.Stderr)
-	}
-	r = filter(t, "--json", "--count-by", "filename,comm", "syscalls:sys_enter_openat", "--where", where, "-c", work)
-	var rep struct {
-		Keys   []string `json:"keys"`
-		Counts []struct {
-			Key   map[string]any `json:"key"`
-			Count int            `json:"count"`
-		} `json:"counts"`
-		Total int `json:"total"`
-		Lost  int `json:"lost"`
-	}
-	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || r.Status != 0 {
-		t.Fatalf("--json --count-by: exit %d, %v: %q %q", r.Status, err, r.Stdout, r.Stderr)
-	}
-	if len(rep.Counts) != 2 || rep.Total != na+nb || rep.Lost != 0 || strings.Join(rep.Keys, ",") != "filename,comm" ||
-		rep.Counts[0].Key["filename"] != a || rep.Counts[0].Count != na || rep.Counts[0].Key["comm"] != "tk-countby" ||
-		rep.Counts[1].Key["filename"] != b || rep.Counts[1].Count != nb {
-		t.Errorf("--json --count-by filename,comm: %s", r.Stdout)
-	}
-	bt := tooltest.Peer(t, "bpftrace", "bpftrace")
-	if bt == "" {
-		t.Log("bpftrace is compared on the host, not in the matrix's guests")
-		return
-	}
-	out, err := exec.Command(bt, "-e", fmt.Sprintf(`tracepoint:syscalls:sys_enter_openat /strncmp(str(args->filename), "%s/", %d) == 0/ { @[comm] = count(); }`, dir, len(dir)+1), "-c", work).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "@[tk-countby]: 13\n") {
-		t.Errorf("bpftrace @[comm] = count(): %v\n%s", err, out)
-	}
+	tooltest.ForEachSyscallHook(t, "openat", func(t *testing.T) {
+		dir := t.TempDir()
+		a, b := dir+"/a", dir+"/b"
+		openFiles(t, a, b)
+		const na, nb = 9, 4
+		work := tooltest.Opens(t, "tk-countby", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: b, Times: nb})
+		where := fmt.Sprintf(`filename ~ "%s/*"`, dir)
+		r := filter(t, "--count-by", "comm", "syscalls:sys_enter_openat", "--where", where, "-c", work)
+		want := "comm        count\ntk-countby     13\n"
+		if r.Status != 0 || r.Stdout != want {
+			t.Errorf("--count-by comm: exit %d, got:\n%swant:\n%s%s", r.Status, r.Stdout, want, r.Stderr)
+		}
+		r = filter(t, "--json", "--count-by", "filename,comm", "syscalls:sys_enter_openat", "--where", where, "-c", work)
+		var rep struct {
+			Keys   []string `json:"keys"`
+			Counts []struct {
+				Key   map[string]any `json:"key"`
+				Count int            `json:"count"`
+			} `json:"counts"`
+			Total int `json:"total"`
+			Lost  int `json:"lost"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || r.Status != 0 {
+			t.Fatalf("--json --count-by: exit %d, %v: %q %q", r.Status, err, r.Stdout, r.Stderr)
+		}
+		if len(rep.Counts) != 2 || rep.Total != na+nb || rep.Lost != 0 || strings.Join(rep.Keys, ",") != "filename,comm" ||
+			rep.Counts[0].Key["filename"] != a || rep.Counts[0].Count != na || rep.Counts[0].Key["comm"] != "tk-countby" ||
+			rep.Counts[1].Key["filename"] != b || rep.Counts[1].Count != nb {
+			t.Errorf("--json --count-by filename,comm: %s", r.Stdout)
+		}
+		bt := tooltest.Peer(t, "bpftrace", "bpftrace")
+		if bt == "" {
+			t.Log("bpftrace is compared on the host, not in the matrix's guests")
+			return
+		}
+		out, err := exec.Command(bt, "-e", fmt.Sprintf(`tracepoint:syscalls:sys_enter_openat /strncmp(str(args->filename), "%s/", %d) == 0/ { @[comm] = count(); }`, dir, len(dir)+1), "-c", work).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "@[tk-countby]: 13\n") {
+			t.Errorf("bpftrace @[comm] = count(): %v\n%s", err, out)
+		}
+	})
 }
 
 // --hist len over loopback datagrams of known sizes, bucket by bucket, and
@@ -610,6 +619,43 @@ func TestHostileCommEscaped(t *testing.T) {
 // The rings wake the reader a quarter full, not per record: a single
 // record must still print while the run goes on, within the reader's
 // poll timeout (100 ms), not at the end.
+// The record filter prints at a syscall's entry is the tracepoint's: the
+// same fields, the same values, the syscall's number among them.
+func TestSyscallRecordOnEachHook(t *testing.T) {
+	privtest.Require(t)
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nr := map[string]float64{"amd64": 1, "arm64": 64}[regs.Arch]
+	const size, n = 4321, 3
+	var first string
+	tooltest.ForEachSyscallHook(t, "write", func(t *testing.T) {
+		r := filter(t, "--json", "--fields", "__syscall_nr,fd,count", "syscalls:sys_enter_write", "--where", fmt.Sprintf("count == %d", size), "-c", tooltest.Writes(t, size, n))
+		var got []string
+		for _, l := range lines(r.Stdout) {
+			var ev struct {
+				Fields map[string]float64 `json:"fields"`
+			}
+			if err := json.Unmarshal([]byte(l), &ev); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+			if ev.Fields["__syscall_nr"] != nr || ev.Fields["count"] != size || ev.Fields["fd"] < 1 {
+				t.Errorf("%s: want __syscall_nr %v, count %d, a descriptor", l, nr, size)
+			}
+			got = append(got, fmt.Sprint(ev.Fields))
+		}
+		if r.Status != 0 || len(got) != n {
+			t.Fatalf("exit %d, %d events, want %d: %s%s", r.Status, len(got), n, r.Stdout, r.Stderr)
+		}
+		if first == "" {
+			first = strings.Join(got, "\n")
+		} else if s := strings.Join(got, "\n"); s != first {
+			t.Errorf("fields %s, on perf %s", s, first)
+		}
+	})
+}
+
 func TestOneEventPrintsAtOnce(t *testing.T) {
 	privtest.Require(t)
 	const size = 12345

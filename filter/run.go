@@ -135,6 +135,9 @@ func validate(o *options) error {
 	if err := tools.CheckPid(o.Pid); err != nil {
 		return err
 	}
+	if err := validateAttach(o.Attach, o.Lead(), o.Info); err != nil {
+		return err
+	}
 	if o.Lead() == "usdt" && o.Pid == 0 {
 		return tools.Usagef("--info usdt lists the probes of the files a process maps: it needs -p PID (or name a file: usdt:PATH)")
 	}
@@ -311,6 +314,8 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	var fetch []string
 	pointers := map[string]bool{}
 	progType := ebpf.TracePoint
+	var entry string // the syscall wrapper an fentry program attaches to
+	var forced bool  // --attach=fentry (or TRACEKIT_ATTACH): no falling back to perf
 	act, err := action(o)
 	if err != nil {
 		return err
@@ -324,6 +329,18 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 		target.Format = f
+		hook, err := tracepointHook(o.Attach, ev)
+		if err != nil {
+			return err
+		}
+		if hook == tools.HookFentry {
+			forced = o.Attach == string(tools.HookFentry) || o.Attach == "" && os.Getenv(tools.AttachEnv) == string(tools.HookFentry)
+			regs, err := asm.HostPtRegs()
+			if err != nil {
+				return err
+			}
+			target.Entry, entry = regs, regs.SyscallPrefix+strings.TrimPrefix(ev.name, "sys_enter_")
+		}
 		if needsBTF(root) || columnsNeedBTF(act) {
 			if target.BTF, err = tools.KernelBTF(); err != nil {
 				return fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
@@ -348,12 +365,29 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		t.Read, t.SelfPid, t.Pid, t.NS = target.Read, target.SelfPid, target.Pid, target.NS
 		target, fetch, pointers, progType = t, f, ptrs, ebpf.Kprobe
 	}
-	if act.Kind == Keep && hasStringPointer(target) {
-		// The kernel's record holds the address, not the string: build our
-		// own records, every field in them.
-		act = Action{Kind: Emit, Columns: defaultColumns(target)}
+	asked := act
+	if target.Entry != nil && !forced && act.Kind == Keep && hasDataLoc(target.Format) {
+		// Every field printed, 6.19+'s copies of user memory (__buf_val)
+		// among them: only the record has those.
+		target.Entry, entry = nil, ""
 	}
-	prog, err := Compile(o.Where, root, target, act)
+	compile := func() (*Program, error) {
+		act = asked
+		if act.Kind == Keep && (hasStringPointer(target) || target.Entry != nil) {
+			// The kernel's record holds the address, not the string (or,
+			// at a syscall's entry, there is no record): build our own
+			// records, every field in them.
+			act = Action{Kind: Emit, Columns: defaultColumns(target)}
+		}
+		return Compile(o.Where, root, target, act)
+	}
+	prog, err := compile()
+	if err != nil && target.Entry != nil && !forced {
+		// What the syscall's entry lacks (6.19+'s __data_loc copies of
+		// user memory, __buf_val), the tracepoint's record has.
+		target.Entry, entry = nil, ""
+		prog, err = compile()
+	}
 	if err != nil {
 		return usageOr(err)
 	}
@@ -363,6 +397,10 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			"filter": {Name: "filter", Type: progType, License: "GPL", Instructions: prog.Insns},
 		},
 	}
+	if entry != "" {
+		p := spec.Programs["filter"]
+		p.Type, p.AttachType, p.AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, entry
+	}
 	coll, err := s.Load(spec)
 	if err != nil {
 		return err
@@ -370,9 +408,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if act.Kind != Keep {
 		// Our program makes what is reported: attach it once, as cheaply
 		// as the event allows (a kprobe through the PMU where there is one).
-		if ev.kind == "tracepoint" {
+		switch {
+		case entry != "":
+			err = s.AttachHook(coll.Programs["filter"], tools.HookFentry, "", entry)
+		case ev.kind == "tracepoint":
 			err = s.AttachTracepoint(coll.Programs["filter"], ev.group, ev.name)
-		} else {
+		default:
 			err = s.AttachProbe(coll.Programs["filter"], ev.probe(), false)
 		}
 		if err != nil {
@@ -552,10 +593,70 @@ func hasStringPointer(t Target) bool {
 }
 
 // defaultColumns are every field (or argument) that has a value.
+// tracepointHook resolves --attach (or TRACEKIT_ATTACH) for a tracepoint:
+// auto is fentry at the syscall's wrapper for a syscalls:sys_enter_* event
+// where the kernel attaches there (no record is built, and no other
+// syscall runs the program; the same choice as writesize's, measured
+// there), else perf. The record-less raw and BTF tracepoints cannot serve:
+// filter names the record's fields.
+func tracepointHook(choice string, ev event) (tools.Hook, error) {
+	name, syscall := strings.CutPrefix(ev.name, "sys_enter_")
+	syscall = syscall && ev.group == "syscalls"
+	if choice == "" {
+		// The variable is every tool's default: a value filter cannot
+		// take here (raw, btf; fentry for another event) means auto.
+		choice = os.Getenv(tools.AttachEnv)
+		if h := tools.Hook(choice); h == tools.HookRaw || h == tools.HookBTF || h == tools.HookFentry && !syscall {
+			choice = "auto"
+		}
+	}
+	switch tools.Hook(choice) {
+	case "", "auto":
+		if syscall && tools.HaveFentrySyscall(name) {
+			return tools.HookFentry, nil
+		}
+		return tools.HookPerf, nil
+	case tools.HookPerf:
+		return tools.HookPerf, nil
+	case tools.HookFentry:
+		if !syscall {
+			return "", tools.Usagef("--attach=fentry reaches a syscall's entry: it takes a syscalls:sys_enter_* event, not %s", ev)
+		}
+		if !tools.HaveFentrySyscall(name) {
+			return "", fmt.Errorf("--attach=fentry: this kernel cannot attach to the entry of %s's wrapper (BPF trampolines: x86-64 5.5+, arm64 with ftrace direct calls (not 6.1), with kernel BTF); use perf", name)
+		}
+		return tools.HookFentry, nil
+	}
+	return "", tools.Usagef("invalid --attach %q: want auto, perf or fentry", choice)
+}
+
+// validateAttach checks --attach against the event before anything runs.
+func validateAttach(choice, lead string, info bool) error {
+	switch tools.Hook(choice) {
+	case "", "auto":
+		return nil
+	case tools.HookRaw, tools.HookBTF:
+		return tools.Usagef("--attach=%s: filter reads a tracepoint's fields from the record the kernel builds, which raw and BTF tracepoints do not; use perf, or fentry for syscalls:sys_enter_*", choice)
+	case tools.HookPerf, tools.HookFentry:
+		ev, _ := parseEvent(lead, info)
+		if ev.kind != "tracepoint" {
+			return tools.Usagef("--attach chooses how a tracepoint is reached: %s is a %s", ev, ev.kind)
+		}
+		if _, syscall := strings.CutPrefix(ev.name, "sys_enter_"); choice == string(tools.HookFentry) && !(syscall && ev.group == "syscalls") {
+			return tools.Usagef("--attach=fentry reaches a syscall's entry: it takes a syscalls:sys_enter_* event, not %s", ev)
+		}
+		return nil
+	}
+	return tools.Usagef("invalid --attach %q: want auto, perf or fentry", choice)
+}
+
 func defaultColumns(t Target) []Operand {
 	var cols []Operand
 	if t.Format != nil {
 		for _, f := range t.Format.Fields {
+			if f.DataLoc && t.Entry != nil {
+				continue // the record's, not the registers'
+			}
 			if _, err := fieldVal(f, t.Format, t.UserSpace); err == nil && !f.Common {
 				cols = append(cols, Operand{Base: f.Name, Text: f.Name})
 			}
@@ -572,6 +673,15 @@ func defaultColumns(t Target) []Operand {
 		}
 	}
 	return cols
+}
+
+func hasDataLoc(f *tracefs.Format) bool {
+	for _, fl := range f.Fields {
+		if fl.DataLoc {
+			return true
+		}
+	}
+	return false
 }
 
 func columnsNeedBTF(act Action) bool {

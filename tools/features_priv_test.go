@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/privtest"
 )
 
@@ -34,5 +35,44 @@ func TestHaveLazyHashes(t *testing.T) {
 	privtest.Require(t)
 	if got, want := HaveLazyHashes(), kernelAtLeast(t, 6, 1); got != want {
 		t.Errorf("HaveLazyHashes() = %v, want %v", got, want)
+	}
+}
+
+// The syscall registers' offsets the toolkit writes down (asm.Regs) are
+// where the running kernel's BTF puts them: an fentry program at a
+// syscall's wrapper reads the user's pt_regs with them.
+func TestSyscallRegsMatchBTF(t *testing.T) {
+	privtest.Require(t)
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := map[string][]string{
+		"amd64": {"di", "si", "dx", "r10", "r8", "r9", "orig_ax"},
+		"arm64": {"regs", "", "", "", "", "", "syscallno"},
+	}[regs.Arch]
+	for i, name := range members {
+		if name == "" {
+			continue // regs[i]: the array's start plus 8 each
+		}
+		off, err := MemberOffset("pt_regs", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := regs.SyscallNr
+		if i < 6 {
+			want = regs.SyscallArgs[i]
+		}
+		if i == 0 && regs.Arch == "arm64" {
+			for j, a := range regs.SyscallArgs {
+				if a != int16(off+8*j) {
+					t.Errorf("syscall argument %d at %d, BTF's regs[%d] at %d", j+1, a, j, off+8*j)
+				}
+			}
+			continue
+		}
+		if int(want) != off {
+			t.Errorf("%s: %d in asm.Regs, %d in the kernel's BTF", name, want, off)
+		}
 	}
 }

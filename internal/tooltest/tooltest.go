@@ -487,6 +487,23 @@ func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
 	}
 }
 
+// ForEachSyscallHook runs test once on each way filter has to the event
+// syscalls:sys_enter_NAME: the tracepoint's record (perf), and the
+// syscall's wrapper through a BPF trampoline (fentry) where the kernel has
+// one. The counts must not depend on it.
+func ForEachSyscallHook(t *testing.T, name string, test func(t *testing.T)) {
+	hooks := []tools.Hook{tools.HookPerf}
+	if tools.HaveFentrySyscall(name) {
+		hooks = append(hooks, tools.HookFentry)
+	}
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			t.Setenv(tools.AttachEnv, string(h))
+			test(t)
+		})
+	}
+}
+
 // InPidNS runs bin in a new pid namespace with its own /proc, as
 // `unshare -fp --mount-proc` does (util-linux's, or busybox's in the
 // matrix guests): bin and its children see that namespace's pids.
