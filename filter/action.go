@@ -228,6 +228,9 @@ func (c *compiler) hist(act Action, prog *Program) error {
 	if v.kind == kString {
 		return c.errAt(act.Hist.Pos, "%s is a string: a histogram needs a number", v.name)
 	}
+	if v.typed {
+		return c.errAt(act.Hist.Pos, "%s is a struct pointer, which the verifier types at a BPF trampoline: a histogram cannot take its bits; use --attach=perf (a kprobe)", v.name)
+	}
 	if err := c.fetchInt(v, bpf.R1); err != nil {
 		return c.errAt(act.Hist.Pos, "%v", err)
 	}

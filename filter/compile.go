@@ -17,7 +17,8 @@ import (
 )
 
 // Arg is a kprobe argument (or "ret" of a kretprobe): its BTF type and
-// the pt_regs offset of the register that holds it at the probe.
+// the pt_regs offset of the register that holds it at the probe, or, with
+// Target.Slots, the offset of its u64 slot in a BPF trampoline's context.
 type Arg struct {
 	Name   string
 	Type   btf.Type
@@ -52,6 +53,12 @@ type Target struct {
 	USDT []uprobe.Arg
 	Site uint64
 	Regs *asm.Regs
+	// Slots: Args are the u64 slots of a BPF trampoline's context (fentry,
+	// fexit), not registers. The kernel types them from BTF: a struct
+	// pointer is a pointer to the verifier, which a program may compare,
+	// store and walk but not take bits of, and a pointer to anything but
+	// a number, void or a struct cannot be read at all (see slotReadable).
+	Slots bool
 	// Entry, with the Format of a syscalls:sys_enter_* event, reads the
 	// event's fields at the entry of the syscall's wrapper (fentry)
 	// instead of from the tracepoint's record: the wrapper's one argument
@@ -575,6 +582,7 @@ type value struct {
 	space   space             // where ptr points
 	symbols map[uint64]string // __print_symbolic names of an int field
 	usdt    *uprobe.Arg       // srcUSDT
+	typed   bool              // a struct pointer in a trampoline's slot: no bit operations on it (Target.Slots)
 }
 
 // resolve finds what an operand denotes. For a walked path it emits the
@@ -614,6 +622,12 @@ func (c *compiler) resolve(o Operand) (value, error) {
 			continue
 		}
 		arg := value{name: a.Name, src: srcArg, regOff: a.RegOff}
+		if c.t.Slots {
+			if err := slotReadable(a); err != nil {
+				return value{}, c.errAt(o.Pos, "%v", err)
+			}
+			arg.typed = isStructPointer(a.Type)
+		}
 		if len(o.Steps) == 0 {
 			v, err := scalar(arg, a.Type)
 			if err != nil {
@@ -655,6 +669,58 @@ func (c *compiler) usdtArg(o Operand) (value, error) {
 	}
 	a := c.t.USDT[i]
 	return value{name: o.Base, kind: kInt, size: a.Size, signed: a.Signed, src: srcUSDT, usdt: &a}, nil
+}
+
+// slotReadable reports whether a program may load the argument a from a
+// trampoline's context on every kernel with trampolines: a number, or a
+// pointer to a number, to void, or to a struct or union (which the
+// verifier then types); btf_ctx_access refuses the rest ("is not a
+// struct": char **, a function pointer).
+func slotReadable(a Arg) error {
+	p, ok := btf.UnderlyingType(a.Type).(*btf.Pointer)
+	if !ok {
+		return nil
+	}
+	switch t := skipQualifiers(p.Target); t.(type) {
+	case nil, *btf.Void, *btf.Int, *btf.Struct, *btf.Union:
+		return nil
+	default:
+		return fmt.Errorf("argument %s (%s) cannot be read at a BPF trampoline: use --attach=perf (a kprobe)", a.Name, typeName(a.Type))
+	}
+}
+
+// isStructPointer reports a pointer to a struct or union.
+func isStructPointer(t btf.Type) bool {
+	p, ok := btf.UnderlyingType(t).(*btf.Pointer)
+	if !ok {
+		return false
+	}
+	switch skipQualifiers(p.Target).(type) {
+	case *btf.Struct, *btf.Union:
+		return true
+	}
+	return false
+}
+
+// skipQualifiers looks through typedefs, const, volatile, restrict and
+// type tags, as the verifier does.
+func skipQualifiers(t btf.Type) btf.Type {
+	for {
+		switch u := t.(type) {
+		case *btf.Typedef:
+			t = u.Type
+		case *btf.Const:
+			t = u.Type
+		case *btf.Volatile:
+			t = u.Type
+		case *btf.Restrict:
+			t = u.Type
+		case *btf.TypeTag:
+			t = u.Type
+		default:
+			return t
+		}
+	}
 }
 
 func isBuiltin(name string) bool {
@@ -1044,7 +1110,11 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		c.emit(ld...)
 		return nil // LoadField extends
 	case srcArg:
-		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (register at pt_regs+%d)", dst, v.name, v.regOff))))
+		where := fmt.Sprintf("register at pt_regs+%d", v.regOff)
+		if c.t.Slots {
+			where = fmt.Sprintf("the trampoline's slot %d", v.regOff/8)
+		}
+		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (%s)", dst, v.name, where))))
 	case srcEntry:
 		c.emitEntryLoad(dst, v)
 		narrow = v.size < 8 && (v.regOff != c.t.Entry.SyscallNr || v.signed)

@@ -108,6 +108,11 @@ func targets(t *testing.T) map[string]Target {
 		"kret":             {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}, Read: asm.NewReaders},
 		"kopen":            {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.NewReaders},
 		"kopen_old":        {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.OldReaders},
+		// At a BPF trampoline (Slots): argument i in the context's slot i,
+		// a return value after the arguments (ksys_write has three).
+		"kprobe_slots": {Args: []Arg{{Name: "net", Type: &btf.Pointer{Target: &btf.Struct{Name: "net"}}, RegOff: 0}, {Name: "skb", Type: skbPtr, RegOff: 8}}, BTF: spec, Read: asm.NewReaders, Slots: true},
+		"kopen_slots":  {Args: []Arg{{Name: "dfd", Type: s32, RegOff: 0}, {Name: "filename", Type: cstr, RegOff: 8}, {Name: "argv", Type: &btf.Pointer{Target: cstr}, RegOff: 16}}, Read: asm.NewReaders, Slots: true},
+		"kret_slots":   {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: 24}}, Read: asm.NewReaders, Slots: true, SelfPid: 4242},
 	}
 }
 
@@ -169,6 +174,10 @@ var compileCases = []struct {
 	{"entry_emit_openat", "openat_entry", `__syscall_nr == 257 && mode != 0`, "emit"},
 	{"entry_count_by_flags", "openat_entry", `flags > 0`, "count-by:comm,flags,filename"},
 	{"entry_hist_count", "write_next_entry", `fd == 1 && pid != 1`, "hist:count"},
+	{"slots_skb_walk", "kprobe_slots", `skb->len > 100 && skb->dev->ifindex != 1`, "count"},
+	{"slots_emit_skb", "kprobe_slots", `skb != 0 && net != skb`, "emit"},
+	{"slots_str_arg", "kopen_slots", `filename == "/etc/passwd" && dfd == -100`, "count-by:comm,dfd"},
+	{"slots_ret", "kret_slots", `ret == 4321`, "hist:ret"},
 }
 
 // compileCase compiles one case of compileCases.
@@ -250,6 +259,12 @@ func TestCompileGoldens(t *testing.T) {
 	}
 }
 
+// slotFuncs are the kernel functions whose BTF the Slots targets mirror:
+// the verifier checks the context's slots against the function's own
+// types (ksys_write returns ssize_t after three arguments; do_sys_openat2
+// has no argv, which the goldens only name in an error).
+var slotFuncs = map[string]string{"kprobe_slots": "ip_send_skb", "kopen_slots": "do_sys_openat2", "kret_slots": "ksys_write"}
+
 // TestCompiledLoad hands every compiled expression to the verifier, as a
 // tracepoint or kprobe program as its target says.
 func TestCompiledLoad(t *testing.T) {
@@ -267,7 +282,16 @@ func TestCompiledLoad(t *testing.T) {
 			m[tools.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		}
 		prog := &ebpf.ProgramSpec{Name: "filter", Instructions: p.Insns}
-		if format := ts[tc.target].Format; ts[tc.target].Entry != nil {
+		if fn, ok := slotFuncs[tc.target]; ok {
+			if !tools.HaveFentry(fn) {
+				t.Logf("%s: this kernel has no BPF trampoline at %s: the matrix kernels that have one load it", tc.golden, fn)
+				continue
+			}
+			typ, prog.AttachType, prog.AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, fn
+			if tc.target == "kret_slots" {
+				prog.AttachType = ebpf.AttachTraceFExit
+			}
+		} else if format := ts[tc.target].Format; ts[tc.target].Entry != nil {
 			// At the wrapper of this kernel's architecture: the x86-64
 			// offsets the goldens pin are inside arm64's pt_regs too.
 			name := strings.TrimPrefix(format.Name, "sys_enter_")
@@ -279,6 +303,21 @@ func TestCompiledLoad(t *testing.T) {
 			typ, prog.AttachType, prog.AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, regs.SyscallPrefix+name
 		}
 		loadtest.Program(t, tc.golden, typ, prog, m)
+	}
+}
+
+// At a trampoline a struct pointer is a pointer to the verifier: a
+// histogram, which takes its bits, is refused at compile time (auto then
+// takes the kprobe), where a kprobe's register holds a plain number.
+func TestSlotsHistOfStructPointer(t *testing.T) {
+	ts := targets(t)
+	_, err := Compile("", nil, ts["kprobe_slots"], caseAction(t, ts["kprobe_slots"], "hist:skb"))
+	want := "skb is a struct pointer, which the verifier types at a BPF trampoline: a histogram cannot take its bits; use --attach=perf (a kprobe)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("--hist skb at a trampoline: %v, want %q", err, want)
+	}
+	if _, err := Compile("", nil, ts["kprobe"], caseAction(t, ts["kprobe"], "hist:skb")); err != nil {
+		t.Errorf("--hist skb at a kprobe: %v", err)
 	}
 }
 
@@ -294,6 +333,7 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `len = 3`, "'=' is not an operator: use '==' to compare\n  len = 3\n      ^"},
 		{"netif", `len == 3 &&`, "expected a field, a number or a string\n  len == 3 &&\n             ^"},
 		{"netif", `len 3`, "expected a comparison (== != < <= > >= ~)\n  len 3\n      ^"},
+		{"kopen_slots", `argv != 0`, "argument argv (const char * *) cannot be read at a BPF trampoline: use --attach=perf (a kprobe)\n  argv != 0\n  ^"},
 		{"write_next_entry", `count > 0 && __buf_val == "x"`, "__buf_val is the kernel's copy of user memory in the tracepoint's record, which a syscall's entry does not have: use --attach=perf\n  count > 0 && __buf_val == \"x\"\n               ^"},
 		{"netif", `skbaddr->len == 3`, "field skbaddr is not a struct pointer that can be walked: cast it, as in ((struct sk_buff *)skbaddr)->len\n  skbaddr->len == 3\n         ^"},
 		{"netif", `((struct sk_buff *)len)->len == 3`, "field len (unsigned int) is not a pointer: it cannot be cast to struct sk_buff *\n  ((struct sk_buff *)len)->len == 3\n  ^"},

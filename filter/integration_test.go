@@ -17,6 +17,7 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -180,7 +181,7 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--ring-pages", "3", "net:netif_receive_skb"}, "--ring-pages 3: a power of two from 1 to 65536"},
 		{[]string{"--attach=raw", "syscalls:sys_enter_write"}, "--attach=raw: filter reads a tracepoint's fields from the record the kernel builds, which raw and BTF tracepoints do not; use perf, or fentry for syscalls:sys_enter_*"},
 		{[]string{"--attach=fentry", "net:netif_receive_skb"}, "--attach=fentry reaches a syscall's entry: it takes a syscalls:sys_enter_* event, not net:netif_receive_skb"},
-		{[]string{"--attach=perf", "kprobe:ksys_write"}, "--attach chooses how a tracepoint is reached: kprobe:ksys_write is a kprobe"},
+		{[]string{"--attach=perf", "uprobe:/bin/sh:main"}, "--attach chooses how a tracepoint or a kernel function is reached: uprobe:/bin/sh:main is a uprobe"},
 		{[]string{"--attach=fast", "syscalls:sys_enter_write"}, `invalid --attach "fast": want auto, perf or fentry`},
 		{[]string{"--buffer-pages", "3", "net:netif_receive_skb"}, "--ring-pages 3: a power of two from 1 to 65536"}, // the old name
 		{[]string{"--ring-pages", "131072", "net:netif_receive_skb"}, "--ring-pages 131072: a power of two from 1 to 65536"},
@@ -227,39 +228,50 @@ func TestFilterUsageErrors(t *testing.T) {
 
 func TestKprobeFilters(t *testing.T) {
 	privtest.RequireKprobes(t)
-	const n, m = 9, 4
-	r := filter(t, "--count", "--json", "kprobe:ip_send_skb", "--where", "skb->len > 100", "-c", tooltest.UDPSizes(t, fmt.Sprintf("200x%d,10x%d", n, m)))
-	var rep struct {
-		Count uint64 `json:"count"`
+	// Each way to a kernel function this kernel has: the kprobe (perf),
+	// and a BPF trampoline (fentry, fexit) where it attaches to all three.
+	hooks := []tools.Hook{tools.HookPerf}
+	if tools.HaveFentry("ip_send_skb") && tools.HaveFentry("do_sys_openat2") && tools.HaveFentry("ksys_write") {
+		hooks = append(hooks, tools.HookFentry)
 	}
-	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil || rep.Count != n {
-		t.Errorf("kprobe count %d (%v), want exactly %d: %q %q", rep.Count, err, n, r.Stdout, r.Stderr)
-	}
-	// Printed: each event carries the arguments.
-	r = filter(t, "kprobe:ip_send_skb", "--where", "skb->len > 100", "-c", tooltest.UDPSizes(t, fmt.Sprintf("200x%d,10x%d", n, m)))
-	ls := lines(r.Stdout)
-	if len(ls) != n || !strings.Contains(r.Stdout, ": ip_send_skb: net=0x") || !strings.Contains(r.Stdout, " skb=0x") {
-		t.Errorf("kprobe print: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
-	}
-	// A user string argument (const char __user *filename) compared with
-	// ==, and printed as text.
-	a := t.TempDir() + "/a"
-	openFiles(t, a)
-	const opens = 11
-	work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: opens})
-	if got := countOf(t, "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work); got != opens {
-		t.Errorf("kprobe:do_sys_openat2 filename == %q: %d, want exactly %d", a, got, opens)
-	}
-	r = filter(t, "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename ~ "%s*" && dfd == -100`, a), "-c", work)
-	// Each argument as this kernel's BTF has it; dfd and filename at least.
-	if ls := lines(r.Stdout); len(ls) != opens || !strings.Contains(ls[0], " dfd=-100 ") || !strings.Contains(ls[0], " filename="+a) {
-		t.Errorf("kprobe:do_sys_openat2 print: %d lines, want %d:\n%s%s", len(ls), opens, r.Stdout, r.Stderr)
-	}
-	// kretprobe: the return value of ksys_write, our marker size.
-	r = filter(t, "kretprobe:ksys_write", "--where", "ret == 4321", "-c", tooltest.Writes(t, 4321, n))
-	ls = lines(r.Stdout)
-	if len(ls) != n || !strings.Contains(r.Stdout, "ret=4321") {
-		t.Errorf("kretprobe: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
+	for _, h := range hooks {
+		t.Run(string(h), func(t *testing.T) {
+			t.Setenv(tools.AttachEnv, string(h))
+			const n, m = 9, 4
+			r := filter(t, "--count", "--json", "kprobe:ip_send_skb", "--where", "skb->len > 100", "-c", tooltest.UDPSizes(t, fmt.Sprintf("200x%d,10x%d", n, m)))
+			var rep struct {
+				Count uint64 `json:"count"`
+			}
+			if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil || rep.Count != n {
+				t.Errorf("kprobe count %d (%v), want exactly %d: %q %q", rep.Count, err, n, r.Stdout, r.Stderr)
+			}
+			// Printed: each event carries the arguments.
+			r = filter(t, "kprobe:ip_send_skb", "--where", "skb->len > 100", "-c", tooltest.UDPSizes(t, fmt.Sprintf("200x%d,10x%d", n, m)))
+			ls := lines(r.Stdout)
+			if len(ls) != n || !strings.Contains(r.Stdout, ": ip_send_skb: net=0x") || !strings.Contains(r.Stdout, " skb=0x") {
+				t.Errorf("kprobe print: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
+			}
+			// A user string argument (const char __user *filename) compared with
+			// ==, and printed as text.
+			a := t.TempDir() + "/a"
+			openFiles(t, a)
+			const opens = 11
+			work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: opens})
+			if got := countOf(t, "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work); got != opens {
+				t.Errorf("kprobe:do_sys_openat2 filename == %q: %d, want exactly %d", a, got, opens)
+			}
+			r = filter(t, "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename ~ "%s*" && dfd == -100`, a), "-c", work)
+			// Each argument as this kernel's BTF has it; dfd and filename at least.
+			if ls := lines(r.Stdout); len(ls) != opens || !strings.Contains(ls[0], " dfd=-100 ") || !strings.Contains(ls[0], " filename="+a) {
+				t.Errorf("kprobe:do_sys_openat2 print: %d lines, want %d:\n%s%s", len(ls), opens, r.Stdout, r.Stderr)
+			}
+			// kretprobe: the return value of ksys_write, our marker size.
+			r = filter(t, "kretprobe:ksys_write", "--where", "ret == 4321", "-c", tooltest.Writes(t, 4321, n))
+			ls = lines(r.Stdout)
+			if len(ls) != n || !strings.Contains(r.Stdout, "ret=4321") {
+				t.Errorf("kretprobe: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
+			}
+		})
 	}
 }
 

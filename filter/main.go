@@ -22,7 +22,7 @@ type options struct {
 	Self        bool   `long:"self" description:"Include filter's own events (left out by default: its writes would feed the stream)"`
 	RingPages   int    `long:"ring-pages" value-name:"N" default:"64" description:"Ring buffer pages per CPU for printed events, a power of two: 64 (256 KiB) keeps up with 100,000 events a second; raise it for bursts (a loss says so)"`
 	BufferPages int    `long:"buffer-pages" value-name:"N" hidden:"true" description:"The old name of --ring-pages"`
-	Attach      string `long:"attach" value-name:"HOOK" description:"How to reach a tracepoint: auto (for syscalls:sys_enter_*, the syscall's entry through a BPF trampoline where the kernel has them; else perf), perf (the tracepoint's record) or fentry (x86-64 5.5+, arm64 kernels with ftrace direct calls); TRACEKIT_ATTACH sets the default"`
+	Attach      string `long:"attach" value-name:"HOOK" description:"How to reach a tracepoint or a kernel function: auto (a BPF trampoline where the kernel has them, x86-64 5.5+ and arm64 with ftrace direct calls: fentry at a kprobe's function, fexit for a kretprobe, and at the syscall's wrapper for syscalls:sys_enter_*; else perf), perf (the tracepoint's record; the kprobe) or fentry; TRACEKIT_ATTACH sets the default"`
 	Info        bool   `long:"info" description:"Print the event's fields (tracepoint), the function's signature from BTF (kprobe), a file's USDT probes (usdt:PATH) or functions (uprobe:PATH[:GLOB]), and exit"`
 }
 

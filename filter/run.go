@@ -209,23 +209,27 @@ func fetchType(t btf.Type) string {
 }
 
 // kprobeTarget builds the compile target and the probe's fetch arguments.
-func kprobeTarget(ev event, spec *kbtf.Spec, regs *asm.Regs) (Target, []string, map[string]bool, error) {
-	_, proto, err := funcProto(spec, ev.symbol)
-	if err != nil {
-		return Target{}, nil, nil, err
-	}
-	t := Target{BTF: spec}
+func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (Target, []string, map[string]bool) {
+	t := Target{Slots: slots}
 	var fetch []string
 	pointers := map[string]bool{}
 	if ev.kind == "kretprobe" {
-		t.Args = []Arg{{Name: "ret", Type: proto.Return, RegOff: regs.Ret}}
+		off := regs.Ret
+		if slots {
+			off = int16(8 * len(proto.Params)) // fexit: the return value follows the arguments
+		}
+		t.Args = []Arg{{Name: "ret", Type: proto.Return, RegOff: off}}
 		if ft := fetchType(proto.Return); ft != "" {
 			fetch = append(fetch, "ret=$retval:"+ft)
 			pointers["ret"] = ft == "x64"
 		}
-		return t, fetch, pointers, nil
+		return t, fetch, pointers
 	}
 	for i, p := range proto.Params {
+		if slots {
+			t.Args = append(t.Args, Arg{Name: p.Name, Type: p.Type, RegOff: int16(8 * i)})
+			continue
+		}
 		if i >= len(regs.Args) {
 			break // on the stack: not reachable from the registers
 		}
@@ -235,7 +239,7 @@ func kprobeTarget(ev event, spec *kbtf.Spec, regs *asm.Regs) (Target, []string, 
 			pointers[p.Name] = ft == "x64"
 		}
 	}
-	return t, fetch, pointers, nil
+	return t, fetch, pointers
 }
 
 func info(s *tools.Session, ev event) error {
@@ -314,8 +318,13 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	var fetch []string
 	pointers := map[string]bool{}
 	progType := ebpf.TracePoint
-	var entry string // the syscall wrapper an fentry program attaches to
-	var forced bool  // --attach=fentry (or TRACEKIT_ATTACH): no falling back to perf
+	// A BPF trampoline (fentry, fexit) at a function: a syscall's wrapper
+	// for its sys_enter tracepoint, a kprobe's function. fallback, when
+	// auto chose it, goes back to the perf hook if the run needs what only
+	// that has.
+	var entry string
+	attachType := ebpf.AttachTraceFEntry
+	var fallback func() error
 	act, err := action(o)
 	if err != nil {
 		return err
@@ -334,12 +343,17 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 		if hook == tools.HookFentry {
-			forced = o.Attach == string(tools.HookFentry) || o.Attach == "" && os.Getenv(tools.AttachEnv) == string(tools.HookFentry)
 			regs, err := asm.HostPtRegs()
 			if err != nil {
 				return err
 			}
-			target.Entry, entry = regs, regs.SyscallPrefix+strings.TrimPrefix(ev.name, "sys_enter_")
+			target.Entry, entry, progType = regs, regs.SyscallPrefix+strings.TrimPrefix(ev.name, "sys_enter_"), ebpf.Tracing
+			if !forcedFentry(o.Attach) {
+				fallback = func() error {
+					target.Entry, entry, progType = nil, "", ebpf.TracePoint
+					return nil
+				}
+			}
 		}
 		if needsBTF(root) || columnsNeedBTF(act) {
 			if target.BTF, err = tools.KernelBTF(); err != nil {
@@ -347,9 +361,6 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			}
 		}
 	} else {
-		if !tools.KprobesAvailable() {
-			return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, tools.ErrNoKprobes)
-		}
 		regs, err := asm.HostPtRegs()
 		if err != nil {
 			return fmt.Errorf("%s: %w", ev, err)
@@ -358,34 +369,66 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err != nil {
 			return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
 		}
-		t, f, ptrs, err := kprobeTarget(ev, spec, regs)
+		_, proto, err := funcProto(spec, ev.symbol)
 		if err != nil {
 			return err
 		}
-		t.Read, t.SelfPid, t.Pid, t.NS = target.Read, target.SelfPid, target.Pid, target.NS
-		target, fetch, pointers, progType = t, f, ptrs, ebpf.Kprobe
+		hook, err := kprobeHook(o.Attach, ev, proto)
+		if err != nil {
+			return err
+		}
+		probe := func() error {
+			if !tools.KprobesAvailable() {
+				return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, tools.ErrNoKprobes)
+			}
+			t, f, ptrs := kprobeTarget(ev, proto, regs, false)
+			t.BTF, t.Read, t.SelfPid, t.Pid, t.NS = spec, target.Read, target.SelfPid, target.Pid, target.NS
+			target, fetch, pointers, progType, entry = t, f, ptrs, ebpf.Kprobe, ""
+			return nil
+		}
+		if hook != tools.HookFentry {
+			if err := probe(); err != nil {
+				return err
+			}
+		} else {
+			t, _, _ := kprobeTarget(ev, proto, regs, true)
+			t.BTF, t.Read, t.SelfPid, t.Pid, t.NS = spec, target.Read, target.SelfPid, target.Pid, target.NS
+			target, progType, entry = t, ebpf.Tracing, ev.symbol
+			if ev.kind == "kretprobe" {
+				attachType = ebpf.AttachTraceFExit
+			}
+			if !forcedFentry(o.Attach) && tools.KprobesAvailable() {
+				fallback = probe
+			}
+		}
 	}
 	asked := act
-	if target.Entry != nil && !forced && act.Kind == Keep && hasDataLoc(target.Format) {
+	if target.Entry != nil && fallback != nil && act.Kind == Keep && hasDataLoc(target.Format) {
 		// Every field printed, 6.19+'s copies of user memory (__buf_val)
 		// among them: only the record has those.
-		target.Entry, entry = nil, ""
+		if err := fallback(); err != nil {
+			return err
+		}
+		fallback = nil
 	}
 	compile := func() (*Program, error) {
 		act = asked
-		if act.Kind == Keep && (hasStringPointer(target) || target.Entry != nil) {
+		if act.Kind == Keep && (hasStringPointer(target) || entry != "") {
 			// The kernel's record holds the address, not the string (or,
-			// at a syscall's entry, there is no record): build our own
+			// at a trampoline, there is no record): build our own
 			// records, every field in them.
 			act = Action{Kind: Emit, Columns: defaultColumns(target)}
 		}
 		return Compile(o.Where, root, target, act)
 	}
 	prog, err := compile()
-	if err != nil && target.Entry != nil && !forced {
-		// What the syscall's entry lacks (6.19+'s __data_loc copies of
-		// user memory, __buf_val), the tracepoint's record has.
-		target.Entry, entry = nil, ""
+	if err != nil && fallback != nil {
+		// What a trampoline cannot give (6.19+'s __data_loc copies of
+		// user memory, __buf_val; a histogram of a struct pointer), the
+		// perf hook has.
+		if ferr := fallback(); ferr != nil {
+			return ferr
+		}
 		prog, err = compile()
 	}
 	if err != nil {
@@ -399,7 +442,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	}
 	if entry != "" {
 		p := spec.Programs["filter"]
-		p.Type, p.AttachType, p.AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, entry
+		p.AttachType, p.AttachTo = attachType, entry
 	}
 	coll, err := s.Load(spec)
 	if err != nil {
@@ -630,6 +673,69 @@ func tracepointHook(choice string, ev event) (tools.Hook, error) {
 	return "", tools.Usagef("invalid --attach %q: want auto, perf or fentry", choice)
 }
 
+// kprobeHook resolves --attach (or TRACEKIT_ATTACH) for a kprobe or
+// kretprobe event: auto is a BPF trampoline at the function (fentry; fexit
+// for a kretprobe) where the kernel attaches one and the function's
+// arguments fit its slots, else the kprobe (perf).
+func kprobeHook(choice string, ev event, proto *btf.FuncProto) (tools.Hook, error) {
+	if choice == "" {
+		choice = os.Getenv(tools.AttachEnv)
+		if h := tools.Hook(choice); h == tools.HookRaw || h == tools.HookBTF {
+			choice = "auto"
+		}
+	}
+	name, _ := tracefs.SplitSymbol(ev.symbol)
+	switch tools.Hook(choice) {
+	case "", "auto":
+		if slotsFit(proto) == nil && tools.HaveFentry(name) {
+			return tools.HookFentry, nil
+		}
+		return tools.HookPerf, nil
+	case tools.HookPerf:
+		return tools.HookPerf, nil
+	case tools.HookFentry:
+		if err := slotsFit(proto); err != nil {
+			return "", fmt.Errorf("--attach=fentry: %s %v; use --attach=perf (a kprobe)", name, err)
+		}
+		if !tools.HaveFentry(name) {
+			return "", fmt.Errorf("--attach=fentry: this kernel cannot attach a BPF trampoline to %s (x86-64 5.5+, arm64 with ftrace direct calls (not 6.1), with kernel BTF; and not a notrace or inlined function); use --attach=perf (a kprobe)", name)
+		}
+		return tools.HookFentry, nil
+	}
+	return "", tools.Usagef("invalid --attach %q: want auto, perf or fentry", choice)
+}
+
+// slotsFit reports why a function's arguments do not fit a BPF
+// trampoline's context on every kernel that has trampolines: up to six,
+// each a number or a pointer (structs by value came later, and only on
+// some architectures), and no variadic tail.
+func slotsFit(proto *btf.FuncProto) error {
+	if len(proto.Params) > 6 {
+		return fmt.Errorf("takes %d arguments, more than the 6 a trampoline passes on older kernels", len(proto.Params))
+	}
+	for _, p := range proto.Params {
+		switch u := btf.UnderlyingType(p.Type).(type) {
+		case *btf.Int, *btf.Enum, *btf.Pointer:
+		case nil, *btf.Void:
+			return errors.New("is variadic")
+		default:
+			return fmt.Errorf("passes %s (%s) by value", p.Name, typeName(u))
+		}
+	}
+	switch u := btf.UnderlyingType(proto.Return).(type) {
+	case nil, *btf.Void, *btf.Int, *btf.Enum, *btf.Pointer:
+	default:
+		return fmt.Errorf("returns %s by value", typeName(u))
+	}
+	return nil
+}
+
+// forcedFentry reports --attach=fentry, or TRACEKIT_ATTACH=fentry
+// without --attach: a trampoline is demanded, not preferred.
+func forcedFentry(choice string) bool {
+	return choice == string(tools.HookFentry) || choice == "" && os.Getenv(tools.AttachEnv) == string(tools.HookFentry)
+}
+
 // validateAttach checks --attach against the event before anything runs.
 func validateAttach(choice, lead string, info bool) error {
 	switch tools.Hook(choice) {
@@ -639,8 +745,11 @@ func validateAttach(choice, lead string, info bool) error {
 		return tools.Usagef("--attach=%s: filter reads a tracepoint's fields from the record the kernel builds, which raw and BTF tracepoints do not; use perf, or fentry for syscalls:sys_enter_*", choice)
 	case tools.HookPerf, tools.HookFentry:
 		ev, _ := parseEvent(lead, info)
+		if ev.kind == "kprobe" || ev.kind == "kretprobe" {
+			return nil
+		}
 		if ev.kind != "tracepoint" {
-			return tools.Usagef("--attach chooses how a tracepoint is reached: %s is a %s", ev, ev.kind)
+			return tools.Usagef("--attach chooses how a tracepoint or a kernel function is reached: %s is a %s", ev, ev.kind)
 		}
 		if _, syscall := strings.CutPrefix(ev.name, "sys_enter_"); choice == string(tools.HookFentry) && !(syscall && ev.group == "syscalls") {
 			return tools.Usagef("--attach=fentry reaches a syscall's entry: it takes a syscalls:sys_enter_* event, not %s", ev)
@@ -668,7 +777,7 @@ func defaultColumns(t Target) []Operand {
 		cols = append(cols, Operand{Base: name, Text: name})
 	}
 	for _, a := range t.Args {
-		if _, err := scalar(value{name: a.Name, src: srcArg}, a.Type); err == nil {
+		if _, err := scalar(value{name: a.Name, src: srcArg}, a.Type); err == nil && (!t.Slots || slotReadable(a) == nil) {
 			cols = append(cols, Operand{Base: a.Name, Text: a.Name})
 		}
 	}

@@ -14,23 +14,16 @@ import (
 // Memory-reading helpers by kernel: bpf_probe_read (4.1) reads kernel and
 // user memory alike; 5.5 split it into _kernel and _user, and plain
 // bpf_probe_read is refused under lockdown and on architectures where the
-// two address spaces overlap. Each is probed once, from a kprobe program
-// (the probe loads a tiny program; it needs the privileges the tools need).
+// two address spaces overlap. The four 5.5 helpers came in one commit, so
+// one of them is probed, once, from a kprobe program (the probe loads a
+// tiny program; it needs the privileges the tools need): every probe is a
+// program load in each tool's start.
 var readers = sync.OnceValue(func() asm.Readers {
-	return asm.Readers{
-		Kernel:    newest(bpf.FnProbeReadKernel, bpf.FnProbeRead),
-		User:      newest(bpf.FnProbeReadUser, bpf.FnProbeRead),
-		KernelStr: newest(bpf.FnProbeReadKernelStr, bpf.FnProbeReadStr),
-		UserStr:   newest(bpf.FnProbeReadUserStr, bpf.FnProbeReadStr),
+	if features.HaveProgramHelper(ebpf.Kprobe, bpf.FnProbeReadKernel) == nil {
+		return asm.NewReaders
 	}
+	return asm.OldReaders
 })
-
-func newest(want, fallback bpf.BuiltinFunc) bpf.BuiltinFunc {
-	if features.HaveProgramHelper(ebpf.Kprobe, want) == nil {
-		return want
-	}
-	return fallback
-}
 
 // Readers are the reading helpers of this kernel, probed once.
 func Readers() asm.Readers { return readers() }

@@ -76,3 +76,16 @@ func TestSyscallRegsMatchBTF(t *testing.T) {
 		}
 	}
 }
+
+// The 5.5 reading helpers, found with one probe, on the kernels that have
+// them; bpf_probe_read and its _str before.
+func TestReaders(t *testing.T) {
+	privtest.Require(t)
+	want := asm.OldReaders
+	if kernelAtLeast(t, 5, 5) {
+		want = asm.NewReaders
+	}
+	if got := Readers(); got != want {
+		t.Errorf("Readers() = %+v, want %+v", got, want)
+	}
+}
