@@ -681,7 +681,7 @@ func slotReadable(a Arg) error {
 	if !ok {
 		return nil
 	}
-	switch t := skipQualifiers(p.Target); t.(type) {
+	switch btf.UnderlyingType(p.Target).(type) {
 	case nil, *btf.Void, *btf.Int, *btf.Struct, *btf.Union:
 		return nil
 	default:
@@ -695,32 +695,11 @@ func isStructPointer(t btf.Type) bool {
 	if !ok {
 		return false
 	}
-	switch skipQualifiers(p.Target).(type) {
+	switch btf.UnderlyingType(p.Target).(type) {
 	case *btf.Struct, *btf.Union:
 		return true
 	}
 	return false
-}
-
-// skipQualifiers looks through typedefs, const, volatile, restrict and
-// type tags, as the verifier does.
-func skipQualifiers(t btf.Type) btf.Type {
-	for {
-		switch u := t.(type) {
-		case *btf.Typedef:
-			t = u.Type
-		case *btf.Const:
-			t = u.Type
-		case *btf.Volatile:
-			t = u.Type
-		case *btf.Restrict:
-			t = u.Type
-		case *btf.TypeTag:
-			t = u.Type
-		default:
-			return t
-		}
-	}
 }
 
 func isBuiltin(name string) bool {

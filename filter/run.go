@@ -666,7 +666,7 @@ func tracepointHook(choice string, ev event) (tools.Hook, error) {
 			return "", tools.Usagef("--attach=fentry reaches a syscall's entry: it takes a syscalls:sys_enter_* event, not %s", ev)
 		}
 		if !tools.HaveFentrySyscall(name) {
-			return "", fmt.Errorf("--attach=fentry: this kernel cannot attach to the entry of %s's wrapper (BPF trampolines: x86-64 5.5+, arm64 with ftrace direct calls (not 6.1), with kernel BTF); use perf", name)
+			return "", fmt.Errorf("--attach=fentry: this kernel cannot attach to the entry of %s's wrapper (BPF trampolines: x86-64 5.5+, arm64 with ftrace direct calls (not 6.1), with kernel BTF); use --attach=perf", name)
 		}
 		return tools.HookFentry, nil
 	}
