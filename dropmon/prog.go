@@ -14,7 +14,8 @@ import (
 
 const (
 	maxDrops    = 10240 // (location, reason, stack) keys
-	maxStacks   = 2048
+	maxStacks   = 2048 // per stack map: ids 0..2047 in stacks, 2048.. in overflow
+	eexist      = -17  // bpf_get_stackid: the id's bucket holds another stack
 	cacheSlots  = 256 // per-CPU fast-path slots, a power of two
 	stackDepth  = 127 // PERF_MAX_STACK_DEPTH
 	noStack     = -1  // the stack slot of the key without --stacks
@@ -142,7 +143,18 @@ func countKey(cfg progConfig) bpf.Instructions {
 			bpf.LoadMapPtr(bpf.R2, 0).WithReference("stacks"),
 			bpf.Mov.Imm(bpf.R3, 0),
 			bpf.FnGetStackid.Call(),
-			asm.StoreKey(keyOff+12, bpf.R0, bpf.Word),
+			bpf.JNE.Imm(bpf.R0, eexist, "stack_key"),
+			// -EEXIST: the stack's hash bucket holds another stack. The
+			// overflow map, which only such stacks reach, takes it; its
+			// ids follow the first map's.
+			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("a hash collision: stack id = maxStacks + bpf_get_stackid(ctx, overflow, 0)")),
+			bpf.LoadMapPtr(bpf.R2, 0).WithReference("overflow"),
+			bpf.Mov.Imm(bpf.R3, 0),
+			bpf.FnGetStackid.Call(),
+			bpf.JSGT.Imm(bpf.R0, -1, "stack_overflow"),
+			bpf.Ja.Label("stack_key"),
+			bpf.Add.Imm(bpf.R0, maxStacks).WithSymbol("stack_overflow"),
+			asm.StoreKey(keyOff+12, bpf.R0, bpf.Word).WithSymbol("stack_key"),
 		)
 	} else {
 		insns = append(insns,
@@ -171,6 +183,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	}
 	if cfg.Stacks {
 		maps["stacks"] = &ebpf.MapSpec{Name: "dropmon_stacks", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * stackDepth, MaxEntries: maxStacks}
+		maps["overflow"] = &ebpf.MapSpec{Name: "dropmon_ovstack", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * stackDepth, MaxEntries: maxStacks}
 	}
 	prog := &ebpf.ProgramSpec{Name: skbProgName, Type: ebpf.TracePoint, License: "GPL", Instructions: insns}
 	switch cfg.Hook {

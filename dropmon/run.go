@@ -215,8 +215,8 @@ func (r *reporter) resolve(rows []row) error {
 	for _, rw := range rows {
 		addrs = append(addrs, rw.Location)
 		for _, st := range rw.Stacks {
-			var pcs [stackDepth]uint64
-			if st.ID < 0 || r.coll.Maps["stacks"].Lookup(uint32(st.ID), &pcs) != nil {
+			pcs, err := r.stack(st.ID)
+			if err != nil {
 				continue
 			}
 			for _, pc := range pcs {
@@ -230,13 +230,29 @@ func (r *reporter) resolve(rows []row) error {
 	return r.syms.Resolve(addrs)
 }
 
+// stack reads the frames of a stack id: below maxStacks from the stacks
+// map, above from the overflow map that takes a stack whose hash bucket
+// another one holds.
+func (r *reporter) stack(id int32) ([stackDepth]uint64, error) {
+	var pcs [stackDepth]uint64
+	if id < 0 {
+		return pcs, fmt.Errorf("lost: error %d", id)
+	}
+	m, key := r.coll.Maps["stacks"], uint32(id)
+	if id >= maxStacks {
+		m, key = r.coll.Maps["overflow"], uint32(id-maxStacks)
+	}
+	err := m.Lookup(key, &pcs)
+	return pcs, err
+}
+
 // frames symbolizes a kernel stack, innermost first.
 func (r *reporter) frames(id int32) []string {
 	if id < 0 {
 		return []string{fmt.Sprintf("[stack lost: error %d]", id)}
 	}
-	var pcs [stackDepth]uint64
-	if err := r.coll.Maps["stacks"].Lookup(uint32(id), &pcs); err != nil {
+	pcs, err := r.stack(id)
+	if err != nil {
 		return []string{"[stack gone: " + err.Error() + "]"}
 	}
 	var out []string
