@@ -14,12 +14,12 @@ import (
 
 const (
 	maxDrops    = 10240 // (location, reason, stack) keys
-	maxStacks   = 2048 // per stack map: ids 0..2047 in stacks, 2048.. in overflow
-	eexist      = -17  // bpf_get_stackid: the id's bucket holds another stack
-	cacheSlots  = 256 // per-CPU fast-path slots, a power of two
-	stackDepth  = 127 // PERF_MAX_STACK_DEPTH
-	noStack     = -1  // the stack slot of the key without --stacks
-	keyOff      = -16 // {u64 location; u32 reason; s32 stack id}
+	maxStacks   = 2048  // per stack map: ids 0..2047 in stacks, 2048.. in overflow
+	eexist      = -17   // bpf_get_stackid: the id's bucket holds another stack
+	cacheSlots  = 256   // per-CPU fast-path slots, a power of two
+	stackDepth  = 127   // PERF_MAX_STACK_DEPTH
+	noStack     = -1    // the stack slot of the key without --stacks
+	keyOff      = -16   // {u64 location; u32 reason; s32 stack id}
 	valOff      = -24
 	readOff     = -32 // bpf_probe_read_kernel's buffer (raw tracepoint)
 	skbProgName = "dropmon"
