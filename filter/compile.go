@@ -784,6 +784,9 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 		}
 		return value{}, c.errAt(o.Pos, "%s is in the record's first 8 bytes, which a BPF program may not read (common_pid reads as the tid builtin; pid is the process)", f.Name)
 	}
+	if f.DataLoc && c.t.UserSpace {
+		return value{}, c.errAt(o.Pos, "%v", syscallCopyErr(f))
+	}
 	if o.Cast != "" {
 		if f.Size != 8 || f.DataLoc || f.ArrayLen > 0 {
 			return value{}, c.errAt(o.Pos, "field %s (%s) is not a pointer: it cannot be cast to struct %s *", f.Name, f.Type, o.Cast)
@@ -830,15 +833,26 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 	return v, nil
 }
 
+// syscallCopyErr refuses a syscall event's __data_loc field (6.19+): the
+// kernel's copy of the user memory an argument points to (__buf_val for
+// buf). It is in the record the kernel stores, but a BPF program on the
+// event gets only the syscall's number and arguments (perf_call_bpf_enter
+// builds that context apart), so a read of the field reads past them.
+// filter reads the argument's memory itself.
+func syscallCopyErr(f tracefs.Field) error {
+	err := fmt.Errorf("%s is the kernel's copy of user memory in the stored record; a BPF program on a syscall event is handed only the syscall's number and arguments", f.Name)
+	if arg, ok := strings.CutSuffix(strings.TrimPrefix(f.Name, "__"), "_val"); ok && arg != "" {
+		err = fmt.Errorf("%w: compare the argument %s, whose string filter reads from user memory", err, arg)
+	}
+	return err
+}
+
 // entryField is where a syscalls:sys_enter_* field is in the user's
 // pt_regs: __syscall_nr in the number's register, the others in the
 // argument registers in the format's order.
 func (c *compiler) entryField(f tracefs.Field) (value, error) {
 	if f.Name == "__syscall_nr" {
 		return value{name: f.Name, regOff: c.t.Entry.SyscallNr}, nil
-	}
-	if f.DataLoc {
-		return value{}, fmt.Errorf("%s is the kernel's copy of user memory in the tracepoint's record, which a syscall's entry does not have: use --attach=perf", f.Name)
 	}
 	i := 0
 	for _, g := range c.t.Format.Fields {

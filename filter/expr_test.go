@@ -103,6 +103,7 @@ func targets(t *testing.T) map[string]Target {
 		// user's registers; 6.19+'s format adds __buf_val, a copy of the
 		// buffer, which only the record has.
 		"openat_entry":     {Format: openat, Read: asm.NewReaders, UserSpace: true, Entry: asm.AMD64},
+		"write_next":       {Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), Read: asm.NewReaders, UserSpace: true},
 		"write_next_entry": {Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), Read: asm.NewReaders, UserSpace: true, Entry: asm.AMD64, SelfPid: 4242},
 		"kprobe":           {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}, BTF: spec, Read: asm.NewReaders},
 		"kret":             {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}, Read: asm.NewReaders},
@@ -174,6 +175,7 @@ var compileCases = []struct {
 	{"entry_emit_openat", "openat_entry", `__syscall_nr == 257 && mode != 0`, "emit"},
 	{"entry_count_by_flags", "openat_entry", `flags > 0`, "count-by:comm,flags,filename"},
 	{"entry_hist_count", "write_next_entry", `fd == 1 && pid != 1`, "hist:count"},
+	{"emit_write_next", "write_next", `count == 8`, "emit"},
 	{"slots_skb_walk", "kprobe_slots", `skb->len > 100 && skb->dev->ifindex != 1`, "count"},
 	{"slots_emit_skb", "kprobe_slots", `skb != 0 && net != skb`, "emit"},
 	{"slots_str_arg", "kopen_slots", `filename == "/etc/passwd" && dfd == -100`, "count-by:comm,dfd"},
@@ -334,7 +336,8 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `len == 3 &&`, "expected a field, a number or a string\n  len == 3 &&\n             ^"},
 		{"netif", `len 3`, "expected a comparison (== != < <= > >= ~)\n  len 3\n      ^"},
 		{"kopen_slots", `argv != 0`, "argument argv (const char * *) cannot be read at a BPF trampoline: use --attach=perf (a kprobe)\n  argv != 0\n  ^"},
-		{"write_next_entry", `count > 0 && __buf_val == "x"`, "__buf_val is the kernel's copy of user memory in the tracepoint's record, which a syscall's entry does not have: use --attach=perf\n  count > 0 && __buf_val == \"x\"\n               ^"},
+		{"write_next_entry", `count > 0 && __buf_val == "x"`, "__buf_val is the kernel's copy of user memory in the stored record; a BPF program on a syscall event is handed only the syscall's number and arguments: compare the argument buf, whose string filter reads from user memory\n  count > 0 && __buf_val == \"x\"\n               ^"},
+		{"write_next", `args->__buf_val ~ "x*"`, "__buf_val is the kernel's copy of user memory in the stored record; a BPF program on a syscall event is handed only the syscall's number and arguments: compare the argument buf, whose string filter reads from user memory\n  args->__buf_val ~ \"x*\"\n        ^"},
 		{"netif", `skbaddr->len == 3`, "field skbaddr is not a struct pointer that can be walked: cast it, as in ((struct sk_buff *)skbaddr)->len\n  skbaddr->len == 3\n         ^"},
 		{"netif", `((struct sk_buff *)len)->len == 3`, "field len (unsigned int) is not a pointer: it cannot be cast to struct sk_buff *\n  ((struct sk_buff *)len)->len == 3\n  ^"},
 		{"netif", `((struct nosuch *)skbaddr)->len == 3`, "no struct nosuch in the kernel's BTF\n  ((struct nosuch *)skbaddr)->len == 3\n  ^"},

@@ -641,7 +641,7 @@ func TestSyscallRecordOnEachHook(t *testing.T) {
 	}
 	nr := map[string]float64{"amd64": 1, "arm64": 64}[regs.Arch]
 	const size, n = 4321, 3
-	var first string
+	var first, printed string
 	tooltest.ForEachSyscallHook(t, "write", func(t *testing.T) {
 		r := filter(t, "--json", "--fields", "__syscall_nr,fd,count", "syscalls:sys_enter_write", "--where", fmt.Sprintf("count == %d", size), "-c", tooltest.Writes(t, size, n))
 		var got []string
@@ -664,6 +664,25 @@ func TestSyscallRecordOnEachHook(t *testing.T) {
 			first = strings.Join(got, "\n")
 		} else if s := strings.Join(got, "\n"); s != first {
 			t.Errorf("fields %s, on perf %s", s, first)
+		}
+		// Every field, as printed by default: the same text on each hook
+		// (6.19+'s __buf_val, a copy only the stored record has, is not a
+		// field a program can read, on either).
+		r = filter(t, "syscalls:sys_enter_write", "--where", fmt.Sprintf("count == %d", size), "-c", tooltest.Writes(t, size, n))
+		ls := lines(r.Stdout)
+		if r.Status != 0 || len(ls) != n {
+			t.Fatalf("default print: exit %d, %d lines, want %d: %s%s", r.Status, len(ls), n, r.Stdout, r.Stderr)
+		}
+		for _, l := range ls {
+			_, fields, _ := strings.Cut(l, ": sys_enter_write: ")
+			if !strings.HasPrefix(fields, fmt.Sprintf("__syscall_nr=%d fd=", int(nr))) || !strings.HasSuffix(fields, fmt.Sprintf(" count=%d", size)) {
+				t.Errorf("default print %q", l)
+			}
+			if printed == "" {
+				printed = fields
+			} else if fields != printed {
+				t.Errorf("default print %q, on perf %q", fields, printed)
+			}
 		}
 	})
 }

@@ -255,6 +255,8 @@ func info(s *tools.Session, ev event) error {
 			}
 			kind := "integer"
 			switch {
+			case fl.DataLoc && ev.group == "syscalls":
+				kind = "the kernel's copy of user memory, in the stored record only: not an operand (read the argument)"
 			case fl.DataLoc:
 				kind = "string"
 			case fl.ArrayLen > 0 && strings.HasPrefix(fl.Type, "char"):
@@ -403,9 +405,9 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		}
 	}
 	asked := act
-	if target.Entry != nil && fallback != nil && act.Kind == Keep && hasDataLoc(target.Format) {
-		// Every field printed, 6.19+'s copies of user memory (__buf_val)
-		// among them: only the record has those.
+	if entry != "" && fallback != nil && act.Kind == Keep && !hasStringPointer(target) && hasDataLoc(target.Format) {
+		// The stored record is printed as it is, 6.19+'s copies of user
+		// memory (__value_val) among its fields: only perf stores one.
 		if err := fallback(); err != nil {
 			return err
 		}
@@ -423,8 +425,8 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	}
 	prog, err := compile()
 	if err != nil && fallback != nil {
-		// What a trampoline cannot give (6.19+'s __data_loc copies of
-		// user memory, __buf_val; a histogram of a struct pointer), the
+		// What a trampoline cannot give (a histogram of a struct
+		// pointer, an argument the verifier will not read there), the
 		// perf hook has.
 		if ferr := fallback(); ferr != nil {
 			return ferr
@@ -763,8 +765,8 @@ func defaultColumns(t Target) []Operand {
 	var cols []Operand
 	if t.Format != nil {
 		for _, f := range t.Format.Fields {
-			if f.DataLoc && t.Entry != nil {
-				continue // the record's, not the registers'
+			if f.DataLoc && t.UserSpace {
+				continue // a syscall's copy of user memory: not in a program's context (syscallCopyErr)
 			}
 			if _, err := fieldVal(f, t.Format, t.UserSpace); err == nil && !f.Common {
 				cols = append(cols, Operand{Base: f.Name, Text: f.Name})
