@@ -73,10 +73,9 @@ func variants(t *testing.T) map[string]progConfig {
 	}
 }
 
-// argsVariants are the raw and BTF tracepoint programs as this kernel
-// needs them (a BTF program is checked against kfree_skb's own arguments
-// and sk_buff's layout when it loads), for every hook the kernel has.
-func argsVariants(t *testing.T) map[string]progConfig {
+// hostLayout is kfree_skb's layout on this kernel, from its format file.
+func hostLayout(t *testing.T) layout {
+	t.Helper()
 	f, err := tracefs.ReadFormat("skb", "kfree_skb")
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +84,14 @@ func argsVariants(t *testing.T) map[string]progConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+// argsVariants are the raw and BTF tracepoint programs as this kernel
+// needs them (a BTF program is checked against kfree_skb's own arguments
+// and sk_buff's layout when it loads), for every hook the kernel has.
+func argsVariants(t *testing.T) map[string]progConfig {
+	l := hostLayout(t)
 	off, err := tools.MemberOffset("sk_buff", "protocol")
 	if err != nil {
 		t.Fatal(err)

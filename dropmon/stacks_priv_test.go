@@ -10,7 +10,6 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/tools"
-	"github.com/tracekit/tracekit/tracefs"
 )
 
 // A stack whose hash bucket another stack holds (bpf_get_stackid's
@@ -24,15 +23,7 @@ func TestStackOverflowMap(t *testing.T) {
 	if !tools.HaveRawTracepoints() {
 		t.Fatal("the matrix's kernels all have raw tracepoints (4.17+)")
 	}
-	f, err := tracefs.ReadFormat("skb", "kfree_skb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := layoutOf(f, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := collection(progConfig{Layout: l, Protocol: -1, Stacks: true, Hook: tools.HookRaw})
+	spec, err := collection(progConfig{Layout: hostLayout(t), Protocol: -1, Stacks: true, Hook: tools.HookRaw})
 	if err != nil {
 		t.Fatal(err)
 	}

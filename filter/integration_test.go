@@ -17,7 +17,6 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -228,51 +227,42 @@ func TestFilterUsageErrors(t *testing.T) {
 
 func TestKprobeFilters(t *testing.T) {
 	privtest.RequireKprobes(t)
-	// Each way to a kernel function this kernel has: the kprobe (perf),
-	// and a BPF trampoline (fentry, fexit) where it attaches to all three.
-	hooks := []tools.Hook{tools.HookPerf}
-	if tools.HaveFentry("ip_send_skb") && tools.HaveFentry("do_sys_openat2") && tools.HaveFentry("ksys_write") {
-		hooks = append(hooks, tools.HookFentry)
-	}
-	for _, h := range hooks {
-		t.Run(string(h), func(t *testing.T) {
-			t.Setenv(tools.AttachEnv, string(h))
-			const n, m = 9, 4
-			r := filter(t, "--count", "--json", "kprobe:ip_send_skb", "--where", "skb->len > 100", "-c", tooltest.UDPSizes(t, fmt.Sprintf("200x%d,10x%d", n, m)))
-			var rep struct {
-				Count uint64 `json:"count"`
-			}
-			if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil || rep.Count != n {
-				t.Errorf("kprobe count %d (%v), want exactly %d: %q %q", rep.Count, err, n, r.Stdout, r.Stderr)
-			}
-			// Printed: each event carries the arguments.
-			r = filter(t, "kprobe:ip_send_skb", "--where", "skb->len > 100", "-c", tooltest.UDPSizes(t, fmt.Sprintf("200x%d,10x%d", n, m)))
-			ls := lines(r.Stdout)
-			if len(ls) != n || !strings.Contains(r.Stdout, ": ip_send_skb: net=0x") || !strings.Contains(r.Stdout, " skb=0x") {
-				t.Errorf("kprobe print: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
-			}
-			// A user string argument (const char __user *filename) compared with
-			// ==, and printed as text.
-			a := t.TempDir() + "/a"
-			openFiles(t, a)
-			const opens = 11
-			work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: opens})
-			if got := countOf(t, "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work); got != opens {
-				t.Errorf("kprobe:do_sys_openat2 filename == %q: %d, want exactly %d", a, got, opens)
-			}
-			r = filter(t, "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename ~ "%s*" && dfd == -100`, a), "-c", work)
-			// Each argument as this kernel's BTF has it; dfd and filename at least.
-			if ls := lines(r.Stdout); len(ls) != opens || !strings.Contains(ls[0], " dfd=-100 ") || !strings.Contains(ls[0], " filename="+a) {
-				t.Errorf("kprobe:do_sys_openat2 print: %d lines, want %d:\n%s%s", len(ls), opens, r.Stdout, r.Stderr)
-			}
-			// kretprobe: the return value of ksys_write, our marker size.
-			r = filter(t, "kretprobe:ksys_write", "--where", "ret == 4321", "-c", tooltest.Writes(t, 4321, n))
-			ls = lines(r.Stdout)
-			if len(ls) != n || !strings.Contains(r.Stdout, "ret=4321") {
-				t.Errorf("kretprobe: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
-			}
-		})
-	}
+	tooltest.ForEachFunctionHook(t, func(t *testing.T) {
+		const n, m = 9, 4
+		r := filter(t, "--count", "--json", "kprobe:ip_send_skb", "--where", "skb->len > 100", "-c", tooltest.UDPSizes(t, fmt.Sprintf("200x%d,10x%d", n, m)))
+		var rep struct {
+			Count uint64 `json:"count"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil || rep.Count != n {
+			t.Errorf("kprobe count %d (%v), want exactly %d: %q %q", rep.Count, err, n, r.Stdout, r.Stderr)
+		}
+		// Printed: each event carries the arguments.
+		r = filter(t, "kprobe:ip_send_skb", "--where", "skb->len > 100", "-c", tooltest.UDPSizes(t, fmt.Sprintf("200x%d,10x%d", n, m)))
+		ls := lines(r.Stdout)
+		if len(ls) != n || !strings.Contains(r.Stdout, ": ip_send_skb: net=0x") || !strings.Contains(r.Stdout, " skb=0x") {
+			t.Errorf("kprobe print: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
+		}
+		// A user string argument (const char __user *filename) compared with
+		// ==, and printed as text.
+		a := t.TempDir() + "/a"
+		openFiles(t, a)
+		const opens = 11
+		work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: opens})
+		if got := countOf(t, "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work); got != opens {
+			t.Errorf("kprobe:do_sys_openat2 filename == %q: %d, want exactly %d", a, got, opens)
+		}
+		r = filter(t, "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename ~ "%s*" && dfd == -100`, a), "-c", work)
+		// Each argument as this kernel's BTF has it; dfd and filename at least.
+		if ls := lines(r.Stdout); len(ls) != opens || !strings.Contains(ls[0], " dfd=-100 ") || !strings.Contains(ls[0], " filename="+a) {
+			t.Errorf("kprobe:do_sys_openat2 print: %d lines, want %d:\n%s%s", len(ls), opens, r.Stdout, r.Stderr)
+		}
+		// kretprobe: the return value of ksys_write, our marker size.
+		r = filter(t, "kretprobe:ksys_write", "--where", "ret == 4321", "-c", tooltest.Writes(t, 4321, n))
+		ls = lines(r.Stdout)
+		if len(ls) != n || !strings.Contains(r.Stdout, "ret=4321") {
+			t.Errorf("kretprobe: %d lines, want %d:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
+		}
+	}, "ip_send_skb", "do_sys_openat2", "ksys_write")
 }
 
 // "filter ... | head -1": the stream ends soon after its reader goes

@@ -350,7 +350,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 				return err
 			}
 			target.Entry, entry, progType = regs, regs.SyscallPrefix+strings.TrimPrefix(ev.name, "sys_enter_"), ebpf.Tracing
-			if !forcedFentry(o.Attach) {
+			if attachChoice(o.Attach, true) != string(tools.HookFentry) {
 				fallback = func() error {
 					target.Entry, entry, progType = nil, "", ebpf.TracePoint
 					return nil
@@ -379,13 +379,18 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		if err != nil {
 			return err
 		}
+		common := target // what the event's kind does not change: readers, pids
+		use := func(slots bool) {
+			t, f, ptrs := kprobeTarget(ev, proto, regs, slots)
+			t.BTF, t.Read, t.SelfPid, t.Pid, t.NS = spec, common.Read, common.SelfPid, common.Pid, common.NS
+			target, fetch, pointers = t, f, ptrs
+		}
 		probe := func() error {
 			if !tools.KprobesAvailable() {
 				return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, tools.ErrNoKprobes)
 			}
-			t, f, ptrs := kprobeTarget(ev, proto, regs, false)
-			t.BTF, t.Read, t.SelfPid, t.Pid, t.NS = spec, target.Read, target.SelfPid, target.Pid, target.NS
-			target, fetch, pointers, progType, entry = t, f, ptrs, ebpf.Kprobe, ""
+			use(false)
+			progType, entry = ebpf.Kprobe, ""
 			return nil
 		}
 		if hook != tools.HookFentry {
@@ -393,13 +398,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 				return err
 			}
 		} else {
-			t, _, _ := kprobeTarget(ev, proto, regs, true)
-			t.BTF, t.Read, t.SelfPid, t.Pid, t.NS = spec, target.Read, target.SelfPid, target.Pid, target.NS
-			target, progType, entry = t, ebpf.Tracing, ev.symbol
+			use(true)
+			progType, entry = ebpf.Tracing, ev.symbol
 			if ev.kind == "kretprobe" {
 				attachType = ebpf.AttachTraceFExit
 			}
-			if !forcedFentry(o.Attach) && tools.KprobesAvailable() {
+			if attachChoice(o.Attach, true) != string(tools.HookFentry) && tools.KprobesAvailable() {
 				fallback = probe
 			}
 		}
@@ -637,7 +641,6 @@ func hasStringPointer(t Target) bool {
 	return false
 }
 
-// defaultColumns are every field (or argument) that has a value.
 // tracepointHook resolves --attach (or TRACEKIT_ATTACH) for a tracepoint:
 // auto is fentry at the syscall's wrapper for a syscalls:sys_enter_* event
 // where the kernel attaches there (no record is built, and no other
@@ -647,15 +650,7 @@ func hasStringPointer(t Target) bool {
 func tracepointHook(choice string, ev event) (tools.Hook, error) {
 	name, syscall := strings.CutPrefix(ev.name, "sys_enter_")
 	syscall = syscall && ev.group == "syscalls"
-	if choice == "" {
-		// The variable is every tool's default: a value filter cannot
-		// take here (raw, btf; fentry for another event) means auto.
-		choice = os.Getenv(tools.AttachEnv)
-		if h := tools.Hook(choice); h == tools.HookRaw || h == tools.HookBTF || h == tools.HookFentry && !syscall {
-			choice = "auto"
-		}
-	}
-	switch tools.Hook(choice) {
+	switch tools.Hook(attachChoice(choice, syscall)) {
 	case "", "auto":
 		if syscall && tools.HaveFentrySyscall(name) {
 			return tools.HookFentry, nil
@@ -680,14 +675,8 @@ func tracepointHook(choice string, ev event) (tools.Hook, error) {
 // for a kretprobe) where the kernel attaches one and the function's
 // arguments fit its slots, else the kprobe (perf).
 func kprobeHook(choice string, ev event, proto *btf.FuncProto) (tools.Hook, error) {
-	if choice == "" {
-		choice = os.Getenv(tools.AttachEnv)
-		if h := tools.Hook(choice); h == tools.HookRaw || h == tools.HookBTF {
-			choice = "auto"
-		}
-	}
 	name, _ := tracefs.SplitSymbol(ev.symbol)
-	switch tools.Hook(choice) {
+	switch tools.Hook(attachChoice(choice, true)) {
 	case "", "auto":
 		if slotsFit(proto) == nil && tools.HaveFentry(name) {
 			return tools.HookFentry, nil
@@ -732,10 +721,20 @@ func slotsFit(proto *btf.FuncProto) error {
 	return nil
 }
 
-// forcedFentry reports --attach=fentry, or TRACEKIT_ATTACH=fentry
-// without --attach: a trampoline is demanded, not preferred.
-func forcedFentry(choice string) bool {
-	return choice == string(tools.HookFentry) || choice == "" && os.Getenv(tools.AttachEnv) == string(tools.HookFentry)
+// attachChoice is --attach, or without it TRACEKIT_ATTACH: the variable
+// is every tool's default, so a value filter cannot take for this event
+// (raw, btf; fentry where no trampoline applies) means auto there.
+// fentry from either is a trampoline demanded, not preferred: no falling
+// back to perf.
+func attachChoice(flag string, fentryApplies bool) string {
+	if flag != "" {
+		return flag
+	}
+	env := os.Getenv(tools.AttachEnv)
+	if h := tools.Hook(env); h == tools.HookRaw || h == tools.HookBTF || h == tools.HookFentry && !fentryApplies {
+		return "auto"
+	}
+	return env
 }
 
 // validateAttach checks --attach against the event before anything runs.
@@ -761,6 +760,7 @@ func validateAttach(choice, lead string, info bool) error {
 	return tools.Usagef("invalid --attach %q: want auto, perf or fentry", choice)
 }
 
+// defaultColumns are every field (or argument) that has a value.
 func defaultColumns(t Target) []Operand {
 	var cols []Operand
 	if t.Format != nil {

@@ -479,6 +479,26 @@ func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
 	if event == "" && tools.HaveFentrySyscall("write") {
 		hooks = append(hooks, tools.HookFentry)
 	}
+	runHooks(t, hooks, test)
+}
+
+// ForEachFunctionHook runs test once on each way filter has to the
+// kernel functions fns: the kprobe (perf), and a BPF trampoline (fentry,
+// fexit) where one attaches to every one of them.
+func ForEachFunctionHook(t *testing.T, test func(t *testing.T), fns ...string) {
+	hooks := []tools.Hook{tools.HookPerf}
+	fentry := true
+	for _, fn := range fns {
+		fentry = fentry && tools.HaveFentry(fn)
+	}
+	if fentry {
+		hooks = append(hooks, tools.HookFentry)
+	}
+	runHooks(t, hooks, test)
+}
+
+// runHooks runs test as a subtest per hook, with TRACEKIT_ATTACH set to it.
+func runHooks(t *testing.T, hooks []tools.Hook, test func(t *testing.T)) {
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
 			t.Setenv(tools.AttachEnv, string(h))
@@ -496,12 +516,7 @@ func ForEachSyscallHook(t *testing.T, name string, test func(t *testing.T)) {
 	if tools.HaveFentrySyscall(name) {
 		hooks = append(hooks, tools.HookFentry)
 	}
-	for _, h := range hooks {
-		t.Run(string(h), func(t *testing.T) {
-			t.Setenv(tools.AttachEnv, string(h))
-			test(t)
-		})
-	}
+	runHooks(t, hooks, test)
 }
 
 // InPidNS runs bin in a new pid namespace with its own /proc, as
