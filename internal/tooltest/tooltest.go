@@ -58,12 +58,14 @@ func Writes(t testing.TB, size, n int) string {
 // on 127.0.0.1 inside a fresh network namespace: exactly n kfree_skb drops
 // at __udp4_lib_rcv with reason NO_SOCKET.
 func UDPDrops(t testing.TB, n int) string {
+	lockNet(t)
 	return fmt.Sprintf("TK_UDP_DROPS=%d %s", n, self(t))
 }
 
 // UDP6Drops is UDPDrops over IPv6, to [::1]: drops at __udp6_lib_rcv
 // (or where the kernel inlined it), which no other test makes.
 func UDP6Drops(t testing.TB, n int) string {
+	lockNet(t)
 	return fmt.Sprintf("TK_UDP6_DROPS=%d %s", n, self(t))
 }
 
@@ -214,6 +216,7 @@ func exactWrites(spec string) int {
 // n replies: exactly 2n packets cross lo, each 28+size bytes long at
 // netif_receive_skb.
 func Ping(t testing.TB, n, size int) string {
+	lockNet(t)
 	return fmt.Sprintf("TK_PING=%d:%d %s", n, size, self(t))
 }
 
@@ -221,7 +224,36 @@ func Ping(t testing.TB, n, size int) string {
 // sizes (each size count times, "200x5,10x7") to a socket listening on
 // 127.0.0.1 in a fresh network namespace: no drops, no ICMP.
 func UDPSizes(t testing.TB, spec string) string {
+	lockNet(t)
 	return fmt.Sprintf("TK_UDP_SIZES=%s %s", spec, self(t))
+}
+
+// netLocked: this test process holds the network workloads' lock.
+var netLocked bool
+
+// lockNet makes a test that runs a network workload the only one on the
+// machine until it ends. The tracepoints it counts (kfree_skb,
+// netif_receive_skb) see every network namespace, and go test runs
+// packages side by side: dropmon's 41 drops and filter's 17 made one row
+// of 58. A lock on a file, across the test processes; a test (or subtest)
+// that holds it already goes on.
+func lockNet(t testing.TB) {
+	if netLocked {
+		return
+	}
+	fd, err := unix.Open(filepath.Join(os.TempDir(), "tracekit-tests-net.lock"), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		t.Fatalf("network workload lock: %v", err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
+		t.Fatalf("network workload lock: %v", err)
+	}
+	netLocked = true
+	t.Cleanup(func() {
+		netLocked = false
+		unix.Close(fd) // releases the lock
+	})
 }
 
 // freshNetns moves this thread into a new network namespace with lo up and
