@@ -5,7 +5,7 @@ BIN     := bin
 GOFLAGS := -trimpath
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
-LDFLAGS := -s -w -X github.com/tracekit/tracekit/tools.Version=$(VERSION) -X github.com/tracekit/tracekit/tools.Commit=$(COMMIT)
+LDFLAGS := -s -w -X github.com/tracekit/tracekit/run.Version=$(VERSION) -X github.com/tracekit/tracekit/run.Commit=$(COMMIT)
 export CGO_ENABLED := 0
 
 .PHONY: all build dist run test test-vm bench vet help clean

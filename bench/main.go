@@ -24,7 +24,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/loader"
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/tracefs"
 	"github.com/tracekit/tracekit/uprobe"
 )
@@ -68,7 +70,7 @@ type suite struct {
 }
 
 func run() error {
-	if err := tools.CheckPrivileges("bench"); err != nil {
+	if err := kernel.CheckPrivileges("bench"); err != nil {
 		return err
 	}
 	bpftrace, err := exec.LookPath("bpftrace")
@@ -441,11 +443,11 @@ func emptyUprobe(path string, off uint64) func() (func(), error) {
 		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
 			"empty": {Type: ebpf.Kprobe, License: "GPL", Instructions: asm.Return("exit", 0)},
 		}}
-		coll, err := tools.Load(spec)
+		coll, err := loader.Load(spec, true)
 		if err != nil {
 			return nil, err
 		}
-		a, err := tools.AttachProbe(coll.Programs["empty"], tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: off}, "bench", false)
+		a, err := perfevent.AttachProbe(coll.Programs["empty"], tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: off}, "bench", false)
 		if err != nil {
 			coll.Close()
 			return nil, err
@@ -461,11 +463,11 @@ func emptyProgram(events ...string) func() (func(), error) {
 		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
 			"empty": {Type: ebpf.TracePoint, License: "GPL", Instructions: asm.Return("exit", 0)},
 		}}
-		coll, err := tools.Load(spec)
+		coll, err := loader.Load(spec, true)
 		if err != nil {
 			return nil, err
 		}
-		var atts []*tools.Attachment
+		var atts []*perfevent.Attachment
 		stop := func() {
 			for _, a := range atts {
 				a.Close()
@@ -474,7 +476,7 @@ func emptyProgram(events ...string) func() (func(), error) {
 		}
 		for _, ev := range events {
 			group, name, _ := strings.Cut(ev, ":")
-			a, err := tools.AttachTracepoint(coll.Programs["empty"], group, name)
+			a, err := perfevent.AttachTracepoint(coll.Programs["empty"], group, name)
 			if err != nil {
 				stop()
 				return nil, err

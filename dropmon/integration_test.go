@@ -8,7 +8,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { tooltest.Main(m) }
 // (7.2: into udp_rcv), its caller.
 func udpFunc(t *testing.T) string {
 	t.Helper()
-	syms, err := tools.LoadKallsyms()
+	syms, err := procfs.LoadKallsyms()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,18 +6,18 @@ package dropmon
 import (
 	"context"
 
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 type options struct {
-	tools.Common
-	tools.ServeOption
+	run.Common
+	run.ServeOption
 	ServeTop int    `long:"serve-top" value-name:"N" default:"100" description:"With --serve: the N locations with the most drops when first seen get series of their own; the others are summed under symbol=\"other\" (a series never moves, so counters only grow)"`
 	Top      string `short:"n" long:"top" value-name:"N" description:"Show only the N rows with the most drops (default: all)"`
 	Protocol string `long:"protocol" value-name:"PROTO" description:"Only packets of this protocol, filtered in the kernel: ip, ipv6, arp, vlan, or an EtherType number such as 0x0800"`
 	NoReason bool   `long:"no-reason" description:"Count by location only, even where the kernel gives a drop reason (5.17+)"`
 	Stacks   bool   `long:"stacks" description:"Also show, for each location, the kernel stacks that led to it (the top 3)"`
-	Attach   string `long:"attach" value-name:"HOOK" description:"How to reach kfree_skb: auto (the cheapest this kernel has: raw, or btf with --protocol), btf (5.5+), raw (4.17+) or perf (the tracepoint's record, any kernel); TRACEKIT_ATTACH sets the default"`
+	Attach   string `long:"attach" value-name:"HOOK" description:"How to reach kfree_skb: auto (the cheapest this kernel has: raw, or btf with --protocol), btf (5.5+), raw (4.17+) or perf (the tracepoint's record, any kernel). A named hook is forced: no fallback. Without the flag, TRACEKIT_ATTACH chooses the same way"`
 
 	top   int
 	proto int
@@ -52,12 +52,12 @@ const Summary = "Count packet drops by kernel location and drop reason."
 // name) and returns its exit status.
 func Main(args []string) int {
 	var o options
-	return tools.Main(tools.Tool{
+	return run.Main(run.Tool{
 		Name:     "dropmon",
 		Summary:  Summary,
 		Details:  details,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
-		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
+		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
 	}, args)
 }

@@ -8,7 +8,7 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -55,14 +55,14 @@ type progConfig struct {
 	// Hook is how the program reaches kfree_skb: through its record
 	// (perf, at Layout's offsets), or its arguments (raw, btf):
 	// kfree_skb(skb, location[, reason]), with skb->protocol at ProtoOff.
-	Hook      tools.Hook
+	Hook      hook.Hook
 	ProtoOff  int
 	ProbeRead bpf.BuiltinFunc // raw: how to read skb->protocol
 }
 
 // program counts each kfree_skb by (location, reason[, kernel stack]).
 func program(cfg progConfig) (bpf.Instructions, error) {
-	if cfg.Hook == tools.HookRaw || cfg.Hook == tools.HookBTF {
+	if cfg.Hook == hook.Raw || cfg.Hook == hook.BTF {
 		return argsProgram(cfg)
 	}
 	l := cfg.Layout
@@ -103,7 +103,7 @@ func argsProgram(cfg progConfig) (bpf.Instructions, error) {
 	if cfg.Protocol >= 0 {
 		insns = append(insns, bpf.LoadMem(bpf.R1, asm.RegCtx, 0, bpf.DWord).WithSource(bpf.Comment("r1 = skb (args[0])")))
 		note := fmt.Sprintf("r1 = skb->protocol (offset %d, network order)", cfg.ProtoOff)
-		if cfg.Hook == tools.HookBTF {
+		if cfg.Hook == hook.BTF {
 			insns = append(insns, bpf.LoadMem(bpf.R1, bpf.R1, int16(cfg.ProtoOff), bpf.Half).WithSource(bpf.Comment(note)))
 		} else {
 			insns = append(insns,
@@ -187,9 +187,9 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	}
 	prog := &ebpf.ProgramSpec{Name: skbProgName, Type: ebpf.TracePoint, License: "GPL", Instructions: insns}
 	switch cfg.Hook {
-	case tools.HookRaw:
+	case hook.Raw:
 		prog.Type = ebpf.RawTracepoint
-	case tools.HookBTF:
+	case hook.BTF:
 		prog.Type, prog.AttachType, prog.AttachTo = ebpf.Tracing, ebpf.AttachTraceRawTp, "kfree_skb"
 	}
 	return &ebpf.CollectionSpec{Maps: maps, Programs: map[string]*ebpf.ProgramSpec{skbProgName: prog}}, nil

@@ -6,11 +6,14 @@ import (
 
 	bpf "github.com/cilium/ebpf/asm"
 
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -67,9 +70,9 @@ func variants(t *testing.T) map[string]progConfig {
 		"prog_protocol":  {Layout: now, Protocol: 0x0800},
 		"prog_32bit":     {Layout: mustLayout(t, "kfree_skb.32bit.format"), Protocol: 0x86dd},
 		// The arguments' programs, for a kernel with skb->protocol at 180.
-		"prog_raw":          {Layout: now, Protocol: -1, Hook: tools.HookRaw},
-		"prog_raw_protocol": {Layout: now, Protocol: 0x0800, Hook: tools.HookRaw, ProtoOff: 180, ProbeRead: bpf.FnProbeReadKernel},
-		"prog_btf_protocol": {Layout: old, Protocol: 0x86dd, Hook: tools.HookBTF, ProtoOff: 180, Stacks: true},
+		"prog_raw":          {Layout: now, Protocol: -1, Hook: hook.Raw},
+		"prog_raw_protocol": {Layout: now, Protocol: 0x0800, Hook: hook.Raw, ProtoOff: 180, ProbeRead: bpf.FnProbeReadKernel},
+		"prog_btf_protocol": {Layout: old, Protocol: 0x86dd, Hook: hook.BTF, ProtoOff: 180, Stacks: true},
 	}
 }
 
@@ -92,17 +95,17 @@ func hostLayout(t *testing.T) layout {
 // and sk_buff's layout when it loads), for every hook the kernel has.
 func argsVariants(t *testing.T) map[string]progConfig {
 	l := hostLayout(t)
-	off, err := tools.MemberOffset("sk_buff", "protocol")
+	off, err := kbtf.MemberOffset("sk_buff", "protocol")
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]progConfig{}
-	for _, hook := range []tools.Hook{tools.HookRaw, tools.HookBTF} {
-		if hook == tools.HookRaw && !tools.HaveRawTracepoints() || hook == tools.HookBTF && !tools.HaveBTFTracepoint("kfree_skb") {
+	for _, h := range []hook.Hook{hook.Raw, hook.BTF} {
+		if h == hook.Raw && !hook.HaveRawTracepoints() || h == hook.BTF && !hook.HaveBTFTracepoint("kfree_skb") {
 			continue
 		}
 		for _, stacks := range []bool{false, true} {
-			out[fmt.Sprintf("%s stacks=%v", hook, stacks)] = progConfig{Layout: l, Protocol: 0x0800, Stacks: stacks, Hook: hook, ProtoOff: off, ProbeRead: tools.Readers().Kernel}
+			out[fmt.Sprintf("%s stacks=%v", h, stacks)] = progConfig{Layout: l, Protocol: 0x0800, Stacks: stacks, Hook: h, ProtoOff: off, ProbeRead: kernel.Readers().Kernel}
 		}
 	}
 	return out
@@ -159,8 +162,8 @@ func TestValidate(t *testing.T) {
 		{options{Top: "-3"}, -1, false},
 		{options{Top: "5"}, -1, true},
 		{options{ServeTop: -1}, -1, false},
-		{options{ServeOption: tools.ServeOption{Serve: "localhost"}}, -1, false},
-		{options{ServeOption: tools.ServeOption{Serve: "localhost:9435"}}, -1, true},
+		{options{ServeOption: run.ServeOption{Serve: "localhost"}}, -1, false},
+		{options{ServeOption: run.ServeOption{Serve: "localhost:9435"}}, -1, true},
 	} {
 		o := tc.o
 		if o.ServeTop == 0 {

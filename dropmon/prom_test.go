@@ -17,10 +17,11 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/promtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
 )
 
 // udp6Drops makes n drops over IPv6: the other test packages, which may
@@ -106,7 +107,7 @@ func TestPrometheus(t *testing.T) {
 // kernel inlined it.
 func udp6Func(t *testing.T) string {
 	t.Helper()
-	syms, err := tools.LoadKallsyms()
+	syms, err := procfs.LoadKallsyms()
 	if err != nil {
 		t.Fatal(err)
 	}

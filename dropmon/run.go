@@ -11,7 +11,13 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -20,19 +26,19 @@ var protocols = map[string]int{"ip": 0x0800, "ipv4": 0x0800, "ipv6": 0x86dd, "ar
 
 func validate(o *options) error {
 	o.top, o.proto = 0, -1
-	if err := tools.ValidateAttach(o.Attach); err != nil {
+	if err := hook.Validate(o.Attach); err != nil {
 		return err
 	}
 	if err := o.CheckServe(); err != nil {
 		return err
 	}
 	if o.ServeTop < 1 {
-		return tools.Usagef("invalid --serve-top %d: want the number of locations with series of their own, 1 or more", o.ServeTop)
+		return usage.Errorf("invalid --serve-top %d: want the number of locations with series of their own, 1 or more", o.ServeTop)
 	}
 	if o.Top != "" {
 		n, err := strconv.Atoi(o.Top)
 		if err != nil || n < 1 {
-			return tools.Usagef("invalid -n %q: want the number of rows to show, 1 or more", o.Top)
+			return usage.Errorf("invalid -n %q: want the number of rows to show, 1 or more", o.Top)
 		}
 		o.top = n
 	}
@@ -42,13 +48,13 @@ func validate(o *options) error {
 		} else if n, err := strconv.ParseUint(o.Protocol, 0, 16); err == nil {
 			o.proto = int(n)
 		} else {
-			return tools.Usagef("unknown protocol %q: want ip, ipv6, arp, vlan, or an EtherType number such as 0x0800", o.Protocol)
+			return usage.Errorf("unknown protocol %q: want ip, ipv6, arp, vlan, or an EtherType number such as 0x0800", o.Protocol)
 		}
 	}
 	return nil
 }
 
-func run(ctx context.Context, s *tools.Session, o *options) error {
+func trace(ctx context.Context, s *run.Session, o *options) error {
 	format, err := tracefs.ReadFormat("skb", "kfree_skb")
 	if err != nil {
 		return err
@@ -57,26 +63,34 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	syms, err := tools.LazyKallsyms()
+	syms, err := procfs.LazyKallsyms()
 	if err != nil {
 		return err
 	}
 	if syms.Hidden {
 		fmt.Fprintln(s.Stderr, "dropmon: kernel addresses are hidden (kptr_restrict, or not root): printing addresses only")
 	}
-	cfg := progConfig{Layout: l, Protocol: o.proto, Stacks: o.Stacks, ProbeRead: tools.Readers().Kernel}
+	cfg := progConfig{Layout: l, Protocol: o.proto, Stacks: o.Stacks, ProbeRead: kernel.Readers().Kernel}
 	// Only --protocol reads through skb: without it, a raw tracepoint is as
-	// cheap as a BTF one and parses no BTF at start.
-	if cfg.Hook, err = tools.PickHook(o.Attach, "kfree_skb", o.proto >= 0); err != nil {
-		return err
-	}
-	if cfg.Hook != tools.HookPerf && o.proto >= 0 {
-		if cfg.ProtoOff, err = tools.MemberOffset("sk_buff", "protocol"); err != nil {
-			if tools.AttachForced(o.Attach) {
-				return fmt.Errorf("--attach=%s --protocol: %w", cfg.Hook, err)
+	// cheap as a BTF one and parses no BTF at start; with it, a BTF
+	// tracepoint reads skb directly.
+	protoOff := func() (err error) {
+		if o.proto >= 0 {
+			if cfg.ProtoOff, err = kbtf.MemberOffset("sk_buff", "protocol"); err != nil {
+				return fmt.Errorf("--protocol: %w", err)
 			}
-			cfg.Hook = tools.HookPerf // the record has the protocol
 		}
+		return nil
+	}
+	raw := hook.Offer{Hook: hook.Raw, Have: hook.HasRaw, Build: protoOff}
+	perf := hook.Offer{Hook: hook.Perf} // the record has the protocol
+	btf := hook.Offer{Hook: hook.BTF, Have: hook.HasBTF("kfree_skb"), Build: protoOff}
+	offers := []hook.Offer{raw, perf, btf}
+	if o.proto >= 0 {
+		offers = []hook.Offer{btf, raw, perf}
+	}
+	if cfg.Hook, err = hook.Choose(o.Attach, "skb:kfree_skb", offers...); err != nil {
+		return err
 	}
 	spec, err := collection(cfg)
 	if err != nil {
@@ -93,9 +107,9 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	r := &reporter{s: s, o: o, coll: coll, syms: syms, reasons: format.Symbolic["reason"], hasReason: l.Reason != nil}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
 	if o.Serve != "" {
-		c := &collector{r: r, series: tools.StickySeries[uint64]{Max: o.ServeTop}}
+		c := &collector{r: r, series: run.StickySeries[uint64]{Max: o.ServeTop}}
 		// Names of its own: the scrapes run beside the reports.
-		if c.syms, err = tools.LazyKallsyms(); err != nil {
+		if c.syms, err = procfs.LazyKallsyms(); err != nil {
 			return err
 		}
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
@@ -128,27 +142,27 @@ type stackCount struct {
 }
 
 type reporter struct {
-	s         *tools.Session
+	s         *run.Session
 	o         *options
 	coll      *ebpf.Collection
-	syms      *tools.Symbols
+	syms      *procfs.Symbols
 	reasons   map[uint64]string
 	hasReason bool
-	counts    tools.KeyedDeltas[dropKey]
-	lost      tools.Deltas
+	counts    counts.KeyedDeltas[dropKey]
+	lost      counts.Deltas
 }
 
 // counts reads the drops since the start, and the drops that could not be
 // counted.
 func (r *reporter) readCounts() (map[dropKey]uint64, uint64, error) {
-	cur, err := tools.DumpHash[dropKey, uint64](r.coll.Maps["drops"])
+	cur, err := counts.DumpHash[dropKey, uint64](r.coll.Maps["drops"])
 	if err != nil {
 		return nil, 0, fmt.Errorf("read drops: %w", err)
 	}
 	if err := readCache(r.coll.Maps["cache"], cur); err != nil {
 		return nil, 0, err
 	}
-	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	lost, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
 	if err != nil {
 		return nil, 0, err
 	}
@@ -310,7 +324,7 @@ func (r *reporter) writeJSON(now time.Time, rows []row, total, lost uint64) erro
 		Total uint64     `json:"total"`
 		Lost  uint64     `json:"lost"`
 		Drops []jsonDrop `json:"drops"`
-	}{Tool: "dropmon", Time: tools.JSONTime(now), Total: total, Lost: lost, Drops: []jsonDrop{}}
+	}{Tool: "dropmon", Time: run.JSONTime(now), Total: total, Lost: lost, Drops: []jsonDrop{}}
 	for _, rw := range rows {
 		d := jsonDrop{Location: fmt.Sprintf("0x%x", rw.Location), Symbol: r.syms.Symbolize(rw.Location), Reason: r.reasonName(rw.Reason), Count: rw.Count}
 		for _, st := range rw.Stacks {
@@ -336,7 +350,7 @@ func (r *reporter) writeText(now time.Time, rows []row, total, lost uint64) erro
 
 // writeTable prints the rows with columns sized to their contents. Without
 // symbols (hidden addresses) the LOCATION column is left out.
-func writeTable(w io.Writer, rows []row, syms *tools.Symbols, reason func(uint32) string, frames func(int32) []string) {
+func writeTable(w io.Writer, rows []row, syms *procfs.Symbols, reason func(uint32) string, frames func(int32) []string) {
 	if len(rows) == 0 {
 		return
 	}

@@ -4,7 +4,8 @@ import (
 	"strings"
 
 	"github.com/tracekit/tracekit/metrics"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 )
 
 // collector turns the drop counts into tracekit_dropmon_drops_total at each
@@ -12,8 +13,8 @@ import (
 // the locations bounded by StickySeries.
 type collector struct {
 	r      *reporter
-	syms   *tools.Symbols
-	series tools.StickySeries[uint64]
+	syms   *procfs.Symbols
+	series run.StickySeries[uint64]
 }
 
 type seriesKey struct{ symbol, reason string }
@@ -22,7 +23,7 @@ func (c *collector) families() []metrics.Family {
 	drops := metrics.Family{Name: "tracekit_dropmon_drops", Help: "Packets the kernel dropped (skb:kfree_skb) since dropmon started, by the dropping function and the drop reason (5.17+).", Type: metrics.Counter}
 	cur, lost, err := c.r.readCounts()
 	if err != nil {
-		return []metrics.Family{drops, tools.LostFamily("dropmon", lost)}
+		return []metrics.Family{drops, run.LostFamily("dropmon", lost)}
 	}
 	byLocation := map[uint64]uint64{}
 	for k, n := range cur {
@@ -45,7 +46,7 @@ func (c *collector) families() []metrics.Family {
 	for k, n := range sums {
 		drops.Metrics = append(drops.Metrics, metrics.Metric{Labels: []metrics.Label{{Name: "symbol", Value: k.symbol}, {Name: "reason", Value: k.reason}}, Value: float64(n)})
 	}
-	return []metrics.Family{drops, tools.LostFamily("dropmon", lost)}
+	return []metrics.Family{drops, run.LostFamily("dropmon", lost)}
 }
 
 // function is the function of "name+0xoff [module]": name, or "unknown".

@@ -9,7 +9,8 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 )
 
 // TestExpositionGoldens serves fixed map contents, the names from a fixed
@@ -23,7 +24,7 @@ func TestExpositionGoldens(t *testing.T) {
 		"cache": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 24, MaxEntries: 4},
 		"lost":  {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 	})
-	syms, err := tools.ParseKallsyms(strings.NewReader("ffffffff81000000 T _stext\nffffffff81100000 T __udp4_lib_rcv\nffffffff81200000 T tcp_v4_rcv\nffffffff81300000 t nf_hook_slow\nffffffff81400000 T sk_stream_kill_queues\n"))
+	syms, err := procfs.ParseKallsyms(strings.NewReader("ffffffff81000000 T _stext\nffffffff81100000 T __udp4_lib_rcv\nffffffff81200000 T tcp_v4_rcv\nffffffff81300000 t nf_hook_slow\nffffffff81400000 T sk_stream_kill_queues\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestExpositionGoldens(t *testing.T) {
 	}
 	tooltest.PutPerCPU(t, coll.Maps["lost"], uint32(0), 1)
 	r := &reporter{coll: coll, reasons: map[uint64]string{2: "NO_SOCKET", 3: "TCP_CSUM", 9: "QUEUE_PURGE"}, hasReason: true}
-	c := &collector{r: r, syms: syms, series: tools.StickySeries[uint64]{Max: 3}}
+	c := &collector{r: r, syms: syms, series: run.StickySeries[uint64]{Max: 3}}
 	out := tooltest.Exposition(t, c.families())
 	if strings.Contains(out, "ffffffff") {
 		t.Errorf("an address is exposed:\n%s", out)

@@ -7,9 +7,10 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/loader"
 )
 
 // A stack whose hash bucket another stack holds (bpf_get_stackid's
@@ -20,15 +21,15 @@ import (
 // overflow map, and none may be lost.
 func TestStackOverflowMap(t *testing.T) {
 	privtest.Require(t)
-	if !tools.HaveRawTracepoints() {
+	if !hook.HaveRawTracepoints() {
 		t.Fatal("the matrix's kernels all have raw tracepoints (4.17+)")
 	}
-	spec, err := collection(progConfig{Layout: hostLayout(t), Protocol: -1, Stacks: true, Hook: tools.HookRaw})
+	spec, err := collection(progConfig{Layout: hostLayout(t), Protocol: -1, Stacks: true, Hook: hook.Raw})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec.Maps["stacks"].MaxEntries = 1
-	coll, err := tools.Load(spec)
+	coll, err := loader.Load(spec, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/golden"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
 )
 
 func TestTableGoldens(t *testing.T) {
@@ -24,7 +24,7 @@ func TestTableGoldens(t *testing.T) {
 		"table_symbols": "ffffffff81e91000 T __udp4_lib_rcv\nffffffffc0a00000 t vxlan_rcv\t[vxlan]\n",
 		"table_hidden":  "0000000000000000 T __udp4_lib_rcv\n",
 	} {
-		s, err := tools.ParseKallsyms(strings.NewReader(syms))
+		s, err := procfs.ParseKallsyms(strings.NewReader(syms))
 		if err != nil {
 			t.Fatal(err)
 		}

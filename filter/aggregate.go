@@ -10,23 +10,25 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
-	"github.com/tracekit/tracekit/tools"
 )
 
 // count reports the passing events per interval.
-func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection) error {
-	d := tools.Deltas{Cumulative: s.Opts.Cumulative}
+func count(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection) error {
+	d := counts.Deltas{Cumulative: s.Opts.Cumulative}
 	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
-		n, err := tools.ReadPerCPUCounter(coll.Maps["count"])
+		n, err := counts.ReadPerCPUCounter(coll.Maps["count"])
 		if err != nil {
 			return err
 		}
 		n = d.Counter(n)
 		now := time.Now()
 		if s.Opts.JSON {
-			return s.WriteJSON(map[string]any{"tool": "filter", "time": tools.JSONTime(now), "event": ev.String(), "count": n})
+			return s.WriteJSON(map[string]any{"tool": "filter", "time": run.JSONTime(now), "event": ev.String(), "count": n})
 		}
 		var b strings.Builder
 		s.BeginText(&b, now)
@@ -37,17 +39,17 @@ func count(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collectio
 }
 
 // hist reports the log2 histogram of an expression per interval.
-func hist(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, prog *Program, expr string) error {
-	d := tools.Deltas{Cumulative: s.Opts.Cumulative}
-	below := tools.Deltas{Cumulative: s.Opts.Cumulative}
+func hist(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *Program, expr string) error {
+	d := counts.Deltas{Cumulative: s.Opts.Cumulative}
+	below := counts.Deltas{Cumulative: s.Opts.Cumulative}
 	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
-		h, err := tools.ReadLog2Array(coll.Maps["hist"])
+		h, err := counts.ReadLog2Array(coll.Maps["hist"])
 		if err != nil {
 			return err
 		}
-		rep := &tools.HistReport{Unit: expr, Hists: []*terminal.Log2Hist{d.Hist(0, &h)}}
+		rep := &run.HistReport{Unit: expr, Hists: []*terminal.Log2Hist{d.Hist(0, &h)}}
 		if prog.Signed {
-			n, err := tools.ReadPerCPUCounter(coll.Maps["neg"])
+			n, err := counts.ReadPerCPUCounter(coll.Maps["neg"])
 			if err != nil {
 				return err
 			}
@@ -80,7 +82,7 @@ func decodeColumn(col Column, raw []byte) cell {
 	}
 	b := raw[col.Offset : col.Offset+col.Size]
 	if col.String {
-		str := tools.CString(b)
+		str := unix.ByteSliceToString(b)
 		return cell{str, str}
 	}
 	u := binary.LittleEndian.Uint64(b)
@@ -97,15 +99,15 @@ func decodeColumn(col Column, raw []byte) cell {
 }
 
 // countBy reports the counts by key per interval, largest first.
-func countBy(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, prog *Program) error {
+func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *Program) error {
 	prev := map[string]uint64{}
-	lostDeltas := tools.Deltas{Cumulative: s.Opts.Cumulative}
+	lostDeltas := counts.Deltas{Cumulative: s.Opts.Cumulative}
 	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
 		rows, err := readCounts(coll.Maps["counts"], prog.Columns)
 		if err != nil {
 			return err
 		}
-		lost, err := tools.ReadPerCPUCounter(coll.Maps["lost"])
+		lost, err := counts.ReadPerCPUCounter(coll.Maps["lost"])
 		if err != nil {
 			return err
 		}
@@ -173,7 +175,7 @@ func rowKey(r keyCount) string {
 
 // writeCounts prints a --count-by table: one column per key (strings to the
 // left, numbers to the right) and the count, or one JSON object.
-func writeCounts(s *tools.Session, ev event, cols []Column, rows []keyCount, lost uint64, now time.Time) error {
+func writeCounts(s *run.Session, ev event, cols []Column, rows []keyCount, lost uint64, now time.Time) error {
 	if s.Opts.JSON {
 		names := make([]string, len(cols))
 		for i, c := range cols {
@@ -189,7 +191,7 @@ func writeCounts(s *tools.Session, ev event, cols []Column, rows []keyCount, los
 			counts = append(counts, map[string]any{"key": key, "count": r.count})
 			total += r.count
 		}
-		return s.WriteJSON(map[string]any{"tool": "filter", "time": tools.JSONTime(now), "event": ev.String(),
+		return s.WriteJSON(map[string]any{"tool": "filter", "time": run.JSONTime(now), "event": ev.String(),
 			"keys": names, "counts": counts, "total": total, "lost": lost})
 	}
 	var b strings.Builder

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/kbtf"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/tracefs"
 	"github.com/tracekit/tracekit/uprobe"
 )
@@ -40,11 +40,11 @@ type Target struct {
 	// dropped first (its writes to stdout would feed the stream).
 	SelfPid uint32
 	// Pid, if not 0, keeps only that process's events (-p); Tree keeps
-	// only those of the processes in the map tools.PidsMap (-c's tree).
+	// only those of the processes in the map proctree.PidsMap (-c's tree).
 	Pid  uint32
 	Tree bool
 	// NS: filter runs in a pid namespace of its own, whose pids SelfPid,
-	// Pid and the pid and tid builtins are (see tools.PidNamespace).
+	// Pid and the pid and tid builtins are (see procfs.PidNamespace).
 	NS *asm.PidNS
 	// USDT are a USDT call site's arguments, arg0 onwards; Site is the
 	// site's link-time address (a rip-relative argument is found from the
@@ -139,7 +139,7 @@ func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
 		// The tree holds the kernel's pids; SelfPid and Pid are the
 		// namespace's.
 		c.emit(asm.CurrentPid()...)
-		c.emit(asm.PidInSet(tools.PidsMap, countKey, "reject")...)
+		c.emit(asm.PidInSet(proctree.PidsMap, countKey, "reject")...)
 	}
 	if t.NS != nil && (t.SelfPid != 0 || t.Pid != 0) {
 		c.emit(asm.CurrentNsPid(*t.NS, scratchOff)...)
@@ -153,7 +153,7 @@ func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
 		c.emit(asm.PidFilter(t.Pid, "reject")...)
 	}
 	if t.NS == nil && t.Tree {
-		c.emit(asm.PidInSet(tools.PidsMap, countKey, "reject")...)
+		c.emit(asm.PidInSet(proctree.PidsMap, countKey, "reject")...)
 	}
 	if root != nil {
 		var always *bool
@@ -1037,18 +1037,11 @@ func member(t btf.Type, name string) (int, btf.Type, error) {
 	default:
 		return 0, nil, fmt.Errorf("%s is not a struct: it has no member %q", typeName(t), name)
 	}
-	for _, m := range members {
-		if m.Name == name {
-			if m.BitfieldSize != 0 {
-				return 0, nil, fmt.Errorf("member %s is a bitfield: not supported", name)
-			}
-			return int(m.Offset / 8), m.Type, nil
+	if off, m, ok := kbtf.Member(t, name); ok {
+		if m.BitfieldSize != 0 {
+			return 0, nil, fmt.Errorf("member %s is a bitfield: not supported", name)
 		}
-		if m.Name == "" {
-			if off, mt, err := member(m.Type, name); err == nil {
-				return int(m.Offset/8) + off, mt, nil
-			}
-		}
+		return off, m.Type, nil
 	}
 	var names []string
 	for _, m := range members {

@@ -13,12 +13,13 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/kbtf"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/uprobe"
 )
 
@@ -281,11 +282,11 @@ func TestCompiledLoad(t *testing.T) {
 		kind := caseAction(t, ts[tc.target], tc.act).Kind
 		m := maps(kind, p)
 		if ts[tc.target].Tree {
-			m[tools.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+			m[proctree.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		}
 		prog := &ebpf.ProgramSpec{Name: "filter", Instructions: p.Insns}
 		if fn, ok := slotFuncs[tc.target]; ok {
-			if !tools.HaveFentry(fn) {
+			if !hook.HaveFentry(fn) {
 				t.Logf("%s: this kernel has no BPF trampoline at %s: the matrix kernels that have one load it", tc.golden, fn)
 				continue
 			}
@@ -297,7 +298,7 @@ func TestCompiledLoad(t *testing.T) {
 			// At the wrapper of this kernel's architecture: the x86-64
 			// offsets the goldens pin are inside arm64's pt_regs too.
 			name := strings.TrimPrefix(format.Name, "sys_enter_")
-			if !tools.HaveFentrySyscall(name) {
+			if !hook.HaveFentrySyscall(name) {
 				t.Logf("%s: this kernel has no fentry at %s's wrapper (BPF trampolines): the matrix kernels that have one load it", tc.golden, name)
 				continue
 			}

@@ -6,12 +6,12 @@ package filter
 import (
 	"context"
 
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 type options struct {
-	tools.Common
-	tools.ServeOption
+	run.Common
+	run.ServeOption
 	ServeTop    int    `long:"serve-top" value-name:"N" default:"100" description:"With --serve and --count-by: the N keys with the most events when first seen get series of their own; the others are summed under \"other\" (a series never moves, so counters only grow)"`
 	Where       string `short:"w" long:"where" value-name:"EXPR" unquote:"false" description:"Keep only events for which EXPR holds: comparisons of fields, arguments, builtins and strings, joined by &&, || and !, with parentheses (see below)"`
 	Fields      string `long:"fields" value-name:"LIST" unquote:"false" description:"Print only these comma-separated fields, arguments, builtins, paths or str() on each line; strings print as text"`
@@ -22,7 +22,7 @@ type options struct {
 	Self        bool   `long:"self" description:"Include filter's own events (left out by default: its writes would feed the stream)"`
 	RingPages   int    `long:"ring-pages" value-name:"N" default:"64" description:"Ring buffer pages per CPU for printed events, a power of two: 64 (256 KiB) keeps up with 100,000 events a second; raise it for bursts (a loss says so)"`
 	BufferPages int    `long:"buffer-pages" value-name:"N" hidden:"true" description:"The old name of --ring-pages"`
-	Attach      string `long:"attach" value-name:"HOOK" description:"How to reach a tracepoint or a kernel function: auto (a BPF trampoline where the kernel has them, x86-64 5.5+ and arm64 with ftrace direct calls: fentry at a kprobe's function, fexit for a kretprobe, and at the syscall's wrapper for syscalls:sys_enter_*; else perf), perf (the tracepoint's record; the kprobe) or fentry; TRACEKIT_ATTACH sets the default"`
+	Attach      string `long:"attach" value-name:"HOOK" description:"How to reach a tracepoint or a kernel function: auto (a BPF trampoline where the kernel has them, x86-64 5.5+ and arm64 with ftrace direct calls: fentry at a kprobe's function, fexit for a kretprobe, and at the syscall's wrapper for syscalls:sys_enter_*; else perf), perf (the tracepoint's record; the kprobe) or fentry. A named hook is forced: no fallback. Without the flag, TRACEKIT_ATTACH chooses the same way"`
 	Info        bool   `long:"info" description:"Print the event's fields (tracepoint), the function's signature from BTF (kprobe), a file's USDT probes (usdt:PATH) or functions (uprobe:PATH[:GLOB]), and exit"`
 }
 
@@ -113,13 +113,13 @@ const Summary = "Print (or count) the events that pass an in-kernel filter."
 // name) and returns its exit status.
 func Main(args []string) int {
 	var o options
-	return tools.Main(tools.Tool{
+	return run.Main(run.Tool{
 		Name:     "filter",
 		Lead:     "EVENT",
 		Summary:  Summary,
 		Details:  details,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
-		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
+		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
 	}, args)
 }

@@ -12,9 +12,15 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/slots"
+	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kbtf"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/proctree"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -89,21 +95,21 @@ func parseEvent(s string, info bool) (event, error) {
 
 func validate(o *options) error {
 	if _, err := parseEvent(o.Lead(), o.Info); err != nil {
-		return tools.Usagef("%v", err)
+		return usage.Errorf("%v", err)
 	}
 	if o.Where != "" {
 		if _, err := Parse(o.Where); err != nil {
-			return tools.Usagef("--where: %v", err)
+			return usage.Errorf("--where: %v", err)
 		}
 	}
 	if err := o.CheckServe(); err != nil {
 		return err
 	}
 	if o.Serve != "" && !o.Count && o.CountBy == "" && o.Hist == "" && !o.Info {
-		return tools.Usagef("--serve exposes what filter counts in the kernel: add --count, --count-by KEYS or --hist EXPR")
+		return usage.Errorf("--serve exposes what filter counts in the kernel: add --count, --count-by KEYS or --hist EXPR")
 	}
 	if o.ServeTop < 1 {
-		return tools.Usagef("invalid --serve-top %d: want the number of keys with series of their own, 1 or more", o.ServeTop)
+		return usage.Errorf("invalid --serve-top %d: want the number of keys with series of their own, 1 or more", o.ServeTop)
 	}
 	var modes []string
 	for name, set := range map[string]bool{"--count": o.Count, "--count-by": o.CountBy != "", "--hist": o.Hist != "", "--fields": o.Fields != ""} {
@@ -113,13 +119,13 @@ func validate(o *options) error {
 	}
 	sort.Strings(modes)
 	if o.Info && (o.Where != "" || len(modes) > 0) {
-		return tools.Usagef("--info prints the event's description: it takes no --where, --count, --count-by, --hist or --fields")
+		return usage.Errorf("--info prints the event's description: it takes no --where, --count, --count-by, --hist or --fields")
 	}
 	if len(modes) > 1 {
-		return tools.Usagef("%s: choose one of printing (--fields), --count, --count-by and --hist", strings.Join(modes, " and "))
+		return usage.Errorf("%s: choose one of printing (--fields), --count, --count-by and --hist", strings.Join(modes, " and "))
 	}
 	if o.Timestamp && !o.Count && o.CountBy == "" && o.Hist == "" && !o.Info {
-		return tools.Usagef("-T dates --count, --count-by and --hist reports: printed events carry their own time")
+		return usage.Errorf("-T dates --count, --count-by and --hist reports: printed events carry their own time")
 	}
 	for _, opt := range []struct {
 		name, text string
@@ -129,26 +135,26 @@ func validate(o *options) error {
 			continue
 		}
 		if _, err := ParseOperands(opt.text, opt.want); err != nil {
-			return tools.Usagef("%s: %v", opt.name, err)
+			return usage.Errorf("%s: %v", opt.name, err)
 		}
 	}
-	if err := tools.CheckPid(o.Pid); err != nil {
+	if err := procfs.CheckPid(o.Pid); err != nil {
 		return err
 	}
-	if err := validateAttach(o.Attach, o.Lead(), o.Info); err != nil {
+	if err := hook.Validate(o.Attach); err != nil {
 		return err
 	}
 	if o.Lead() == "usdt" && o.Pid == 0 {
-		return tools.Usagef("--info usdt lists the probes of the files a process maps: it needs -p PID (or name a file: usdt:PATH)")
+		return usage.Errorf("--info usdt lists the probes of the files a process maps: it needs -p PID (or name a file: usdt:PATH)")
 	}
 	if o.Pid != 0 && o.Command != "" {
-		return tools.Usagef("-p and -c: trace a running process or a command, not both")
+		return usage.Errorf("-p and -c: trace a running process or a command, not both")
 	}
 	if o.BufferPages != 0 {
 		o.RingPages = o.BufferPages
 	}
 	if p := o.RingPages; p < 1 || p > 1<<16 || p&(p-1) != 0 {
-		return tools.Usagef("--ring-pages %d: a power of two from 1 to 65536", p)
+		return usage.Errorf("--ring-pages %d: a power of two from 1 to 65536", p)
 	}
 	return nil
 }
@@ -242,7 +248,7 @@ func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (T
 	return t, fetch, pointers
 }
 
-func info(s *tools.Session, ev event) error {
+func info(s *run.Session, ev event) error {
 	if ev.kind == "tracepoint" {
 		f, err := tracefs.ReadFormat(ev.group, ev.name)
 		if err != nil {
@@ -277,7 +283,7 @@ func info(s *tools.Session, ev event) error {
 		}
 		return nil
 	}
-	spec, err := tools.KernelBTF()
+	spec, err := kbtf.Kernel()
 	if err != nil {
 		return fmt.Errorf("read the kernel's BTF: %w (needs CONFIG_DEBUG_INFO_BTF)", err)
 	}
@@ -295,7 +301,7 @@ type mode struct {
 	columns bool // Emit: the records are ours (Program.Columns), not the kernel's
 }
 
-func run(ctx context.Context, s *tools.Session, o *options) error {
+func trace(ctx context.Context, s *run.Session, o *options) error {
 	ev, _ := parseEvent(o.Lead(), o.Info)
 	if o.Info {
 		if ev.user() {
@@ -307,26 +313,16 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if o.Where != "" {
 		root, _ = Parse(o.Where)
 	}
-	target := Target{Read: tools.Readers(), UserSpace: ev.group == "syscalls"}
+	target := Target{Read: kernel.Readers(), UserSpace: ev.group == "syscalls"}
 	if !o.Self {
 		target.SelfPid = uint32(os.Getpid())
 	}
 	target.Pid = uint32(o.Pid)
-	ns, err := tools.PidNamespace()
+	ns, err := kernel.PidNamespace()
 	if err != nil && (o.Pid != 0 || o.Command != "") {
 		return err
 	}
 	target.NS = ns
-	var fetch []string
-	pointers := map[string]bool{}
-	progType := ebpf.TracePoint
-	// A BPF trampoline (fentry, fexit) at a function: a syscall's wrapper
-	// for its sys_enter tracepoint, a kprobe's function. fallback, when
-	// auto chose it, goes back to the perf hook if the run needs what only
-	// that has.
-	var entry string
-	attachType := ebpf.AttachTraceFEntry
-	var fallback func() error
 	act, err := action(o)
 	if err != nil {
 		return err
@@ -334,121 +330,41 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	if ev.user() {
 		return runUser(ctx, s, o, ev, root, act, target.SelfPid, target.NS)
 	}
-	if ev.kind == "tracepoint" {
-		f, err := tracefs.ReadFormat(ev.group, ev.name)
-		if err != nil {
-			return err
-		}
-		target.Format = f
-		hook, err := tracepointHook(o.Attach, ev)
-		if err != nil {
-			return err
-		}
-		if hook == tools.HookFentry {
-			regs, err := asm.HostPtRegs()
+	var offers []hook.Offer
+	var p plan // what the chosen offer built
+	build := func(make func() (plan, error)) func() error {
+		return func() error {
+			next, err := make()
 			if err != nil {
 				return err
 			}
-			target.Entry, entry, progType = regs, regs.SyscallPrefix+strings.TrimPrefix(ev.name, "sys_enter_"), ebpf.Tracing
-			if attachChoice(o.Attach, true) != string(tools.HookFentry) {
-				fallback = func() error {
-					target.Entry, entry, progType = nil, "", ebpf.TracePoint
-					return nil
-				}
+			if err := next.compile(o.Where, root, act); err != nil {
+				return usageOr(err)
 			}
-		}
-		if needsBTF(root) || columnsNeedBTF(act) {
-			if target.BTF, err = tools.KernelBTF(); err != nil {
-				return fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
-			}
-		}
-	} else {
-		regs, err := asm.HostPtRegs()
-		if err != nil {
-			return fmt.Errorf("%s: %w", ev, err)
-		}
-		spec, err := tools.KernelBTF()
-		if err != nil {
-			return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
-		}
-		_, proto, err := funcProto(spec, ev.symbol)
-		if err != nil {
-			return err
-		}
-		hook, err := kprobeHook(o.Attach, ev, proto)
-		if err != nil {
-			return err
-		}
-		common := target // what the event's kind does not change: readers, pids
-		use := func(slots bool) {
-			t, f, ptrs := kprobeTarget(ev, proto, regs, slots)
-			t.BTF, t.Read, t.SelfPid, t.Pid, t.NS = spec, common.Read, common.SelfPid, common.Pid, common.NS
-			target, fetch, pointers = t, f, ptrs
-		}
-		probe := func() error {
-			if !tools.KprobesAvailable() {
-				return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, tools.ErrNoKprobes)
-			}
-			use(false)
-			progType, entry = ebpf.Kprobe, ""
+			p = next
 			return nil
 		}
-		if hook != tools.HookFentry {
-			if err := probe(); err != nil {
-				return err
-			}
-		} else {
-			use(true)
-			progType, entry = ebpf.Tracing, ev.symbol
-			if ev.kind == "kretprobe" {
-				attachType = ebpf.AttachTraceFExit
-			}
-			if attachChoice(o.Attach, true) != string(tools.HookFentry) && tools.KprobesAvailable() {
-				fallback = probe
-			}
-		}
 	}
-	asked := act
-	if entry != "" && fallback != nil && act.Kind == Keep && !hasStringPointer(target) && hasDataLoc(target.Format) {
-		// The stored record is printed as it is, 6.19+'s copies of user
-		// memory (__value_val) among its fields: only perf stores one.
-		if err := fallback(); err != nil {
+	if ev.kind == "tracepoint" {
+		if offers, err = tracepointOffers(ev, target, root, act, build); err != nil {
 			return err
 		}
-		fallback = nil
+	} else if offers, err = kprobeOffers(ev, target, build); err != nil {
+		return err
 	}
-	compile := func() (*Program, error) {
-		act = asked
-		if act.Kind == Keep && (hasStringPointer(target) || entry != "") {
-			// The kernel's record holds the address, not the string (or,
-			// at a trampoline, there is no record): build our own
-			// records, every field in them.
-			act = Action{Kind: Emit, Columns: defaultColumns(target)}
-		}
-		return Compile(o.Where, root, target, act)
+	if _, err := hook.Choose(o.Attach, ev.String(), offers...); err != nil {
+		return err
 	}
-	prog, err := compile()
-	if err != nil && fallback != nil {
-		// What a trampoline cannot give (a histogram of a struct
-		// pointer, an argument the verifier will not read there), the
-		// perf hook has.
-		if ferr := fallback(); ferr != nil {
-			return ferr
-		}
-		prog, err = compile()
-	}
-	if err != nil {
-		return usageOr(err)
-	}
+	act, prog := p.act, p.prog
 	spec := &ebpf.CollectionSpec{
 		Maps: maps(act.Kind, prog),
 		Programs: map[string]*ebpf.ProgramSpec{
-			"filter": {Name: "filter", Type: progType, License: "GPL", Instructions: prog.Insns},
+			"filter": {Name: "filter", Type: p.progType, License: "GPL", Instructions: prog.Insns},
 		},
 	}
-	if entry != "" {
-		p := spec.Programs["filter"]
-		p.AttachType, p.AttachTo = attachType, entry
+	if p.entry != "" {
+		fp := spec.Programs["filter"]
+		fp.AttachType, fp.AttachTo = p.attachType, p.entry
 	}
 	coll, err := s.Load(spec)
 	if err != nil {
@@ -458,8 +374,8 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		// Our program makes what is reported: attach it once, as cheaply
 		// as the event allows (a kprobe through the PMU where there is one).
 		switch {
-		case entry != "":
-			err = s.AttachHook(coll.Programs["filter"], tools.HookFentry, "", entry)
+		case p.entry != "":
+			err = s.AttachHook(coll.Programs["filter"], hook.Fentry, "", p.entry)
 		case ev.kind == "tracepoint":
 			err = s.AttachTracepoint(coll.Programs["filter"], ev.group, ev.name)
 		default:
@@ -470,16 +386,16 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		}
 	}
 	if act.Kind == Keep {
-		return streamKept(ctx, s, ev, coll, target.Format, fetch, pointers, o.RingPages)
+		return streamKept(ctx, s, ev, coll, p.target.Format, p.fetch, p.pointers, o.RingPages)
 	}
 	return report(ctx, s, o, ev, coll, prog, act)
 }
 
 // report runs an action's loop: the maps read per interval, or the output
 // rings printed.
-func report(ctx context.Context, s *tools.Session, o *options, ev event, coll *ebpf.Collection, prog *Program, act Action) error {
+func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebpf.Collection, prog *Program, act Action) error {
 	if o.Serve != "" {
-		c := &collector{ev: ev.String(), coll: coll, prog: prog, act: act, series: tools.StickySeries[string]{Max: o.ServeTop}}
+		c := &collector{ev: ev.String(), coll: coll, prog: prog, act: act, series: run.StickySeries[string]{Max: o.ServeTop}}
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
 			return err
 		}
@@ -492,7 +408,7 @@ func report(ctx context.Context, s *tools.Session, o *options, ev event, coll *e
 	case Hist:
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
 	}
-	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.RingPages, tools.WakeBatch)
+	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.RingPages, perfevent.WakeBatch)
 	if err != nil {
 		return err
 	}
@@ -501,7 +417,10 @@ func report(ctx context.Context, s *tools.Session, o *options, ev event, coll *e
 
 // runUser runs a user-space probe: one program per site (each USDT site
 // has its own argument specs), sharing the maps, all attached or none.
-func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root Node, act Action, self uint32, ns *asm.PidNS) error {
+func runUser(ctx context.Context, s *run.Session, o *options, ev event, root Node, act Action, self uint32, ns *asm.PidNS) error {
+	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf}); err != nil {
+		return err // a uprobe is a perf event, and nothing else
+	}
 	if !tracefs.Uprobe.Available() {
 		return fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
 	}
@@ -513,7 +432,7 @@ func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root N
 	if err != nil {
 		// No such file, symbol or probe, or not an ELF file: the command
 		// line is wrong, as with an unknown tracepoint field.
-		return tools.Usagef("%v", err)
+		return usage.Errorf("%v", err)
 	}
 	if act.Kind == Keep {
 		// A uprobe's record in the kernel holds no arguments: always our own.
@@ -540,7 +459,7 @@ func runUser(ctx context.Context, s *tools.Session, o *options, ev event, root N
 	}
 	spec.Maps = maps(act.Kind, prog)
 	if tree {
-		if err := tools.AddProcessTree(spec, ns, s.CommandPid()); err != nil {
+		if err := proctree.Add(spec, ns, s.CommandPid()); err != nil {
 			return err
 		}
 	}
@@ -569,7 +488,7 @@ func usageOr(err error) error {
 		if opt == "" {
 			opt = "--where"
 		}
-		return tools.Usagef("%s: %v", opt, err)
+		return usage.Errorf("%s: %v", opt, err)
 	}
 	return err
 }
@@ -641,59 +560,130 @@ func hasStringPointer(t Target) bool {
 	return false
 }
 
-// tracepointHook resolves --attach (or TRACEKIT_ATTACH) for a tracepoint:
-// auto is fentry at the syscall's wrapper for a syscalls:sys_enter_* event
-// where the kernel attaches there (no record is built, and no other
-// syscall runs the program; the same choice as writesize's, measured
-// there), else perf. The record-less raw and BTF tracepoints cannot serve:
-// filter names the record's fields.
-func tracepointHook(choice string, ev event) (tools.Hook, error) {
-	name, syscall := strings.CutPrefix(ev.name, "sys_enter_")
-	syscall = syscall && ev.group == "syscalls"
-	switch tools.Hook(attachChoice(choice, syscall)) {
-	case "", "auto":
-		if syscall && tools.HaveFentrySyscall(name) {
-			return tools.HookFentry, nil
-		}
-		return tools.HookPerf, nil
-	case tools.HookPerf:
-		return tools.HookPerf, nil
-	case tools.HookFentry:
-		if !syscall {
-			return "", tools.Usagef("--attach=fentry reaches a syscall's entry: it takes a syscalls:sys_enter_* event, not %s", ev)
-		}
-		if !tools.HaveFentrySyscall(name) {
-			return "", fmt.Errorf("--attach=fentry: this kernel cannot attach to the entry of %s's wrapper (BPF trampolines: x86-64 5.5+, arm64 with ftrace direct calls (not 6.1), with kernel BTF); use --attach=perf", name)
-		}
-		return tools.HookFentry, nil
-	}
-	return "", tools.Usagef("invalid --attach %q: want auto, perf or fentry", choice)
+// plan is how a run reaches its event by one hook: the program's context,
+// its type and where it attaches, and what it was compiled to.
+type plan struct {
+	target     Target
+	fetch      []string        // a kprobe event's fetch arguments (perf)
+	pointers   map[string]bool // which of them are addresses
+	progType   ebpf.ProgramType
+	attachType ebpf.AttachType
+	entry      string // the function a trampoline (fentry, fexit) attaches to
+	act        Action
+	prog       *Program
 }
 
-// kprobeHook resolves --attach (or TRACEKIT_ATTACH) for a kprobe or
-// kretprobe event: auto is a BPF trampoline at the function (fentry; fexit
-// for a kretprobe) where the kernel attaches one and the function's
-// arguments fit its slots, else the kprobe (perf).
-func kprobeHook(choice string, ev event, proto *btf.FuncProto) (tools.Hook, error) {
-	name, _ := tracefs.SplitSymbol(ev.symbol)
-	switch tools.Hook(attachChoice(choice, true)) {
-	case "", "auto":
-		if slotsFit(proto) == nil && tools.HaveFentry(name) {
-			return tools.HookFentry, nil
-		}
-		return tools.HookPerf, nil
-	case tools.HookPerf:
-		return tools.HookPerf, nil
-	case tools.HookFentry:
-		if err := slotsFit(proto); err != nil {
-			return "", fmt.Errorf("--attach=fentry: %s %v; use --attach=perf (a kprobe)", name, err)
-		}
-		if !tools.HaveFentry(name) {
-			return "", fmt.Errorf("--attach=fentry: this kernel cannot attach a BPF trampoline to %s (x86-64 5.5+, arm64 with ftrace direct calls (not 6.1), with kernel BTF; and not a notrace or inlined function); use --attach=perf (a kprobe)", name)
-		}
-		return tools.HookFentry, nil
+// compile builds the plan's program for the expression and the action.
+// A kept record that holds the address of a string rather than the
+// string, or none at all (a trampoline builds no record), becomes records
+// of our own, every field in them.
+func (p *plan) compile(where string, root Node, act Action) error {
+	if act.Kind == Keep && (hasStringPointer(p.target) || p.entry != "") {
+		act = Action{Kind: Emit, Columns: defaultColumns(p.target)}
 	}
-	return "", tools.Usagef("invalid --attach %q: want auto, perf or fentry", choice)
+	prog, err := Compile(where, root, p.target, act)
+	if err != nil {
+		return err
+	}
+	p.act, p.prog = act, prog
+	return nil
+}
+
+// tracepointOffers are the hooks a tracepoint is reached by: its record
+// (perf), and for a syscalls:sys_enter_* event a BPF trampoline at the
+// syscall's wrapper (fentry), first where it attaches: no record is
+// built, and no other syscall runs the program (the same choice as
+// writesize's, measured there). The record-less raw and BTF tracepoints
+// cannot serve: filter names the record's fields.
+func tracepointOffers(ev event, base Target, root Node, act Action, build func(func() (plan, error)) func() error) ([]hook.Offer, error) {
+	f, err := tracefs.ReadFormat(ev.group, ev.name)
+	if err != nil {
+		return nil, err
+	}
+	base.Format = f
+	if needsBTF(root) || columnsNeedBTF(act) {
+		if base.BTF, err = kbtf.Kernel(); err != nil {
+			return nil, fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
+		}
+	}
+	perf := hook.Offer{Hook: hook.Perf, Build: build(func() (plan, error) {
+		return plan{target: base, progType: ebpf.TracePoint}, nil
+	})}
+	name, syscall := strings.CutPrefix(ev.name, "sys_enter_")
+	if !syscall || ev.group != "syscalls" {
+		return []hook.Offer{perf}, nil
+	}
+	fentry := hook.Offer{Hook: hook.Fentry, Have: hook.HasFentrySyscall(name), Build: build(func() (plan, error) {
+		regs, err := asm.HostPtRegs()
+		if err != nil {
+			return plan{}, err
+		}
+		t := base
+		t.Entry = regs
+		return plan{target: t, progType: ebpf.Tracing, attachType: ebpf.AttachTraceFEntry, entry: regs.SyscallPrefix + name}, nil
+	})}
+	if act.Kind == Keep && !hasStringPointer(base) && hasDataLoc(f) {
+		// The stored record is printed as it is, 6.19+'s copies of user
+		// memory (__value_val) among its fields: only perf stores one.
+		return []hook.Offer{perf, fentry}, nil
+	}
+	return []hook.Offer{fentry, perf}, nil
+}
+
+// kprobeOffers are the hooks a kprobe or kretprobe event is reached by: a
+// BPF trampoline at the function (fentry; fexit for a kretprobe), first
+// where one attaches and the function's arguments fit its slots, and the
+// kprobe (perf).
+func kprobeOffers(ev event, common Target, build func(func() (plan, error)) func() error) ([]hook.Offer, error) {
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ev, err)
+	}
+	spec, err := kbtf.Kernel()
+	if err != nil {
+		return nil, fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
+	}
+	_, proto, err := funcProto(spec, ev.symbol)
+	if err != nil {
+		return nil, err
+	}
+	// what the event's kind does not change (readers, pids) comes from common
+	at := func(slots bool) plan {
+		t, f, ptrs := kprobeTarget(ev, proto, regs, slots)
+		t.BTF, t.Read, t.SelfPid, t.Pid, t.NS = spec, common.Read, common.SelfPid, common.Pid, common.NS
+		return plan{target: t, fetch: f, pointers: ptrs}
+	}
+	name, _ := tracefs.SplitSymbol(ev.symbol)
+	fentry := hook.Offer{Hook: hook.Fentry,
+		Have: func() error {
+			if err := slotsFit(proto); err != nil {
+				return fmt.Errorf("%s %v", name, err)
+			}
+			return hook.HasFentry(name)()
+		},
+		Build: build(func() (plan, error) {
+			p := at(true)
+			p.progType, p.attachType, p.entry = ebpf.Tracing, ebpf.AttachTraceFEntry, ev.symbol
+			if ev.kind == "kretprobe" {
+				p.attachType = ebpf.AttachTraceFExit
+			}
+			return p, nil
+		}),
+	}
+	perf := hook.Offer{Hook: hook.Perf,
+		Have: func() error {
+			if !perfevent.KprobesAvailable() {
+				return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, perfevent.ErrNoKprobes)
+			}
+			return nil
+		},
+		Build: build(func() (plan, error) {
+			p := at(false)
+			p.progType = ebpf.Kprobe
+			return p, nil
+		}),
+	}
+	return []hook.Offer{fentry, perf}, nil
 }
 
 // slotsFit reports why a function's arguments do not fit a BPF
@@ -719,45 +709,6 @@ func slotsFit(proto *btf.FuncProto) error {
 		return fmt.Errorf("returns %s by value", typeName(u))
 	}
 	return nil
-}
-
-// attachChoice is --attach, or without it TRACEKIT_ATTACH: the variable
-// is every tool's default, so a value filter cannot take for this event
-// (raw, btf; fentry where no trampoline applies) means auto there.
-// fentry from either is a trampoline demanded, not preferred: no falling
-// back to perf.
-func attachChoice(flag string, fentryApplies bool) string {
-	if flag != "" {
-		return flag
-	}
-	env := os.Getenv(tools.AttachEnv)
-	if h := tools.Hook(env); h == tools.HookRaw || h == tools.HookBTF || h == tools.HookFentry && !fentryApplies {
-		return "auto"
-	}
-	return env
-}
-
-// validateAttach checks --attach against the event before anything runs.
-func validateAttach(choice, lead string, info bool) error {
-	switch tools.Hook(choice) {
-	case "", "auto":
-		return nil
-	case tools.HookRaw, tools.HookBTF:
-		return tools.Usagef("--attach=%s: filter reads a tracepoint's fields from the record the kernel builds, which raw and BTF tracepoints do not; use perf, or fentry for syscalls:sys_enter_*", choice)
-	case tools.HookPerf, tools.HookFentry:
-		ev, _ := parseEvent(lead, info)
-		if ev.kind == "kprobe" || ev.kind == "kretprobe" {
-			return nil
-		}
-		if ev.kind != "tracepoint" {
-			return tools.Usagef("--attach chooses how a tracepoint or a kernel function is reached: %s is a %s", ev, ev.kind)
-		}
-		if _, syscall := strings.CutPrefix(ev.name, "sys_enter_"); choice == string(tools.HookFentry) && !(syscall && ev.group == "syscalls") {
-			return tools.Usagef("--attach=fentry reaches a syscall's entry: it takes a syscalls:sys_enter_* event, not %s", ev)
-		}
-		return nil
-	}
-	return tools.Usagef("invalid --attach %q: want auto, perf or fentry", choice)
 }
 
 // defaultColumns are every field (or argument) that has a value.

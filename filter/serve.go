@@ -5,8 +5,9 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/counts"
 	"github.com/tracekit/tracekit/metrics"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 // The histogram's buckets: log2 slots up to 2^63-1.
@@ -22,7 +23,7 @@ type collector struct {
 	coll   *ebpf.Collection
 	prog   *Program
 	act    Action
-	series tools.StickySeries[string]
+	series run.StickySeries[string]
 }
 
 func (c *collector) families() []metrics.Family {
@@ -31,10 +32,10 @@ func (c *collector) families() []metrics.Family {
 	var lost uint64
 	switch c.act.Kind {
 	case Count:
-		n, _ := tools.ReadPerCPUCounter(c.coll.Maps["count"])
+		n, _ := counts.ReadPerCPUCounter(c.coll.Maps["count"])
 		events.Metrics = []metrics.Metric{{Labels: []metrics.Label{eventLabel}, Value: float64(n)}}
 	case CountBy:
-		lost, _ = tools.ReadPerCPUCounter(c.coll.Maps["lost"])
+		lost, _ = counts.ReadPerCPUCounter(c.coll.Maps["lost"])
 		rows, err := readCounts(c.coll.Maps["counts"], c.prog.Columns)
 		if err != nil {
 			break
@@ -65,21 +66,21 @@ func (c *collector) families() []metrics.Family {
 			events.Metrics = append(events.Metrics, metrics.Metric{Labels: labels, Value: float64(other)})
 		}
 	case Hist:
-		h, err := tools.ReadLog2Array(c.coll.Maps["hist"])
+		h, err := counts.ReadLog2Array(c.coll.Maps["hist"])
 		if err != nil {
 			break
 		}
-		hist := tools.Log2Hist(h.Counts[:], lastSlot, 1, false)
+		hist := run.Log2Hist(h.Counts[:], lastSlot, 1, false)
 		if c.prog.Signed {
-			neg, _ := tools.ReadPerCPUCounter(c.coll.Maps["neg"])
+			neg, _ := counts.ReadPerCPUCounter(c.coll.Maps["neg"])
 			hist.Bounds = append([]float64{-1}, hist.Bounds...)
 			hist.Counts = append([]uint64{neg}, hist.Counts...)
 		}
 		value := metrics.Family{Name: "tracekit_filter_value", Help: "The --hist expression's values over the events that passed, since filter started.", Type: metrics.Histogram,
 			Metrics: []metrics.Metric{{Labels: []metrics.Label{eventLabel, {Name: "expr", Value: c.act.Hist.Text}}, Hist: hist}}}
-		return []metrics.Family{value, tools.LostFamily("filter", 0)}
+		return []metrics.Family{value, run.LostFamily("filter", 0)}
 	}
-	return []metrics.Family{events, tools.LostFamily("filter", lost)}
+	return []metrics.Family{events, run.LostFamily("filter", lost)}
 }
 
 // keyLabels names a --count-by key's columns as labels: valid names, none

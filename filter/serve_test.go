@@ -17,7 +17,7 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/promtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 // TestExpositionGoldens serves fixed map contents: --count, --count-by
@@ -49,7 +49,7 @@ func TestExpositionGoldens(t *testing.T) {
 		}
 	}
 	tooltest.PutPerCPU(t, by.Maps["lost"], uint32(0), 4)
-	write(&collector{ev: "net:netif_receive_skb", coll: by, prog: prog, act: Action{Kind: CountBy}, series: tools.StickySeries[string]{Max: 2}})
+	write(&collector{ev: "net:netif_receive_skb", coll: by, prog: prog, act: Action{Kind: CountBy}, series: run.StickySeries[string]{Max: 2}})
 
 	hist := tooltest.Maps(t, map[string]*ebpf.MapSpec{
 		"hist": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 65},

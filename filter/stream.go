@@ -12,16 +12,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
-	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
 // streamKept prints the records the kernel keeps when the program returns
 // 1. format is a tracepoint's, read already; a probe's comes from its
 // event.
-func streamKept(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Collection, format *tracefs.Format, fetch []string, pointers map[string]bool, pages int) error {
+func streamKept(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, format *tracefs.Format, fetch []string, pointers map[string]bool, pages int) error {
 	var id uint64
 	var err error
 	if ev.kind == "tracepoint" {
@@ -42,7 +45,7 @@ func streamKept(ctx context.Context, s *tools.Session, ev event, coll *ebpf.Coll
 			return err
 		}
 	}
-	rings, err := s.OpenRings(coll.Programs["filter"], ev.String(), id, pages, tools.WakeBatch)
+	rings, err := s.OpenRings(coll.Programs["filter"], ev.String(), id, pages, perfevent.WakeBatch)
 	if err != nil {
 		return err
 	}
@@ -71,7 +74,7 @@ func recordFormat(ev event, prog *Program) *tracefs.Format {
 
 // stream prints every record of the rings as format lays it out, and
 // reports lost ones.
-func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings, format *tracefs.Format, pointers map[string]bool) error {
+func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Rings, format *tracefs.Format, pointers map[string]bool) error {
 	// One write per batch of records, not per record.
 	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
 	rings.OnComm = func(pid uint32, comm string) { p.comms[pid] = comm }
@@ -124,7 +127,7 @@ func stream(ctx context.Context, s *tools.Session, ev event, rings *tools.Rings,
 
 // printer decodes and prints records.
 type printer struct {
-	s        *tools.Session
+	s        *run.Session
 	ev       event
 	format   *tracefs.Format
 	pointers map[string]bool
@@ -145,7 +148,7 @@ func (p *printer) comm(pid uint32) string {
 	if c, ok := p.comms[pid]; ok {
 		return c
 	}
-	c := tools.Comm(pid)
+	c := procfs.Comm(pid)
 	if c == "" {
 		c = "<...>"
 	}
@@ -166,10 +169,10 @@ func fieldValue(f tracefs.Field, raw []byte, pointer bool) (any, string) {
 		if off+n > len(raw) {
 			return nil, ""
 		}
-		str := tools.CString(raw[off : off+n])
+		str := unix.ByteSliceToString(raw[off : off+n])
 		return str, str
 	case f.ArrayLen > 0 && strings.HasPrefix(f.Type, "char"):
-		str := tools.CString(b)
+		str := unix.ByteSliceToString(b)
 		return str, str
 	case f.ArrayLen > 0 || f.Size > 8:
 		return nil, ""
@@ -208,7 +211,7 @@ func signExtend(u uint64, size int) int64 {
 	return int64(u<<shift) >> shift
 }
 
-func (p *printer) print(smp tools.Sample) {
+func (p *printer) print(smp perfevent.Sample) {
 	if p.err != nil {
 		return
 	}
@@ -279,10 +282,10 @@ func (p *printer) appendField(b []byte, f tracefs.Field, raw []byte) []byte {
 	case f.DataLoc:
 		loc := binary.LittleEndian.Uint32(v)
 		if off, n := int(loc&0xffff), int(loc>>16); off+n <= len(raw) {
-			str = tools.CString(raw[off : off+n])
+			str = unix.ByteSliceToString(raw[off : off+n])
 		}
 	case f.ArrayLen > 0 && strings.HasPrefix(f.Type, "char"):
-		if str = tools.CString(v); str == "" {
+		if str = unix.ByteSliceToString(v); str == "" {
 			return b
 		}
 	case f.ArrayLen > 0 || f.Size > 8:

@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
-	"github.com/tracekit/tracekit/tools"
 )
 
 // referenceLine is the event line as fmt printed it before the printer
 // built lines by hand: the printer must print the same bytes.
-func referenceLine(p *printer, smp tools.Sample) string {
+func referenceLine(p *printer, smp perfevent.Sample) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%16s-%-7d [%03d] %.6f: %s:", terminal.Printable(p.comm(smp.Pid)), smp.Tid, smp.CPU, float64(smp.Time)/1e9, p.ev.shortName())
 	for _, f := range p.format.Fields {
@@ -41,7 +42,7 @@ func TestTextLineMatchesFmt(t *testing.T) {
 		ev := event{kind: "tracepoint", group: "g", name: strings.Split(name, ".")[0]}
 		for i := 0; i < 2000; i++ {
 			var out bytes.Buffer
-			p := &printer{s: &tools.Session{Opts: &tools.Common{}}, ev: ev, format: format, pointers: map[string]bool{"skbaddr": i%2 == 0},
+			p := &printer{s: &run.Session{Opts: &run.Common{}}, ev: ev, format: format, pointers: map[string]bool{"skbaddr": i%2 == 0},
 				comms: map[uint32]string{7: comms[i%len(comms)]}, out: bufio.NewWriter(&out)}
 			raw := make([]byte, 64+r.IntN(64))
 			for j := range raw {
@@ -57,7 +58,7 @@ func TestTextLineMatchesFmt(t *testing.T) {
 					raw[f.Offset], raw[f.Offset+1], raw[f.Offset+2], raw[f.Offset+3] = byte(off), 0, byte(n), 0
 				}
 			}
-			smp := tools.Sample{Pid: 7, Tid: uint32(r.Uint64N(1 << (r.IntN(31) + 1))), CPU: uint32(r.IntN(300)), Time: r.Uint64N(1 << 50), Raw: raw}
+			smp := perfevent.Sample{Pid: 7, Tid: uint32(r.Uint64N(1 << (r.IntN(31) + 1))), CPU: uint32(r.IntN(300)), Time: r.Uint64N(1 << 50), Raw: raw}
 			p.print(smp)
 			p.out.Flush()
 			if want := referenceLine(p, smp); out.String() != want {

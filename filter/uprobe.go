@@ -12,7 +12,9 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/lazy"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
 	"github.com/tracekit/tracekit/uprobe"
 )
@@ -215,7 +217,7 @@ func userSites(ev *event, pid int) ([]site, error) {
 // (arg0..arg5, unsigned 64-bit: no BTF describes user space), a
 // uretprobe's ret (signed 64-bit).
 func userTarget(ev event, s site, regs *asm.Regs) Target {
-	t := Target{Read: tools.Readers(), UserSpace: true, Regs: regs, Site: s.addr}
+	t := Target{Read: kernel.Readers(), UserSpace: true, Regs: regs, Site: s.addr}
 	switch {
 	case ev.kind == "usdt":
 		t.USDT = s.usdt
@@ -233,7 +235,7 @@ func userTarget(ev event, s site, regs *asm.Regs) Target {
 }
 
 // userInfo lists a file's USDT probes, or its functions.
-func userInfo(s *tools.Session, ev event, pid int) error {
+func userInfo(s *run.Session, ev event, pid int) error {
 	if ev.path == "" {
 		return mappedInfo(s, pid)
 	}
@@ -295,8 +297,8 @@ func userInfo(s *tools.Session, ev event, pid int) error {
 
 // mappedInfo lists the USDT probes of every file process pid maps, as
 // /proc/PID/maps names them, read through the process's root.
-func mappedInfo(s *tools.Session, pid int) error {
-	maps, err := tools.ReadMaps(pid)
+func mappedInfo(s *run.Session, pid int) error {
+	maps, err := procfs.ReadMaps(pid)
 	if err != nil {
 		return fmt.Errorf("read the mappings of pid %d: %w", pid, err)
 	}

@@ -15,9 +15,10 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/kernel"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -155,7 +156,7 @@ func TestSlotsAndHashCountExactly(t *testing.T) {
 					cmd.Wait()
 				}
 			})
-			if slots == "1" && tools.HaveAtomicCmpXchg() {
+			if slots == "1" && kernel.HaveAtomicCmpXchg() {
 				occupySlot(t, cmd.Process.Pid)
 			}
 			if err := os.WriteFile(flag, nil, 0o644); err != nil {

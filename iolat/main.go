@@ -6,18 +6,18 @@ package iolat
 import (
 	"context"
 
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 type options struct {
-	tools.Common
-	tools.ServeOption
+	run.Common
+	run.ServeOption
 	Queued  bool   `short:"Q" long:"queued" description:"Include the OS queue: measure from block_rq_insert where the request passed through it, else from issue"`
 	Millis  bool   `short:"m" long:"milliseconds" description:"Histograms in milliseconds instead of microseconds"`
 	Disks   bool   `short:"D" long:"disks" description:"One histogram (or heatmap row) per disk"`
 	Disk    string `short:"d" long:"disk" value-name:"NAME" description:"Only this disk (e.g. sda, nvme0n1, loop0), filtered in the kernel"`
 	Flags   bool   `short:"F" long:"flags" description:"One histogram per operation: read, write, flush, discard"`
-	Attach  string `long:"attach" value-name:"HOOK" description:"How to reach the block tracepoints: auto (the cheapest this kernel has), btf (5.5+), raw (4.17+, with kernel BTF) or perf (the tracepoints' records, any kernel); TRACEKIT_ATTACH sets the default"`
+	Attach  string `long:"attach" value-name:"HOOK" description:"How to reach the block tracepoints: auto (the cheapest this kernel has), btf (5.5+), raw (4.17+, with kernel BTF) or perf (the tracepoints' records, any kernel). A named hook is forced: no fallback. Without the flag, TRACEKIT_ATTACH chooses the same way"`
 	Heatmap bool   `long:"heatmap" description:"Draw a latency heatmap: one row per interval (default 1 s), ten columns per decade from 1 us"`
 	Text    bool   `long:"text" description:"Heatmap: the character ramp ' .:-=+*#%@' instead of colours, and no escape codes"`
 	Full    bool   `long:"full" description:"Heatmap: all 100 latency slots, from 1 ns (default: from 1 us)"`
@@ -62,12 +62,12 @@ const Summary = "Summarize block IO latency as histograms or a grayscale heatmap
 // name) and returns its exit status.
 func Main(args []string) int {
 	var o options
-	return tools.Main(tools.Tool{
+	return run.Main(run.Tool{
 		Name:     "iolat",
 		Summary:  Summary,
 		Details:  details,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
-		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
+		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
 	}, args)
 }

@@ -7,8 +7,8 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/slots"
-	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -89,7 +89,7 @@ type progConfig struct {
 // has the queue first), and through it, at offsets from the kernel's BTF,
 // its device and operation.
 type rqArgs struct {
-	Hook                             tools.Hook
+	Hook                             hook.Hook
 	IssueArg, CompleteArg, InsertArg int
 	RqDisk                           int // request.rq_disk (before 5.16), or -1: the disk is request.q->disk
 	Q, QDisk                         int // request.q, request_queue.disk
@@ -143,7 +143,7 @@ func loadArgsKey(cfg progConfig, a *rqArgs, ev event) bpf.Instructions {
 	arg := map[event]int{issueEvent: a.IssueArg, completeEvent: a.CompleteArg, insertEvent: a.InsertArg}[ev]
 	insns := asm.Prologue()
 	insns = append(insns, bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*arg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", arg))))
-	if a.Hook == tools.HookBTF {
+	if a.Hook == hook.BTF {
 		// A BTF tracepoint's rq is a typed pointer, good for loads, not
 		// for the shifts of a slot index. The difference of two pointers
 		// is a number (to a loader with CAP_PERFMON, which tracing
@@ -178,7 +178,7 @@ func loadArgsKey(cfg progConfig, a *rqArgs, ev event) bpf.Instructions {
 // tracepoint, bpf_probe_read_kernel from a raw one (R1-R5 clobbered; src
 // must not be one of them unless it is R3).
 func (a *rqArgs) read(dst, src bpf.Register, off int, size bpf.Size, note string) bpf.Instructions {
-	if a.Hook == tools.HookBTF {
+	if a.Hook == hook.BTF {
 		return bpf.Instructions{bpf.LoadMem(dst, src, int16(off), size).WithSource(bpf.Comment(note))}
 	}
 	return bpf.Instructions{
@@ -196,7 +196,7 @@ func (a *rqArgs) read(dst, src bpf.Register, off int, size bpf.Size, note string
 // disk->first_minor, the disk being rq->rq_disk or rq->q->disk.
 func (a *rqArgs) devOf() bpf.Instructions {
 	var insns bpf.Instructions
-	if a.Hook == tools.HookRaw {
+	if a.Hook == hook.Raw {
 		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0), asm.StoreKey(readOff, bpf.R1, bpf.DWord))
 	}
 	if a.RqDisk >= 0 {
@@ -452,9 +452,9 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	}
 	progType := func(name string) *ebpf.ProgramSpec {
 		p := &ebpf.ProgramSpec{Name: "iolat_" + name, Type: ebpf.TracePoint, License: "GPL"}
-		if cfg.Args != nil && cfg.Args.Hook == tools.HookRaw {
+		if cfg.Args != nil && cfg.Args.Hook == hook.Raw {
 			p.Type = ebpf.RawTracepoint
-		} else if cfg.Args != nil && cfg.Args.Hook == tools.HookBTF {
+		} else if cfg.Args != nil && cfg.Args.Hook == hook.BTF {
 			p.Type, p.AttachType, p.AttachTo = ebpf.Tracing, ebpf.AttachTraceRawTp, "block_rq_"+name
 		}
 		return p
@@ -475,7 +475,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	if cfg.Slots > 0 {
 		spec.Maps["slots"] = &ebpf.MapSpec{Name: "iolat_slots", Type: ebpf.Array, KeySize: 4, ValueSize: slotSize, MaxEntries: cfg.Slots}
 	}
-	if cfg.Args != nil && cfg.Args.Hook == tools.HookBTF {
+	if cfg.Args != nil && cfg.Args.Hook == hook.BTF {
 		spec.Maps["anchor"] = &ebpf.MapSpec{Name: "iolat_anchor", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	}
 	if cfg.By != byNone {

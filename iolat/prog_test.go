@@ -6,11 +6,15 @@ import (
 
 	bpf "github.com/cilium/ebpf/asm"
 
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/loader"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 )
 
 func rq(t *testing.T, event string) rqFields {
@@ -32,19 +36,19 @@ func variants(t *testing.T) map[string]progConfig {
 		"usecs":        func(c *progConfig) {},
 		"msecs_disks":  func(c *progConfig) { c.Divisor, c.By = 1000000, byDisk },
 		"flags":        func(c *progConfig) { c.By = byFlags },
-		"one_disk":     func(c *progConfig) { c.Dev = tools.MkDev(7, 0) },
+		"one_disk":     func(c *progConfig) { c.Dev = procfs.MkDev(7, 0) },
 		"heatmap":      func(c *progConfig) { c.Heatmap = true },
 		"heatmap_disk": func(c *progConfig) { c.Heatmap, c.By = true, byDisk },
 		"queued":       func(c *progConfig) { c.Insert = &insert },
 		"slots":        func(c *progConfig) { c.Slots = nSlots },
 		// The arguments' programs, at 6.18's offsets, and 5.10's (the
 		// request after the queue in issue and insert; rq->rq_disk).
-		"raw_slots_disks": func(c *progConfig) { c.Args, c.Slots, c.By = argsAt(tools.HookRaw, 0), nSlots, byDisk },
+		"raw_slots_disks": func(c *progConfig) { c.Args, c.Slots, c.By = argsAt(hook.Raw, 0), nSlots, byDisk },
 		"btf_flags_disk": func(c *progConfig) {
-			c.Args, c.Slots, c.By, c.Dev = argsAt(tools.HookBTF, 0), nSlots, byFlags, tools.MkDev(7, 0)
+			c.Args, c.Slots, c.By, c.Dev = argsAt(hook.BTF, 0), nSlots, byFlags, procfs.MkDev(7, 0)
 		},
-		"btf_510_queued": func(c *progConfig) { c.Args, c.Insert, c.By = argsAt(tools.HookBTF, 1), &insert, byDisk },
-		"slots_disk":     func(c *progConfig) { c.Slots, c.Heatmap, c.By, c.Dev = nSlots, true, byDisk, tools.MkDev(7, 0) },
+		"btf_510_queued": func(c *progConfig) { c.Args, c.Insert, c.By = argsAt(hook.BTF, 1), &insert, byDisk },
+		"slots_disk":     func(c *progConfig) { c.Slots, c.Heatmap, c.By, c.Dev = nSlots, true, byDisk, procfs.MkDev(7, 0) },
 	} {
 		cfg := base
 		set(&cfg)
@@ -54,8 +58,8 @@ func variants(t *testing.T) map[string]progConfig {
 }
 
 // argsAt is rqArgs at 6.18's offsets, or 5.10's with issueArg 1.
-func argsAt(hook tools.Hook, issueArg int) *rqArgs {
-	a := &rqArgs{Hook: hook, IssueArg: issueArg, RqDisk: -1, QDisk: 104, FirstMinor: 4, CmdFlags: 24, ProbeRead: bpf.FnProbeReadKernel}
+func argsAt(h hook.Hook, issueArg int) *rqArgs {
+	a := &rqArgs{Hook: h, IssueArg: issueArg, RqDisk: -1, QDisk: 104, FirstMinor: 4, CmdFlags: 24, ProbeRead: bpf.FnProbeReadKernel}
 	if issueArg == 1 {
 		a.InsertArg, a.RqDisk = 1, 160
 	}
@@ -69,31 +73,31 @@ func argsAt(hook tools.Hook, issueArg int) *rqArgs {
 func argsVariants(t *testing.T) map[string]progConfig {
 	issue, complete, insert := rq(t, "block_rq_issue"), rq(t, "block_rq_complete"), rq(t, "block_rq_insert")
 	out := map[string]progConfig{}
-	for _, hook := range []tools.Hook{tools.HookRaw, tools.HookBTF} {
-		if hook == tools.HookRaw && !tools.HaveRawTracepoints() || hook == tools.HookBTF && !tools.HaveBTFTracepoint("block_rq_issue") {
+	for _, h := range []hook.Hook{hook.Raw, hook.BTF} {
+		if h == hook.Raw && !hook.HaveRawTracepoints() || h == hook.BTF && !hook.HaveBTFTracepoint("block_rq_issue") {
 			continue
 		}
 		for name, set := range map[string]func(c *progConfig){
 			"slots":        func(c *progConfig) { c.Slots = slotsFor() },
 			"disks":        func(c *progConfig) { c.By = byDisk },
-			"flags_disk":   func(c *progConfig) { c.By, c.Dev = byFlags, tools.MkDev(7, 0) },
+			"flags_disk":   func(c *progConfig) { c.By, c.Dev = byFlags, procfs.MkDev(7, 0) },
 			"queued":       func(c *progConfig) { c.Insert = &insert },
 			"heatmap_disk": func(c *progConfig) { c.Heatmap, c.By, c.Slots = true, byDisk, slotsFor() },
 		} {
 			cfg := progConfig{Issue: issue, Complete: complete, Divisor: 1000}
 			set(&cfg)
-			a, err := rqArgsFor(hook, cfg.Insert != nil, true)
+			a, err := rqArgsFor(h, cfg.Insert != nil, true)
 			if err != nil {
-				t.Fatalf("%s: %v", hook, err)
+				t.Fatalf("%s: %v", h, err)
 			}
 			cfg.Args = a
-			out[string(hook)+"_"+name] = cfg
-			if hook == tools.HookRaw && cfg.By == byNone && cfg.Dev == 0 {
+			out[string(h)+"_"+name] = cfg
+			if h == hook.Raw && cfg.By == byNone && cfg.Dev == 0 {
 				// Without BTF: the request's place found by attaching.
-				if cfg.Args, err = rqArgsFor(hook, cfg.Insert != nil, false); err != nil {
+				if cfg.Args, err = rqArgsFor(h, cfg.Insert != nil, false); err != nil {
 					t.Fatal(err)
 				}
-				out[string(hook)+"_"+name+"_no_btf"] = cfg
+				out[string(h)+"_"+name+"_no_btf"] = cfg
 			}
 		}
 	}
@@ -115,7 +119,7 @@ func TestProgramsLoad(t *testing.T) {
 	for name, cfg := range argsVariants(t) {
 		all[name] = cfg
 	}
-	if !tools.HaveAtomicCmpXchg() {
+	if !kernel.HaveAtomicCmpXchg() {
 		for name, cfg := range all {
 			if cfg.Slots == 0 {
 				continue
@@ -125,7 +129,7 @@ func TestProgramsLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if coll, err := tools.Load(spec); err == nil {
+			if coll, err := loader.Load(spec, true); err == nil {
 				coll.Close()
 				t.Errorf("%s: loaded, but HaveAtomicCmpXchg says this kernel has no compare-and-exchange", name)
 			}
@@ -163,8 +167,8 @@ func TestValidate(t *testing.T) {
 		{"global without heatmap", options{Scale: "global"}, false},
 		{"heatmap -F", options{Heatmap: true, Flags: true, Scale: "row"}, false},
 		{"heatmap -m", options{Heatmap: true, Millis: true, Scale: "row"}, false},
-		{"heatmap --cumulative", options{Common: tools.Common{Cumulative: true}, Heatmap: true, Scale: "row"}, false},
-		{"histogram --cumulative", options{Common: tools.Common{Cumulative: true}, Scale: "row"}, true},
+		{"heatmap --cumulative", options{Common: run.Common{Cumulative: true}, Heatmap: true, Scale: "row"}, false},
+		{"histogram --cumulative", options{Common: run.Common{Cumulative: true}, Scale: "row"}, true},
 		{"heatmap -D", options{Heatmap: true, Disks: true, Scale: "global"}, true},
 		{"unknown disk", options{Disk: "nosuchdisk0", Scale: "row"}, false},
 		{"path disk", options{Disk: "../../etc", Scale: "row"}, false},

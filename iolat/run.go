@@ -12,53 +12,59 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/gdamore/tcell/v2"
 
+	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/slots"
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
-	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
 func validate(o *options) error {
-	if err := tools.ValidateAttach(o.Attach); err != nil {
+	if err := hook.Validate(o.Attach); err != nil {
 		return err
 	}
 	if o.Disks && o.Flags {
-		return tools.Usagef("-D and -F cannot be combined: choose per disk or per operation")
+		return usage.Errorf("-D and -F cannot be combined: choose per disk or per operation")
 	}
 	if err := o.CheckServe(); err != nil {
 		return err
 	}
 	if o.Serve != "" && o.Heatmap {
-		return tools.Usagef("--serve exposes latency histograms: leave out --heatmap")
+		return usage.Errorf("--serve exposes latency histograms: leave out --heatmap")
 	}
 	if !o.Heatmap {
 		for flag, set := range map[string]bool{"--text": o.Text, "--full": o.Full, "--scale": o.Scale != "row"} {
 			if set {
-				return tools.Usagef("%s goes with --heatmap", flag)
+				return usage.Errorf("%s goes with --heatmap", flag)
 			}
 		}
 	} else {
 		if o.JSON && (o.Text || o.Scale != "row") {
-			return tools.Usagef("--json prints the heatmap's rows as numbers: --text and --scale shade a drawn one")
+			return usage.Errorf("--json prints the heatmap's rows as numbers: --text and --scale shade a drawn one")
 		}
 		if o.Timestamp {
-			return tools.Usagef("--heatmap and -T cannot be used together: the heatmap's rows are dated already")
+			return usage.Errorf("--heatmap and -T cannot be used together: the heatmap's rows are dated already")
 		}
 		if o.Flags {
-			return tools.Usagef("--heatmap draws latency per disk (-D) or for all IO, not per operation (-F)")
+			return usage.Errorf("--heatmap draws latency per disk (-D) or for all IO, not per operation (-F)")
 		}
 		if o.Millis {
-			return tools.Usagef("--heatmap spans 1 ns to seconds already: -m is for histograms")
+			return usage.Errorf("--heatmap spans 1 ns to seconds already: -m is for histograms")
 		}
 		if o.Cumulative {
-			return tools.Usagef("--heatmap draws one row per interval: --cumulative is for histograms")
+			return usage.Errorf("--heatmap draws one row per interval: --cumulative is for histograms")
 		}
 		o.DefaultInterval(time.Second)
 	}
 	if o.Disk != "" {
-		dev, err := tools.DevOf(o.Disk)
+		dev, err := procfs.DevOf(o.Disk)
 		if err != nil {
-			return tools.Usagef("%v", err)
+			return usage.Errorf("%v", err)
 		}
 		o.dev = dev
 	}
@@ -70,35 +76,35 @@ func validate(o *options) error {
 // that reads nothing through it (deref false) needs only the request's
 // place among the arguments, found without BTF: the queue comes first
 // where block_rq_issue and block_rq_insert pass two (before 5.11).
-func rqArgsFor(hook tools.Hook, queued, deref bool) (*rqArgs, error) {
-	a := &rqArgs{Hook: hook, RqDisk: -1, ProbeRead: tools.Readers().Kernel}
+func rqArgsFor(h hook.Hook, queued, deref bool) (*rqArgs, error) {
+	a := &rqArgs{Hook: h, RqDisk: -1, ProbeRead: kernel.Readers().Kernel}
 	var err error
-	if hook == tools.HookRaw && !deref {
-		n, err := tools.RawTracepointArgs("block_rq_issue", 2)
+	if h == hook.Raw && !deref {
+		n, err := hook.RawTracepointArgs("block_rq_issue", 2)
 		if err != nil {
 			return nil, err
 		}
 		a.IssueArg, a.InsertArg = n-1, n-1
 		return a, nil
 	}
-	if a.IssueArg, err = tools.TracepointArg("block_rq_issue", "request"); err != nil {
+	if a.IssueArg, err = kbtf.TracepointArg("block_rq_issue", "request"); err != nil {
 		return nil, err
 	}
-	if a.CompleteArg, err = tools.TracepointArg("block_rq_complete", "request"); err != nil {
+	if a.CompleteArg, err = kbtf.TracepointArg("block_rq_complete", "request"); err != nil {
 		return nil, err
 	}
 	if queued {
-		if a.InsertArg, err = tools.TracepointArg("block_rq_insert", "request"); err != nil {
+		if a.InsertArg, err = kbtf.TracepointArg("block_rq_insert", "request"); err != nil {
 			return nil, err
 		}
 	}
-	if off, err := tools.MemberOffset("request", "rq_disk"); err == nil {
+	if off, err := kbtf.MemberOffset("request", "rq_disk"); err == nil {
 		a.RqDisk = off // before 5.16
 	} else {
-		if a.Q, err = tools.MemberOffset("request", "q"); err != nil {
+		if a.Q, err = kbtf.MemberOffset("request", "q"); err != nil {
 			return nil, err
 		}
-		if a.QDisk, err = tools.MemberOffset("request_queue", "disk"); err != nil {
+		if a.QDisk, err = kbtf.MemberOffset("request_queue", "disk"); err != nil {
 			return nil, err
 		}
 	}
@@ -106,7 +112,7 @@ func rqArgsFor(hook tools.Hook, queued, deref bool) (*rqArgs, error) {
 		st, name string
 		off      *int
 	}{{"gendisk", "major", &a.Major}, {"gendisk", "first_minor", &a.FirstMinor}, {"request", "cmd_flags", &a.CmdFlags}} {
-		if *m.off, err = tools.MemberOffset(m.st, m.name); err != nil {
+		if *m.off, err = kbtf.MemberOffset(m.st, m.name); err != nil {
 			return nil, err
 		}
 	}
@@ -118,7 +124,7 @@ func rqArgsFor(hook tools.Hook, queued, deref bool) (*rqArgs, error) {
 // hash holds them all. TRACEKIT_IOLAT_SLOTS=N sets it (0: the hash alone;
 // the tests make requests collide with 1).
 func slotsFor() uint32 {
-	if !tools.HaveAtomicCmpXchg() {
+	if !kernel.HaveAtomicCmpXchg() {
 		return 0
 	}
 	if v, ok := os.LookupEnv("TRACEKIT_IOLAT_SLOTS"); ok {
@@ -130,7 +136,7 @@ func slotsFor() uint32 {
 	return nSlots
 }
 
-func run(ctx context.Context, s *tools.Session, o *options) error {
+func trace(ctx context.Context, s *run.Session, o *options) error {
 	cfg := progConfig{Dev: o.dev, Heatmap: o.Heatmap, Divisor: 1000}
 	if o.Millis {
 		cfg.Divisor = 1000000
@@ -158,22 +164,26 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		cfg.Slots = slotsFor()
 	}
 	// Only -d, -D and -F read through the request; without them a raw
-	// tracepoint needs no BTF at all (its start parses none).
+	// tracepoint needs no BTF at all (its start parses none), and with
+	// them a BTF tracepoint reads the request directly. The perf hook's
+	// records have what iolat needs.
 	deref := o.Disk != "" || o.Disks || o.Flags
-	hook, err := tools.PickHook(o.Attach, "block_rq_issue", deref)
+	argsFor := func(h hook.Hook) func() error {
+		return func() (err error) {
+			cfg.Args, err = rqArgsFor(h, o.Queued, deref)
+			return err
+		}
+	}
+	raw := hook.Offer{Hook: hook.Raw, Have: hook.HasRaw, Build: argsFor(hook.Raw)}
+	perf := hook.Offer{Hook: hook.Perf, Build: func() error { cfg.Args = nil; return nil }}
+	btf := hook.Offer{Hook: hook.BTF, Have: hook.HasBTF("block_rq_issue"), Build: argsFor(hook.BTF)}
+	offers := []hook.Offer{raw, perf, btf}
+	if deref {
+		offers = []hook.Offer{btf, raw, perf}
+	}
+	h, err := hook.Choose(o.Attach, "block:block_rq_issue", offers...)
 	if err != nil {
 		return err
-	}
-	if hook != tools.HookPerf {
-		a, err := rqArgsFor(hook, o.Queued, deref)
-		switch {
-		case err == nil:
-			cfg.Args = a
-		case tools.AttachForced(o.Attach):
-			return fmt.Errorf("--attach=%s: %w", hook, err)
-		default:
-			hook = tools.HookPerf // the records have what iolat needs
-		}
 	}
 	spec, err := collection(cfg)
 	if err != nil {
@@ -190,15 +200,15 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		order = append(order, "insert")
 	}
 	for _, p := range order {
-		if err := s.AttachHook(coll.Programs[p], hook, "block", "block_rq_"+p); err != nil {
+		if err := s.AttachHook(coll.Programs[p], h, "block", "block_rq_"+p); err != nil {
 			return err
 		}
 	}
 
-	r := &reader{coll: coll, o: o, names: tools.Disks{}}
+	r := &reader{coll: coll, o: o, names: procfs.Disks{}}
 	r.deltas.Cumulative = o.Cumulative
 	if o.Serve != "" {
-		c := &collector{coll: coll, o: o, names: tools.Disks{}}
+		c := &collector{coll: coll, o: o, names: procfs.Disks{}}
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
 			return err
 		}
@@ -230,8 +240,8 @@ func fields(event string) (rqFields, error) {
 type reader struct {
 	coll   *ebpf.Collection
 	o      *options
-	names  tools.Disks
-	deltas tools.Deltas
+	names  procfs.Disks
+	deltas counts.Deltas
 }
 
 var opNames = map[uint32]string{'R': "read", 'W': "write", 'F': "flush", 'D': "discard", 'E': "secure erase", 'N': "none"}
@@ -251,18 +261,18 @@ func (r *reader) label(id uint32) string {
 
 // slots reads the counts since the last report, per id (0 without -D/-F).
 func (r *reader) slots(n int) (map[uint32][]uint64, uint64, error) {
-	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	lost, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
 	if err != nil {
 		return nil, 0, err
 	}
 	lost = r.deltas.Counter(lost)
 	var cur map[uint32][]uint64
 	if r.o.Disks || r.o.Flags {
-		if cur, err = tools.ReadSlotHash(r.coll.Maps["hist"], n); err != nil {
+		if cur, err = counts.ReadSlotHash(r.coll.Maps["hist"], n); err != nil {
 			return nil, 0, err
 		}
 	} else {
-		all, err := tools.ReadSlotArray(r.coll.Maps["hist"])
+		all, err := counts.ReadSlotArray(r.coll.Maps["hist"])
 		if err != nil {
 			return nil, 0, err
 		}
@@ -285,12 +295,12 @@ func (r *reader) sortedIDs(m map[uint32][]uint64) []uint32 {
 	return ids
 }
 
-func (r *reader) histReport() (*tools.HistReport, error) {
+func (r *reader) histReport() (*run.HistReport, error) {
 	per, lost, err := r.slots(slots.Log2)
 	if err != nil {
 		return nil, err
 	}
-	rep := &tools.HistReport{Unit: "usecs", Lost: lost}
+	rep := &run.HistReport{Unit: "usecs", Lost: lost}
 	if r.o.Millis {
 		rep.Unit = "msecs"
 	}
@@ -329,7 +339,7 @@ func (r *reader) heatRows(now time.Time) ([]terminal.HeatRow, uint64, error) {
 	return rows, lost, nil
 }
 
-func (r *reader) heatmap(ctx context.Context, s *tools.Session) error {
+func (r *reader) heatmap(ctx context.Context, s *run.Session) error {
 	view := terminal.HeatView{First: 30, Global: r.o.Scale == "global"}
 	if r.o.Full {
 		view.First = 0
@@ -337,7 +347,7 @@ func (r *reader) heatmap(ctx context.Context, s *tools.Session) error {
 	if r.o.Disks {
 		view.LabelWidth = 8
 	}
-	if !r.o.JSON && !r.o.Text && tools.IsTerminal(1) {
+	if !r.o.JSON && !r.o.Text && run.IsTerminal(1) {
 		return r.live(ctx, s, view)
 	}
 	stream := &terminal.HeatStream{W: s.Stdout, View: view, ANSI: !r.o.Text}
@@ -374,13 +384,13 @@ type heatRowJSON struct {
 // heatJSON is one heatmap row as JSON: slots[k] counts latencies from
 // ceil(10^(k/10)) ns (slot 30 = 1 us) to the next slot's start.
 func heatJSON(row terminal.HeatRow, lost uint64) heatRowJSON {
-	return heatRowJSON{Tool: "iolat", Time: tools.JSONTime(row.Time), Unit: "ns", Label: row.Label,
+	return heatRowJSON{Tool: "iolat", Time: run.JSONTime(row.Time), Unit: "ns", Label: row.Label,
 		Total: row.Total(), Lost: lost, Slots: row.Counts[:]}
 }
 
 // live runs the full-screen view until the user quits, the command exits
 // or count rows were drawn. The session restores the terminal.
-func (r *reader) live(ctx context.Context, s *tools.Session, view terminal.HeatView) error {
+func (r *reader) live(ctx context.Context, s *run.Session, view terminal.HeatView) error {
 	var l *terminal.Live
 	err := s.LiveScreen(func(screen tcell.Screen) func(tcell.Event) bool {
 		l = terminal.NewLive(screen, view)

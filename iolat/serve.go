@@ -3,9 +3,11 @@ package iolat
 import (
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/counts"
 	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/metrics"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 )
 
 // collector turns the latency slots into tracekit_iolat_latency_seconds at
@@ -15,7 +17,7 @@ import (
 type collector struct {
 	coll  *ebpf.Collection
 	o     *options
-	names tools.Disks
+	names procfs.Disks
 }
 
 // The buckets: slots up to 2^27 microseconds (134 s), or 2^17 ms with -m.
@@ -23,17 +25,17 @@ const lastSlotUs, lastSlotMs = 27, 17
 
 func (c *collector) families() []metrics.Family {
 	lat := metrics.Family{Name: "tracekit_iolat_latency_seconds", Help: "Block IO latency since iolat started: from issue (with -Q, from the OS queue) to completion.", Type: metrics.Histogram}
-	lost, _ := tools.ReadPerCPUCounter(c.coll.Maps["lost"])
-	out := []metrics.Family{lat, tools.LostFamily("iolat", lost)}
+	lost, _ := counts.ReadPerCPUCounter(c.coll.Maps["lost"])
+	out := []metrics.Family{lat, run.LostFamily("iolat", lost)}
 	var per map[uint32][]uint64
 	if c.o.Disks || c.o.Flags {
-		m, err := tools.ReadSlotHash(c.coll.Maps["hist"], slots.Log2)
+		m, err := counts.ReadSlotHash(c.coll.Maps["hist"], slots.Log2)
 		if err != nil {
 			return out
 		}
 		per = m
 	} else {
-		all, err := tools.ReadSlotArray(c.coll.Maps["hist"])
+		all, err := counts.ReadSlotArray(c.coll.Maps["hist"])
 		if err != nil {
 			return out
 		}
@@ -57,7 +59,7 @@ func (c *collector) families() []metrics.Family {
 		case c.o.Disk != "":
 			labels = []metrics.Label{{Name: "disk", Value: c.o.Disk}}
 		}
-		lat.Metrics = append(lat.Metrics, metrics.Metric{Labels: labels, Hist: tools.Log2Hist(counts, last, div, true)})
+		lat.Metrics = append(lat.Metrics, metrics.Metric{Labels: labels, Hist: run.Log2Hist(counts, last, div, true)})
 	}
 	out[0] = lat
 	return out

@@ -9,7 +9,7 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
 )
 
 // TestExpositionGoldens serves fixed map contents: per disk (-D) in
@@ -23,7 +23,7 @@ func TestExpositionGoldens(t *testing.T) {
 		"hist": {Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},
 		"lost": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 	})
-	loop0, vda := tools.MkDev(7, 0), tools.MkDev(254, 0)
+	loop0, vda := procfs.MkDev(7, 0), procfs.MkDev(254, 0)
 	for _, e := range []struct {
 		id, slot uint32
 		n        uint64
@@ -34,7 +34,7 @@ func TestExpositionGoldens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(&collector{coll: hash, o: &options{Disks: true}, names: tools.Disks{loop0: "loop0", vda: "vda"}})
+	write(&collector{coll: hash, o: &options{Disks: true}, names: procfs.Disks{loop0: "loop0", vda: "vda"}})
 
 	ops := tooltest.Maps(t, map[string]*ebpf.MapSpec{
 		"hist": {Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/tracekit/tracekit/internal/privtest"
 )
 
 // render prints t as a tree, pointers followed depth levels deep, so two
@@ -102,9 +104,8 @@ func same(t btf.Type) btf.Type { return t }
 // TestKernelMatchesCilium decodes types of the running kernel's BTF both
 // ways and compares them two pointers deep.
 func TestKernelMatchesCilium(t *testing.T) {
-	if _, err := os.Stat(KernelPath); err != nil {
-		t.Skipf("no kernel BTF: %v", err)
-	}
+	_, err := os.Stat(KernelPath)
+	privtest.Need(t, err == nil, "kernel BTF ("+KernelPath+")")
 	theirs, err := btf.LoadKernelSpec()
 	if err != nil {
 		t.Fatal(err)

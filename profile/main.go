@@ -8,11 +8,11 @@ package profile
 import (
 	"context"
 
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 type options struct {
-	tools.Common
+	run.Common
 	Frequency int    `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
 	Pid       int    `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
 	Unwind    string `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
@@ -76,12 +76,12 @@ const Summary = "Sample on-CPU stacks, kernel and user, unwound in the kernel wi
 // name) and returns its exit status.
 func Main(args []string) int {
 	var o options
-	return tools.Main(tools.Tool{
+	return run.Main(run.Tool{
 		Name:     "profile",
 		Summary:  Summary,
 		Details:  details,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
-		Run:      func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
+		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
 	}, args)
 }

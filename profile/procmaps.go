@@ -8,13 +8,13 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
 )
 
 // mapping is one line of /proc/PID/maps.
-type mapping = tools.Mapping
+type mapping = procfs.Mapping
 
-func readMaps(pid uint32) ([]mapping, error) { return tools.ReadMaps(int(pid)) }
+func readMaps(pid uint32) ([]mapping, error) { return procfs.ReadMaps(int(pid)) }
 
 // fileKey names a mapped file: its device and inode (or, for [vdso], the
 // name, whose bytes are the same in every process of a boot).

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/procfs"
 )
 
 // TestBias: the address in the file is found through the PT_LOAD segment
@@ -80,7 +80,7 @@ func TestDemangle(t *testing.T) {
 
 // TestKeyOf: a file is known by device and inode; [vdso] by its name.
 func TestKeyOf(t *testing.T) {
-	maps, err := tools.ParseMaps(strings.NewReader("55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234   /usr/bin/cat\n7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0    [vdso]\n"))
+	maps, err := procfs.ParseMaps(strings.NewReader("55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234   /usr/bin/cat\n7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0    [vdso]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

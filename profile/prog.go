@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/unwind"
 )
 
@@ -103,7 +103,7 @@ type progConfig struct {
 	KernelDepth, UserDepth int
 	Mode                   string // unwindFP, unwindEH or unwindAuto
 	Pid                    int    // -p: only this process
-	Tree                   bool   // -c: the process tree in tools.PidsMap
+	Tree                   bool   // -c: the process tree in proctree.PidsMap
 	Root                   int    // -c: the command's pid
 	// NS: this runs in a pid namespace of its own. Pid, the keys and the
 	// processes user space reads are that namespace's pids; samples of
@@ -171,7 +171,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	}
 	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg(cfg.NS)}
 	if cfg.Tree {
-		if err := tools.AddProcessTree(spec, cfg.NS, cfg.Root); err != nil {
+		if err := proctree.Add(spec, cfg.NS, cfg.Root); err != nil {
 			return nil, err
 		}
 	}
@@ -188,7 +188,7 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 	insns = append(insns, asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "not the idle task")...)
 	if cfg.Tree {
 		insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
-		insns = append(insns, asm.PidInSet(tools.PidsMap, fpTgid, "exit")...)
+		insns = append(insns, asm.PidInSet(proctree.PidsMap, fpTgid, "exit")...)
 	}
 	if cfg.NS != nil {
 		insns = append(insns, asm.CurrentNsPid(*cfg.NS, fpRead)...)

@@ -9,7 +9,7 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/kernel"
 )
 
 // variants are the program configurations the goldens pin and the load
@@ -66,14 +66,14 @@ func TestProgramsLoad(t *testing.T) {
 			}
 		}
 	}
-	if !tools.HaveTaskPtRegs() {
+	if !kernel.HaveTaskPtRegs() {
 		for name, cfg := range v {
 			if cfg.TaskRegs {
 				delete(v, name)
 			}
 		}
 	}
-	if !tools.HaveLazyHashes() {
+	if !kernel.HaveLazyHashes() {
 		for name, cfg := range v {
 			if cfg.LazyHashes {
 				delete(v, name) // before 6.1: preallocated hashes only, which is what runs here

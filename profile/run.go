@@ -17,39 +17,45 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
-	"github.com/tracekit/tracekit/tools"
 )
 
 func validate(o *options) error {
 	if o.Frequency < 1 || o.Frequency > 10000 {
-		return tools.Usagef("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
+		return usage.Errorf("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
 	}
 	if runtime.GOARCH != "amd64" {
 		// The rows, the register offsets and the PLT rule are x86-64's.
 		switch o.Unwind {
 		case unwindEH:
-			return tools.Usagef("--unwind=eh: the in-kernel unwinder reads x86-64 frames only; on %s use --unwind=fp", runtime.GOARCH)
+			return usage.Errorf("--unwind=eh: the in-kernel unwinder reads x86-64 frames only; on %s use --unwind=fp", runtime.GOARCH)
 		case unwindAuto:
 			o.Unwind = unwindFP
 		}
 	}
 	if o.Folded && o.JSON {
-		return tools.Usagef("--folded and --json cannot be used together: pick one report format")
+		return usage.Errorf("--folded and --json cannot be used together: pick one report format")
 	}
 	if o.Folded && o.Timestamp {
-		return tools.Usagef("--folded and -T cannot be used together: folded lines are for flame graph tools, which a time line would break")
+		return usage.Errorf("--folded and -T cannot be used together: folded lines are for flame graph tools, which a time line would break")
 	}
 	if o.Budget < 1 || o.Budget > 512 {
 		// 512 MiB of rows have 1M blocks: their fences, one value of 4 MiB,
 		// are the most an array value may hold before 6.x (KMALLOC_MAX_SIZE).
-		return tools.Usagef("invalid --table-mib %d: want 1 to 512", o.Budget)
+		return usage.Errorf("invalid --table-mib %d: want 1 to 512", o.Budget)
 	}
 	if o.Pid != 0 {
 		if o.Command != "" {
-			return tools.Usagef("-p and -c cannot be used together: -c samples the command and its children")
+			return usage.Errorf("-p and -c cannot be used together: -c samples the command and its children")
 		}
-		if err := tools.CheckPid(o.Pid); err != nil {
+		if err := procfs.CheckPid(o.Pid); err != nil {
 			return err
 		}
 	}
@@ -87,10 +93,10 @@ func (k stackKey) decode(kernelDepth int) decodedKey {
 	return d
 }
 
-func run(ctx context.Context, s *tools.Session, o *options) error {
-	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: tools.Readers(),
+func trace(ctx context.Context, s *run.Session, o *options) error {
+	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
 		KernelDepth: kernelDepth, UserDepth: userDepth}
-	ns, err := tools.PidNamespace()
+	ns, err := kernel.PidNamespace()
 	if err != nil {
 		return err
 	}
@@ -101,12 +107,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		cfg.KernelDepth, cfg.UserDepth = smallKernelDepth, smallUserDepth
 		fmt.Fprintf(s.Stderr, "profile: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", cfg.KernelDepth, cfg.UserDepth)
 	}
-	cfg.TaskRegs, cfg.LazyHashes = tools.HaveTaskPtRegs(), tools.HaveLazyHashes()
+	cfg.TaskRegs, cfg.LazyHashes = kernel.HaveTaskPtRegs(), kernel.HaveLazyHashes()
 	if os.Getenv(noTaskRegsEnv) == "1" {
 		cfg.TaskRegs = false // the tests take the pre-5.15 path on any kernel
 	}
 	if !cfg.TaskRegs && cfg.Mode != unwindFP {
-		if off, err := tools.TaskStackOffset(); err == nil {
+		if off, err := kbtf.MemberOffset("task_struct", "stack"); err == nil {
 			cfg.TaskStack = off
 		} else {
 			fmt.Fprintf(s.Stderr, "profile: samples taken in the kernel will have no user stack: %v\n", err)
@@ -149,12 +155,12 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 	}
-	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8, tools.WakeEach)
+	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8, perfevent.WakeEach)
 	if err != nil {
 		return err
 	}
 	var mu sync.Mutex
-	handle := func(smp tools.Sample) {
+	handle := func(smp perfevent.Sample) {
 		if len(smp.Raw) < 16 {
 			return
 		}
@@ -197,7 +203,7 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 		// overshot by 9% in a 1 s burst after idle): F samples per CPU-second.
 		Sample: uint64(time.Second) / uint64(o.Frequency),
 	}
-	clock, err := tools.OpenPerCPU("CPU clock sampling", attr, coll.Programs["sample"], tools.AttachEach, nil)
+	clock, err := perfevent.OpenPerCPU("CPU clock sampling", attr, coll.Programs["sample"], perfevent.AttachEach, nil)
 	if err != nil {
 		return err
 	}
@@ -246,7 +252,7 @@ func dropIdleFilter(p *ebpf.ProgramSpec) {
 }
 
 type reporter struct {
-	s           *tools.Session
+	s           *run.Session
 	o           *options
 	coll        *ebpf.Collection
 	ps          *processes
@@ -255,8 +261,8 @@ type reporter struct {
 	warned      bool
 	pprof       *os.File // --pprof, created at the start
 	svg         *os.File // --svg
-	counts      tools.KeyedDeltas[stackKey]
-	lost        tools.Deltas
+	counts      counts.KeyedDeltas[stackKey]
+	lost        counts.Deltas
 	start       time.Time
 }
 
@@ -291,7 +297,7 @@ func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
 	if err := it.Err(); err != nil {
 		return nil, nil, 0, fmt.Errorf("read stack counts: %w", err)
 	}
-	total, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	total, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -317,7 +323,7 @@ func (r *reporter) resolveKernel(cur map[stackKey]uint64) error {
 	if len(todo) == 0 {
 		return nil
 	}
-	names, hidden, err := tools.KernelFunctions(todo)
+	names, hidden, err := procfs.KernelFunctions(todo)
 	if err != nil {
 		return err
 	}
@@ -520,7 +526,7 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		Samples uint64      `json:"samples"`
 		Lost    uint64      `json:"lost"`
 		Stacks  []jsonStack `json:"stacks"`
-	}{Tool: "profile", Time: tools.JSONTime(now), Lost: lost, Stacks: []jsonStack{}}
+	}{Tool: "profile", Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}}
 	for i := len(stacks) - 1; i >= 0; i-- {
 		st := stacks[i]
 		out.Samples += st.Count
@@ -546,5 +552,5 @@ func nonNil(s []string) []string {
 // haveBigKeys reports whether a hash map takes the full key (6.1 does;
 // 5.10 limits hash keys to MAX_BPF_STACK, 512 bytes).
 func haveBigKeys() bool {
-	return tools.HashKeyFits(progConfig{KernelDepth: kernelDepth, UserDepth: userDepth}.keySize())
+	return kernel.HashKeyFits(progConfig{KernelDepth: kernelDepth, UserDepth: userDepth}.keySize())
 }

@@ -12,8 +12,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tracekit/tracekit/internal/lazy"
 	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/internal/lazy"
 )
 
 // Candidate mount points, newest first: /sys/kernel/tracing exists since 4.1,

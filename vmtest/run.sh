@@ -109,7 +109,7 @@ done
 # paths the dynamic linker looks in, busybox and /init.
 stages=$(mktemp -d)
 trap 'rm -rf "$stages"' EXIT
-pkgs=(asm tracefs terminal tools uprobe unwind writesize dropmon iolat filter profile)
+pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind writesize dropmon iolat filter profile)
 make_stage() { # make_stage ARCH
   local arch=$1 stage=$stages/$1 cc=gcc
   [ "$arch" = arm64 ] && cc=aarch64-linux-gnu-gcc

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/terminal"
-	"github.com/tracekit/tracekit/tools"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -277,7 +277,7 @@ func TestCapBPFWithoutTracefsAccess(t *testing.T) {
 	case level > 2 && st != 0 && (st != 1 || !strings.Contains(msg, fmt.Sprintf("kernel.perf_event_paranoid is %d", level))):
 		t.Errorf("with CAP_DAC_READ_SEARCH too (perf_event_paranoid %d): exit %d, stderr %q; want 1 and the paranoid level named", level, st, msg)
 	}
-	if !tools.HaveFentrySyscall("write") {
+	if !hook.HaveFentrySyscall("write") {
 		t.Log("no fentry on this kernel: auto is the tracepoint, checked above")
 		return
 	}
@@ -289,23 +289,24 @@ func TestCapBPFWithoutTracefsAccess(t *testing.T) {
 
 // --attach=fentry where the kernel cannot attach there is one line and
 // status 1 (the matrix kernels have trampolines: there the exactness tests
-// run on fentry too); TRACEKIT_ATTACH=fentry is a default, and falls back.
+// run on fentry too); TRACEKIT_ATTACH=fentry forces it the same way.
 func TestFentryMissing(t *testing.T) {
 	privtest.Require(t)
 	regs, err := asm.HostPtRegs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tools.HaveFentry(regs.SyscallPrefix + "write") {
+	if hook.HaveFentry(regs.SyscallPrefix + "write") {
 		t.Skip("this kernel attaches fentry programs: TestExactCountsPerSize/fentry runs instead")
 	}
 	r := runTool(t, "--attach=fentry", "0.01", "1")
-	if r.Status != 1 || strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, "BPF trampolines") {
+	if r.Status != 1 || strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, "--attach=fentry: this kernel cannot attach a BPF trampoline") {
 		t.Errorf("--attach=fentry: exit %d, stderr %q; want 1 and one line", r.Status, r.Stderr)
 	}
-	t.Setenv(tools.AttachEnv, "fentry")
-	if r := runTool(t, "0.01", "1"); r.Status != 0 {
-		t.Errorf("TRACEKIT_ATTACH=fentry: exit %d, stderr %q; want the perf tracepoint", r.Status, r.Stderr)
+	t.Setenv(hook.Env, "fentry")
+	r = runTool(t, "0.01", "1")
+	if r.Status != 1 || strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, "TRACEKIT_ATTACH=fentry: this kernel cannot attach a BPF trampoline") {
+		t.Errorf("TRACEKIT_ATTACH=fentry: exit %d, stderr %q; want 1 and one line", r.Status, r.Stderr)
 	}
 }
 

@@ -7,17 +7,17 @@ package writesize
 import (
 	"context"
 
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 type options struct {
-	tools.Common
-	tools.ServeOption
+	run.Common
+	run.ServeOption
 	Pid        int    `short:"p" long:"pid" value-name:"PID" description:"Trace only this process (its pid, the tgid)"`
 	PerProcess bool   `short:"P" long:"per-process" description:"Print one histogram per process, labelled '<comm> <pid>'"`
 	All        bool   `short:"a" long:"all" description:"With -c, trace every process, not only the command"`
 	Kprobe     string `long:"kprobe" optional:"yes" optional-value:"auto" value-name:"SYMBOL" description:"Use a kprobe on the kernel's write function instead of the tracepoint: __x64_sys_write (__arm64_sys_write on arm64), ksys_write or sys_write, whichever exists, or SYMBOL (a syscall wrapper, or a function whose third argument is the size)"`
-	Attach     string `long:"attach" value-name:"HOOK" description:"How to reach the writes: auto (fentry where the kernel has BPF trampolines, else perf), perf (syscalls:sys_enter_write), raw (raw_syscalls:sys_enter, 4.17+, which runs for every syscall) or fentry (the write syscall's entry through a BPF trampoline, x86-64 5.5+, and arm64 kernels with ftrace direct calls (6.1 has none)); TRACEKIT_ATTACH sets the default"`
+	Attach     string `long:"attach" value-name:"HOOK" description:"How to reach the writes: auto (fentry where the kernel has BPF trampolines, else perf), perf (syscalls:sys_enter_write), raw (raw_syscalls:sys_enter, 4.17+, which runs for every syscall) or fentry (the write syscall's entry through a BPF trampoline, x86-64 5.5+, and arm64 kernels with ftrace direct calls (6.1 has none)). A named hook is forced: no fallback. Without the flag, TRACEKIT_ATTACH chooses the same way"`
 	Legacy     bool   `long:"legacy" description:"With --kprobe: register the probe in kprobe_events even where the kprobe PMU (4.17+) exists; TRACEKIT_LEGACY_KPROBES=1 does the same"`
 }
 
@@ -55,7 +55,7 @@ const Summary = "Summarize write(2) sizes as a log2 histogram."
 // name) and returns its exit status.
 func Main(args []string) int {
 	var o options
-	return tools.Main(tools.Tool{
+	return run.Main(run.Tool{
 		Name:    "writesize",
 		Summary: Summary,
 		Details: details,
@@ -63,6 +63,6 @@ func Main(args []string) int {
 		Validate: func() error {
 			return validate(&o)
 		},
-		Run: func(ctx context.Context, s *tools.Session) error { return run(ctx, s, &o) },
+		Run: func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
 	}, args)
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/slots"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -31,12 +31,12 @@ var maxComms = func() uint32 {
 type progConfig struct {
 	Count      tracefs.Field // the size field: sys_enter_write's count
 	Pid        uint32        // only this process; 0 for all
-	Tree       bool          // only the processes in tools.PidsMap (-c)
+	Tree       bool          // only the processes in proctree.PidsMap (-c)
 	Root       int           // the tree's first process, the command
 	PerProcess bool          // one histogram per process
 	// NS: this runs in a pid namespace of its own; Pid and the
 	// per-process keys are that namespace's pids (the tree holds the
-	// kernel's, see tools.AddProcessTree).
+	// kernel's, see proctree.AddProcessTree).
 	NS *asm.PidNS
 	// Kprobe reads the size from the registers at a kprobe on the write
 	// syscall function instead of the tracepoint record.
@@ -111,7 +111,7 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 		insns = append(insns, asm.CurrentPid()...)
 	}
 	if cfg.Tree {
-		insns = append(insns, asm.PidInSet(tools.PidsMap, treeOff, "exit")...)
+		insns = append(insns, asm.PidInSet(proctree.PidsMap, treeOff, "exit")...)
 	}
 	if nsPids {
 		insns = append(insns, asm.CurrentNsPid(*cfg.NS, nsOff)...)
@@ -171,7 +171,7 @@ func loadCount(cfg progConfig) (bpf.Instructions, error) {
 	return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, k.ProbeRead)...), nil
 }
 
-// collection returns the maps and the program, ready for tools.Load.
+// collection returns the maps and the program, ready for loader.Load.
 func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	insns, err := program(cfg)
 	if err != nil {
@@ -200,7 +200,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		Programs: map[string]*ebpf.ProgramSpec{"writesize": prog},
 	}
 	if cfg.Tree {
-		if err := tools.AddProcessTree(spec, cfg.NS, cfg.Root); err != nil {
+		if err := proctree.Add(spec, cfg.NS, cfg.Root); err != nil {
 			return nil, err
 		}
 	}

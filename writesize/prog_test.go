@@ -8,10 +8,10 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -65,7 +65,7 @@ func TestProgramGoldens(t *testing.T) {
 // matrix's kernels); this host's refuses them even to root.
 func TestProgramsLoad(t *testing.T) {
 	vs := variants(t)
-	fentry := tools.HaveFentrySyscall("write")
+	fentry := hook.HaveFentrySyscall("write")
 	if !fentry {
 		t.Log("no fentry on this kernel: the prog_fentry variants load in the matrix's x86-64 kernels")
 	}

@@ -4,87 +4,100 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
-	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
 func validate(o *options) error {
-	if err := tools.CheckPid(o.Pid); err != nil {
+	if err := procfs.CheckPid(o.Pid); err != nil {
 		return err
 	}
 	if err := o.CheckServe(); err != nil {
 		return err
 	}
-	if err := tools.ValidateAttach(o.Attach); err != nil {
+	if err := hook.Validate(o.Attach); err != nil {
 		return err
 	}
-	if o.Attach == string(tools.HookBTF) {
-		return tools.Usagef("--attach=btf: writesize reads no tracepoint argument through BTF; use fentry, raw or perf")
-	}
 	if o.Kprobe != "" && o.Attach != "" && o.Attach != "auto" {
-		return tools.Usagef("--kprobe and --attach=%s contradict each other: a kprobe is its own hook", o.Attach)
+		return usage.Errorf("--kprobe and --attach=%s contradict each other: a kprobe is its own h", o.Attach)
 	}
 	if o.All && o.Command == "" {
-		return tools.Usagef("--all goes with -c: without -c every process is traced already")
+		return usage.Errorf("--all goes with -c: without -c every process is traced already")
 	}
 	if o.All && o.Pid > 0 {
-		return tools.Usagef("--all and -p contradict each other")
+		return usage.Errorf("--all and -p contradict each other")
 	}
 	if o.Kprobe != "" && o.Kprobe != "auto" {
 		if err := tracefs.ValidateSymbol(o.Kprobe); err != nil {
-			return tools.Usagef("--kprobe: %v", err)
+			return usage.Errorf("--kprobe: %v", err)
 		}
 	}
 	if o.Legacy && o.Kprobe == "" {
-		return tools.Usagef("--legacy goes with --kprobe")
+		return usage.Errorf("--legacy goes with --kprobe")
 	}
 	return nil
 }
 
-// writeHook resolves --attach for writesize. auto is fentry where the
-// kernel has BPF trampolines, else perf. A raw tracepoint on sys_enter
-// makes each write cheaper to count, but it runs for every syscall of the
-// machine (make bench shows both costs side by side); the perf tracepoint
-// and fentry run only for writes, and fentry builds no record first: in a
-// 6.12 guest (qemu TCG, five interleaved rounds) 100,000 writes cost 0.04
-// s more CPU under fentry, 0.28 s under perf and 0.27 s under raw.
-func writeHook(choice string) (tools.Hook, error) {
-	if !tools.AttachForced(choice) {
-		if tools.HaveFentrySyscall("write") {
-			return tools.HookFentry, nil
-		}
-		return tools.HookPerf, nil
-	}
-	fromEnv := choice == ""
-	if fromEnv {
-		choice = os.Getenv(tools.AttachEnv)
-	}
-	switch tools.Hook(choice) {
-	case tools.HookBTF:
-		return tools.HookPerf, nil // TRACEKIT_ATTACH=btf: nothing to read through; the default
-	case tools.HookFentry:
+// writeOffers are the hooks writesize reaches write(2) by, cheapest
+// first, each building its part of cfg. fentry where the kernel has BPF
+// trampolines, else perf. A raw tracepoint on sys_enter makes each write
+// cheaper to count, but it runs for every syscall of the machine (make
+// bench shows both costs side by side); the perf tracepoint and fentry
+// run only for writes, and fentry builds no record first: in a 6.12 guest
+// (qemu TCG, five interleaved rounds) 100,000 writes cost 0.04 s more CPU
+// under fentry, 0.28 s under perf and 0.27 s under raw.
+func writeOffers(cfg *progConfig) []hook.Offer {
+	fentry := func() error {
 		regs, err := asm.HostPtRegs()
 		if err != nil {
-			return "", fmt.Errorf("--attach=fentry: %w", err)
+			return err
 		}
-		switch {
-		case tools.HaveFentry(regs.SyscallPrefix + "write"):
-			return tools.HookFentry, nil
-		case fromEnv:
-			return tools.HookPerf, nil // a default for the machines that have it
-		}
-		return "", fmt.Errorf("--attach=fentry: this kernel cannot attach to %swrite's entry (BPF trampolines: x86-64 5.5+, arm64 with ftrace direct calls (not 6.1), with kernel BTF); use raw or perf", regs.SyscallPrefix)
+		cfg.Fentry = &fentryConfig{Symbol: regs.SyscallPrefix + "write", Regs: regs}
+		return nil
 	}
-	return tools.PickHook(choice, "sys_enter", false)
+	perf := func() error {
+		format, err := tracefs.ReadFormat("syscalls", "sys_enter_write")
+		if err != nil {
+			if errors.Is(err, tracefs.ErrNoAccess) {
+				return err
+			}
+			return fmt.Errorf("%w (writesize needs syscall tracepoints: CONFIG_FTRACE_SYSCALLS; or try --kprobe)", err)
+		}
+		cfg.Count, err = format.MustField("count")
+		return err
+	}
+	raw := func() error {
+		regs, err := asm.HostPtRegs()
+		if err != nil {
+			return err
+		}
+		nr, ok := writeNR[regs.Arch]
+		if !ok {
+			return fmt.Errorf("write's syscall number on %s is not known here", regs.Arch)
+		}
+		cfg.Raw = &rawConfig{NR: nr, Regs: regs, ProbeRead: kernel.Readers().Kernel}
+		return nil
+	}
+	return []hook.Offer{
+		{Hook: hook.Fentry, Have: hook.HasFentrySyscall("write"), Build: fentry},
+		{Hook: hook.Perf, Build: perf},
+		{Hook: hook.Raw, Have: hook.HasRaw, Build: raw},
+	}
 }
 
 // writeSymbols are the kernel's write syscall functions, newest first:
@@ -100,12 +113,12 @@ func kprobeFor(choice string) (*kprobeConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--kprobe: %w; use the tracepoint mode (without --kprobe)", err)
 	}
-	if !tools.KprobesAvailable() {
-		return nil, fmt.Errorf("--kprobe: %w; writesize without --kprobe uses the syscalls:sys_enter_write tracepoint instead", tools.ErrNoKprobes)
+	if !perfevent.KprobesAvailable() {
+		return nil, fmt.Errorf("--kprobe: %w; writesize without --kprobe uses the syscalls:sys_enter_write tracepoint instead", perfevent.ErrNoKprobes)
 	}
 	sym := choice
 	if choice == "auto" {
-		syms, err := tools.LoadKallsyms()
+		syms, err := procfs.LoadKallsyms()
 		if err != nil {
 			return nil, err
 		}
@@ -121,10 +134,10 @@ func kprobeFor(choice string) (*kprobeConfig, error) {
 		}
 	}
 	name, _ := tracefs.SplitSymbol(sym)
-	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, regs.SyscallPrefix), ProbeRead: tools.Readers().Kernel, Regs: regs}, nil
+	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, regs.SyscallPrefix), ProbeRead: kernel.Readers().Kernel, Regs: regs}, nil
 }
 
-func run(ctx context.Context, s *tools.Session, o *options) error {
+func trace(ctx context.Context, s *run.Session, o *options) error {
 	cfg := progConfig{Pid: uint32(o.Pid), PerProcess: o.PerProcess}
 	if o.Kprobe != "" {
 		k, err := kprobeFor(o.Kprobe)
@@ -132,42 +145,15 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 			return err
 		}
 		cfg.Kprobe = k
-	} else if hook, err := writeHook(o.Attach); err != nil {
+	} else if _, err := hook.Choose(o.Attach, "syscalls:sys_enter_write", writeOffers(&cfg)...); err != nil {
 		return err
-	} else if hook == tools.HookFentry {
-		regs, err := asm.HostPtRegs()
-		if err != nil {
-			return fmt.Errorf("--attach=fentry: %w", err)
-		}
-		cfg.Fentry = &fentryConfig{Symbol: regs.SyscallPrefix + "write", Regs: regs}
-	} else if hook == tools.HookRaw {
-		regs, err := asm.HostPtRegs()
-		if err != nil {
-			return fmt.Errorf("--attach=raw: %w", err)
-		}
-		nr, ok := writeNR[regs.Arch]
-		if !ok {
-			return fmt.Errorf("--attach=raw: write's syscall number on %s is not known here", regs.Arch)
-		}
-		cfg.Raw = &rawConfig{NR: nr, Regs: regs, ProbeRead: tools.Readers().Kernel}
-	} else {
-		format, err := tracefs.ReadFormat("syscalls", "sys_enter_write")
-		if err != nil {
-			if errors.Is(err, tracefs.ErrNoAccess) {
-				return err
-			}
-			return fmt.Errorf("%w (writesize needs syscall tracepoints: CONFIG_FTRACE_SYSCALLS; or try --kprobe)", err)
-		}
-		if cfg.Count, err = format.MustField("count"); err != nil {
-			return err
-		}
 	}
 	// With -c, the command's process and its descendants: dash forks even a
 	// single command, so the pid of "sh -c" alone would miss its writes.
 	cmdPid := s.CommandPid()
 	cfg.Tree, cfg.Root = cmdPid != 0 && o.Pid == 0 && !o.All, cmdPid
 	if cfg.Tree || cfg.Pid != 0 || cfg.PerProcess {
-		ns, err := tools.PidNamespace()
+		ns, err := kernel.PidNamespace()
 		if err != nil {
 			return err
 		}
@@ -191,18 +177,18 @@ func run(ctx context.Context, s *tools.Session, o *options) error {
 	case cfg.Kprobe != nil:
 		err = s.AttachProbe(prog, tracefs.Probe{Type: tracefs.Kprobe, Symbol: cfg.Kprobe.Symbol}, o.Legacy)
 	case cfg.Fentry != nil:
-		err = s.AttachHook(prog, tools.HookFentry, "", cfg.Fentry.Symbol)
+		err = s.AttachHook(prog, hook.Fentry, "", cfg.Fentry.Symbol)
 	case cfg.Raw != nil:
-		err = s.AttachHook(prog, tools.HookRaw, "raw_syscalls", "sys_enter")
+		err = s.AttachHook(prog, hook.Raw, "raw_syscalls", "sys_enter")
 	default:
 		err = s.AttachTracepoint(prog, "syscalls", "sys_enter_write")
 	}
 	if err != nil {
 		return err
 	}
-	r := &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil, deltas: tools.Deltas{Cumulative: o.Cumulative}}
+	r := &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil, deltas: counts.Deltas{Cumulative: o.Cumulative}}
 	if o.Serve != "" {
-		c := &collector{r: &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil}, series: tools.StickySeries[string]{Max: maxCommSeries}}
+		c := &collector{r: &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil}, series: run.StickySeries[string]{Max: maxCommSeries}}
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
 			return err
 		}
@@ -227,7 +213,7 @@ type reader struct {
 	coll       *ebpf.Collection
 	perProcess bool
 	inNS       bool // pids are this pid namespace's, 0 for processes outside it
-	deltas     tools.Deltas
+	deltas     counts.Deltas
 	comms      map[uint32]string
 	unnamed    int // processes of the last report labelled "?"
 }
@@ -244,10 +230,10 @@ func (r *reader) commsFull() bool {
 	return n >= r.coll.Maps["comms"].MaxEntries()
 }
 
-func (r *reader) report() (*tools.HistReport, error) {
-	rep := &tools.HistReport{Unit: "bytes"}
+func (r *reader) report() (*run.HistReport, error) {
+	rep := &run.HistReport{Unit: "bytes"}
 	if !r.perProcess {
-		h, err := tools.ReadLog2Array(r.coll.Maps["hist"])
+		h, err := counts.ReadLog2Array(r.coll.Maps["hist"])
 		if err != nil {
 			return nil, err
 		}
@@ -255,11 +241,11 @@ func (r *reader) report() (*tools.HistReport, error) {
 		return rep, nil
 	}
 	rep.LabelKind = "process"
-	hists, err := tools.ReadLog2Hash(r.coll.Maps["hist"])
+	hists, err := counts.ReadLog2Hash(r.coll.Maps["hist"])
 	if err != nil {
 		return nil, err
 	}
-	lost, err := tools.ReadPerCPUCounter(r.coll.Maps["lost"])
+	lost, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
 	if err != nil {
 		return nil, err
 	}
@@ -294,11 +280,11 @@ func (r *reader) report() (*tools.HistReport, error) {
 func (r *reader) comm(pid uint32) string {
 	var name [16]byte
 	if err := r.coll.Maps["comms"].Lookup(pid, &name); err == nil {
-		if s := tools.CString(name[:]); s != "" {
+		if s := unix.ByteSliceToString(name[:]); s != "" {
 			return s
 		}
 	}
-	if c := tools.Comm(pid); c != "" {
+	if c := procfs.Comm(pid); c != "" {
 		return c
 	}
 	return "?"

@@ -1,8 +1,9 @@
 package writesize
 
 import (
+	"github.com/tracekit/tracekit/counts"
 	"github.com/tracekit/tracekit/metrics"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 // The buckets: slots up to 2^31-1 bytes, the most one write(2) moves.
@@ -16,7 +17,7 @@ const maxCommSeries = 200
 // name summed). It has a reader of its own: the reports keep their deltas.
 type collector struct {
 	r      *reader
-	series tools.StickySeries[string]
+	series run.StickySeries[string]
 	names  map[uint32]string // a pid's name when first seen: its counts never change series
 }
 
@@ -24,16 +25,16 @@ func (c *collector) families() []metrics.Family {
 	sizes := metrics.Family{Name: "tracekit_writesize_bytes", Help: "Sizes of write(2) calls since writesize started, in bytes (the count argument).", Type: metrics.Histogram}
 	var lost uint64
 	if !c.r.perProcess {
-		h, err := tools.ReadLog2Array(c.r.coll.Maps["hist"])
+		h, err := counts.ReadLog2Array(c.r.coll.Maps["hist"])
 		if err == nil {
-			sizes.Metrics = []metrics.Metric{{Hist: tools.Log2Hist(h.Counts[:], lastSlot, 1, false)}}
+			sizes.Metrics = []metrics.Metric{{Hist: run.Log2Hist(h.Counts[:], lastSlot, 1, false)}}
 		}
-		return []metrics.Family{sizes, tools.LostFamily("writesize", 0)}
+		return []metrics.Family{sizes, run.LostFamily("writesize", 0)}
 	}
-	lost, _ = tools.ReadPerCPUCounter(c.r.coll.Maps["lost"])
-	hists, err := tools.ReadLog2Hash(c.r.coll.Maps["hist"])
+	lost, _ = counts.ReadPerCPUCounter(c.r.coll.Maps["lost"])
+	hists, err := counts.ReadLog2Hash(c.r.coll.Maps["hist"])
 	if err != nil {
-		return []metrics.Family{sizes, tools.LostFamily("writesize", lost)}
+		return []metrics.Family{sizes, run.LostFamily("writesize", lost)}
 	}
 	byComm := map[string][]uint64{}
 	totals := map[string]uint64{}
@@ -76,7 +77,7 @@ func (c *collector) families() []metrics.Family {
 		}
 	}
 	for comm, counts := range merged {
-		sizes.Metrics = append(sizes.Metrics, metrics.Metric{Labels: []metrics.Label{{Name: "comm", Value: comm}}, Hist: tools.Log2Hist(counts, lastSlot, 1, false)})
+		sizes.Metrics = append(sizes.Metrics, metrics.Metric{Labels: []metrics.Label{{Name: "comm", Value: comm}}, Hist: run.Log2Hist(counts, lastSlot, 1, false)})
 	}
-	return []metrics.Family{sizes, tools.LostFamily("writesize", lost)}
+	return []metrics.Family{sizes, run.LostFamily("writesize", lost)}
 }

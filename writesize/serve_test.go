@@ -8,7 +8,7 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 )
 
 // TestExpositionGoldens serves fixed map contents: the histogram of all
@@ -49,6 +49,6 @@ func TestExpositionGoldens(t *testing.T) {
 		}
 	}
 	tooltest.PutPerCPU(t, per.Maps["lost"], uint32(0), 6)
-	c = &collector{r: &reader{coll: per, perProcess: true}, series: tools.StickySeries[string]{Max: 3}}
+	c = &collector{r: &reader{coll: per, perProcess: true}, series: run.StickySeries[string]{Max: 3}}
 	golden.Check(t, "expo_per_process", tooltest.Exposition(t, c.families()))
 }

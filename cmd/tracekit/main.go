@@ -15,7 +15,7 @@ import (
 	"github.com/tracekit/tracekit/filter"
 	"github.com/tracekit/tracekit/iolat"
 	"github.com/tracekit/tracekit/profile"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/writesize"
 )
 
@@ -42,6 +42,7 @@ func find(name string) *tool {
 }
 
 func main() {
+	run.Guard() // a -c command's guard is this binary, started again
 	os.Exit(dispatch(os.Args, os.Stdout, os.Stderr))
 }
 
@@ -60,7 +61,7 @@ func dispatch(argv []string, stdout, stderr io.Writer) int {
 		usage(stdout)
 		return 0
 	case "--version", "version":
-		fmt.Fprintln(stdout, tools.VersionLine("tracekit"))
+		fmt.Fprintln(stdout, run.VersionLine("tracekit"))
 		return 0
 	default:
 		if t := find(arg); t != nil {

@@ -8,14 +8,14 @@ import (
 	"testing"
 )
 
-func run(argv ...string) (int, string, string) {
+func dispatchArgs(argv ...string) (int, string, string) {
 	var out, errs strings.Builder
 	status := dispatch(argv, &out, &errs)
 	return status, out.String(), errs.String()
 }
 
 func TestDispatch(t *testing.T) {
-	status, out, _ := run("/usr/local/bin/tracekit", "--help")
+	status, out, _ := dispatchArgs("/usr/local/bin/tracekit", "--help")
 	if status != 0 {
 		t.Fatalf("--help: status %d", status)
 	}
@@ -24,13 +24,13 @@ func TestDispatch(t *testing.T) {
 			t.Errorf("--help does not list %s with its summary:\n%s", tool.name, out)
 		}
 	}
-	if status, _, errs := run("tracekit"); status != 2 || !strings.Contains(errs, "Usage: tracekit TOOL") {
+	if status, _, errs := dispatchArgs("tracekit"); status != 2 || !strings.Contains(errs, "Usage: tracekit TOOL") {
 		t.Errorf("no tool: status %d, stderr %q; want 2 and the usage", status, errs)
 	}
-	if status, _, errs := run("tracekit", "writesiz"); status != 2 || errs != "tracekit: no tool named \"writesiz\"\nTry 'tracekit --help' for the list.\n" {
+	if status, _, errs := dispatchArgs("tracekit", "writesiz"); status != 2 || errs != "tracekit: no tool named \"writesiz\"\nTry 'tracekit --help' for the list.\n" {
 		t.Errorf("unknown tool: status %d, stderr %q", status, errs)
 	}
-	if status, out, _ := run("./tracekit", "--version"); status != 0 || !strings.HasPrefix(out, "tracekit ") {
+	if status, out, _ := dispatchArgs("./tracekit", "--version"); status != 0 || !strings.HasPrefix(out, "tracekit ") {
 		t.Errorf("--version: status %d, %q", status, out)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tracekit/tracekit/internal/privtest"
-	"github.com/tracekit/tracekit/tools"
+	"github.com/tracekit/tracekit/loader"
 )
 
 // Spec loads a copy of spec (loading mutates instructions) and unloads it;
@@ -18,7 +18,7 @@ import (
 func Spec(t *testing.T, name string, spec *ebpf.CollectionSpec) {
 	t.Helper()
 	privtest.Require(t)
-	coll, err := tools.Load(spec.Copy())
+	coll, err := loader.Load(spec.Copy(), true)
 	if err != nil {
 		t.Errorf("%s: the kernel refuses it: %v", name, err)
 		return

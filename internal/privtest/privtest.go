@@ -37,3 +37,21 @@ func RequireKprobes(t testing.TB) {
 	}
 	t.Skip("this kernel has no kprobes (CONFIG_KPROBES): make test-vm runs this test on kernels that have them")
 }
+
+// Need skips the test, with the reason, when the kernel at hand lacks
+// what it needs (have is false), and fails it instead when
+// REQUIRE_PRIVILEGED=1: every kernel CI runs on (the host and the
+// matrix's guests) has BTF, raw and BTF tracepoints, so there a missing
+// one is a broken probe, not a kernel without the feature. Decide have
+// from the kernel's own word (its BTF, tracefs), not from the probe under
+// test.
+func Need(t testing.TB, have bool, what string) {
+	t.Helper()
+	if have {
+		return
+	}
+	if os.Getenv("REQUIRE_PRIVILEGED") == "1" {
+		t.Fatalf("this kernel has no %s, and REQUIRE_PRIVILEGED=1 forbids skipping", what)
+	}
+	t.Skipf("this kernel has no %s", what)
+}

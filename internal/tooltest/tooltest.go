@@ -20,8 +20,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/metrics"
-	"github.com/tracekit/tracekit/tools"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -501,15 +502,15 @@ func Fixtures(t testing.TB, prebuilt, script, pkgs string, have func() bool) str
 // is writesize, which has no BTF tracepoint but an fentry: perf, raw, and
 // fentry at the write syscall's wrapper where the kernel has trampolines.
 func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
-	hooks := []tools.Hook{tools.HookPerf}
-	if tools.HaveRawTracepoints() {
-		hooks = append(hooks, tools.HookRaw)
+	hooks := []hook.Hook{hook.Perf}
+	if hook.HaveRawTracepoints() {
+		hooks = append(hooks, hook.Raw)
 	}
-	if event != "" && tools.HaveBTFTracepoint(event) {
-		hooks = append(hooks, tools.HookBTF)
+	if event != "" && hook.HaveBTFTracepoint(event) {
+		hooks = append(hooks, hook.BTF)
 	}
-	if event == "" && tools.HaveFentrySyscall("write") {
-		hooks = append(hooks, tools.HookFentry)
+	if event == "" && hook.HaveFentrySyscall("write") {
+		hooks = append(hooks, hook.Fentry)
 	}
 	runHooks(t, hooks, test)
 }
@@ -518,22 +519,22 @@ func ForEachHook(t *testing.T, event string, test func(t *testing.T)) {
 // kernel functions fns: the kprobe (perf), and a BPF trampoline (fentry,
 // fexit) where one attaches to every one of them.
 func ForEachFunctionHook(t *testing.T, test func(t *testing.T), fns ...string) {
-	hooks := []tools.Hook{tools.HookPerf}
+	hooks := []hook.Hook{hook.Perf}
 	fentry := true
 	for _, fn := range fns {
-		fentry = fentry && tools.HaveFentry(fn)
+		fentry = fentry && hook.HaveFentry(fn)
 	}
 	if fentry {
-		hooks = append(hooks, tools.HookFentry)
+		hooks = append(hooks, hook.Fentry)
 	}
 	runHooks(t, hooks, test)
 }
 
 // runHooks runs test as a subtest per hook, with TRACEKIT_ATTACH set to it.
-func runHooks(t *testing.T, hooks []tools.Hook, test func(t *testing.T)) {
+func runHooks(t *testing.T, hooks []hook.Hook, test func(t *testing.T)) {
 	for _, h := range hooks {
 		t.Run(string(h), func(t *testing.T) {
-			t.Setenv(tools.AttachEnv, string(h))
+			t.Setenv(hook.Env, string(h))
 			test(t)
 		})
 	}
@@ -544,9 +545,9 @@ func runHooks(t *testing.T, hooks []tools.Hook, test func(t *testing.T)) {
 // syscall's wrapper through a BPF trampoline (fentry) where the kernel has
 // one. The counts must not depend on it.
 func ForEachSyscallHook(t *testing.T, name string, test func(t *testing.T)) {
-	hooks := []tools.Hook{tools.HookPerf}
-	if tools.HaveFentrySyscall(name) {
-		hooks = append(hooks, tools.HookFentry)
+	hooks := []hook.Hook{hook.Perf}
+	if hook.HaveFentrySyscall(name) {
+		hooks = append(hooks, hook.Fentry)
 	}
 	runHooks(t, hooks, test)
 }

@@ -1,0 +1,116 @@
+package kernel
+
+import (
+	"sync"
+
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/loader"
+)
+
+// Memory-reading helpers by kernel: bpf_probe_read (4.1) reads kernel and
+// user memory alike; 5.5 split it into _kernel and _user, and plain
+// bpf_probe_read is refused under lockdown and on architectures where the
+// two address spaces overlap. The four 5.5 helpers came in one commit, so
+// one of them is probed, once, from a kprobe program (the probe loads a
+// tiny program; it needs the privileges the tools need): every probe is a
+// program load in each tool's start.
+var readers = sync.OnceValue(func() asm.Readers {
+	if features.HaveProgramHelper(ebpf.Kprobe, bpf.FnProbeReadKernel) == nil {
+		return asm.NewReaders
+	}
+	return asm.OldReaders
+})
+
+// Readers are the reading helpers of this kernel, probed once.
+func Readers() asm.Readers { return readers() }
+
+// HashKeyFits reports whether a hash map takes keys of size bytes: 5.10
+// refuses keys above MAX_BPF_STACK (512 bytes), 6.1 takes them.
+func HashKeyFits(size int) bool {
+	return probeMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: uint32(size), ValueSize: 8, MaxEntries: 1})
+}
+
+func probeMap(spec *ebpf.MapSpec) bool {
+	_ = loader.RemoveMemlock() // before 5.11 map memory counts against RLIMIT_MEMLOCK
+	m, err := ebpf.NewMap(spec)
+	if err != nil {
+		return false
+	}
+	m.Close()
+	return true
+}
+
+// HaveTaskPtRegs reports whether perf_event programs may call
+// bpf_task_pt_regs (5.15+): the user registers of a sample taken in the
+// kernel.
+func HaveTaskPtRegs() bool {
+	return features.HaveProgramHelper(ebpf.PerfEvent, bpf.FnTaskPtRegs) == nil
+}
+
+// HaveAtomicCmpXchg reports whether programs may use BPF_ATOMIC compare
+// and exchange on map values (5.12+, and a JIT that emits it), probed once
+// by loading a tracepoint program that uses it.
+var HaveAtomicCmpXchg = sync.OnceValue(func() bool {
+	_ = loader.RemoveMemlock()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		return false
+	}
+	defer m.Close()
+	insns := bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 0),
+		bpf.StoreMem(bpf.RFP, -4, bpf.R1, bpf.Word),
+		bpf.LoadMapPtr(bpf.R1, m.FD()),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, -4),
+		bpf.FnMapLookupElem.Call(),
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
+		bpf.Mov.Reg(bpf.R1, bpf.R0),
+		bpf.Mov.Imm(bpf.R0, 0),
+		bpf.Mov.Imm(bpf.R2, 1),
+		asm.CmpXchg(bpf.R1, bpf.R2, bpf.DWord, 0),
+		bpf.Mov.Imm(bpf.R0, 0).WithSymbol("exit"),
+		bpf.Return(),
+	}
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.TracePoint, License: "GPL", Instructions: insns})
+	if err != nil {
+		return false
+	}
+	p.Close()
+	return true
+})
+
+// HaveLazyHashes reports whether perf_event programs may use hash maps
+// that allocate their entries as they are inserted (BPF_F_NO_PREALLOC;
+// 6.1's BPF memory allocator lifted the "perf_event programs can only use
+// preallocated hash map" rule). A preallocated map costs its whole size in
+// kernel memory and clearing time at every start: profile's stack counts
+// are 6 MiB of it.
+var HaveLazyHashes = sync.OnceValue(func() bool {
+	_ = loader.RemoveMemlock()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return false
+	}
+	defer m.Close()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.PerfEvent, License: "GPL", Instructions: bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 0),
+		bpf.StoreMem(bpf.RFP, -4, bpf.R1, bpf.Word),
+		bpf.LoadMapPtr(bpf.R1, m.FD()),
+		bpf.Mov.Reg(bpf.R2, bpf.RFP),
+		bpf.Add.Imm(bpf.R2, -4),
+		bpf.FnMapLookupElem.Call(),
+		bpf.Mov.Imm(bpf.R0, 0),
+		bpf.Return(),
+	}})
+	if err != nil {
+		return false
+	}
+	p.Close()
+	return true
+})

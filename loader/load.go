@@ -1,0 +1,87 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+)
+
+// shortLog is how many lines of a verifier log a rejection shows without
+// --verbose: the end, where the verifier says why.
+const shortLog = 20
+
+// Load creates the maps and programs of spec. Maps are bound to the
+// programs' map references by name. On a verifier rejection the error
+// carries the verifier's log: with verbose all of it and the annotated
+// disassembly of the programs, else the log's last lines (a complex
+// program's log runs to tens of thousands of lines).
+func Load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; the limit
+	// is raised only where that accounting is still in force.
+	if err := RemoveMemlock(); err != nil {
+		return nil, err
+	}
+	for _, p := range spec.Programs {
+		firstLineInfo(p.Instructions)
+	}
+	// Marshalling mutates instructions: keep a copy to show on failure.
+	shown := spec.Copy()
+	// Tracing programs (BTF tracepoints, fentry) are loaded after the
+	// rest, by Tracing: cilium/ebpf would parse all of the kernel's
+	// BTF to find their targets.
+	rest := *spec
+	rest.Programs = map[string]*ebpf.ProgramSpec{}
+	tracing := map[string]*ebpf.ProgramSpec{}
+	for name, p := range spec.Programs {
+		if p.Type == ebpf.Tracing {
+			tracing[name] = p
+		} else {
+			rest.Programs[name] = p
+		}
+	}
+	coll, err := ebpf.NewCollection(&rest)
+	if err == nil {
+		for name, p := range tracing {
+			prog, err := Tracing(p, coll.Maps, verbose)
+			if err != nil {
+				coll.Close()
+				return nil, err
+			}
+			coll.Programs[name] = prog
+		}
+		return coll, nil
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		if !verbose {
+			return nil, fmt.Errorf("load BPF programs: the kernel's verifier rejected them: %w\nthe verifier log's last lines (--verbose prints all of it and the programs):\n%-*v", err, shortLog, ve)
+		}
+		var progs string
+		for name, p := range shown.Programs {
+			progs += fmt.Sprintf("program %s:\n%v", name, p.Instructions)
+		}
+		return nil, fmt.Errorf("load BPF programs: the kernel's verifier rejected them: %w\nverifier log:\n%+v\n%s", err, ve, progs)
+	}
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return nil, fmt.Errorf("load BPF programs: %w (needs root, or CAP_BPF and CAP_PERFMON)", err)
+	}
+	return nil, fmt.Errorf("load BPF programs: %w", err)
+}
+
+// firstLineInfo gives the first instruction a comment when any other has
+// one: comments become BTF line info, and the kernel rejects line info that
+// does not start at instruction 0 ("missing bpf_line_info for func#0").
+func firstLineInfo(insns asm.Instructions) {
+	if len(insns) == 0 || insns[0].Source() != nil {
+		return
+	}
+	for _, ins := range insns[1:] {
+		if ins.Source() != nil {
+			insns[0] = insns[0].WithSource(asm.Comment("program start"))
+			return
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package perfevent
+
+import (
+	"encoding/binary"
+	"os"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeRing lays records out as the kernel does in a perf mmap: the meta
+// page, then a data area of size bytes that records wrap around.
+type fakeRing struct {
+	m    []byte
+	head uint64
+}
+
+func newFakeRing(size int, start uint64) *fakeRing {
+	page := os.Getpagesize()
+	r := &fakeRing{m: make([]byte, page+size), head: start}
+	*(*uint64)(unsafe.Pointer(&r.m[offTail])) = start
+	return r
+}
+
+func (r *fakeRing) put(rec []byte) {
+	data := r.m[os.Getpagesize():]
+	for i, b := range rec {
+		data[(r.head+uint64(i))%uint64(len(data))] = b
+	}
+	r.head += uint64(len(rec))
+	*(*uint64)(unsafe.Pointer(&r.m[offHead])) = r.head
+}
+
+func sampleRecord(pid, cpu uint32, t uint64, raw []byte) []byte {
+	body := make([]byte, 28+len(raw))
+	binary.LittleEndian.PutUint32(body[0:], pid)
+	binary.LittleEndian.PutUint32(body[4:], pid)
+	binary.LittleEndian.PutUint64(body[8:], t)
+	binary.LittleEndian.PutUint32(body[16:], cpu)
+	binary.LittleEndian.PutUint32(body[24:], uint32(len(raw)))
+	copy(body[28:], raw)
+	for len(body)%8 != 4 { // records are 8-byte aligned with the header
+		body = append(body, 0)
+	}
+	return header(unix.PERF_RECORD_SAMPLE, body)
+}
+
+func header(typ uint32, body []byte) []byte {
+	h := make([]byte, 8, 8+len(body))
+	binary.LittleEndian.PutUint32(h[0:], typ)
+	binary.LittleEndian.PutUint16(h[6:], uint16(8+len(body)))
+	return append(h, body...)
+}
+
+func TestRingReadWrapsAndCountsLost(t *testing.T) {
+	// Start 40 bytes before the end of a 256-byte area: the second record
+	// wraps.
+	fr := newFakeRing(256, 216)
+	fr.put(sampleRecord(42, 1, 1000, []byte("first")))
+	fr.put(sampleRecord(43, 0, 2000, []byte("second, wrapping around the end")))
+	lost := make([]byte, 16)
+	binary.LittleEndian.PutUint64(lost[8:], 7) // id, then the lost count
+	fr.put(header(unix.PERF_RECORD_LOST, lost))
+	comm := append([]byte{44, 0, 0, 0, 44, 0, 0, 0}, []byte("dd\x00\x00\x00\x00\x00\x00")...)
+	fr.put(header(unix.PERF_RECORD_COMM, comm))
+
+	r := &Rings{mmaps: [][]byte{fr.m}}
+	var comms []string
+	r.OnComm = func(pid uint32, c string) { comms = append(comms, c) }
+	var got []Sample
+	r.Read(func(s Sample) { got = append(got, s) })
+	if len(got) != 2 || string(got[0].Raw) != "first" || string(got[1].Raw) != "second, wrapping around the end" {
+		t.Fatalf("samples %+v", got)
+	}
+	if got[0].Pid != 42 || got[0].CPU != 1 || got[0].Time != 1000 || got[1].Pid != 43 {
+		t.Errorf("sample fields %+v", got)
+	}
+	if r.Lost != 7 || len(comms) != 1 || comms[0] != "dd" {
+		t.Errorf("lost %d, comms %q", r.Lost, comms)
+	}
+	if tail := *(*uint64)(unsafe.Pointer(&fr.m[offTail])); tail != fr.head {
+		t.Errorf("tail %d, want head %d: records not freed", tail, fr.head)
+	}
+	// Nothing new: nothing read.
+	r.Read(func(s Sample) { t.Errorf("read again: %+v", s) })
+}

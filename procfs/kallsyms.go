@@ -1,0 +1,279 @@
+package procfs
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// Symbols maps kernel addresses to the nearest preceding symbol, from
+// /proc/kallsyms.
+type Symbols struct {
+	syms []ksym
+	// Hidden is true when every address reads as zero (kptr_restrict, or
+	// not root): nothing can be symbolized.
+	Hidden bool
+	// lazy: known holds the addresses Resolve has named ("" below every
+	// symbol); nothing else of kallsyms is kept.
+	lazy  bool
+	known map[uint64]string
+}
+
+// LazyKallsyms is Symbols that reads /proc/kallsyms only when Resolve
+// names addresses, in one pass that keeps only those: a tool that names a
+// few addresses at report time needs neither the tens of milliseconds of
+// reading all 150,000 symbols at start nor the memory they hold. Whether
+// addresses are hidden is known at once, from the first code symbol.
+func LazyKallsyms() (*Symbols, error) {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return nil, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	s := &Symbols{lazy: true, known: map[uint64]string{}, Hidden: true}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if addr, code, _, _, ok := kallsymsLine(sc.Bytes()); ok && code {
+			s.Hidden = addr == 0
+			break
+		}
+	}
+	return s, sc.Err()
+}
+
+// Resolve names the addresses Symbolize will be asked for, for lazy
+// Symbols (one pass over /proc/kallsyms for those not named yet); other
+// Symbols have every name already.
+func (s *Symbols) Resolve(addrs []uint64) error {
+	if s == nil || !s.lazy || s.Hidden {
+		return nil
+	}
+	var need []uint64
+	for _, a := range addrs {
+		if _, ok := s.known[a]; !ok {
+			need = append(need, a)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	found, _, err := nearestSymbols(f, need)
+	if err != nil {
+		return err
+	}
+	for _, a := range need {
+		s.known[a] = ""
+		if sym, ok := found[a]; ok {
+			s.known[a] = sym.format(a)
+		}
+	}
+	return nil
+}
+
+func (sym ksym) format(addr uint64) string {
+	out := fmt.Sprintf("%s+0x%x", sym.name, addr-sym.addr)
+	if sym.module != "" {
+		out += " [" + sym.module + "]"
+	}
+	return out
+}
+
+type ksym struct {
+	addr   uint64
+	name   string
+	module string
+}
+
+// LoadKallsyms reads /proc/kallsyms.
+func LoadKallsyms() (*Symbols, error) {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return nil, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	return ParseKallsyms(f)
+}
+
+// ParseKallsyms parses kallsyms text: "ffffffff81000000 T _stext" with an
+// optional "\t[module]". The file is not always sorted (modules), so the
+// symbols are sorted here.
+func ParseKallsyms(r io.Reader) (*Symbols, error) {
+	s := &Symbols{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	nonzero := false
+	for sc.Scan() {
+		addr, code, name, mod, ok := kallsymsLine(sc.Bytes())
+		if !ok {
+			continue
+		}
+		if addr != 0 {
+			nonzero = true
+		}
+		if !code {
+			continue // only code: data symbols would shadow functions
+		}
+		s.syms = append(s.syms, ksym{addr: addr, name: string(name), module: string(mod)})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	s.Hidden = !nonzero
+	sort.SliceStable(s.syms, func(i, j int) bool { return s.syms[i].addr < s.syms[j].addr })
+	return s, nil
+}
+
+// Symbolize returns "name+0xoff" (with " [module]" for modules), or "" when
+// addr is below the first symbol or the addresses are hidden.
+// Lazy Symbols name only the addresses given to Resolve.
+func (s *Symbols) Symbolize(addr uint64) string {
+	if s == nil || s.Hidden {
+		return ""
+	}
+	if s.lazy {
+		return s.known[addr]
+	}
+	i := sort.Search(len(s.syms), func(i int) bool { return s.syms[i].addr > addr }) - 1
+	if i < 0 {
+		return ""
+	}
+	return s.syms[i].format(addr)
+}
+
+// Has reports whether a function of that name is in the symbol table.
+func (s *Symbols) Has(name string) bool {
+	for _, sym := range s.syms {
+		if sym.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// KernelFunctions names kernel code addresses by their functions ("name",
+// or "name [module]"), in one pass over /proc/kallsyms that keeps nothing
+// else: a tool that names a few hundred addresses at report time need not
+// hold 150,000 symbols (and their garbage) for the whole run. An address
+// below every symbol, or every address when kallsyms hides them, is left
+// out of the map; hidden reports the latter.
+func KernelFunctions(addrs []uint64) (names map[uint64]string, hidden bool, err error) {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return nil, false, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	return kernelFunctions(f, addrs)
+}
+
+func kernelFunctions(r io.Reader, addrs []uint64) (map[uint64]string, bool, error) {
+	found, hidden, err := nearestSymbols(r, addrs)
+	if err != nil || hidden {
+		return map[uint64]string{}, hidden, err
+	}
+	out := make(map[uint64]string, len(found))
+	for a, sym := range found {
+		out[a] = sym.name
+		if sym.module != "" {
+			out[a] += " [" + sym.module + "]"
+		}
+	}
+	return out, false, nil
+}
+
+// nearestSymbols finds, in one pass over kallsyms text, the code symbol at
+// or below each address (of equal ones, the last listed, as Symbolize
+// picks).
+func nearestSymbols(r io.Reader, addrs []uint64) (map[uint64]ksym, bool, error) {
+	targets := append([]uint64(nil), addrs...)
+	sort.Slice(targets, func(i, j int) bool { return targets[i] < targets[j] })
+	// best[k] is the highest symbol address at or below targets[k] seen so
+	// far (of equal ones, the last listed, as Symbolize picks); it never
+	// decreases with k, so an update stops at the first target whose best
+	// is already higher.
+	best := make([]ksym, len(targets))
+	found := make([]bool, len(targets))
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 256*1024), 1024*1024)
+	nonzero := false
+	for sc.Scan() {
+		addr, code, fn, mod, ok := kallsymsLine(sc.Bytes())
+		if !ok {
+			continue
+		}
+		if addr != 0 {
+			nonzero = true
+		}
+		if !code {
+			continue
+		}
+		j := sort.Search(len(targets), func(i int) bool { return targets[i] >= addr })
+		var sym *ksym
+		for k := j; k < len(targets) && (!found[k] || best[k].addr <= addr); k++ {
+			if sym == nil {
+				sym = &ksym{addr: addr, name: string(fn), module: string(mod)}
+			}
+			best[k], found[k] = *sym, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, false, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	out := map[uint64]ksym{}
+	if !nonzero {
+		return out, true, nil
+	}
+	for k, t := range targets {
+		if found[k] {
+			out[t] = best[k]
+		}
+	}
+	return out, false, nil
+}
+
+// kallsymsLine takes apart "ffffffff81000000 T _stext" or "... t
+// name\t[module]" without allocating (the file has ~150k lines): the
+// address, whether it is code (t, T, w, W), the name and the module.
+func kallsymsLine(line []byte) (addr uint64, code bool, name, module []byte, ok bool) {
+	sp := bytes.IndexByte(line, ' ')
+	if sp < 0 || sp+3 > len(line) || line[sp+2] != ' ' {
+		return 0, false, nil, nil, false
+	}
+	if addr, ok = parseHex(line[:sp]); !ok {
+		return 0, false, nil, nil, false
+	}
+	switch line[sp+1] {
+	case 't', 'T', 'w', 'W':
+		code = true
+	}
+	name, module, _ = bytes.Cut(line[sp+3:], []byte("\t"))
+	return addr, code, bytes.TrimSpace(name), bytes.Trim(bytes.TrimSpace(module), "[]"), true
+}
+
+func parseHex(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 16 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | uint64(c)
+	}
+	return v, true
+}

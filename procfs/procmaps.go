@@ -1,0 +1,68 @@
+package procfs
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Mapping is one line of /proc/PID/maps.
+type Mapping struct {
+	Start, End, Off uint64
+	Perms           string
+	Dev             string
+	Inode           uint64
+	Path            string
+}
+
+// Exec reports whether the mapping holds code.
+func (m Mapping) Exec() bool { return strings.Contains(m.Perms, "x") }
+
+// ParseMaps reads /proc/PID/maps lines ("start-end perms offset dev inode
+// path"); malformed lines are an error.
+func ParseMaps(r io.Reader) ([]Mapping, error) {
+	var out []Mapping
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			return nil, fmt.Errorf("maps line %q", line)
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		off, err3 := strconv.ParseUint(f[2], 16, 64)
+		inode, err4 := strconv.ParseUint(f[4], 10, 64)
+		if !ok || errors.Join(err1, err2, err3, err4) != nil || end <= start {
+			return nil, fmt.Errorf("maps line %q", line)
+		}
+		m := Mapping{Start: start, End: end, Off: off, Perms: f[1], Dev: f[3], Inode: inode}
+		if len(f) > 5 {
+			// The path is the rest of the line after the fifth field (it may hold spaces).
+			rest := line
+			for i := 0; i < 5; i++ {
+				rest = strings.TrimLeft(rest, " ")
+				rest = rest[strings.IndexByte(rest, ' ')+1:]
+			}
+			m.Path = strings.TrimLeft(rest, " ")
+		}
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}
+
+// ReadMaps reads a process's mappings.
+func ReadMaps(pid int) ([]Mapping, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, err
+	}
+	return ParseMaps(bytes.NewReader(b))
+}

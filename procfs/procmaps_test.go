@@ -1,0 +1,53 @@
+package procfs
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseMaps(t *testing.T) {
+	in := `55d0c5a8c000-55d0c5a8e000 r--p 00000000 fd:01 1835234                    /usr/bin/cat
+55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234                    /usr/bin/cat
+7f1c2a000000-7f1c2a021000 rw-p 00000000 00:00 0 
+7f1c2a100000-7f1c2a128000 r-xp 00028000 fd:01 42                         /tmp/a dir/with spaces (deleted)
+7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0                          [vdso]
+`
+	maps, err := ParseMaps(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(maps) != 5 {
+		t.Fatalf("%d mappings", len(maps))
+	}
+	m := maps[1]
+	if m.Start != 0x55d0c5a8e000 || m.End != 0x55d0c5a93000 || m.Off != 0x2000 || !m.Exec() || m.Path != "/usr/bin/cat" || m.Inode != 1835234 {
+		t.Errorf("mapping 1: %+v", m)
+	}
+	if maps[2].Path != "" || maps[2].Exec() {
+		t.Errorf("anonymous mapping: %+v", maps[2])
+	}
+	if maps[3].Path != "/tmp/a dir/with spaces (deleted)" {
+		t.Errorf("path with spaces: %q", maps[3].Path)
+	}
+	for _, bad := range []string{"zz-10 r-xp 0 0:0 0\n", "20-10 r-xp 0 0:0 0\n", "10-20 r-xp\n"} {
+		if _, err := ParseMaps(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func FuzzParseMaps(f *testing.F) {
+	f.Add("55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234   /usr/bin/cat\n")
+	f.Add("7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0    [vdso]\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		maps, err := ParseMaps(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, m := range maps {
+			if m.End <= m.Start {
+				t.Fatalf("empty mapping %+v", m)
+			}
+		}
+	})
+}

@@ -1,0 +1,347 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	flags "github.com/jessevdk/go-flags"
+
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/perfevent"
+)
+
+// Common holds the options every tool shares (REFERENCE.md, output
+// contract). Tools embed it in their own options struct.
+type Common struct {
+	Cumulative bool   `long:"cumulative" description:"Keep counting across interval reports instead of clearing the counts after each"`
+	Command    string `short:"c" long:"command" value-name:"CMD" unquote:"false" description:"Run /bin/sh -c CMD once tracing is attached, trace while it runs, report when it exits"`
+	JSON       bool   `long:"json" description:"Print one JSON object per report on stdout; every other message goes to stderr"`
+	Timestamp  bool   `short:"T" long:"timestamp" description:"Print the time (HH:MM:SS) above each text report"`
+	Verbose    bool   `long:"verbose" description:"When the kernel's verifier rejects a program, print its whole log and the program (else its last lines)"`
+	Version    bool   `long:"version" description:"Print the toolkit's version, its commit and the Go version it was built with, and exit"`
+	Args       struct {
+		Interval string `positional-arg-name:"interval" description:"Seconds between reports; without it, one report at the end"`
+		Count    string `positional-arg-name:"count" description:"Number of reports to print before exiting"`
+	} `positional-args:"yes"`
+	rest []string // arguments beyond the positional ones
+
+	interval time.Duration
+	count    int
+	lead     string
+}
+
+// Lead is the leading positional argument of a tool with Tool.Lead set.
+func (c *Common) Lead() string { return c.lead }
+
+// CommonOptions gives a tool's options struct access to the shared part.
+type CommonOptions interface {
+	common() *Common
+}
+
+func (c *Common) common() *Common { return c }
+
+// Interval is the time between reports, 0 for one report at the end.
+func (c *Common) Interval() time.Duration { return c.interval }
+
+// DefaultInterval sets the interval when none was given (the heatmap's
+// rows are one interval each).
+func (c *Common) DefaultInterval(d time.Duration) {
+	if c.interval == 0 {
+		c.interval = d
+	}
+}
+
+func (c *Common) validate() error {
+	a := c.Args
+	if len(c.rest) > 0 {
+		return usage.Errorf("unexpected argument %q: the arguments are [interval [count]]", c.rest[0])
+	}
+	if a.Interval != "" {
+		// NaN fails every comparison: ask for the range, not its complement.
+		secs, err := strconv.ParseFloat(a.Interval, 64)
+		if err != nil || !(secs >= 0.001 && secs <= 1e6) {
+			return usage.Errorf("invalid interval %q: want a number of seconds from 0.001 to 1000000", a.Interval)
+		}
+		c.interval = time.Duration(secs * float64(time.Second))
+	}
+	if c.Timestamp && c.JSON {
+		return usage.Errorf("-T and --json cannot be used together: -T dates text reports, and each JSON object has its time")
+	}
+	if a.Count != "" {
+		n, err := strconv.Atoi(a.Count)
+		if err != nil || n <= 0 {
+			return usage.Errorf("invalid count %q: want a positive whole number of reports", a.Count)
+		}
+		c.count = n
+	}
+	return nil
+}
+
+// Tool describes one command-line tool for Main.
+type Tool struct {
+	Name string
+	// Lead names a required positional argument before [interval [count]]
+	// ("EVENT"), "" for none.
+	Lead string
+	// Summary is the first line of --help; Details follows the options
+	// (examples, notes).
+	Summary, Details string
+	// Options is a pointer to the tool's options struct, which embeds Common.
+	Options CommonOptions
+	// Validate checks tool-specific options after parsing; return Usagef
+	// errors for bad input.
+	Validate func() error
+	// Run traces until ctx is done, the -c command exits or count reports
+	// were printed.
+	Run func(ctx context.Context, s *Session) error
+}
+
+// Main parses args, runs the tool and turns its error into one line on
+// stderr and an exit status: 0 success, 1 runtime error, 2 usage error;
+// with -c, the command's status when it failed on its own. It is the only
+// place that prints errors, and it closes the session, which undoes
+// everything the run created, before it prints.
+func Main(t Tool, args []string) (status int) {
+	var s *Session
+	defer func() {
+		if r := recover(); r != nil {
+			if s != nil {
+				_ = s.Close() // detach, remove probes, restore the terminal
+			}
+			fmt.Fprintf(os.Stderr, "%s: internal error: %v\n", t.Name, r)
+			status = 1
+		}
+	}()
+	badUsage := func(err error) int {
+		fmt.Fprintf(os.Stderr, "%s: %v\nTry '%s --help' for more information.\n", t.Name, err, t.Name)
+		return 2
+	}
+	if err := parse(t, args); err != nil {
+		if errors.Is(err, errVersion) {
+			fmt.Fprintln(os.Stdout, VersionLine(t.Name))
+			return 0
+		}
+		var fe *flags.Error
+		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {
+			fmt.Fprint(os.Stdout, fe.Message)
+			return 0
+		}
+		return badUsage(err)
+	}
+	// SIGHUP (the terminal went away) ends the run as SIGINT does: final
+	// report, cleanup, the live view restored.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	// A closed stdout must end in an error return, which detaches and
+	// removes everything, not in a SIGPIPE death, which removes nothing. A
+	// handler, not SIG_IGN: an ignored signal stays ignored in the -c
+	// command, a handled one is reset to the default on exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	s = NewSession(t.Name, t.Options.common())
+	finished := make(chan struct{})
+	go watchStuck(ctx, finished, t.Name, s)
+	runErr := run(ctx, t, s)
+	closeErr := s.Close()
+	close(finished)
+	var ue *usage.Error
+	switch {
+	case runErr == nil && closeErr == nil:
+		return s.commandStatus
+	case closeErr == nil && (errors.Is(runErr, ErrStdoutClosed) || errors.Is(runErr, syscall.EPIPE)):
+		// The reader of our output has had enough, as in "yes | head".
+		return 0
+	case errors.As(runErr, &ue):
+		return badUsage(runErr)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", t.Name, errors.Join(runErr, closeErr))
+	return 1
+}
+
+// stuckAfter is how long a write to stdout may wait once a signal came:
+// one blocked that long is on a stdout nobody reads (a full pipe; a
+// terminal held with Ctrl-S). giveUpAfter bounds the rest of the ending,
+// whatever it waits on (the live heatmap's terminal writes are not
+// tracked).
+const (
+	stuckAfter  = StopGrace + 2*time.Second
+	giveUpAfter = 30 * time.Second
+)
+
+// watchStuck ends a run that a signal did not end: blocked writing to
+// stdout for stuckAfter, or not done after giveUpAfter. A final report that
+// is only slow to compute is left to finish. It closes the session itself
+// (programs detached, probes removed, the command ended) and exits 1. A
+// run that is closing already is left to finish.
+func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *Session) {
+	select {
+	case <-finished:
+		return
+	case <-ctx.Done():
+	}
+	start := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	why := ""
+	for why == "" {
+		select {
+		case <-finished:
+			return
+		case now := <-tick.C:
+			switch {
+			case s.stdout.blockedFor(now) >= stuckAfter:
+				why = "stdout is blocked (nothing reads it): ended without the final report"
+			case now.Sub(start) >= giveUpAfter:
+				why = fmt.Sprintf("not done %v after the signal: ended without the final report", giveUpAfter)
+			}
+		}
+	}
+	first, err := s.close()
+	if !first {
+		return // the run's own close was under way: its exit follows
+	}
+	fmt.Fprintf(os.Stderr, "%s: %s\n", name, why)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	}
+	os.Exit(1)
+}
+
+// run is what every tool's run starts with: privileges, the sweep of
+// probes left by killed runs, and the -c command held at its gate (so that
+// its pid is known while the programs are built); then the tool's own Run.
+func run(ctx context.Context, t Tool, s *Session) error {
+	if err := kernel.CheckPrivileges(t.Name); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		// Probes left by a toolkit process killed with SIGKILL: best effort.
+		_ = perfevent.SweepStaleProbes()
+	}
+	if err := s.startCommand(); err != nil {
+		return err
+	}
+	return t.Run(ctx, s)
+}
+
+// Version and Commit are set at build time (make build: -ldflags -X, from
+// git describe and git rev-parse); without them Version is "dev" and the
+// commit comes from the build's VCS stamp, if it has one.
+var (
+	Version = "dev"
+	Commit  = ""
+)
+
+var errVersion = errors.New("--version")
+
+// VersionLine is what --version prints: "NAME (tracekit) VERSION, commit
+// COMMIT, built with GOVERSION"; the commit (from the build's VCS stamp) is
+// marked -dirty when the tree had changes.
+func VersionLine(name string) string {
+	commit := "unknown"
+	if Commit != "" {
+		commit = Commit
+	} else if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, modified string
+		for _, st := range bi.Settings {
+			switch st.Key {
+			case "vcs.revision":
+				rev = st.Value
+			case "vcs.modified":
+				modified = st.Value
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			commit = rev
+			if modified == "true" {
+				commit += "-dirty"
+			}
+		}
+	}
+	if name != "tracekit" {
+		name += " (tracekit)"
+	}
+	return fmt.Sprintf("%s %s, commit %s, built with %s", name, Version, commit, runtime.Version())
+}
+
+// exitHelp ends every tool's --help.
+const exitHelp = `With -c, the command runs in a process group of its own, with stdin from
+/dev/null when stdin is a terminal. When the tool stops first (Ctrl-C, the
+report count, a closed stdout), it ends the command: SIGTERM to the group,
+SIGKILL a second later.
+
+Exit status: 0 success, also when the reader of stdout goes away (as in
+'| head -1'); 1 runtime error; 2 usage error. With -c, the command's status
+when it fails on its own (128+N when signal N ends it), unless the tool
+fails (1).
+`
+
+func parse(t Tool, args []string) error {
+	// A fresh parser per call: tests share no state.
+	p := flags.NewNamedParser(t.Name, flags.HelpFlag|flags.PassDoubleDash)
+	// go-flags appends the positional arguments: "[interval] [count]".
+	p.Usage = "[options]"
+	if t.Lead != "" {
+		p.Usage = "[options] " + t.Lead
+	}
+	p.ShortDescription = t.Summary
+	p.LongDescription = t.Summary
+	if _, err := p.AddGroup("Options", "", t.Options); err != nil {
+		return fmt.Errorf("options: %w", err)
+	}
+	rest, err := p.ParseArgs(args)
+	if err == nil && t.Options.common().Version {
+		return errVersion // before the positional checks: "filter --version" has no EVENT
+	}
+	if err != nil {
+		var fe *flags.Error
+		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {
+			var b strings.Builder
+			p.WriteHelp(&b)
+			fe.Message = b.String() + "\n" + strings.TrimRight(t.Details, "\n") + "\n\n" + exitHelp
+			return fe
+		}
+		return err
+	}
+	// An option given an empty string means nothing: say so rather than
+	// run as if it were not there (-c '', -d '', --where '').
+	for _, g := range p.Groups() {
+		for _, o := range g.Options() {
+			if v, ok := o.Value().(string); ok && v == "" && o.IsSet() {
+				return usage.Errorf("--%s is empty: give it a value, or leave it out", o.LongName)
+			}
+		}
+	}
+	c := t.Options.common()
+	c.rest = rest
+	if t.Lead != "" {
+		// The first positional is the lead: shift the others down.
+		a := &c.Args
+		if a.Interval == "" {
+			return usage.Errorf("missing %s", t.Lead)
+		}
+		c.lead, a.Interval, a.Count = a.Interval, a.Count, ""
+		if len(c.rest) > 0 {
+			a.Count, c.rest = c.rest[0], c.rest[1:]
+		}
+	}
+	if err := t.Options.common().validate(); err != nil {
+		return err
+	}
+	if t.Validate != nil {
+		return t.Validate()
+	}
+	return nil
+}

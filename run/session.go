@@ -1,0 +1,363 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/loader"
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/proctree"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// Session is a tool's run. It owns what the run creates (loaded programs
+// and maps, attachments, probe events, perf events and rings, the -c
+// command, the terminal): each is registered as it is created and closed
+// once, in reverse order, on every exit path.
+type Session struct {
+	Tool   string
+	Opts   *Common
+	Stdout io.Writer
+	Stderr io.Writer
+	// Quiet drops the "Tracing ..." line (a full-screen view owns the
+	// terminal).
+	Quiet bool
+
+	mu        sync.Mutex
+	closers   []closer
+	closed    bool
+	closeDone chan struct{} // closed when the closing is over
+
+	cmd           *Command
+	commandStatus int // a -c command's status when it ended on its own
+	reports       int
+
+	stopOnce sync.Once
+	stopc    chan struct{}
+	stopErr  error
+
+	stdoutFD int // polled for a reader that went away; -1 for none
+	stdout   *trackedWriter
+}
+
+type closer struct {
+	what  string
+	close func() error
+}
+
+// NewSession starts a run of tool writing to the process's stdout and
+// stderr.
+func NewSession(tool string, c *Common) *Session {
+	s := &Session{Tool: tool, Opts: c, Stderr: os.Stderr, stopc: make(chan struct{}), stdoutFD: 1}
+	s.stdout = &trackedWriter{w: os.Stdout}
+	s.Stdout = s.stdout
+	return s
+}
+
+// OnClose registers the undoing of something the run created; Close runs
+// it. what names it in an error, "" where close's errors name it already.
+// Registered after Close (a goroutine late to the end), it runs at once.
+func (s *Session) OnClose(what string, close func() error) {
+	s.mu.Lock()
+	if !s.closed {
+		s.closers = append(s.closers, closer{what, close})
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	_ = close()
+}
+
+// Close undoes everything registered, last first, each once, and joins
+// the errors: one failure never keeps the rest open. Twice is harmless.
+func (s *Session) Close() error {
+	_, err := s.close()
+	return err
+}
+
+// close is Close; first reports whether this call did the closing. A call
+// while another closes waits for it to finish.
+func (s *Session) close() (first bool, err error) {
+	s.mu.Lock()
+	if s.closed {
+		done := s.closeDone
+		s.mu.Unlock()
+		<-done
+		return false, nil
+	}
+	cs := s.closers
+	s.closers, s.closed = nil, true
+	s.closeDone = make(chan struct{})
+	defer close(s.closeDone)
+	s.mu.Unlock()
+	var errs []error
+	for i := len(cs) - 1; i >= 0; i-- {
+		if err := cs[i].close(); err != nil {
+			if cs[i].what != "" {
+				err = fmt.Errorf("%s: %w", cs[i].what, err)
+			}
+			errs = append(errs, err)
+		}
+	}
+	return true, errors.Join(errs...)
+}
+
+// Load loads spec (see loader.Load) and closes the collection with the run.
+func (s *Session) Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
+	coll, err := loader.Load(spec, s.Opts.Verbose)
+	if err != nil {
+		return nil, err
+	}
+	s.OnClose("unload programs", func() error { coll.Close(); return nil })
+	return coll, nil
+}
+
+// AttachTracepoint attaches prog to group:name for the rest of the run.
+func (s *Session) AttachTracepoint(prog *ebpf.Program, group, name string) error {
+	a, err := perfevent.AttachTracepoint(prog, group, name)
+	if err != nil {
+		return err
+	}
+	s.OnClose("", a.Close) // "detach tracepoint x:y: ..."
+	return nil
+}
+
+// FollowProcessTree follows the process root and its descendants in the
+// map proctree.Add made (see proctree.Follow) for the rest of the run.
+// When the run ends, children that did not fit in the map are reported
+// on stderr.
+func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
+	if err := proctree.Follow(coll, root, s.AttachTracepoint); err != nil {
+		return err
+	}
+	s.OnClose("", func() error {
+		if n, room := proctree.Unfollowed(coll); n > 0 {
+			fmt.Fprintf(s.Stderr, "%s: %d of the command's processes were not followed: more than %d ran at once, and their events are missing\n", s.Tool, n, room)
+		}
+		return nil
+	})
+	return nil
+}
+
+// AttachHook attaches prog to the tracepoint group:name by h (see
+// hook.Attach) for the rest of the run.
+func (s *Session) AttachHook(prog *ebpf.Program, h hook.Hook, group, name string) error {
+	a, err := hook.Attach(prog, h, group, name)
+	if err != nil {
+		return err
+	}
+	s.OnClose("", a.Close) // "detach ..."
+	return nil
+}
+
+// AttachProbe attaches prog to a kprobe or uprobe for the rest of the run
+// (see AttachProbe).
+func (s *Session) AttachProbe(prog *ebpf.Program, p tracefs.Probe, legacy bool) error {
+	a, err := perfevent.AttachProbe(prog, p, s.Tool, legacy)
+	if err != nil {
+		return err
+	}
+	s.OnClose("", a.Close) // "detach tracepoint x:y: ..."
+	return nil
+}
+
+// ProbeEvent registers a probe event in tracefs for the rest of the run.
+func (s *Session) ProbeEvent(p tracefs.Probe) (*perfevent.ProbeEvent, error) {
+	e, err := perfevent.NewProbeEvent(s.Tool, p)
+	if err != nil {
+		return nil, err
+	}
+	s.OnClose("remove "+e.Name(), e.Close)
+	return e, nil
+}
+
+// OpenRings opens per-CPU ring buffers of event id for the rest of the run.
+func (s *Session) OpenRings(prog *ebpf.Program, what string, id uint64, pages int, wake perfevent.RingWake) (*perfevent.Rings, error) {
+	return s.rings(perfevent.OpenRings(prog, what, id, pages, wake))
+}
+
+// OpenOutputRings is perfevent.OpenOutputRings, closed with the session.
+func (s *Session) OpenOutputRings(events *ebpf.Map, what string, pages int, wake perfevent.RingWake) (*perfevent.Rings, error) {
+	return s.rings(perfevent.OpenOutputRings(events, what, pages, wake))
+}
+
+func (s *Session) rings(r *perfevent.Rings, err error) (*perfevent.Rings, error) {
+	if err != nil {
+		return nil, err
+	}
+	s.OnClose("", r.Close) // "close x: ..."
+	return r, nil
+}
+
+// startCommand starts the -c command, if there is one, held at its gate:
+// Loop releases it. Closing the session ends it if it still runs.
+func (s *Session) startCommand() error {
+	if s.Opts.Command == "" {
+		return nil
+	}
+	out := io.Writer(os.Stdout)
+	if s.Opts.JSON {
+		out = os.Stderr // stdout carries JSON only
+	}
+	c, err := StartCommand(s.Opts.Command, out)
+	if err != nil {
+		return err
+	}
+	s.cmd = c
+	s.OnClose("end the command", func() error { return c.Stop(StopGrace) })
+	return nil
+}
+
+// CommandPid is the pid of the -c command (held until Loop), 0 without -c.
+func (s *Session) CommandPid() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Pid()
+}
+
+// Stop ends Loop from any goroutine: with nil as Ctrl-C does (the final
+// report is printed), with an error at once, returning it.
+func (s *Session) Stop(err error) {
+	s.stopOnce.Do(func() {
+		s.stopErr = err
+		close(s.stopc)
+	})
+}
+
+// ErrStdoutClosed ends a run whose reader went away ("tool | head -1").
+var ErrStdoutClosed = errors.New("stdout was closed")
+
+// stdoutPoll is how often Loop looks for a closed stdout.
+const stdoutPoll = 200 * time.Millisecond
+
+// stdoutClosed reports whether fd is a pipe (or socket, or terminal) whose
+// other end went away: poll reports POLLERR or POLLHUP whatever the events
+// asked for.
+func stdoutClosed(fd int) bool {
+	if fd < 0 {
+		return false
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd)}}
+	n, err := unix.Poll(pfd, 0)
+	return err == nil && n > 0 && pfd[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+}
+
+// Loop releases the -c command and prints reports until ctx is done, the
+// command exits, Stop is called, stdout is closed, or count reports were
+// printed; then it prints the final report. report(final) writes one
+// report; final is true for the last one.
+func (s *Session) Loop(ctx context.Context, what string, report func(final bool) error) error {
+	// Collect the garbage of the setup (kallsyms, BTF, formats) and hand
+	// the memory back now, not while the programs run: a collection, or the
+	// background scavenger's madvise calls, during tracing compete with the
+	// traced workload (seen as 4x dropmon's cost per drop in make bench).
+	debug.FreeOSMemory()
+	var done <-chan struct{}
+	switch {
+	case s.cmd != nil:
+		// A signal (or Stop) that came during the setup: the command never
+		// runs, and there is nothing to report.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stopc:
+			return s.stopErr
+		default:
+		}
+		if err := s.cmd.Release(); err != nil {
+			return err
+		}
+		done = s.cmd.Done()
+		// However the loop ends, the command ends with it, while the
+		// programs are still attached: closing the session takes a while
+		// (detaching, freeing maps), and the command must not run on
+		// untraced meanwhile. Ended before the final report, its last
+		// moments are in it.
+		defer s.cmd.Stop(StopGrace)
+	case s.Quiet:
+	case s.Opts.interval == 0:
+		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end.\n", what)
+	default:
+		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end; a report every %v.\n", what, s.Opts.interval)
+	}
+	var tick <-chan time.Time
+	if s.Opts.interval > 0 {
+		t := time.NewTicker(s.Opts.interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	watch := time.NewTicker(stdoutPoll)
+	defer watch.Stop()
+	final := func() error {
+		if s.cmd != nil {
+			if err := s.cmd.Stop(StopGrace); err != nil {
+				return err
+			}
+		}
+		return report(true)
+	}
+	for n := 0; ; {
+		select {
+		case <-ctx.Done():
+			return final()
+		case <-s.stopc:
+			if s.stopErr != nil {
+				return s.stopErr
+			}
+			return final()
+		case <-done:
+			s.commandStatus = s.cmd.Status()
+			return report(true)
+		case <-watch.C:
+			if stdoutClosed(s.stdoutFD) {
+				return ErrStdoutClosed
+			}
+		case <-tick:
+			n++
+			if s.Opts.count > 0 && n >= s.Opts.count {
+				return final()
+			}
+			if err := report(false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// trackedWriter notes when a write began that has not returned yet: the
+// watchdog tells a stdout nobody reads from a final report that is merely
+// slow (ten thousand rows on a slow machine).
+type trackedWriter struct {
+	w     io.Writer
+	since atomic.Int64 // unix ns of the write under way, 0 for none
+}
+
+func (t *trackedWriter) Write(p []byte) (int, error) {
+	t.since.Store(time.Now().UnixNano())
+	defer t.since.Store(0)
+	return t.w.Write(p)
+}
+
+// blockedFor is how long the write to stdout under way has waited, 0 when
+// none is.
+func (t *trackedWriter) blockedFor(now time.Time) time.Duration {
+	if t == nil {
+		return 0
+	}
+	if since := t.since.Load(); since != 0 {
+		return now.Sub(time.Unix(0, since))
+	}
+	return 0
+}
