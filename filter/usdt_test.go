@@ -210,8 +210,7 @@ func TestUSDTSideBySide(t *testing.T) {
 	privtest.Require(t)
 	bt := tooltest.Peer(t, "bpftrace", "bpftrace")
 	if bt == "" {
-		t.Log("bpftrace is compared on the host, not in the matrix's guests")
-		return
+		t.Skip("bpftrace is compared on the host, not in the matrix's guests")
 	}
 	dir := fixtures(t)
 	bin := filepath.Join(dir, "fx-pie-O2")
@@ -249,8 +248,7 @@ func TestUSDTSideBySide(t *testing.T) {
 func TestPythonUSDT(t *testing.T) {
 	privtest.Require(t)
 	if os.Getenv("TRACEKIT_BIN") != "" {
-		t.Log("python3.11 runs on the host, not in the matrix's guests")
-		return
+		t.Skip("python3.11 runs on the host, not in the matrix's guests")
 	}
 	tooltest.Install(t, "python3.11", func() bool { _, err := os.Stat("/usr/bin/python3.11"); return err == nil })
 	const n, m = 23, 7
