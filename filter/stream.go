@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/cilium/ebpf"
@@ -79,32 +80,19 @@ func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Ring
 	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
 	rings.OnComm = func(pid uint32, comm string) { p.comms[pid] = comm }
 	var mu sync.Mutex
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			// The rings wake us a quarter full; the timeout shows a
-			// trickle of records within 100 ms.
-			rings.Poll(100)
-			mu.Lock()
-			rings.Read(p.print)
-			p.flush()
-			err := p.err
-			mu.Unlock()
-			if err != nil {
-				s.Stop(err) // a closed stdout, at once
-				return
-			}
-		}
-	}()
-	err := s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
+	// The rings wake us a quarter full; the tick shows a trickle of
+	// records within 100 ms. A closed stdout ends the run at once.
+	stop, err := rings.Drain(100*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		rings.Read(p.print)
+		p.flush()
+		return p.err
+	}, s.Stop)
+	if err != nil {
+		return err
+	}
+	err = s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
 		mu.Lock()
 		defer mu.Unlock()
 		rings.Read(p.print)
@@ -120,8 +108,7 @@ func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Ring
 		}
 		return p.err
 	})
-	close(done)
-	wg.Wait()
+	stop()
 	return err
 }
 

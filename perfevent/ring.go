@@ -50,8 +50,8 @@ const (
 	WakeEach RingWake = iota
 	// WakeBatch wakes it once a quarter of the ring is full: a wake-up per
 	// record costs the traced task a reschedule of the reader each time
-	// (dd under filter ran 25x slower). The reader polls with a timeout
-	// too, so a trickle of records still shows within it.
+	// (dd under filter ran 25x slower). Drain's tick shows a trickle
+	// of records within it.
 	WakeBatch
 )
 
@@ -144,23 +144,6 @@ func (r *Rings) LostEvents() (n uint64, exact bool) {
 		}
 	}
 	return n, true
-}
-
-// Poll waits up to timeoutMs for data in any ring; it returns early (false)
-// on EINTR.
-func (r *Rings) Poll(timeoutMs int) (bool, error) {
-	pfds := make([]unix.PollFd, len(r.events.FDs))
-	for i, fd := range r.events.FDs {
-		pfds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-	}
-	n, err := unix.Poll(pfds, timeoutMs)
-	if errors.Is(err, unix.EINTR) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("poll %s: %w", r.what, err)
-	}
-	return n > 0, nil
 }
 
 // perf_event_mmap_page: data_head at 1024, data_tail at 1032,

@@ -172,27 +172,19 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			ps.miss(pid, addr)
 		}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			ok, _ := rings.Poll(50)
-			mu.Lock()
-			if ok {
-				rings.Read(handle)
-			}
-			ps.refresh()
-			mu.Unlock()
-		}
-	}()
-	defer func() { close(done); wg.Wait() }()
+	// New processes wake the reader at once (WakeEach); the tick refreshes
+	// the table of processes that changed their maps.
+	stop, err := rings.Drain(50*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		rings.Read(handle)
+		ps.refresh()
+		return nil
+	}, s.Stop)
+	if err != nil {
+		return err
+	}
+	defer stop()
 
 	attr := unix.PerfEventAttr{
 		Type:   unix.PERF_TYPE_SOFTWARE,

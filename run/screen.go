@@ -24,7 +24,7 @@ func (s *Session) LiveScreen(open func(tcell.Screen) (handle func(tcell.Event) (
 	s.Quiet = true
 	s.stdoutFD = -1 // the screen owns it
 	handle := open(screen)
-	go func() {
+	s.Go("the live screen", func() {
 		for {
 			ev := screen.PollEvent()
 			if ev == nil {
@@ -35,6 +35,6 @@ func (s *Session) LiveScreen(open func(tcell.Screen) (handle func(tcell.Event) (
 				return
 			}
 		}
-	}()
+	})
 	return nil
 }

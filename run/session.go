@@ -65,6 +65,20 @@ func NewSession(tool string, c *Common) *Session {
 	return s
 }
 
+// Go runs fn in a goroutine of its own. A panic there ends the run as an
+// error would, through the same cleanup (Main's recover sees only the
+// main goroutine's): probes removed, the terminal restored.
+func (s *Session) Go(what string, fn func()) {
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				s.Stop(fmt.Errorf("internal error in %s: %v", what, p))
+			}
+		}()
+		fn()
+	}()
+}
+
 // OnClose registers the undoing of something the run created; Close runs
 // it. what names it in an error, "" where close's errors name it already.
 // Registered after Close (a goroutine late to the end), it runs at once.

@@ -217,3 +217,18 @@ func TestSignalEndsTheCommandBeforeTheFinalReport(t *testing.T) {
 		t.Errorf("Loop: %v; the command's processes %v still ran at the final report", err, live)
 	}
 }
+
+// A panic in a goroutine the session started ends the run as an error,
+// not the process: Main's recover sees the main goroutine only.
+func TestSessionGoRecovers(t *testing.T) {
+	s := NewSession("t", &Common{})
+	s.Go("the test's goroutine", func() { panic("boom") })
+	select {
+	case <-s.stopc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the panic did not stop the run")
+	}
+	if s.stopErr == nil || s.stopErr.Error() != "internal error in the test's goroutine: boom" {
+		t.Errorf("stop error %v", s.stopErr)
+	}
+}

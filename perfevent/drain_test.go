@@ -1,0 +1,65 @@
+package perfevent
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/loader"
+)
+
+// Drain blocks in poll without a tick (no periodic wake-ups), stop wakes
+// it at once, and an error from fn ends it and reaches fail once.
+func TestDrain(t *testing.T) {
+	privtest.Require(t)
+	if err := loader.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerfEventArray})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rings, err := OpenOutputRings(m, "test", 1, WakeEach)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rings.Close()
+
+	calls := 0
+	stop, err := rings.Drain(0, func() error { calls++; return nil }, func(err error) { t.Errorf("fail: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	stop()
+	stop()
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("stop took %v", d)
+	}
+	if calls != 0 {
+		t.Errorf("fn ran %d times with no records and no tick", calls)
+	}
+
+	failed := make(chan error, 2)
+	stop, err = rings.Drain(time.Millisecond, func() error { return errors.New("stdout closed") }, func(err error) { failed <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-failed:
+		if err.Error() != "stdout closed" {
+			t.Errorf("fail got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("fn's error never reached fail")
+	}
+	stop()
+	if len(failed) != 0 {
+		t.Error("fail was called twice")
+	}
+}
