@@ -1028,13 +1028,8 @@ func (c *compiler) walk(o Operand, t btf.Type) (value, error) {
 // member finds a struct or union member by name, looking into anonymous
 // members, and returns its byte offset and type.
 func member(t btf.Type, name string) (int, btf.Type, error) {
-	var members []btf.Member
-	switch u := btf.UnderlyingType(t).(type) {
-	case *btf.Struct:
-		members = u.Members
-	case *btf.Union:
-		members = u.Members
-	default:
+	members, ok := kbtf.Members(t)
+	if !ok {
 		return 0, nil, fmt.Errorf("%s is not a struct: it has no member %q", typeName(t), name)
 	}
 	if off, m, ok := kbtf.Member(t, name); ok {

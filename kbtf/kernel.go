@@ -24,17 +24,23 @@ func MemberOffset(structName, member string) (int, error) {
 	return 0, fmt.Errorf("kernel BTF: struct %s has no member %s", structName, member)
 }
 
+// Members are the members of t when it is a struct or a union (through
+// typedefs and qualifiers); ok is false for any other type.
+func Members(t btf.Type) (members []btf.Member, ok bool) {
+	switch u := btf.UnderlyingType(t).(type) {
+	case *btf.Struct:
+		return u.Members, true
+	case *btf.Union:
+		return u.Members, true
+	}
+	return nil, false
+}
+
 // Member finds the member of a struct or union t called name, looking
 // through anonymous structs and unions, and returns it with its byte
 // offset from the start of t.
 func Member(t btf.Type, name string) (off int, m btf.Member, ok bool) {
-	var members []btf.Member
-	switch u := btf.UnderlyingType(t).(type) {
-	case *btf.Struct:
-		members = u.Members
-	case *btf.Union:
-		members = u.Members
-	}
+	members, _ := Members(t)
 	for _, m := range members {
 		if m.Name == name {
 			return int(m.Offset.Bytes()), m, true
