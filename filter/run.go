@@ -332,9 +332,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	var offers []hook.Offer
 	var p plan // what the chosen offer built
-	build := func(make func() (plan, error)) func() error {
+	build := func(prepare func() (plan, error)) func() error {
 		return func() error {
-			next, err := make()
+			next, err := prepare()
 			if err != nil {
 				return err
 			}

@@ -56,33 +56,8 @@ func HaveTaskPtRegs() bool {
 // and exchange on map values (5.12+, and a JIT that emits it), probed once
 // by loading a tracepoint program that uses it.
 var HaveAtomicCmpXchg = sync.OnceValue(func() bool {
-	_ = loader.RemoveMemlock()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		return false
-	}
-	defer m.Close()
-	insns := bpf.Instructions{
-		bpf.Mov.Imm(bpf.R1, 0),
-		bpf.StoreMem(bpf.RFP, -4, bpf.R1, bpf.Word),
-		bpf.LoadMapPtr(bpf.R1, m.FD()),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, -4),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, "exit"),
-		bpf.Mov.Reg(bpf.R1, bpf.R0),
-		bpf.Mov.Imm(bpf.R0, 0),
-		bpf.Mov.Imm(bpf.R2, 1),
-		asm.CmpXchg(bpf.R1, bpf.R2, bpf.DWord, 0),
-		bpf.Mov.Imm(bpf.R0, 0).WithSymbol("exit"),
-		bpf.Return(),
-	}
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.TracePoint, License: "GPL", Instructions: insns})
-	if err != nil {
-		return false
-	}
-	p.Close()
-	return true
+	return loads(ebpf.TracePoint, &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+		bpf.Mov.Reg(bpf.R1, bpf.R0), bpf.Mov.Imm(bpf.R0, 0), bpf.Mov.Imm(bpf.R2, 1), asm.CmpXchg(bpf.R1, bpf.R2, bpf.DWord, 0))
 })
 
 // HaveLazyHashes reports whether perf_event programs may use hash maps
@@ -92,25 +67,38 @@ var HaveAtomicCmpXchg = sync.OnceValue(func() bool {
 // kernel memory and clearing time at every start: profile's stack counts
 // are 6 MiB of it.
 var HaveLazyHashes = sync.OnceValue(func() bool {
+	return loads(ebpf.PerfEvent, &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_NO_PREALLOC})
+})
+
+// loads reports whether a program of typ that looks up key 0 of a map
+// made from spec, then runs tail on the value (in R0, not NULL), loads.
+func loads(typ ebpf.ProgramType, spec *ebpf.MapSpec, tail ...bpf.Instruction) bool {
 	_ = loader.RemoveMemlock()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_NO_PREALLOC})
+	m, err := ebpf.NewMap(spec)
 	if err != nil {
 		return false
 	}
 	defer m.Close()
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.PerfEvent, License: "GPL", Instructions: bpf.Instructions{
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: typ, License: "GPL", Instructions: lookupProgram(m, tail...)})
+	if err != nil {
+		return false
+	}
+	p.Close()
+	return true
+}
+
+// lookupProgram looks up key 0 of m, runs tail with the value in R0 when
+// there is one, and returns 0.
+func lookupProgram(m *ebpf.Map, tail ...bpf.Instruction) bpf.Instructions {
+	insns := bpf.Instructions{
 		bpf.Mov.Imm(bpf.R1, 0),
 		bpf.StoreMem(bpf.RFP, -4, bpf.R1, bpf.Word),
 		bpf.LoadMapPtr(bpf.R1, m.FD()),
 		bpf.Mov.Reg(bpf.R2, bpf.RFP),
 		bpf.Add.Imm(bpf.R2, -4),
 		bpf.FnMapLookupElem.Call(),
-		bpf.Mov.Imm(bpf.R0, 0),
-		bpf.Return(),
-	}})
-	if err != nil {
-		return false
+		bpf.JEq.Imm(bpf.R0, 0, "exit"),
 	}
-	p.Close()
-	return true
-})
+	insns = append(insns, tail...)
+	return append(insns, bpf.Mov.Imm(bpf.R0, 0).WithSymbol("exit"), bpf.Return())
+}

@@ -37,20 +37,6 @@ func verdict(t *testing.T, typ ebpf.ProgramType, insns bpf.Instructions) (bool, 
 	return false, strings.Join(ve.Log, "\n")
 }
 
-func lookupProgram(m *ebpf.Map, tail ...bpf.Instruction) bpf.Instructions {
-	insns := bpf.Instructions{
-		bpf.Mov.Imm(bpf.R1, 0),
-		bpf.StoreMem(bpf.RFP, -4, bpf.R1, bpf.Word),
-		bpf.LoadMapPtr(bpf.R1, m.FD()),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, -4),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, "exit"),
-	}
-	insns = append(insns, tail...)
-	return append(insns, bpf.Mov.Imm(bpf.R0, 0).WithSymbol("exit"), bpf.Return())
-}
-
 // HaveAtomicCmpXchg says what the verifier does with a compare and
 // exchange on a map value in a socket filter (another program type than
 // the probe's): taken where the probe says yes, refused for the
