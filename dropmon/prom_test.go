@@ -18,6 +18,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/dropmon/prog"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/promtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
@@ -193,7 +194,7 @@ func TestServeManyLocations(t *testing.T) {
 	for i, a := range addrs {
 		n := uint64(i + 1) // distinct counts: the top 100 are the last 100
 		want += n
-		if err := drops.Put(dropKey{Location: a, Stack: noStack}, n); err != nil {
+		if err := drops.Put(dropKey{Location: a, Stack: prog.NoStack}, n); err != nil {
 			t.Fatalf("put key %d: %v", i, err)
 		}
 	}

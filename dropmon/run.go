@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/dropmon/prog"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kbtf"
@@ -59,7 +60,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	l, err := layoutOf(format, o.NoReason)
+	l, err := prog.LayoutOf(format, o.NoReason)
 	if err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if syms.Hidden {
 		fmt.Fprintln(s.Stderr, "dropmon: kernel addresses are hidden (kptr_restrict, or not root): printing addresses only")
 	}
-	cfg := progConfig{Layout: l, Protocol: o.proto, Stacks: o.Stacks, ProbeRead: kernel.Readers().Kernel}
+	cfg := prog.Config{Layout: l, Protocol: o.proto, Stacks: o.Stacks, ProbeRead: kernel.Readers().Kernel}
 	// Only --protocol reads through skb: without it, a raw tracepoint is as
 	// cheap as a BTF one and parses no BTF at start; with it, a BTF
 	// tracepoint reads skb directly.
@@ -92,7 +93,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if cfg.Hook, err = hook.Choose(o.Attach, "skb:kfree_skb", offers...); err != nil {
 		return err
 	}
-	spec, err := collection(cfg)
+	spec, err := prog.Collection(cfg)
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if err := s.AttachHook(coll.Programs[skbProgName], cfg.Hook, "skb", "kfree_skb"); err != nil {
+	if err := s.AttachHook(coll.Programs[prog.Name], cfg.Hook, "skb", "kfree_skb"); err != nil {
 		return err
 	}
 
@@ -184,7 +185,7 @@ func (r *reporter) rows() ([]row, uint64, error) {
 			bySite[st] = rw
 		}
 		rw.Count += n
-		if k.Stack != noStack {
+		if k.Stack != prog.NoStack {
 			rw.Stacks = append(rw.Stacks, stackCount{k.Stack, n})
 		}
 	}
@@ -229,7 +230,7 @@ func (r *reporter) resolve(rows []row) error {
 	for _, rw := range rows {
 		addrs = append(addrs, rw.Location)
 		for _, st := range rw.Stacks {
-			pcs, err := r.stack(st.ID)
+			pcs, err := prog.Stack(r.coll, st.ID)
 			if err != nil {
 				continue
 			}
@@ -244,28 +245,12 @@ func (r *reporter) resolve(rows []row) error {
 	return r.syms.Resolve(addrs)
 }
 
-// stack reads the frames of a stack id: below maxStacks from the stacks
-// map, above from the overflow map that takes a stack whose hash bucket
-// another one holds.
-func (r *reporter) stack(id int32) ([stackDepth]uint64, error) {
-	var pcs [stackDepth]uint64
-	if id < 0 {
-		return pcs, fmt.Errorf("lost: error %d", id)
-	}
-	m, key := r.coll.Maps["stacks"], uint32(id)
-	if id >= maxStacks {
-		m, key = r.coll.Maps["overflow"], uint32(id-maxStacks)
-	}
-	err := m.Lookup(key, &pcs)
-	return pcs, err
-}
-
 // frames symbolizes a kernel stack, innermost first.
 func (r *reporter) frames(id int32) []string {
 	if id < 0 {
 		return []string{fmt.Sprintf("[stack lost: error %d]", id)}
 	}
-	pcs, err := r.stack(id)
+	pcs, err := prog.Stack(r.coll, id)
 	if err != nil {
 		return []string{"[stack gone: " + err.Error() + "]"}
 	}

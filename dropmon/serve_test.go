@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/dropmon/prog"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
@@ -35,12 +36,12 @@ func TestExpositionGoldens(t *testing.T) {
 	}{
 		{0xffffffff81100040, 2, 41}, {0xffffffff81100080, 2, 1}, {0xffffffff81200010, 3, 7}, {0xffffffff81300020, 2, 5}, {0xffffffff81400010, 9, 2},
 	} {
-		if err := coll.Maps["drops"].Put(dropKey{Location: d.loc, Reason: d.reason, Stack: noStack}, d.n); err != nil {
+		if err := coll.Maps["drops"].Put(dropKey{Location: d.loc, Reason: d.reason, Stack: prog.NoStack}, d.n); err != nil {
 			t.Fatal(err)
 		}
 	}
 	slot := make([]cacheSlot, tooltest.PossibleCPUs(t))
-	slot[0] = cacheSlot{Key: dropKey{Location: 0xffffffff81200010, Reason: 3, Stack: noStack}, Count: 10}
+	slot[0] = cacheSlot{Key: dropKey{Location: 0xffffffff81200010, Reason: 3, Stack: prog.NoStack}, Count: 10}
 	if err := coll.Maps["cache"].Put(uint32(1), slot); err != nil {
 		t.Fatal(err)
 	}

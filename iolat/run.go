@@ -16,7 +16,7 @@ import (
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/internal/usage"
-	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/iolat/prog"
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
@@ -71,54 +71,6 @@ func validate(o *options) error {
 	return nil
 }
 
-// rqArgsFor finds, in the kernel's BTF, where the raw or BTF tracepoint
-// programs find the request and what they read through it. A raw program
-// that reads nothing through it (deref false) needs only the request's
-// place among the arguments, found without BTF: the queue comes first
-// where block_rq_issue and block_rq_insert pass two (before 5.11).
-func rqArgsFor(h hook.Hook, queued, deref bool) (*rqArgs, error) {
-	a := &rqArgs{Hook: h, RqDisk: -1, ProbeRead: kernel.Readers().Kernel}
-	var err error
-	if h == hook.Raw && !deref {
-		n, err := hook.RawTracepointArgs("block_rq_issue", 2)
-		if err != nil {
-			return nil, err
-		}
-		a.IssueArg, a.InsertArg = n-1, n-1
-		return a, nil
-	}
-	if a.IssueArg, err = kbtf.TracepointArg("block_rq_issue", "request"); err != nil {
-		return nil, err
-	}
-	if a.CompleteArg, err = kbtf.TracepointArg("block_rq_complete", "request"); err != nil {
-		return nil, err
-	}
-	if queued {
-		if a.InsertArg, err = kbtf.TracepointArg("block_rq_insert", "request"); err != nil {
-			return nil, err
-		}
-	}
-	if off, err := kbtf.MemberOffset("request", "rq_disk"); err == nil {
-		a.RqDisk = off // before 5.16
-	} else {
-		if a.Q, err = kbtf.MemberOffset("request", "q"); err != nil {
-			return nil, err
-		}
-		if a.QDisk, err = kbtf.MemberOffset("request_queue", "disk"); err != nil {
-			return nil, err
-		}
-	}
-	for _, m := range []struct {
-		st, name string
-		off      *int
-	}{{"gendisk", "major", &a.Major}, {"gendisk", "first_minor", &a.FirstMinor}, {"request", "cmd_flags", &a.CmdFlags}} {
-		if *m.off, err = kbtf.MemberOffset(m.st, m.name); err != nil {
-			return nil, err
-		}
-	}
-	return a, nil
-}
-
 // slotsFor is how many direct-mapped slots hold start times on this
 // kernel: none before BPF_ATOMIC compare-and-exchange (5.12), where the
 // hash holds them all. TRACEKIT_IOLAT_SLOTS=N sets it (0: the hash alone;
@@ -133,19 +85,19 @@ func slotsFor() uint32 {
 			return uint32(n)
 		}
 	}
-	return nSlots
+	return prog.NSlots
 }
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
-	cfg := progConfig{Dev: o.dev, Heatmap: o.Heatmap, Divisor: 1000}
+	cfg := prog.Config{Dev: o.dev, Heatmap: o.Heatmap, Divisor: 1000}
 	if o.Millis {
 		cfg.Divisor = 1000000
 	}
 	switch {
 	case o.Disks:
-		cfg.By = byDisk
+		cfg.By = prog.ByDisk
 	case o.Flags:
-		cfg.By = byFlags
+		cfg.By = prog.ByFlags
 	}
 	var err error
 	if cfg.Issue, err = fields("block_rq_issue"); err != nil {
@@ -170,7 +122,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	deref := o.Disk != "" || o.Disks || o.Flags
 	argsFor := func(h hook.Hook) func() error {
 		return func() (err error) {
-			cfg.Args, err = rqArgsFor(h, o.Queued, deref)
+			cfg.Args, err = prog.ArgsFor(h, o.Queued, deref)
 			return err
 		}
 	}
@@ -185,7 +137,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	spec, err := collection(cfg)
+	spec, err := prog.Collection(cfg)
 	if err != nil {
 		return err
 	}
@@ -225,15 +177,15 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	})
 }
 
-func fields(event string) (rqFields, error) {
+func fields(event string) (prog.Fields, error) {
 	f, err := tracefs.ReadFormat("block", event)
 	if err != nil {
 		if errors.Is(err, tracefs.ErrNoAccess) {
-			return rqFields{}, err
+			return prog.Fields{}, err
 		}
-		return rqFields{}, fmt.Errorf("%w (iolat needs the block tracepoints: CONFIG_BLK_DEV and tracing)", err)
+		return prog.Fields{}, fmt.Errorf("%w (iolat needs the block tracepoints: CONFIG_BLK_DEV and tracing)", err)
 	}
-	return rqFieldsOf(f)
+	return prog.FieldsOf(f)
 }
 
 // reader turns the kernel's maps into reports.

@@ -17,7 +17,7 @@ if [ -f /tk/run.sh ]; then
   poweroff -f
 fi
 for t in /tk/t/*.test; do
-  pkg=$(basename "$t" .test)
+  pkg=$(basename "$t" .test | tr - /) # dropmon-prog.test: dropmon/prog
   cd "/tk/src/$pkg"
   "$t" -test.count=1 -test.v -test.timeout=240s > /tmp/out 2>&1
   rc=$?

@@ -109,7 +109,8 @@ done
 # paths the dynamic linker looks in, busybox and /init.
 stages=$(mktemp -d)
 trap 'rm -rf "$stages"' EXIT
-pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind writesize dropmon iolat filter profile)
+pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind
+  writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile profile/prog)
 make_stage() { # make_stage ARCH
   local arch=$1 stage=$stages/$1 cc=gcc
   [ "$arch" = arm64 ] && cc=aarch64-linux-gnu-gcc
@@ -118,7 +119,8 @@ make_stage() { # make_stage ARCH
   CGO_ENABLED=0 GOARCH=$arch go build -trimpath -o "$stage/tk/bin/tracekit" ./cmd/tracekit
   for t in writesize dropmon iolat filter profile; do ln -s tracekit "$stage/tk/bin/$t"; done
   for p in "${pkgs[@]}"; do
-    CGO_ENABLED=0 GOARCH=$arch go test -c -trimpath -o "$stage/tk/t/$p.test" "./$p"
+    # dropmon/prog's binary is dropmon-prog.test (the guest maps it back).
+    CGO_ENABLED=0 GOARCH=$arch go test -c -trimpath -o "$stage/tk/t/${p//\//-}.test" "./$p"
     mkdir -p "$stage/tk/src/$p"
     [ -d "$p/testdata" ] && cp -r "$p/testdata" "$stage/tk/src/$p/"
   done
@@ -217,7 +219,7 @@ for k in "${kernels[@]}"; do
     passed=$(grep -c "^TK-OUT $pkg: --- PASS" "$log" || true)
     skipped=$(grep -c "^TK-OUT $pkg: --- SKIP" "$log" || true)
     failed=$(grep -c "^TK-OUT $pkg: --- FAIL" "$log" || true)
-    printf '   %-10s %3d passed, %d failed, %d skipped\n' "$pkg" "$passed" "$failed" "$skipped"
+    printf '   %-16s %3d passed, %d failed, %d skipped\n' "$pkg" "$passed" "$failed" "$skipped"
     all_passed=$((all_passed + passed)) all_failed=$((all_failed + failed)) all_skipped=$((all_skipped + skipped))
     [ "$rc" = 0 ] || status=1
   done < <(grep '^TK-RESULT' "$log")

@@ -179,12 +179,11 @@ func TestHangupEndsWithAReport(t *testing.T) {
 }
 
 // TestFullNameMapIsReported: with the name map lowered to 8 entries
-// (TRACEKIT_COMM_MAX), 20 processes that wrote and exited leave 12 labelled
+// (--max-comms 8), 20 processes that wrote and exited leave 12 labelled
 // "?", and the run says why instead of staying silent.
 func TestFullNameMapIsReported(t *testing.T) {
 	privtest.Require(t)
-	t.Setenv("TRACEKIT_COMM_MAX", "8")
-	r := runTool(t, "-P", "-c", fmt.Sprintf("i=0; while [ $i -lt 20 ]; do %s; i=$((i+1)); done", writer(t, 3, 1)))
+	r := runTool(t, "-P", "--max-comms", "8", "-c", fmt.Sprintf("i=0; while [ $i -lt 20 ]; do %s; i=$((i+1)); done", writer(t, 3, 1)))
 	if r.Status != 0 {
 		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 	}

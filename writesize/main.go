@@ -18,6 +18,7 @@ type options struct {
 	All        bool   `short:"a" long:"all" description:"With -c, trace every process, not only the command"`
 	Kprobe     string `long:"kprobe" optional:"yes" optional-value:"auto" value-name:"SYMBOL" description:"Use a kprobe on the kernel's write function instead of the tracepoint: __x64_sys_write (__arm64_sys_write on arm64), ksys_write or sys_write, whichever exists, or SYMBOL (a syscall wrapper, or a function whose third argument is the size)"`
 	Attach     string `long:"attach" value-name:"HOOK" description:"How to reach the writes: auto (fentry where the kernel has BPF trampolines, else perf), perf (syscalls:sys_enter_write), raw (raw_syscalls:sys_enter, 4.17+, which runs for every syscall) or fentry (the write syscall's entry through a BPF trampoline, x86-64 5.5+, and arm64 kernels with ftrace direct calls (6.1 has none)). A named hook is forced: no fallback. Without the flag, TRACEKIT_ATTACH chooses the same way"`
+	MaxComms   uint32 `long:"max-comms" default:"4096" value-name:"N" description:"With -P: how many process names the kernel keeps (up to 65536); a process beyond them that exits before a report prints as '?'"`
 	Legacy     bool   `long:"legacy" description:"With --kprobe: register the probe in kprobe_events even where the kprobe PMU (4.17+) exists; TRACEKIT_LEGACY_KPROBES=1 does the same"`
 }
 

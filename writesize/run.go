@@ -21,6 +21,7 @@ import (
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tracefs"
+	"github.com/tracekit/tracekit/writesize/prog"
 )
 
 func validate(o *options) error {
@@ -34,7 +35,7 @@ func validate(o *options) error {
 		return err
 	}
 	if o.Kprobe != "" && o.Attach != "" && o.Attach != "auto" {
-		return usage.Errorf("--kprobe and --attach=%s contradict each other: a kprobe is its own h", o.Attach)
+		return usage.Errorf("--kprobe and --attach=%s contradict each other: a kprobe is its own hook", o.Attach)
 	}
 	if o.All && o.Command == "" {
 		return usage.Errorf("--all goes with -c: without -c every process is traced already")
@@ -46,6 +47,9 @@ func validate(o *options) error {
 		if err := tracefs.ValidateSymbol(o.Kprobe); err != nil {
 			return usage.Errorf("--kprobe: %v", err)
 		}
+	}
+	if o.MaxComms < 1 || o.MaxComms > prog.MaxCommsLimit {
+		return usage.Errorf("--max-comms %d: from 1 to %d", o.MaxComms, prog.MaxCommsLimit)
 	}
 	if o.Legacy && o.Kprobe == "" {
 		return usage.Errorf("--legacy goes with --kprobe")
@@ -61,13 +65,13 @@ func validate(o *options) error {
 // run only for writes, and fentry builds no record first: in a 6.12 guest
 // (qemu TCG, five interleaved rounds) 100,000 writes cost 0.04 s more CPU
 // under fentry, 0.28 s under perf and 0.27 s under raw.
-func writeOffers(cfg *progConfig) []hook.Offer {
+func writeOffers(cfg *prog.Config) []hook.Offer {
 	fentry := func() error {
 		regs, err := asm.HostPtRegs()
 		if err != nil {
 			return err
 		}
-		cfg.Fentry = &fentryConfig{Symbol: regs.SyscallPrefix + "write", Regs: regs}
+		cfg.Fentry = &prog.Fentry{Symbol: regs.SyscallPrefix + "write", Regs: regs}
 		return nil
 	}
 	perf := func() error {
@@ -86,11 +90,11 @@ func writeOffers(cfg *progConfig) []hook.Offer {
 		if err != nil {
 			return err
 		}
-		nr, ok := writeNR[regs.Arch]
+		nr, ok := prog.WriteNR[regs.Arch]
 		if !ok {
 			return fmt.Errorf("write's syscall number on %s is not known here", regs.Arch)
 		}
-		cfg.Raw = &rawConfig{NR: nr, Regs: regs, ProbeRead: kernel.Readers().Kernel}
+		cfg.Raw = &prog.Raw{NR: nr, Regs: regs, ProbeRead: kernel.Readers().Kernel}
 		return nil
 	}
 	return []hook.Offer{
@@ -108,7 +112,7 @@ func writeSymbols(regs *asm.Regs) []string {
 }
 
 // kprobeFor picks the function to probe and how to read the size there.
-func kprobeFor(choice string) (*kprobeConfig, error) {
+func kprobeFor(choice string) (*prog.Kprobe, error) {
 	regs, err := asm.HostPtRegs()
 	if err != nil {
 		return nil, fmt.Errorf("--kprobe: %w; use the tracepoint mode (without --kprobe)", err)
@@ -134,11 +138,11 @@ func kprobeFor(choice string) (*kprobeConfig, error) {
 		}
 	}
 	name, _ := tracefs.SplitSymbol(sym)
-	return &kprobeConfig{Symbol: sym, Wrapper: strings.HasPrefix(name, regs.SyscallPrefix), ProbeRead: kernel.Readers().Kernel, Regs: regs}, nil
+	return &prog.Kprobe{Symbol: sym, Wrapper: strings.HasPrefix(name, regs.SyscallPrefix), ProbeRead: kernel.Readers().Kernel, Regs: regs}, nil
 }
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
-	cfg := progConfig{Pid: uint32(o.Pid), PerProcess: o.PerProcess}
+	cfg := prog.Config{Pid: uint32(o.Pid), PerProcess: o.PerProcess, Comms: o.MaxComms}
 	if o.Kprobe != "" {
 		k, err := kprobeFor(o.Kprobe)
 		if err != nil {
@@ -159,7 +163,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 		cfg.NS = ns
 	}
-	spec, err := collection(cfg)
+	spec, err := prog.Collection(cfg)
 	if err != nil {
 		return err
 	}
@@ -202,7 +206,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			return err
 		}
 		if final && r.unnamed > 0 && r.commsFull() {
-			fmt.Fprintf(s.Stderr, "writesize: %d processes print as '?': their names did not fit in the name map (%d entries) and they exited before the report\n", r.unnamed, maxComms)
+			fmt.Fprintf(s.Stderr, "writesize: %d processes print as '?': their names did not fit in the name map (%d entries) and they exited before the report; --max-comms sets its size\n", r.unnamed, o.MaxComms)
 		}
 		return nil
 	})

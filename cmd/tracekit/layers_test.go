@@ -19,8 +19,8 @@ func layer(pkg string) int {
 		return 1
 	case "kernel", "proctree", "hook":
 		return 2
-	case "run":
-		return 3
+	case "run", "writesize/prog", "dropmon/prog", "iolat/prog", "filter/compile", "profile/prog":
+		return 3 // the run, and beside it the tools' bytecode builders, which never import it
 	case "writesize", "dropmon", "iolat", "filter", "profile":
 		return 4
 	case "internal/tooltest", "internal/promtest", "internal/loadtest", "internal/privtest", "internal/golden":

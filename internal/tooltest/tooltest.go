@@ -26,9 +26,13 @@ import (
 	"github.com/tracekit/tracekit/tracefs"
 )
 
+// mainRuns says that Main runs this test binary.
+var mainRuns bool
+
 // Main runs a workload when the environment asks for one, else the tests.
 // Call it from TestMain.
 func Main(m *testing.M) {
+	mainRuns = true
 	if spec := os.Getenv("TK_WRITES"); spec != "" {
 		os.Exit(exactWrites(spec))
 	}
@@ -176,6 +180,12 @@ func Install(t testing.TB, pkgs string, have func() bool) {
 var peerMu sync.Mutex
 
 func self(t testing.TB) string {
+	t.Helper()
+	if !mainRuns {
+		// Without it the workload would run the tests again, each
+		// waiting on the next.
+		t.Fatal("a workload runs the test binary: the package's TestMain must call tooltest.Main")
+	}
 	p, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -412,7 +422,7 @@ func Tool(t testing.TB, name string) string {
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "tracekit"), "../cmd/tracekit").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "tracekit"), "github.com/tracekit/tracekit/cmd/tracekit").CombinedOutput()
 		if err != nil {
 			t.Fatalf("build tracekit: %v\n%s", err, out)
 		}
@@ -450,9 +460,28 @@ func Run(t testing.TB, bin string, args ...string) Result {
 }
 
 // Format parses a copy of a format file from tracefs/testdata.
+// Root is the tree's top: the nearest directory above the test's that
+// holds tracefs/testdata (the module in a checkout, /tk/src in the
+// matrix's guests, where each package's testdata is copied).
+func Root(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "tracefs", "testdata")); err == nil {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			t.Fatalf("no tracefs/testdata above %s", dir)
+		}
+	}
+}
+
 func Format(t testing.TB, name string) *tracefs.Format {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "tracefs", "testdata", name))
+	b, err := os.ReadFile(filepath.Join(Root(t), "tracefs", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package dropmon
+package prog
 
 import (
 	"fmt"
@@ -13,7 +13,6 @@ import (
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/kernel"
-	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -32,7 +31,7 @@ func TestLayouts(t *testing.T) {
 		{"kfree_skb.pre-5.17.format", 16, -1, 24, 8, ""},
 	} {
 		f := format(t, tc.file)
-		l, err := layoutOf(f, false)
+		l, err := LayoutOf(f, false)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.file, err)
 		}
@@ -49,21 +48,21 @@ func TestLayouts(t *testing.T) {
 		if got := f.Symbolic["reason"][3]; got != tc.reason3 {
 			t.Errorf("%s: reason 3 = %q, want %q", tc.file, got, tc.reason3)
 		}
-		if l, _ := layoutOf(f, true); l.Reason != nil {
+		if l, _ := LayoutOf(f, true); l.Reason != nil {
 			t.Errorf("%s: --no-reason still reads the reason", tc.file)
 		}
 	}
-	if _, err := layoutOf(format(t, "sys_enter_write.6.18.format"), false); err == nil {
+	if _, err := LayoutOf(format(t, "sys_enter_write.6.18.format"), false); err == nil {
 		t.Error("a format without location was accepted")
 	}
 }
 
 // variants are the program configurations the goldens pin and the load
 // test proves: one line per variant.
-func variants(t *testing.T) map[string]progConfig {
-	now, _ := layoutOf(format(t, "kfree_skb.6.18.format"), false)
-	old, _ := layoutOf(format(t, "kfree_skb.pre-5.17.format"), false)
-	return map[string]progConfig{
+func variants(t *testing.T) map[string]Config {
+	now, _ := LayoutOf(format(t, "kfree_skb.6.18.format"), false)
+	old, _ := LayoutOf(format(t, "kfree_skb.pre-5.17.format"), false)
+	return map[string]Config{
 		"prog_reason":    {Layout: now, Protocol: -1},
 		"prog_no_reason": {Layout: old, Protocol: -1},
 		"prog_stacks":    {Layout: now, Protocol: -1, Stacks: true},
@@ -76,14 +75,14 @@ func variants(t *testing.T) map[string]progConfig {
 	}
 }
 
-// hostLayout is kfree_skb's layout on this kernel, from its format file.
-func hostLayout(t *testing.T) layout {
+// hostLayout is kfree_skb's Layout on this kernel, from its format file.
+func hostLayout(t *testing.T) Layout {
 	t.Helper()
 	f, err := tracefs.ReadFormat("skb", "kfree_skb")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := layoutOf(f, false)
+	l, err := LayoutOf(f, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,20 +91,20 @@ func hostLayout(t *testing.T) layout {
 
 // argsVariants are the raw and BTF tracepoint programs as this kernel
 // needs them (a BTF program is checked against kfree_skb's own arguments
-// and sk_buff's layout when it loads), for every hook the kernel has.
-func argsVariants(t *testing.T) map[string]progConfig {
+// and sk_buff's Layout when it loads), for every hook the kernel has.
+func argsVariants(t *testing.T) map[string]Config {
 	l := hostLayout(t)
 	off, err := kbtf.MemberOffset("sk_buff", "protocol")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]progConfig{}
+	out := map[string]Config{}
 	for _, h := range []hook.Hook{hook.Raw, hook.BTF} {
 		if h == hook.Raw && !hook.HaveRawTracepoints() || h == hook.BTF && !hook.HaveBTFTracepoint("kfree_skb") {
 			continue
 		}
 		for _, stacks := range []bool{false, true} {
-			out[fmt.Sprintf("%s stacks=%v", h, stacks)] = progConfig{Layout: l, Protocol: 0x0800, Stacks: stacks, Hook: h, ProtoOff: off, ProbeRead: kernel.Readers().Kernel}
+			out[fmt.Sprintf("%s stacks=%v", h, stacks)] = Config{Layout: l, Protocol: 0x0800, Stacks: stacks, Hook: h, ProtoOff: off, ProbeRead: kernel.Readers().Kernel}
 		}
 	}
 	return out
@@ -113,7 +112,7 @@ func argsVariants(t *testing.T) map[string]progConfig {
 
 func TestProgramGoldens(t *testing.T) {
 	for name, cfg := range variants(t) {
-		insns, err := program(cfg)
+		insns, err := Program(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +124,7 @@ func TestProgramGoldens(t *testing.T) {
 // the record's programs as pinned, the arguments' ones as this kernel
 // needs them.
 func TestProgramsLoad(t *testing.T) {
-	all := map[string]progConfig{}
+	all := map[string]Config{}
 	for name, cfg := range variants(t) {
 		if cfg.Hook == "" {
 			all[name] = cfg
@@ -135,46 +134,13 @@ func TestProgramsLoad(t *testing.T) {
 	for name, cfg := range argsVariants(t) {
 		all[name] = cfg
 	}
-	loadtest.Variants(t, all, collection)
+	loadtest.Variants(t, all, Collection)
 }
 
-func mustLayout(t *testing.T, file string) layout {
-	l, err := layoutOf(format(t, file), false)
+func mustLayout(t *testing.T, file string) Layout {
+	l, err := LayoutOf(format(t, file), false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
-}
-
-func TestValidate(t *testing.T) {
-	for _, tc := range []struct {
-		o     options
-		proto int
-		ok    bool
-	}{
-		{options{Protocol: "ip"}, 0x0800, true},
-		{options{Protocol: "IPv6"}, 0x86dd, true},
-		{options{Protocol: "0x0806"}, 0x0806, true},
-		{options{Protocol: "2048"}, 0x0800, true},
-		{options{Protocol: "ipx"}, 0, false},
-		{options{Protocol: "0x10000"}, 0, false},
-		{options{Top: "0"}, -1, false},
-		{options{Top: "-3"}, -1, false},
-		{options{Top: "5"}, -1, true},
-		{options{ServeTop: -1}, -1, false},
-		{options{ServeOption: run.ServeOption{Serve: "localhost"}}, -1, false},
-		{options{ServeOption: run.ServeOption{Serve: "localhost:9435"}}, -1, true},
-	} {
-		o := tc.o
-		if o.ServeTop == 0 {
-			o.ServeTop = 100 // the flag's default
-		}
-		err := validate(&o)
-		if (err == nil) != tc.ok {
-			t.Errorf("%+v: err %v", tc.o, err)
-		}
-		if tc.ok && tc.o.Protocol != "" && o.proto != tc.proto {
-			t.Errorf("%+v: proto %#x, want %#x", tc.o, o.proto, tc.proto)
-		}
-	}
 }

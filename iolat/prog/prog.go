@@ -1,4 +1,7 @@
-package iolat
+// Package prog builds iolat's programs: block requests timed from issue
+// (or insert) to completion into log2 or decade histograms, keyed by disk
+// or operation, on perf, raw or BTF tracepoints.
+package prog
 
 import (
 	"fmt"
@@ -9,6 +12,8 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/slots"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -29,28 +34,29 @@ const (
 	idxOff  = -44 // the request's slot in the slots array
 	readOff = -56 // bpf_probe_read_kernel's buffer (raw tracepoints)
 
-	// nSlots direct-mapped slots {u64 tag; u32 dev; u32 pad; u64 ts} hold
+	// NSlots direct-mapped slots {u64 tag; u32 dev; u32 pad; u64 ts} hold
 	// the start times of requests in flight (a power of two; the tests
 	// lower it with TRACEKIT_IOLAT_SLOTS to make requests collide).
-	nSlots   = 4096
+	NSlots   = 4096
 	slotSize = 24
 )
 
 // Group-by choices for the histograms.
 const (
-	byNone  = iota
-	byDisk  // -D: one per device
-	byFlags // -F: one per operation
+	ByNone  = iota
+	ByDisk  // -D: one per device
+	ByFlags // -F: one per operation
 )
 
-// rqFields are the fields the programs read from a block_rq_* event.
-type rqFields struct {
+// Fields are the fields the programs read from a block_rq_* event.
+type Fields struct {
 	Dev, Sector tracefs.Field
 	Rwbs        tracefs.Field // only read on completion, with -F
 }
 
-func rqFieldsOf(f *tracefs.Format) (rqFields, error) {
-	var r rqFields
+// FieldsOf reads Fields from a block_rq_* format file.
+func FieldsOf(f *tracefs.Format) (Fields, error) {
+	var r Fields
 	var err error
 	if r.Dev, err = f.MustField("dev"); err != nil {
 		return r, err
@@ -64,13 +70,13 @@ func rqFieldsOf(f *tracefs.Format) (rqFields, error) {
 	return r, nil
 }
 
-// progConfig says which programs to build.
-type progConfig struct {
-	Issue, Complete rqFields
-	Insert          *rqFields // -Q: also start the clock at block_rq_insert
-	Dev             uint32    // only this device (kernel dev_t); 0 for all
-	Heatmap         bool      // decade slots of ns instead of log2 slots
-	Divisor         int32     // log2 mode: ns per unit (1000 usecs, 1000000 msecs)
+// Config says which programs to build.
+type Config struct {
+	Issue, Complete Fields
+	Insert          *Fields // -Q: also start the clock at block_rq_insert
+	Dev             uint32  // only this device (kernel dev_t); 0 for all
+	Heatmap         bool    // decade slots of ns instead of log2 slots
+	Divisor         int32   // log2 mode: ns per unit (1000 usecs, 1000000 msecs)
 	By              int
 	// Slots keeps start times in a direct-mapped array first, claimed with
 	// BPF_ATOMIC compare-and-exchange (5.12+), and in the hash only when a
@@ -81,14 +87,14 @@ type progConfig struct {
 	// Args, when set, builds programs for raw or BTF tracepoints: they
 	// read the request from the tracepoint's arguments and key it by its
 	// address (as biolatency does) instead of {dev, sector}.
-	Args *rqArgs
+	Args *Args
 }
 
-// rqArgs is where a raw or BTF tracepoint program finds what it needs: the
+// Args is where a raw or BTF tracepoint program finds what it needs: the
 // struct request among each tracepoint's arguments (5.10's block_rq_issue
 // has the queue first), and through it, at offsets from the kernel's BTF,
 // its device and operation.
-type rqArgs struct {
+type Args struct {
 	Hook                             hook.Hook
 	IssueArg, CompleteArg, InsertArg int
 	RqDisk                           int // request.rq_disk (before 5.16), or -1: the disk is request.q->disk
@@ -110,11 +116,11 @@ const (
 // loadKey stores the in-flight key of the event at keyOff, after the
 // device filter: {dev, sector} from the record, or {dev or 0, request
 // address} from the arguments (the device only where it is needed).
-func loadKey(cfg progConfig, ev event) (bpf.Instructions, error) {
+func loadKey(cfg Config, ev event) (bpf.Instructions, error) {
 	if a := cfg.Args; a != nil {
 		return loadArgsKey(cfg, a, ev), nil
 	}
-	f := map[event]rqFields{issueEvent: cfg.Issue, completeEvent: cfg.Complete}[ev]
+	f := map[event]Fields{issueEvent: cfg.Issue, completeEvent: cfg.Complete}[ev]
 	if ev == insertEvent {
 		f = *cfg.Insert
 	}
@@ -139,7 +145,7 @@ func loadKey(cfg progConfig, ev event) (bpf.Instructions, error) {
 }
 
 // loadArgsKey is loadKey from the tracepoint's arguments.
-func loadArgsKey(cfg progConfig, a *rqArgs, ev event) bpf.Instructions {
+func loadArgsKey(cfg Config, a *Args, ev event) bpf.Instructions {
 	arg := map[event]int{issueEvent: a.IssueArg, completeEvent: a.CompleteArg, insertEvent: a.InsertArg}[ev]
 	insns := asm.Prologue()
 	insns = append(insns, bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*arg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", arg))))
@@ -160,7 +166,7 @@ func loadArgsKey(cfg progConfig, a *rqArgs, ev event) bpf.Instructions {
 	} else {
 		insns = append(insns, asm.StoreKey(keyOff+4, bpf.R7, bpf.DWord))
 	}
-	if cfg.Dev == 0 && cfg.By != byDisk {
+	if cfg.Dev == 0 && cfg.By != ByDisk {
 		return append(insns,
 			bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the address alone is the key: no device needed")),
 			asm.StoreKey(keyOff, bpf.R1, bpf.Word),
@@ -177,7 +183,7 @@ func loadArgsKey(cfg progConfig, a *rqArgs, ev event) bpf.Instructions {
 // read puts the size bytes at src+off into dst: a direct load from a BTF
 // tracepoint, bpf_probe_read_kernel from a raw one (R1-R5 clobbered; src
 // must not be one of them unless it is R3).
-func (a *rqArgs) read(dst, src bpf.Register, off int, size bpf.Size, note string) bpf.Instructions {
+func (a *Args) read(dst, src bpf.Register, off int, size bpf.Size, note string) bpf.Instructions {
 	if a.Hook == hook.BTF {
 		return bpf.Instructions{bpf.LoadMem(dst, src, int16(off), size).WithSource(bpf.Comment(note))}
 	}
@@ -194,7 +200,7 @@ func (a *rqArgs) read(dst, src bpf.Register, off int, size bpf.Size, note string
 
 // devOf puts the dev_t of the request in R7 into R1: disk->major << 20 |
 // disk->first_minor, the disk being rq->rq_disk or rq->q->disk.
-func (a *rqArgs) devOf() bpf.Instructions {
+func (a *Args) devOf() bpf.Instructions {
 	var insns bpf.Instructions
 	if a.Hook == hook.Raw {
 		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0), asm.StoreKey(readOff, bpf.R1, bpf.DWord))
@@ -213,7 +219,7 @@ func (a *rqArgs) devOf() bpf.Instructions {
 
 // opArgs puts the operation letter of the completed request into R1, as the record's rwbs starts: R, W, F(lush),
 // D(iscard, secure erase), N (the others).
-func (a *rqArgs) opArgs() bpf.Instructions {
+func (a *Args) opArgs() bpf.Instructions {
 	insns := bpf.Instructions{bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*a.CompleteArg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", a.CompleteArg)))}
 	insns = append(insns, a.read(bpf.R1, bpf.R7, a.CmdFlags, bpf.Word, "r1 = rq->cmd_flags & REQ_OP_MASK")...)
 	insns = append(insns, bpf.And.Imm(bpf.R1, 0xff))
@@ -302,7 +308,7 @@ func releaseSlot(fallback, measure string, n uint32) bpf.Instructions {
 // startProgram records when a request was issued (or inserted). flags is
 // the update's: BPF_ANY, or BPF_NOEXIST for issue under -Q, where an insert
 // time already recorded must win.
-func startProgram(cfg progConfig, ev event, noExist bool, nslots uint32) (bpf.Instructions, error) {
+func startProgram(cfg Config, ev event, noExist bool, nslots uint32) (bpf.Instructions, error) {
 	insns, err := loadKey(cfg, ev)
 	if err != nil {
 		return nil, err
@@ -346,7 +352,7 @@ func lostIncrement(prefix string) bpf.Instructions {
 
 // completeProgram measures a request from its start to its completion and
 // counts the latency in the kernel.
-func completeProgram(cfg progConfig) (bpf.Instructions, error) {
+func completeProgram(cfg Config) (bpf.Instructions, error) {
 	insns, err := loadKey(cfg, completeEvent)
 	if err != nil {
 		return nil, err
@@ -382,11 +388,11 @@ func completeProgram(cfg progConfig) (bpf.Instructions, error) {
 		insns = append(insns, asm.Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3)...)
 	}
 	switch cfg.By {
-	case byNone:
+	case ByNone:
 		insns = append(insns, asm.StoreKey(histOff, bpf.R3, bpf.Word))
 		insns = append(insns, asm.PerCPUArrayIncrement("count", "hist", histOff)...)
 		insns = append(insns, bpf.Ja.Label("exit"))
-	case byDisk:
+	case ByDisk:
 		insns = append(insns,
 			bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSource(bpf.Comment("histogram of this device")),
 			asm.StoreKey(histOff, bpf.R1, bpf.Word),
@@ -394,7 +400,7 @@ func completeProgram(cfg progConfig) (bpf.Instructions, error) {
 		)
 		insns = append(insns, asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil)...)
 		insns = append(insns, bpf.Ja.Label("exit"))
-	case byFlags:
+	case ByFlags:
 		insns = append(insns, asm.StoreKey(histOff+4, bpf.R3, bpf.Word))
 		if cfg.Args != nil {
 			insns = append(insns, cfg.Args.opArgs()...)
@@ -433,8 +439,10 @@ func opOf(rwbs tracefs.Field) (bpf.Instructions, error) {
 	}, nil
 }
 
-// collection returns the maps and programs.
-func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
+// Collection returns the maps (start: requests in flight; slots: their
+// direct-mapped fast path; hist; lost) and the programs: issue, complete,
+// and with Insert, insert.
+func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 	if cfg.Slots > 0 && (cfg.Insert != nil || cfg.Slots&(cfg.Slots-1) != 0) {
 		return nil, fmt.Errorf("%d slots: a power of two, and not with -Q (the insert time would not win over the issue time)", cfg.Slots)
 	}
@@ -478,7 +486,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 	if cfg.Args != nil && cfg.Args.Hook == hook.BTF {
 		spec.Maps["anchor"] = &ebpf.MapSpec{Name: "iolat_anchor", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	}
-	if cfg.By != byNone {
+	if cfg.By != ByNone {
 		spec.Maps["hist"] = &ebpf.MapSpec{Name: "iolat_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: maxHists}
 	}
 	if cfg.Insert != nil {
@@ -490,4 +498,52 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		spec.Programs["insert"].Instructions = insert
 	}
 	return spec, nil
+}
+
+// ArgsFor finds, in the kernel's BTF, where the raw or BTF tracepoint
+// programs find the request and what they read through it. A raw program
+// that reads nothing through it (deref false) needs only the request's
+// place among the arguments, found without BTF: the queue comes first
+// where block_rq_issue and block_rq_insert pass two (before 5.11).
+func ArgsFor(h hook.Hook, queued, deref bool) (*Args, error) {
+	a := &Args{Hook: h, RqDisk: -1, ProbeRead: kernel.Readers().Kernel}
+	var err error
+	if h == hook.Raw && !deref {
+		n, err := hook.RawTracepointArgs("block_rq_issue", 2)
+		if err != nil {
+			return nil, err
+		}
+		a.IssueArg, a.InsertArg = n-1, n-1
+		return a, nil
+	}
+	if a.IssueArg, err = kbtf.TracepointArg("block_rq_issue", "request"); err != nil {
+		return nil, err
+	}
+	if a.CompleteArg, err = kbtf.TracepointArg("block_rq_complete", "request"); err != nil {
+		return nil, err
+	}
+	if queued {
+		if a.InsertArg, err = kbtf.TracepointArg("block_rq_insert", "request"); err != nil {
+			return nil, err
+		}
+	}
+	if off, err := kbtf.MemberOffset("request", "rq_disk"); err == nil {
+		a.RqDisk = off // before 5.16
+	} else {
+		if a.Q, err = kbtf.MemberOffset("request", "q"); err != nil {
+			return nil, err
+		}
+		if a.QDisk, err = kbtf.MemberOffset("request_queue", "disk"); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range []struct {
+		st, name string
+		off      *int
+	}{{"gendisk", "major", &a.Major}, {"gendisk", "first_minor", &a.FirstMinor}, {"request", "cmd_flags", &a.CmdFlags}} {
+		if *m.off, err = kbtf.MemberOffset(m.st, m.name); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }

@@ -1,4 +1,4 @@
-package dropmon
+package prog
 
 import (
 	"encoding/binary"
@@ -13,6 +13,9 @@ import (
 	"github.com/tracekit/tracekit/loader"
 )
 
+// TestMain runs the workloads the test binary is asked for (UDP drops).
+func TestMain(m *testing.M) { tooltest.Main(m) }
+
 // A stack whose hash bucket another stack holds (bpf_get_stackid's
 // -EEXIST) goes to the overflow map, and reads back from there. With one
 // bucket in the stacks map, the first stack takes it and every other
@@ -24,7 +27,7 @@ func TestStackOverflowMap(t *testing.T) {
 	if !hook.HaveRawTracepoints() {
 		t.Fatal("the matrix's kernels all have raw tracepoints (4.17+)")
 	}
-	spec, err := collection(progConfig{Layout: hostLayout(t), Protocol: -1, Stacks: true, Hook: hook.Raw})
+	spec, err := Collection(Config{Layout: hostLayout(t), Protocol: -1, Stacks: true, Hook: hook.Raw})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +37,7 @@ func TestStackOverflowMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer coll.Close()
-	lk, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "kfree_skb", Program: coll.Programs[skbProgName]})
+	lk, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "kfree_skb", Program: coll.Programs[Name]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,19 +72,18 @@ func TestStackOverflowMap(t *testing.T) {
 	if err := cit.Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := &reporter{coll: coll}
 	overflowed := 0
 	for _, id := range ids {
-		pcs, err := r.stack(id)
+		pcs, err := Stack(coll, id)
 		if err != nil || pcs[0] == 0 {
 			t.Errorf("stack id %d: %v, first frame 0x%x", id, err, pcs[0])
 		}
-		if id >= maxStacks {
+		if id >= MaxStacks {
 			overflowed++
 		}
 	}
 	if len(ids) < 2 || overflowed == 0 {
-		t.Errorf("stack ids %v: want two or more, some from the overflow map (%d and up)", ids, maxStacks)
+		t.Errorf("stack ids %v: want two or more, some from the overflow map (%d and up)", ids, MaxStacks)
 	}
 	t.Logf("stack ids %v", ids)
 }

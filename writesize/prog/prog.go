@@ -1,9 +1,10 @@
-package writesize
+// Package prog builds writesize's program: each write(2)'s size counted
+// into log2 slots, for all or per process, at the syscall tracepoint, raw
+// sys_enter, a kprobe or fentry on the write syscall.
+package prog
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
@@ -18,58 +19,58 @@ import (
 // entries hold 160 busy processes; more are counted as lost, never dropped.
 const maxProcEntries = 10240
 
-// maxComms is the size of the name map (TRACEKIT_COMM_MAX lowers it, for
-// tests): a process beyond it that has exited by the report prints as "?".
-var maxComms = func() uint32 {
-	if n, err := strconv.ParseUint(os.Getenv("TRACEKIT_COMM_MAX"), 10, 32); err == nil && n > 0 && n < 4096 {
-		return uint32(n)
-	}
-	return 4096
-}()
+// MaxComms is the name map's size unless Config.Comms says otherwise: a
+// process beyond it that has exited by the report prints as "?".
+// MaxCommsLimit bounds what a user may ask for (20 bytes an entry).
+const (
+	MaxComms      = 4096
+	MaxCommsLimit = 1 << 16
+)
 
-// progConfig says what program to build.
-type progConfig struct {
+// Config says what program to build.
+type Config struct {
 	Count      tracefs.Field // the size field: sys_enter_write's count
 	Pid        uint32        // only this process; 0 for all
 	Tree       bool          // only the processes in proctree.PidsMap (-c)
 	Root       int           // the tree's first process, the command
 	PerProcess bool          // one histogram per process
+	Comms      uint32        // PerProcess: the name map's size; 0 is MaxComms
 	// NS: this runs in a pid namespace of its own; Pid and the
 	// per-process keys are that namespace's pids (the tree holds the
 	// kernel's, see proctree.AddProcessTree).
 	NS *asm.PidNS
 	// Kprobe reads the size from the registers at a kprobe on the write
 	// syscall function instead of the tracepoint record.
-	Kprobe *kprobeConfig
+	Kprobe *Kprobe
 	// Raw reads it at the raw tracepoint raw_syscalls:sys_enter (4.17+),
 	// sys_enter(regs, id), which runs for every syscall: the program
 	// leaves at once unless id is write's.
-	Raw *rawConfig
+	Raw *Raw
 	// Fentry reads it at the entry of the write syscall's wrapper
 	// (__x64_sys_write, __arm64_sys_write) through a BPF trampoline: only
 	// writes run it, and the wrapper's pt_regs is a typed pointer, read
 	// directly.
-	Fentry *fentryConfig
+	Fentry *Fentry
 }
 
-// fentryConfig says where the fentry program is and how it finds count.
-type fentryConfig struct {
+// Fentry says where the fentry program is and how it finds count.
+type Fentry struct {
 	Symbol string    // the wrapper: its one argument is the user's pt_regs
 	Regs   *asm.Regs // count is that struct's third argument register
 }
 
-// rawConfig says how the raw sys_enter program finds a write's size.
-type rawConfig struct {
+// Raw says how the raw sys_enter program finds a write's size.
+type Raw struct {
 	NR        int32     // write's syscall number on this architecture
 	Regs      *asm.Regs // the third argument's register in the user's pt_regs
 	ProbeRead bpf.BuiltinFunc
 }
 
-// writeNR is write(2)'s number by architecture.
-var writeNR = map[string]int32{"amd64": 1, "arm64": 64}
+// WriteNR is write(2)'s number by architecture.
+var WriteNR = map[string]int32{"amd64": 1, "arm64": 64}
 
-// kprobeConfig says where the size is at the probed function's entry.
-type kprobeConfig struct {
+// Kprobe says where the size is at the probed function's entry.
+type Kprobe struct {
 	Symbol string
 	// Wrapper: a syscall wrapper (__x64_sys_write or __arm64_sys_write,
 	// 4.17+), whose one argument is the user's struct pt_regs: count is
@@ -91,10 +92,10 @@ const (
 	nsOff   = -56 // bpf_get_ns_current_pid_tgid's result
 )
 
-// program returns the instructions of the write-size program: read count,
+// Program returns the instructions of the write-size program: read count,
 // compute its log2 slot, count it. It never lets the event through (return
 // 0): all aggregation happens in the kernel.
-func program(cfg progConfig) (bpf.Instructions, error) {
+func Program(cfg Config) (bpf.Instructions, error) {
 	load, err := loadCount(cfg)
 	if err != nil {
 		return nil, err
@@ -136,7 +137,7 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 }
 
 // loadCount puts the write's size into R1.
-func loadCount(cfg progConfig) (bpf.Instructions, error) {
+func loadCount(cfg Config) (bpf.Instructions, error) {
 	if r := cfg.Raw; r != nil {
 		insns := bpf.Instructions{
 			bpf.LoadMem(bpf.R4, asm.RegCtx, 0, bpf.DWord).
@@ -171,16 +172,20 @@ func loadCount(cfg progConfig) (bpf.Instructions, error) {
 	return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, k.ProbeRead)...), nil
 }
 
-// collection returns the maps and the program, ready for loader.Load.
-func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
-	insns, err := program(cfg)
+// Collection returns the maps and the program, ready for loader.Load.
+func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
+	insns, err := Program(cfg)
 	if err != nil {
 		return nil, err
 	}
 	maps := map[string]*ebpf.MapSpec{}
 	if cfg.PerProcess {
+		comms := cfg.Comms
+		if comms == 0 {
+			comms = MaxComms
+		}
 		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: maxProcEntries}
-		maps["comms"] = &ebpf.MapSpec{Name: "writesize_comm", Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: maxComms}
+		maps["comms"] = &ebpf.MapSpec{Name: "writesize_comm", Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: comms}
 		maps["lost"] = &ebpf.MapSpec{Name: "writesize_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	} else {
 		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: slots.Log2}

@@ -1,4 +1,7 @@
-package dropmon
+// Package prog builds dropmon's program: kfree_skb counted by (location,
+// reason[, kernel stack]) in a hash behind a per-CPU cache, on a perf, raw
+// or BTF tracepoint.
+package prog
 
 import (
 	"fmt"
@@ -13,27 +16,27 @@ import (
 )
 
 const (
-	maxDrops    = 10240 // (location, reason, stack) keys
-	maxStacks   = 2048  // per stack map: ids 0..2047 in stacks, 2048.. in overflow
-	eexist      = -17   // bpf_get_stackid: the id's bucket holds another stack
-	cacheSlots  = 256   // per-CPU fast-path slots, a power of two
-	stackDepth  = 127   // PERF_MAX_STACK_DEPTH
-	noStack     = -1    // the stack slot of the key without --stacks
-	keyOff      = -16   // {u64 location; u32 reason; s32 stack id}
-	valOff      = -24
-	readOff     = -32 // bpf_probe_read_kernel's buffer (raw tracepoint)
-	skbProgName = "dropmon"
+	maxDrops   = 10240 // (location, reason, stack) keys
+	MaxStacks  = 2048  // per stack map: ids 0..2047 in stacks, 2048.. in overflow
+	eexist     = -17   // bpf_get_stackid: the id's bucket holds another stack
+	cacheSlots = 256   // per-CPU fast-path slots, a power of two
+	StackDepth = 127   // PERF_MAX_STACK_DEPTH
+	NoStack    = -1    // the stack slot of the key without --stacks
+	keyOff     = -16   // {u64 location; u32 reason; s32 stack id}
+	valOff     = -24
+	readOff    = -32       // bpf_probe_read_kernel's buffer (raw tracepoint)
+	Name       = "dropmon" // the program's name in Collection
 )
 
-// layout is where kfree_skb keeps what dropmon reads, from the format file.
-type layout struct {
+// Layout is where kfree_skb keeps what dropmon reads, from the format file.
+type Layout struct {
 	Location tracefs.Field
 	Reason   *tracefs.Field // nil before 5.17, or with --no-reason
 	Protocol tracefs.Field
 }
 
-func layoutOf(f *tracefs.Format, noReason bool) (layout, error) {
-	var l layout
+func LayoutOf(f *tracefs.Format, noReason bool) (Layout, error) {
+	var l Layout
 	var err error
 	if l.Location, err = f.MustField("location"); err != nil {
 		return l, err
@@ -47,9 +50,9 @@ func layoutOf(f *tracefs.Format, noReason bool) (layout, error) {
 	return l, nil
 }
 
-// progConfig says which program variant to build.
-type progConfig struct {
-	Layout   layout
+// Config says which program variant to build.
+type Config struct {
+	Layout   Layout
 	Protocol int // only this protocol (host order, as the tracepoint stores it); -1 for all
 	Stacks   bool
 	// Hook is how the program reaches kfree_skb: through its record
@@ -60,8 +63,8 @@ type progConfig struct {
 	ProbeRead bpf.BuiltinFunc // raw: how to read skb->protocol
 }
 
-// program counts each kfree_skb by (location, reason[, kernel stack]).
-func program(cfg progConfig) (bpf.Instructions, error) {
+// Program counts each kfree_skb by (location, reason[, kernel stack]).
+func Program(cfg Config) (bpf.Instructions, error) {
 	if cfg.Hook == hook.Raw || cfg.Hook == hook.BTF {
 		return argsProgram(cfg)
 	}
@@ -98,7 +101,7 @@ func program(cfg progConfig) (bpf.Instructions, error) {
 // argsProgram is program for a raw or BTF tracepoint: the same key, from
 // kfree_skb's arguments, args[0] = skb, args[1] = location, args[2] =
 // reason (5.17+). No record is built for it.
-func argsProgram(cfg progConfig) (bpf.Instructions, error) {
+func argsProgram(cfg Config) (bpf.Instructions, error) {
 	insns := asm.Prologue()
 	if cfg.Protocol >= 0 {
 		insns = append(insns, bpf.LoadMem(bpf.R1, asm.RegCtx, 0, bpf.DWord).WithSource(bpf.Comment("r1 = skb (args[0])")))
@@ -135,7 +138,7 @@ func argsProgram(cfg progConfig) (bpf.Instructions, error) {
 }
 
 // countKey adds the stack id to the key and counts it.
-func countKey(cfg progConfig) bpf.Instructions {
+func countKey(cfg Config) bpf.Instructions {
 	var insns bpf.Instructions
 	if cfg.Stacks {
 		insns = append(insns,
@@ -147,18 +150,18 @@ func countKey(cfg progConfig) bpf.Instructions {
 			// -EEXIST: the stack's hash bucket holds another stack. The
 			// overflow map, which only such stacks reach, takes it; its
 			// ids follow the first map's.
-			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("a hash collision: stack id = maxStacks + bpf_get_stackid(ctx, overflow, 0)")),
+			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("a hash collision: stack id = MaxStacks + bpf_get_stackid(ctx, overflow, 0)")),
 			bpf.LoadMapPtr(bpf.R2, 0).WithReference("overflow"),
 			bpf.Mov.Imm(bpf.R3, 0),
 			bpf.FnGetStackid.Call(),
 			bpf.JSGT.Imm(bpf.R0, -1, "stack_overflow"),
 			bpf.Ja.Label("stack_key"),
-			bpf.Add.Imm(bpf.R0, maxStacks).WithSymbol("stack_overflow"),
+			bpf.Add.Imm(bpf.R0, MaxStacks).WithSymbol("stack_overflow"),
 			asm.StoreKey(keyOff+12, bpf.R0, bpf.Word).WithSymbol("stack_key"),
 		)
 	} else {
 		insns = append(insns,
-			bpf.Mov.Imm(bpf.R1, noStack),
+			bpf.Mov.Imm(bpf.R1, NoStack),
 			asm.StoreKey(keyOff+12, bpf.R1, bpf.Word),
 		)
 	}
@@ -171,8 +174,11 @@ func countKey(cfg progConfig) bpf.Instructions {
 	return append(insns, asm.Return("exit", 0)...)
 }
 
-func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
-	insns, err := program(cfg)
+// Collection is Program with the maps it counts in: drops (the hash),
+// cache (the per-CPU fast path), lost, and with Stacks the stack maps,
+// stacks and overflow (ids from MaxStacks up).
+func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
+	insns, err := Program(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -182,15 +188,31 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		"lost":  {Name: "dropmon_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 	}
 	if cfg.Stacks {
-		maps["stacks"] = &ebpf.MapSpec{Name: "dropmon_stacks", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * stackDepth, MaxEntries: maxStacks}
-		maps["overflow"] = &ebpf.MapSpec{Name: "dropmon_ovstack", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * stackDepth, MaxEntries: maxStacks}
+		maps["stacks"] = &ebpf.MapSpec{Name: "dropmon_stacks", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * StackDepth, MaxEntries: MaxStacks}
+		maps["overflow"] = &ebpf.MapSpec{Name: "dropmon_ovstack", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * StackDepth, MaxEntries: MaxStacks}
 	}
-	prog := &ebpf.ProgramSpec{Name: skbProgName, Type: ebpf.TracePoint, License: "GPL", Instructions: insns}
+	prog := &ebpf.ProgramSpec{Name: Name, Type: ebpf.TracePoint, License: "GPL", Instructions: insns}
 	switch cfg.Hook {
 	case hook.Raw:
 		prog.Type = ebpf.RawTracepoint
 	case hook.BTF:
 		prog.Type, prog.AttachType, prog.AttachTo = ebpf.Tracing, ebpf.AttachTraceRawTp, "kfree_skb"
 	}
-	return &ebpf.CollectionSpec{Maps: maps, Programs: map[string]*ebpf.ProgramSpec{skbProgName: prog}}, nil
+	return &ebpf.CollectionSpec{Maps: maps, Programs: map[string]*ebpf.ProgramSpec{Name: prog}}, nil
+}
+
+// Stack reads the frames of a stack id from coll: below MaxStacks from the
+// stacks map, from MaxStacks up from the overflow map; a negative id is
+// the error bpf_get_stackid returned.
+func Stack(coll *ebpf.Collection, id int32) ([StackDepth]uint64, error) {
+	var pcs [StackDepth]uint64
+	if id < 0 {
+		return pcs, fmt.Errorf("lost: error %d", id)
+	}
+	m, key := coll.Maps["stacks"], uint32(id)
+	if id >= MaxStacks {
+		m, key = coll.Maps["overflow"], uint32(id-MaxStacks)
+	}
+	err := m.Lookup(key, &pcs)
+	return pcs, err
 }
