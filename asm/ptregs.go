@@ -30,7 +30,17 @@ type Regs struct {
 	// SyscallNr is the syscall's number in that struct, a 32-bit read
 	// (x86-64's orig_ax, arm64's syscallno).
 	SyscallNr int16
+	// FP is the frame pointer's offset (rbp, x29); CS x86-64's code
+	// segment's (0 elsewhere).
+	FP, CS int16
+	// Size is the struct's size where it is the same on every kernel
+	// (x86-64's); 0 where it is not (arm64's has grown).
+	Size int16
 }
+
+// AMD64Size is sizeof(struct pt_regs) on x86-64, as a constant for layouts
+// that hold a copy.
+const AMD64Size = 168
 
 // AMD64 is x86-64's pt_regs (arch/x86/include/asm/ptrace.h: r15 at 0 ...
 // rdi 112, orig_ax 120, ip 128, cs, flags, sp 152, ss; 168 bytes).
@@ -41,6 +51,9 @@ var AMD64 = &Regs{
 	Ret:      80, // rax
 	IP:       128,
 	SP:       152,
+	FP:       32,
+	CS:       136,
+	Size:     AMD64Size,
 	Named: map[string]int16{
 		"r15": 0, "r14": 8, "r13": 16, "r12": 24, "rbp": 32, "rbx": 40, "r11": 48, "r10": 56,
 		"r9": 64, "r8": 72, "rax": 80, "rcx": 88, "rdx": 96, "rsi": 104, "rdi": 112, "rip": 128, "rsp": 152,
@@ -55,7 +68,7 @@ var AMD64 = &Regs{
 // s32 syscallno 280). Arguments are x0-x7 (a syscall's x0-x5), the return
 // value x0.
 var ARM64 = func() *Regs {
-	r := &Regs{Arch: "arm64", Ret: 0, IP: 256, SP: 248, Named: map[string]int16{"sp": 248, "pc": 256}, SyscallPrefix: "__arm64_sys_", SyscallNr: 280}
+	r := &Regs{Arch: "arm64", Ret: 0, IP: 256, SP: 248, FP: 29 * 8, Named: map[string]int16{"sp": 248, "pc": 256}, SyscallPrefix: "__arm64_sys_", SyscallNr: 280}
 	for i := 0; i < 31; i++ {
 		r.Named[fmt.Sprintf("x%d", i)] = int16(8 * i)
 	}

@@ -37,6 +37,10 @@ func TestPtRegs(t *testing.T) {
 	if r.Named["rip"] != r.IP || r.Named["rsp"] != r.SP || r.Named["rdi"] != r.Args[0] || r.Named["rax"] != r.Ret || len(r.Named) != len(order)+2 {
 		t.Errorf("named table %v", r.Named)
 	}
+	// cs and ss follow rip (cs, flags, sp, ss): 21 registers of 8 bytes.
+	if r.FP != r.Named["rbp"] || r.CS != r.IP+8 || r.Size != 21*8 {
+		t.Errorf("fp %d, cs %d, size %d", r.FP, r.CS, r.Size)
+	}
 	if r.SyscallPrefix != "__x64_sys_" {
 		t.Errorf("syscall wrappers %q", r.SyscallPrefix)
 	}
@@ -71,6 +75,9 @@ func TestPtRegsARM64(t *testing.T) {
 	}
 	if r.Named["x30"] != 240 || r.Named["sp"] != 248 || r.Named["pc"] != 256 || r.IP != 256 || r.SP != 248 || r.Ret != 0 || len(r.Named) != 33 {
 		t.Errorf("x30 %d, sp %d, pc %d, ip %d, ret %d, %d names", r.Named["x30"], r.Named["sp"], r.Named["pc"], r.IP, r.Ret, len(r.Named))
+	}
+	if r.FP != r.Named["x29"] || r.CS != 0 || r.Size != 0 {
+		t.Errorf("fp %d, cs %d, size %d: x29, and no fixed size", r.FP, r.CS, r.Size)
 	}
 	if r.SyscallPrefix != "__arm64_sys_" {
 		t.Errorf("syscall wrappers %q", r.SyscallPrefix)

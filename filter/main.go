@@ -12,6 +12,7 @@ import (
 type options struct {
 	run.Common
 	run.ServeOption
+	run.TreeOption
 	ServeTop    int    `long:"serve-top" value-name:"N" default:"100" description:"With --serve and --count-by: the N keys with the most events when first seen get series of their own; the others are summed under \"other\" (a series never moves, so counters only grow)"`
 	Where       string `short:"w" long:"where" value-name:"EXPR" unquote:"false" description:"Keep only events for which EXPR holds: comparisons of fields, arguments, builtins and strings, joined by &&, || and !, with parentheses (see below)"`
 	Fields      string `long:"fields" value-name:"LIST" unquote:"false" description:"Print only these comma-separated fields, arguments, builtins, paths or str() on each line; strings print as text"`

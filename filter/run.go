@@ -105,6 +105,9 @@ func validate(o *options) error {
 	if err := o.CheckServe(); err != nil {
 		return err
 	}
+	if err := o.CheckTree(); err != nil {
+		return err
+	}
 	if o.Serve != "" && !o.Count && o.CountBy == "" && o.Hist == "" && !o.Info {
 		return usage.Errorf("--serve exposes what filter counts in the kernel: add --count, --count-by KEYS or --hist EXPR")
 	}
@@ -459,7 +462,11 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root Nod
 	}
 	spec.Maps = maps(act.Kind, prog)
 	if tree {
-		if err := proctree.Add(spec, ns, s.CommandPid()); err != nil {
+		t, err := proctree.New(s.CommandPid(), ns, o.MaxTree)
+		if err != nil {
+			return err
+		}
+		if err := proctree.Add(spec, t); err != nil {
 			return err
 		}
 	}

@@ -128,7 +128,7 @@ func TestLoopDeviceExactCount(t *testing.T) {
 // Start times live in direct-mapped slots where the kernel has
 // compare-and-exchange (5.12+), with the hash for requests whose slot is
 // taken. Exact either way: the slots (the default), the hash alone
-// (TRACEKIT_IOLAT_SLOTS=0), and one slot that a stale entry holds (written
+// (--slots 0), and one slot that a stale entry holds (written
 // by the test into the running tool's map), so that every request takes
 // the hash. The workload waits for the test's go-ahead (a file).
 func TestSlotsAndHashCountExactly(t *testing.T) {
@@ -137,13 +137,18 @@ func TestSlotsAndHashCountExactly(t *testing.T) {
 		dev := loopDevice(t)
 		name := filepath.Base(dev)
 		const n = 60
-		for _, slots := range []string{"", "0", "1"} {
-			if slots != "" {
-				t.Setenv("TRACEKIT_IOLAT_SLOTS", slots)
+		sizes := []string{"auto", "0", "1"}
+		if !kernel.HaveAtomicCmpXchg() {
+			sizes = sizes[:2]
+			r := iolat(t, "--slots", "1", "0.01", "1")
+			if r.Status != 1 || !strings.Contains(r.Stderr, "--slots 1: the slots are claimed with BPF compare-and-exchange, which this kernel lacks") {
+				t.Errorf("--slots 1 without compare-and-exchange: exit %d, stderr %q", r.Status, r.Stderr)
 			}
+		}
+		for _, slots := range sizes {
 			flag := filepath.Join(t.TempDir(), "go")
 			work := fmt.Sprintf("while [ ! -e %s ]; do sleep 0.02; done; %s", flag, directWrites(dev, n))
-			cmd := exec.Command(tooltest.Tool(t, "iolat"), "-d", name, "--json", "-c", work)
+			cmd := exec.Command(tooltest.Tool(t, "iolat"), "-d", name, "--json", "--slots", slots, "-c", work)
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
 			if err := cmd.Start(); err != nil {
@@ -156,7 +161,7 @@ func TestSlotsAndHashCountExactly(t *testing.T) {
 					cmd.Wait()
 				}
 			})
-			if slots == "1" && kernel.HaveAtomicCmpXchg() {
+			if slots == "1" {
 				occupySlot(t, cmd.Process.Pid)
 			}
 			if err := os.WriteFile(flag, nil, 0o644); err != nil {
@@ -305,6 +310,7 @@ func TestUsageErrors(t *testing.T) {
 		{"-d", "nosuchdisk9"}, {"-d", "../sda"}, {"abc"}, {"-1"}, {"--text"}, {"-D", "-F"},
 		{"--heatmap", "-F"}, {"--scale", "wide", "--heatmap"},
 		{"--heatmap", "--json", "--text"}, {"--heatmap", "--json", "--scale", "global"}, {"--heatmap", "-T"}, {"--json", "-T"},
+		{"--slots", "3"}, {"--slots", "x"}, {"--slots", "131072"}, {"-Q", "--slots", "0"},
 	} {
 		r := iolat(t, args...)
 		if r.Status != 2 || !strings.Contains(r.Stderr, "Try 'iolat --help'") {

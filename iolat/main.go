@@ -17,6 +17,7 @@ type options struct {
 	Disks   bool   `short:"D" long:"disks" description:"One histogram (or heatmap row) per disk"`
 	Disk    string `short:"d" long:"disk" value-name:"NAME" description:"Only this disk (e.g. sda, nvme0n1, loop0), filtered in the kernel"`
 	Flags   bool   `short:"F" long:"flags" description:"One histogram per operation: read, write, flush, discard"`
+	Slots   string `long:"slots" value-name:"N" default:"auto" description:"Direct-mapped slots that hold the start times of requests in flight before the hash does (a power of two up to 65536; 0: the hash alone). auto: 4096 where the kernel has BPF compare-and-exchange (5.12+), else 0. Not with -Q"`
 	Attach  string `long:"attach" value-name:"HOOK" description:"How to reach the block tracepoints: auto (the cheapest this kernel has), btf (5.5+), raw (4.17+, with kernel BTF) or perf (the tracepoints' records, any kernel). A named hook is forced: no fallback. Without the flag, TRACEKIT_ATTACH chooses the same way"`
 	Heatmap bool   `long:"heatmap" description:"Draw a latency heatmap: one row per interval (default 1 s), ten columns per decade from 1 us"`
 	Text    bool   `long:"text" description:"Heatmap: the character ramp ' .:-=+*#%@' instead of colours, and no escape codes"`
@@ -24,6 +25,8 @@ type options struct {
 	Scale   string `long:"scale" choice:"row" choice:"global" default:"row" description:"Heatmap: shade each cell against its row's largest cell, or the largest so far"`
 
 	dev uint32
+
+	slots uint32 // --slots, parsed
 }
 
 const details = `iolat times every block IO request in the kernel: a program on

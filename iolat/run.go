@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"time"
@@ -61,6 +60,19 @@ func validate(o *options) error {
 		}
 		o.DefaultInterval(time.Second)
 	}
+	if o.Slots == "" {
+		o.Slots = "auto" // the flag's default
+	}
+	if o.Slots != "auto" {
+		n, err := strconv.ParseUint(o.Slots, 10, 32)
+		if err != nil || n > 1<<16 || n&(n-1) != 0 {
+			return usage.Errorf("--slots %q: a power of two up to 65536, 0 for the hash alone, or auto", o.Slots)
+		}
+		if o.Queued {
+			return usage.Errorf("--slots goes without -Q: with -Q the insert time must win over the issue time, which only the hash keeps")
+		}
+		o.slots = uint32(n)
+	}
 	if o.Disk != "" {
 		dev, err := procfs.DevOf(o.Disk)
 		if err != nil {
@@ -71,21 +83,21 @@ func validate(o *options) error {
 	return nil
 }
 
-// slotsFor is how many direct-mapped slots hold start times on this
-// kernel: none before BPF_ATOMIC compare-and-exchange (5.12), where the
-// hash holds them all. TRACEKIT_IOLAT_SLOTS=N sets it (0: the hash alone;
-// the tests make requests collide with 1).
-func slotsFor() uint32 {
-	if !kernel.HaveAtomicCmpXchg() {
-		return 0
-	}
-	if v, ok := os.LookupEnv("TRACEKIT_IOLAT_SLOTS"); ok {
-		n, err := strconv.ParseUint(v, 10, 16)
-		if err == nil && n&(n-1) == 0 {
-			return uint32(n)
+// slotsFor is how many direct-mapped slots hold start times: --slots,
+// where auto is prog.NSlots with BPF_ATOMIC compare-and-exchange (5.12+)
+// and none before, where the hash holds them all.
+func slotsFor(o *options) (uint32, error) {
+	if o.Slots == "auto" {
+		if !kernel.HaveAtomicCmpXchg() {
+			return 0, nil
 		}
+		return prog.NSlots, nil
 	}
-	return prog.NSlots
+	n := o.slots
+	if n > 0 && !kernel.HaveAtomicCmpXchg() {
+		return 0, fmt.Errorf("--slots %d: the slots are claimed with BPF compare-and-exchange, which this kernel lacks (5.12+); use --slots 0", n)
+	}
+	return n, nil
 }
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
@@ -112,8 +124,8 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			return err
 		}
 		cfg.Insert = &ins
-	} else {
-		cfg.Slots = slotsFor()
+	} else if cfg.Slots, err = slotsFor(o); err != nil {
+		return err
 	}
 	// Only -d, -D and -F read through the request; without them a raw
 	// tracepoint needs no BTF at all (its start parses none), and with

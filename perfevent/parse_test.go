@@ -2,7 +2,10 @@ package perfevent
 
 import (
 	"os"
+	"strings"
 	"testing"
+
+	"github.com/tracekit/tracekit/tracefs"
 )
 
 func TestPMUBits(t *testing.T) {
@@ -39,3 +42,27 @@ func TestParseCPUList(t *testing.T) {
 }
 
 func writeFile(path, text string) error { return os.WriteFile(path, []byte(text), 0o644) }
+
+// A probe guarded by a USDT semaphore is refused, in one line that says
+// why, where uprobe_events takes no semaphore offset (before 4.20), and
+// that is asked only of such probes.
+func TestRefCtrRefused(t *testing.T) {
+	guarded := tracefs.Probe{Type: tracefs.Uprobe, Path: "/bin/fx", Offset: 0x1130, RefCtrOffset: 0x4010}
+	old := tracefs.RefCtrIn("uprobe_events\t\t- Create/append/... probe: <path>:<offset>[%return]\n")
+	now := tracefs.RefCtrIn("  place (uprobe): <path>:<offset>[%return][(ref_ctr_offset)]\n")
+	if old || !now {
+		t.Fatalf("RefCtrIn: old README %v, new %v", old, now)
+	}
+	err := checkRefCtr(guarded, func() bool { return old })
+	if err == nil || !strings.Contains(err.Error(), "guarded by a semaphore, and this kernel's uprobe_events takes no semaphore offset") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("before 4.20: %v", err)
+	}
+	if err := checkRefCtr(guarded, func() bool { return now }); err != nil {
+		t.Errorf("4.20+: %v", err)
+	}
+	plain := guarded
+	plain.RefCtrOffset = 0
+	if err := checkRefCtr(plain, func() bool { t.Error("asked without a semaphore"); return false }); err != nil {
+		t.Errorf("no semaphore: %v", err)
+	}
+}

@@ -129,10 +129,8 @@ func AttachProbe(prog *ebpf.Program, p tracefs.Probe, tool string, legacy bool) 
 			return attachPMU(prog, p, uint32(typ))
 		}
 	}
-	if p.RefCtrOffset != 0 && !tracefs.RefCtrSupported() {
-		// The semaphore would stay 0 and the probe never fire. Raising it
-		// by hand means writing into other processes' memory: never.
-		return nil, fmt.Errorf("attach %s: the probe is guarded by a semaphore, and this kernel's uprobe_events takes no semaphore offset (4.20+; tracefs README lists no \"(ref_ctr_offset)\"): refused rather than written into the processes' memory", p)
+	if err := checkRefCtr(p, tracefs.RefCtrSupported); err != nil {
+		return nil, err
 	}
 	e, err := newProbeEvent(tool, p)
 	if err != nil {
@@ -144,6 +142,17 @@ func AttachProbe(prog *ebpf.Program, p tracefs.Probe, tool string, legacy bool) 
 	}
 	a.cleanup = e.Close
 	return a, nil
+}
+
+// checkRefCtr refuses a probe guarded by a semaphore where uprobe_events
+// cannot raise it (supported is asked only then): the semaphore would
+// stay 0 and the probe never fire, and raising it by hand means writing
+// into other processes' memory: never.
+func checkRefCtr(p tracefs.Probe, supported func() bool) error {
+	if p.RefCtrOffset == 0 || supported() {
+		return nil
+	}
+	return fmt.Errorf("attach %s: the probe is guarded by a semaphore, and this kernel's uprobe_events takes no semaphore offset (4.20+; tracefs README lists no \"(ref_ctr_offset)\"): refused rather than written into the processes' memory", p)
 }
 
 // pmuBits reads a PMU format file ("config:0", "config:32-63") and

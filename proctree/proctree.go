@@ -3,8 +3,6 @@ package proctree
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 
 	"github.com/cilium/ebpf"
 
@@ -22,58 +20,82 @@ const (
 	seedProg   = "seed_on_exec"
 )
 
-// maxFollowed is the most processes (and threads) followed at once:
-// exited ones leave the map. TRACEKIT_TREE_MAX lowers it (for tests).
-var maxFollowed = func() uint32 {
-	if n, err := strconv.ParseUint(os.Getenv("TRACEKIT_TREE_MAX"), 10, 32); err == nil && n > 0 && n < 8192 {
-		return uint32(n)
-	}
-	return 8192
-}()
+// MaxFollowed is the most processes (and threads) followed at once unless
+// Tree.Max says otherwise: exited ones leave the map. MaxLimit bounds what
+// a user may ask for (a preallocated hash, about 64 bytes an entry).
+const (
+	MaxFollowed = 8192
+	MaxLimit    = 1 << 18
+)
 
-// Add adds to spec what following the process root and its
-// descendants takes: the hash PidsMap (kernel pid -> 1), which programs
-// test with asm.PidInSet against bpf_get_current_pid_tgid, a
-// sched:sched_process_fork program that adds children, and a
-// sched:sched_process_exit program that removes the exited. Inside a pid
-// namespace (ns not nil), root is that namespace's pid, and a
-// sched:sched_process_exec program puts the kernel's pid in the map when
-// root execs (see asm.SeedOnExec).
-func Add(spec *ebpf.CollectionSpec, ns *asm.PidNS, root int) error {
+// Tree is what following a command's process tree takes: its root, and
+// where this kernel's sched_process_fork and sched_process_exit records
+// keep the pids (from their format files, read by New).
+type Tree struct {
+	Root int // the command's pid: the namespace's, with NS
+	// NS: the tool runs in a pid namespace of its own (see Add).
+	NS *asm.PidNS
+	// Max is the most processes followed at once; 0 is MaxFollowed.
+	Max                          uint32
+	ParentPid, ChildPid, ExitPid int
+}
+
+// New is the Tree of root on this kernel.
+func New(root int, ns *asm.PidNS, max uint32) (*Tree, error) {
+	t := &Tree{Root: root, NS: ns, Max: max}
 	f, err := tracefs.ReadFormat("sched", "sched_process_fork")
 	if err != nil {
-		return fmt.Errorf("follow the command's processes: %w", err)
-	}
-	parent, err := f.MustField("parent_pid")
-	if err != nil {
-		return err
-	}
-	child, err := f.MustField("child_pid")
-	if err != nil {
-		return err
-	}
-	fork, err := asm.FollowForks(PidsMap, pidsLost, parent.Offset, child.Offset)
-	if err != nil {
-		return err
+		return nil, fmt.Errorf("follow the command's processes: %w", err)
 	}
 	e, err := tracefs.ReadFormat("sched", "sched_process_exit")
 	if err != nil {
-		return fmt.Errorf("follow the command's processes: %w", err)
+		return nil, fmt.Errorf("follow the command's processes: %w", err)
 	}
-	pid, err := e.MustField("pid")
+	return t, t.Read(f, e)
+}
+
+// Read takes the pids' offsets from the fork and exit events' formats.
+func (t *Tree) Read(fork, exit *tracefs.Format) error {
+	for _, f := range []struct {
+		format *tracefs.Format
+		name   string
+		off    *int
+	}{{fork, "parent_pid", &t.ParentPid}, {fork, "child_pid", &t.ChildPid}, {exit, "pid", &t.ExitPid}} {
+		field, err := f.format.MustField(f.name)
+		if err != nil {
+			return err
+		}
+		*f.off = field.Offset
+	}
+	return nil
+}
+
+// Add adds to spec what following t takes: the hash PidsMap (kernel pid
+// -> 1), which programs test with asm.PidInSet against
+// bpf_get_current_pid_tgid, a sched:sched_process_fork program that adds
+// children, and a sched:sched_process_exit program that removes the
+// exited. Inside a pid namespace (t.NS not nil), t.Root is that
+// namespace's pid, and a sched:sched_process_exec program puts the
+// kernel's pid in the map when the root execs (see asm.SeedOnExec).
+func Add(spec *ebpf.CollectionSpec, t *Tree) error {
+	fork, err := asm.FollowForks(PidsMap, pidsLost, t.ParentPid, t.ChildPid)
 	if err != nil {
 		return err
 	}
-	exits, err := asm.ForgetExits(PidsMap, pid.Offset)
+	exits, err := asm.ForgetExits(PidsMap, t.ExitPid)
 	if err != nil {
 		return err
 	}
-	spec.Maps[PidsMap] = &ebpf.MapSpec{Name: "tk_pids", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: maxFollowed}
+	max := t.Max
+	if max == 0 {
+		max = MaxFollowed
+	}
+	spec.Maps[PidsMap] = &ebpf.MapSpec{Name: "tk_pids", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: max}
 	spec.Maps[pidsLost] = &ebpf.MapSpec{Name: "tk_pids_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	spec.Programs[followProg] = &ebpf.ProgramSpec{Name: followProg, Type: ebpf.TracePoint, License: "GPL", Instructions: fork}
 	spec.Programs[forgetProg] = &ebpf.ProgramSpec{Name: forgetProg, Type: ebpf.TracePoint, License: "GPL", Instructions: exits}
-	if ns != nil {
-		spec.Programs[seedProg] = &ebpf.ProgramSpec{Name: seedProg, Type: ebpf.TracePoint, License: "GPL", Instructions: asm.SeedOnExec(PidsMap, *ns, uint32(root))}
+	if t.NS != nil {
+		spec.Programs[seedProg] = &ebpf.ProgramSpec{Name: seedProg, Type: ebpf.TracePoint, License: "GPL", Instructions: asm.SeedOnExec(PidsMap, *t.NS, uint32(t.Root))}
 	}
 	return nil
 }
@@ -103,5 +125,8 @@ func Follow(coll *ebpf.Collection, root int, attach func(prog *ebpf.Program, gro
 // not followed for want of room in the map, and what that room is.
 func Unfollowed(coll *ebpf.Collection) (n uint64, room uint32) {
 	n, _ = counts.ReadPerCPUCounter(coll.Maps[pidsLost])
-	return n, maxFollowed
+	if m := coll.Maps[PidsMap]; m != nil {
+		room = m.MaxEntries()
+	}
+	return n, room
 }

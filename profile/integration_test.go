@@ -170,8 +170,7 @@ func TestKernelModeBefore515(t *testing.T) {
 		t.Skipf("the pre-5.15 path reads x86-64's pt_regs and code segment; on %s profile unwinds by frame pointers, which need no user registers", runtime.GOARCH)
 	}
 	dir := fixtures(t)
-	t.Setenv(noTaskRegsEnv, "1")
-	r := profileJSON(t, "-F", "199", "--unwind=eh", "-c", filepath.Join(dir, "chain-pie")+" 1.5 syscall")
+	r := profileJSON(t, "-F", "199", "--unwind=eh", "--assume-missing=task_pt_regs", "-c", filepath.Join(dir, "chain-pie")+" 1.5 syscall")
 	var inKernel, all int
 	for _, st := range r.Stacks {
 		if st.Comm != "chain-pie" || !slices.Contains(st.User, "c") && !strings.Contains(st.End, "no user registers") {
@@ -386,5 +385,25 @@ func TestPprofAndSVGFiles(t *testing.T) {
 		if !names[fn] {
 			t.Errorf("the flame graph has no frame %q", fn)
 		}
+	}
+}
+
+// -I counts the idle task's samples (pid 0); without it there are none.
+// Two CPUs mostly idle for a second at 99 Hz give the idle task dozens.
+func TestIdle(t *testing.T) {
+	privtest.Require(t)
+	idle := func(r report) (n int) {
+		for _, st := range r.Stacks {
+			if st.Pid == 0 {
+				n += int(st.Count)
+			}
+		}
+		return n
+	}
+	if n := idle(profileJSON(t, "-F", "99", "1", "1")); n != 0 {
+		t.Errorf("without -I: %d samples of the idle task", n)
+	}
+	if n := idle(profileJSON(t, "-F", "99", "-I", "1", "1")); n < 10 {
+		t.Errorf("with -I: %d samples of the idle task, want 10 or more", n)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	bpf "github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/counts"
@@ -23,21 +22,26 @@ import (
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/proctree"
+	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
 )
 
 func validate(o *options) error {
+	if err := o.CheckTree(); err != nil {
+		return err
+	}
 	if o.Frequency < 1 || o.Frequency > 10000 {
 		return usage.Errorf("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
 	}
 	if runtime.GOARCH != "amd64" {
 		// The rows, the register offsets and the PLT rule are x86-64's.
 		switch o.Unwind {
-		case unwindEH:
+		case prog.UnwindEH:
 			return usage.Errorf("--unwind=eh: the in-kernel unwinder reads x86-64 frames only; on %s use --unwind=fp", runtime.GOARCH)
-		case unwindAuto:
-			o.Unwind = unwindFP
+		case prog.UnwindAuto:
+			o.Unwind = prog.UnwindFP
 		}
 	}
 	if o.Folded && o.JSON {
@@ -94,36 +98,35 @@ func (k stackKey) decode(kernelDepth int) decodedKey {
 }
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
-	cfg := progConfig{Mode: o.Unwind, Pid: o.Pid, Tree: o.Command != "", Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
-		KernelDepth: kernelDepth, UserDepth: userDepth}
+	cfg := prog.Config{Mode: o.Unwind, Pid: o.Pid, Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
+		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}
 	ns, err := kernel.PidNamespace()
 	if err != nil {
 		return err
 	}
-	cfg.NS, cfg.Root = ns, s.CommandPid()
+	cfg.NS = ns
+	if o.Command != "" {
+		if cfg.Tree, err = proctree.New(s.CommandPid(), ns, o.MaxTree); err != nil {
+			return err
+		}
+	}
 	if !haveBigKeys() {
 		// Older kernels (5.10 here) take hash keys of MAX_BPF_STACK, 512
 		// bytes, at most.
-		cfg.KernelDepth, cfg.UserDepth = smallKernelDepth, smallUserDepth
+		cfg.KernelDepth, cfg.UserDepth = prog.SmallKernelFrames, prog.SmallUserFrames
 		fmt.Fprintf(s.Stderr, "profile: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", cfg.KernelDepth, cfg.UserDepth)
 	}
-	cfg.TaskRegs, cfg.LazyHashes = kernel.HaveTaskPtRegs(), kernel.HaveLazyHashes()
-	if os.Getenv(noTaskRegsEnv) == "1" {
-		cfg.TaskRegs = false // the tests take the pre-5.15 path on any kernel
-	}
-	if !cfg.TaskRegs && cfg.Mode != unwindFP {
+	cfg.TaskRegs, cfg.LazyHashes = kernel.HaveTaskPtRegs() && !o.assumeMissing("task_pt_regs"), kernel.HaveLazyHashes()
+	if !cfg.TaskRegs && cfg.Mode != prog.UnwindFP {
 		if off, err := kbtf.MemberOffset("task_struct", "stack"); err == nil {
 			cfg.TaskStack = off
 		} else {
 			fmt.Fprintf(s.Stderr, "profile: samples taken in the kernel will have no user stack: %v\n", err)
 		}
 	}
-	spec, err := collection(cfg)
+	spec, err := prog.Collection(cfg)
 	if err != nil {
 		return err
-	}
-	if o.Idle {
-		dropIdleFilter(spec.Programs["sample"])
 	}
 	coll, err := s.Load(spec)
 	if err != nil {
@@ -131,7 +134,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	defer ps.close()
-	if cfg.Mode != unwindFP {
+	if cfg.Mode != prog.UnwindFP {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
 			return fmt.Errorf("install the unwinder: %w", err)
 		}
@@ -166,9 +169,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 		pid, kind, addr := binary.LittleEndian.Uint32(smp.Raw), binary.LittleEndian.Uint32(smp.Raw[4:]), binary.LittleEndian.Uint64(smp.Raw[8:])
 		switch kind {
-		case eventNew:
+		case prog.EventNew:
 			ps.scan(pid, true)
-		case eventMiss:
+		case prog.EventMiss:
 			ps.miss(pid, addr)
 		}
 	}
@@ -227,22 +230,6 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	})
 }
 
-// noTaskRegsEnv, set to 1, makes profile find a kernel-mode sample's user
-// registers as before 5.15 (from the task's kernel stack), on any kernel.
-const noTaskRegsEnv = "TRACEKIT_NO_TASK_PT_REGS"
-
-// dropIdleFilter removes the "not the idle task" jump (-I).
-func dropIdleFilter(p *ebpf.ProgramSpec) {
-	for i, ins := range p.Instructions {
-		if ins.OpCode.JumpOp() == bpf.JEq && ins.Dst == bpf.R7 && ins.Constant == 0 && ins.Reference() == "exit" {
-			p.Instructions[i] = ins.WithReference("").WithSource(bpf.Comment("the idle task too (-I)"))
-			p.Instructions[i].OpCode = bpf.OpCode(bpf.JumpClass).SetJumpOp(bpf.Ja)
-			p.Instructions[i].Dst, p.Instructions[i].Offset, p.Instructions[i].Constant = 0, 0, 0
-			return
-		}
-	}
-}
-
 type reporter struct {
 	s           *run.Session
 	o           *options
@@ -270,12 +257,12 @@ type stack struct {
 
 // ends names each stop reason as the report shows it.
 var ends = map[int32]string{
-	stopNoRow:       "[unwind error: no unwind row]",
-	stopUnsupported: "[unwind error: unsupported unwind rule]",
-	stopNoTable:     "[unwind error: no table]",
-	stopRead:        "[unwind error: read]",
-	stopTruncated:   "[truncated]",
-	stopNoRegs:      "[no user registers]",
+	prog.StopNoRow:       "[unwind error: no unwind row]",
+	prog.StopUnsupported: "[unwind error: unsupported unwind rule]",
+	prog.StopNoTable:     "[unwind error: no table]",
+	prog.StopRead:        "[unwind error: read]",
+	prog.StopTruncated:   "[truncated]",
+	prog.StopNoRegs:      "[no user registers]",
 }
 
 func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
@@ -476,7 +463,7 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 		}
 	}
 	fmt.Fprintf(w, "%d samples, %d stacks", samples, len(stacks))
-	if r.o.Unwind != unwindFP && samples > 0 {
+	if r.o.Unwind != prog.UnwindFP && samples > 0 {
 		fmt.Fprintf(w, "; user stacks complete: %d (%.1f%%)", complete, 100*float64(complete)/float64(samples))
 	}
 	if lost > 0 {
@@ -491,7 +478,7 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 	for _, e := range names {
 		fmt.Fprintf(w, "  %s: %d\n", e, byEnd[e])
 	}
-	if r.o.Unwind != unwindFP {
+	if r.o.Unwind != prog.UnwindFP {
 		files, rows, used := r.ps.tableStats()
 		fmt.Fprintf(w, "unwind tables: %d files, %d rows (%.1f of %d MiB), read in %d ms",
 			files, rows, float64(used*8)/(1<<20), r.o.Budget, r.ps.loadTime.Milliseconds())
@@ -525,7 +512,7 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		end := st.End
 		if end == "" {
 			end = "complete"
-			if r.o.Unwind == unwindFP {
+			if r.o.Unwind == prog.UnwindFP {
 				end = "frame pointers"
 			}
 		}
@@ -544,5 +531,5 @@ func nonNil(s []string) []string {
 // haveBigKeys reports whether a hash map takes the full key (6.1 does;
 // 5.10 limits hash keys to MAX_BPF_STACK, 512 bytes).
 func haveBigKeys() bool {
-	return kernel.HashKeyFits(progConfig{KernelDepth: kernelDepth, UserDepth: userDepth}.keySize())
+	return kernel.HashKeyFits(prog.Config{KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}.KeySize())
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/proctree"
@@ -147,6 +148,20 @@ func (s *Session) AttachTracepoint(prog *ebpf.Program, group, name string) error
 	return nil
 }
 
+// TreeOption is --max-tree, for the tools that follow -c's process tree.
+// Tools embed it in their options.
+type TreeOption struct {
+	MaxTree uint32 `long:"max-tree" default:"8192" value-name:"N" description:"With -c: how many of the command's processes and threads are followed at once (up to 262144); the run says how many did not fit"`
+}
+
+// CheckTree validates --max-tree.
+func (o *TreeOption) CheckTree() error {
+	if o.MaxTree < 1 || o.MaxTree > proctree.MaxLimit {
+		return usage.Errorf("--max-tree %d: from 1 to %d", o.MaxTree, proctree.MaxLimit)
+	}
+	return nil
+}
+
 // FollowProcessTree follows the process root and its descendants in the
 // map proctree.Add made (see proctree.Follow) for the rest of the run.
 // When the run ends, children that did not fit in the map are reported
@@ -157,7 +172,7 @@ func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
 	}
 	s.OnClose("", func() error {
 		if n, room := proctree.Unfollowed(coll); n > 0 {
-			fmt.Fprintf(s.Stderr, "%s: %d of the command's processes were not followed: more than %d ran at once, and their events are missing\n", s.Tool, n, room)
+			fmt.Fprintf(s.Stderr, "%s: %d of the command's processes were not followed: more than %d ran at once (--max-tree), and their events are missing\n", s.Tool, n, room)
 		}
 		return nil
 	})

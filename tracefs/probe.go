@@ -374,21 +374,19 @@ func SweepStale(ns uint64, alive func(pid int) bool) error {
 	return errors.Join(errs...)
 }
 
-// NoRefCtrEnv=1 makes RefCtrSupported answer no, so that the refusal on
-// kernels before 4.20 is tested on any kernel.
-const NoRefCtrEnv = "TRACEKIT_ASSUME_NO_REFCTR"
-
 // RefCtrSupported reports whether uprobe_events takes a semaphore offset,
-// "PATH:0xOFF(0xREFCTR)" (4.20+): tracefs's README lists the syntax as
-// "<path>:<offset>[%return][(ref_ctr_offset)]" where it does.
+// "PATH:0xOFF(0xREFCTR)" (4.20+): see RefCtrIn.
 func RefCtrSupported() bool {
-	if os.Getenv(NoRefCtrEnv) == "1" {
-		return false
-	}
 	root, err := Root()
 	if err != nil {
 		return false
 	}
 	b, err := os.ReadFile(filepath.Join(root, "README"))
-	return err == nil && strings.Contains(string(b), "(ref_ctr_offset)")
+	return err == nil && RefCtrIn(string(b))
+}
+
+// RefCtrIn reports whether a tracefs README lists the semaphore offset in
+// uprobe_events' syntax, "<path>:<offset>[%return][(ref_ctr_offset)]".
+func RefCtrIn(readme string) bool {
+	return strings.Contains(readme, "(ref_ctr_offset)")
 }

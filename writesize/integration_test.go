@@ -314,7 +314,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"abc"}, {"-1"}, {"0"}, {"1", "0"}, {"1", "x"}, {"1", "2", "3"},
 		{"--bogus"}, {"-p", "999999999"}, {"-p", "x"}, {"--all"}, {"--attach", "btf"}, {"--attach", "kprobe"},
-		{"--json", "-T"}, {"--max-comms", "0"}, {"--max-comms", "70000"},
+		{"--json", "-T"}, {"--max-comms", "0"}, {"--max-comms", "70000"}, {"--max-tree", "0"},
 	} {
 		r := runTool(t, args...)
 		if r.Status != 2 {

@@ -123,15 +123,14 @@ func TestClosedStdoutEndsTheRun(t *testing.T) {
 }
 
 // TestTreeForgetsExitedProcesses runs more processes one after another
-// than the process-tree map holds (TRACEKIT_TREE_MAX=16): exited ones
+// than the process-tree map holds (--max-tree 16): exited ones
 // leave the map, so every write of all 60 is counted. 40 at once do not
 // fit: the run says so on stderr.
 func TestTreeForgetsExitedProcesses(t *testing.T) {
 	privtest.Require(t)
-	t.Setenv("TRACEKIT_TREE_MAX", "16")
 	const n = 60
 	// No seq: its output would be one more write.
-	r := runTool(t, "--json", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do %s; i=$((i+1)); done", n, writer(t, 3, 1)))
+	r := runTool(t, "--json", "--max-tree", "16", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do %s; i=$((i+1)); done", n, writer(t, 3, 1)))
 	if r.Status != 0 {
 		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 	}
@@ -143,7 +142,7 @@ func TestTreeForgetsExitedProcesses(t *testing.T) {
 	if strings.Contains(r.Stderr, "not followed") {
 		t.Errorf("stderr says processes were lost: %s", r.Stderr)
 	}
-	r = runTool(t, "--json", "-c", fmt.Sprintf("i=0; while [ $i -lt 40 ]; do (sleep 1; %s) & i=$((i+1)); done; wait", writer(t, 3, 1)))
+	r = runTool(t, "--json", "--max-tree", "16", "-c", fmt.Sprintf("i=0; while [ $i -lt 40 ]; do (sleep 1; %s) & i=$((i+1)); done; wait", writer(t, 3, 1)))
 	if r.Status != 0 {
 		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 	}

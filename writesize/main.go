@@ -13,6 +13,7 @@ import (
 type options struct {
 	run.Common
 	run.ServeOption
+	run.TreeOption
 	Pid        int    `short:"p" long:"pid" value-name:"PID" description:"Trace only this process (its pid, the tgid)"`
 	PerProcess bool   `short:"P" long:"per-process" description:"Print one histogram per process, labelled '<comm> <pid>'"`
 	All        bool   `short:"a" long:"all" description:"With -c, trace every process, not only the command"`

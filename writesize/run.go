@@ -18,6 +18,7 @@ import (
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tracefs"
@@ -29,6 +30,9 @@ func validate(o *options) error {
 		return err
 	}
 	if err := o.CheckServe(); err != nil {
+		return err
+	}
+	if err := o.CheckTree(); err != nil {
 		return err
 	}
 	if err := hook.Validate(o.Attach); err != nil {
@@ -155,13 +159,20 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	// With -c, the command's process and its descendants: dash forks even a
 	// single command, so the pid of "sh -c" alone would miss its writes.
 	cmdPid := s.CommandPid()
-	cfg.Tree, cfg.Root = cmdPid != 0 && o.Pid == 0 && !o.All, cmdPid
-	if cfg.Tree || cfg.Pid != 0 || cfg.PerProcess {
+	tree := cmdPid != 0 && o.Pid == 0 && !o.All
+	if tree || cfg.Pid != 0 || cfg.PerProcess {
 		ns, err := kernel.PidNamespace()
 		if err != nil {
 			return err
 		}
 		cfg.NS = ns
+	}
+	if tree {
+		t, err := proctree.New(cmdPid, cfg.NS, o.MaxTree)
+		if err != nil {
+			return err
+		}
+		cfg.Tree = t
 	}
 	spec, err := prog.Collection(cfg)
 	if err != nil {
@@ -171,7 +182,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Tree {
+	if cfg.Tree != nil {
 		if err := s.FollowProcessTree(coll, cmdPid); err != nil {
 			return err
 		}

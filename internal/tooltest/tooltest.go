@@ -21,8 +21,10 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/metrics"
+	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -460,6 +462,17 @@ func Run(t testing.TB, bin string, args ...string) Result {
 }
 
 // Format parses a copy of a format file from tracefs/testdata.
+// Tree is the process tree of root as a 6.18 kernel's formats place its
+// pids: the goldens' tree, read without tracefs.
+func Tree(t testing.TB, root int, ns *asm.PidNS) *proctree.Tree {
+	t.Helper()
+	tr := &proctree.Tree{Root: root, NS: ns}
+	if err := tr.Read(Format(t, "sched_process_fork.6.18.format"), Format(t, "sched_process_exit.6.18.format")); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 // Root is the tree's top: the nearest directory above the test's that
 // holds tracefs/testdata (the module in a checkout, /tk/src in the
 // matrix's guests, where each package's testdata is copied).

@@ -29,15 +29,14 @@ const (
 
 // Config says what program to build.
 type Config struct {
-	Count      tracefs.Field // the size field: sys_enter_write's count
-	Pid        uint32        // only this process; 0 for all
-	Tree       bool          // only the processes in proctree.PidsMap (-c)
-	Root       int           // the tree's first process, the command
-	PerProcess bool          // one histogram per process
-	Comms      uint32        // PerProcess: the name map's size; 0 is MaxComms
+	Count      tracefs.Field  // the size field: sys_enter_write's count
+	Pid        uint32         // only this process; 0 for all
+	Tree       *proctree.Tree // only the processes in proctree.PidsMap (-c)
+	PerProcess bool           // one histogram per process
+	Comms      uint32         // PerProcess: the name map's size; 0 is MaxComms
 	// NS: this runs in a pid namespace of its own; Pid and the
 	// per-process keys are that namespace's pids (the tree holds the
-	// kernel's, see proctree.AddProcessTree).
+	// kernel's, see proctree.Add).
 	NS *asm.PidNS
 	// Kprobe reads the size from the registers at a kprobe on the write
 	// syscall function instead of the tracepoint record.
@@ -108,10 +107,10 @@ func Program(cfg Config) (bpf.Instructions, error) {
 		)
 	}
 	nsPids := cfg.NS != nil && (cfg.Pid != 0 || cfg.PerProcess)
-	if cfg.Tree || (cfg.Pid != 0 || cfg.PerProcess) && !nsPids {
+	if cfg.Tree != nil || (cfg.Pid != 0 || cfg.PerProcess) && !nsPids {
 		insns = append(insns, asm.CurrentPid()...)
 	}
-	if cfg.Tree {
+	if cfg.Tree != nil {
 		insns = append(insns, asm.PidInSet(proctree.PidsMap, treeOff, "exit")...)
 	}
 	if nsPids {
@@ -204,8 +203,8 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		Maps:     maps,
 		Programs: map[string]*ebpf.ProgramSpec{"writesize": prog},
 	}
-	if cfg.Tree {
-		if err := proctree.Add(spec, cfg.NS, cfg.Root); err != nil {
+	if cfg.Tree != nil {
+		if err := proctree.Add(spec, cfg.Tree); err != nil {
 			return nil, err
 		}
 	}

@@ -32,21 +32,21 @@ func variants(t *testing.T) map[string]Config {
 	ns := &asm.PidNS{Dev: 4, Ino: 4026532417} // a pid namespace of unshare -fp
 	return map[string]Config{
 		"prog_ns_pid_per_process":        {Count: count, Pid: 3, PerProcess: true, NS: ns},
-		"prog_ns_tree_per_process":       {Count: count, Tree: true, Root: 2, PerProcess: true, NS: ns},
-		"prog_ns_tree":                   {Count: count, Tree: true, Root: 2, NS: ns},
+		"prog_ns_tree_per_process":       {Count: count, Tree: tooltest.Tree(t, 2, ns), PerProcess: true, NS: ns},
+		"prog_ns_tree":                   {Count: count, Tree: tooltest.Tree(t, 2, ns), NS: ns},
 		"prog_fentry":                    {Fentry: &Fentry{Symbol: "__x64_sys_write", Regs: asm.AMD64}},
-		"prog_fentry_tree_arm64":         {Fentry: &Fentry{Symbol: "__arm64_sys_write", Regs: asm.ARM64}, Tree: true},
+		"prog_fentry_tree_arm64":         {Fentry: &Fentry{Symbol: "__arm64_sys_write", Regs: asm.ARM64}, Tree: tooltest.Tree(t, 1, nil)},
 		"prog_fentry_ns_pid_per_process": {Fentry: &Fentry{Symbol: "__x64_sys_write", Regs: asm.AMD64}, Pid: 3, PerProcess: true, NS: ns},
 		"prog_all":                       {Count: count},
 		"prog_pid":                       {Count: count, Pid: 1234},
-		"prog_tree":                      {Count: count, Tree: true},
+		"prog_tree":                      {Count: count, Tree: tooltest.Tree(t, 1, nil)},
 		"prog_per_process":               {Count: count, PerProcess: true},
 		"prog_pid_per_process":           {Count: count, Pid: 1234, PerProcess: true},
 		"prog_kprobe_wrapper":            {Kprobe: &Kprobe{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.AMD64}},
 		"prog_kprobe_old_read":           {Kprobe: &Kprobe{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeRead, Regs: asm.AMD64}},
-		"prog_kprobe_ksys":               {Kprobe: &Kprobe{Symbol: "ksys_write", Regs: asm.AMD64}, Tree: true},
+		"prog_kprobe_ksys":               {Kprobe: &Kprobe{Symbol: "ksys_write", Regs: asm.AMD64}, Tree: tooltest.Tree(t, 1, nil)},
 		"prog_raw":                       {Raw: &Raw{NR: 1, Regs: asm.AMD64, ProbeRead: bpf.FnProbeReadKernel}},
-		"prog_raw_tree_arm64":            {Raw: &Raw{NR: 64, Regs: asm.ARM64, ProbeRead: bpf.FnProbeReadKernel}, Tree: true},
+		"prog_raw_tree_arm64":            {Raw: &Raw{NR: 64, Regs: asm.ARM64, ProbeRead: bpf.FnProbeReadKernel}, Tree: tooltest.Tree(t, 1, nil)},
 		"prog_kprobe_arm64":              {Kprobe: &Kprobe{Symbol: "__arm64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.ARM64}},
 	}
 }

@@ -1,4 +1,8 @@
-package profile
+// Package prog builds profile's programs: a perf_event sampler that keys
+// each sample by its kernel and user stacks, the user stack unwound in the
+// kernel by frame pointers or by the unwind tables profile loads (a
+// tail-called unwinder), and an exec hook that forgets replaced images.
+package prog
 
 import (
 	"fmt"
@@ -24,7 +28,7 @@ const (
 	stateN    = 24 // frames stored so far
 	stateMiss = 32 // 1 once this walk has reported a miss
 	stateRegs = 40 // a copy of the task's user pt_regs
-	ptRegsLen = 168
+	ptRegsLen = asm.AMD64Size
 
 	keyBase    = stateRegs + ptRegsLen
 	keyPid     = keyBase     // u32 tgid
@@ -33,37 +37,36 @@ const (
 	keyKernel  = keyBase + 8
 
 	// The depths where the kernel allows big hash keys, and where not.
-	kernelDepth      = 64  // kernel frames kept (perf_event stacks rarely pass 40)
-	userDepth        = 127 // user frames kept (PERF_MAX_STACK_DEPTH)
-	smallKernelDepth = 16
-	smallUserDepth   = 46 // 8 + 8*(16+46) = 504 bytes of key
+	KernelFrames      = 64  // kernel frames kept (perf_event stacks rarely pass 40)
+	UserFrames        = 127 // user frames kept (PERF_MAX_STACK_DEPTH)
+	SmallKernelFrames = 16
+	SmallUserFrames   = 46 // 8 + 8*(16+46) = 504 bytes of key
 
 	framesPerProg = 5 // frames one unwind program walks before it tail-calls itself
 )
 
 // Why a user stack ends. The first values are the table's own (unwind.Stop).
 const (
-	stopNoRow       = int32(unwind.StopNoRow)
-	stopEnd         = int32(unwind.StopEnd)
-	stopUnsupported = int32(unwind.StopUnsupported)
-	stopNoTable     = 4 // the address is in no file whose table is loaded
-	stopRead        = 5 // the stack could not be read
-	stopTruncated   = 6 // the key's user frames are full, or the tail-call limit
-	stopNoRegs      = 7 // no user registers (a kernel thread, or a kernel-mode sample before 5.15)
-	stopFP          = 8 // frame pointers: bpf_get_stack's walk, which says nothing of how it ended
+	StopNoRow       = int32(unwind.StopNoRow)
+	StopEnd         = int32(unwind.StopEnd)
+	StopUnsupported = int32(unwind.StopUnsupported)
+	StopNoTable     = 4 // the address is in no file whose table is loaded
+	StopRead        = 5 // the stack could not be read
+	StopTruncated   = 6 // the key's user frames are full, or the tail-call limit
+	StopNoRegs      = 7 // no user registers (a kernel thread, or a kernel-mode sample before 5.15)
+	StopFP          = 8 // frame pointers: bpf_get_stack's walk, which says nothing of how it ended
 )
 
-// x86-64 struct pt_regs offsets (arch/x86/include/asm/ptrace.h), the
-// kernel stack's size (THREAD_SIZE without KASAN) and the user code segment
-// (__USER_CS).
+// The table unwinder reads x86-64's registers (asm.AMD64: ip, sp, bp,
+// and the code segment that tells user registers from kernel ones). The
+// kernel stack's size (THREAD_SIZE without KASAN) and the user code
+// segment (__USER_CS) are x86-64's too.
 const (
 	threadSize = 16384
 	userCS     = 0x33
-	regsBP     = 32
-	regsIP     = 128
-	regsCS     = 136
-	regsSP     = 152
 )
+
+var regs = asm.AMD64
 
 // Stack slots of the programs.
 const (
@@ -79,8 +82,8 @@ const (
 	fpNow     = -88  // u64: the value of a new seen entry
 	fpOne     = -104 // u64: 1, the value of a new count
 	fpEvent   = -120 // 16 bytes: {u32 tgid; u32 kind; u64 address} sent to user space
-	eventNew  = 1    // a process seen for the first time
-	eventMiss = 2    // an address in no loaded table: user space loads the file there
+	EventNew  = 1    // a process seen for the first time
+	EventMiss = 2    // an address in no loaded table: user space loads the file there
 
 )
 
@@ -93,18 +96,19 @@ const (
 
 // Unwind modes.
 const (
-	unwindFP   = "fp"
-	unwindEH   = "eh"
-	unwindAuto = "auto"
+	UnwindFP   = "fp"
+	UnwindEH   = "eh"
+	UnwindAuto = "auto"
 )
 
-type progConfig struct {
+// Config says which programs to build.
+type Config struct {
 	// KernelDepth and UserDepth are the frames a key keeps.
 	KernelDepth, UserDepth int
-	Mode                   string // unwindFP, unwindEH or unwindAuto
-	Pid                    int    // -p: only this process
-	Tree                   bool   // -c: the process tree in proctree.PidsMap
-	Root                   int    // -c: the command's pid
+	Mode                   string         // UnwindFP, UnwindEH or UnwindAuto
+	Pid                    int            // -p: only this process
+	Tree                   *proctree.Tree // -c: the process tree in proctree.PidsMap
+	Idle                   bool           // -I: sample the idle task too
 	// NS: this runs in a pid namespace of its own. Pid, the keys and the
 	// processes user space reads are that namespace's pids; samples of
 	// tasks outside it are dropped (their maps cannot be read from here).
@@ -124,7 +128,7 @@ type progConfig struct {
 // fences is how many block addresses the fences map holds: one for each
 // block of the row table, rounded up to a power of two (the search masks
 // its index with fences-1).
-func (c progConfig) fences() int {
+func (c Config) fences() int {
 	n := 1
 	for n < c.Rows/unwind.BlockRows {
 		n *= 2
@@ -132,16 +136,18 @@ func (c progConfig) fences() int {
 	return n
 }
 
-func (c progConfig) keyUser() int     { return keyKernel + 8*c.KernelDepth }
-func (c progConfig) keySize() int     { return 8 + 8*(c.KernelDepth+c.UserDepth) }
-func (c progConfig) scratchSize() int { return keyBase + c.keySize() }
+func (c Config) keyUser() int { return keyKernel + 8*c.KernelDepth }
 
-// collection builds the sampling program (and, unwinding by tables, the
+// KeySize is the counts key's size: pid, stop, kernel error, then the frames.
+func (c Config) KeySize() int     { return 8 + 8*(c.KernelDepth+c.UserDepth) }
+func (c Config) scratchSize() int { return keyBase + c.KeySize() }
+
+// Collection builds the sampling program (and, unwinding by tables, the
 // unwinder it tail-calls) with the maps they share.
-func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
+func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 	spec := &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{
-			"counts":  {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.keySize()), ValueSize: 8, MaxEntries: maxStacks},
+			"counts":  {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: maxStacks},
 			"scratch": {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(cfg.scratchSize()), MaxEntries: 1},
 			"lost":    {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 			"seen":    {Name: "profile_seen", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxSeen},
@@ -158,7 +164,7 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		return nil, err
 	}
 	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: ebpf.PerfEvent, License: "GPL", Instructions: entry}
-	if cfg.Mode != unwindFP {
+	if cfg.Mode != UnwindFP {
 		// The row table, as unwind.Blocks lays it out: blocks of rows, and
 		// the first address of each block in one value (read in place).
 		spec.Maps["rows"] = &ebpf.MapSpec{Name: "profile_rows", Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: uint32(cfg.Rows / unwind.BlockRows)}
@@ -170,8 +176,8 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
 	}
 	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg(cfg.NS)}
-	if cfg.Tree {
-		if err := proctree.Add(spec, cfg.NS, cfg.Root); err != nil {
+	if cfg.Tree != nil {
+		if err := proctree.Add(spec, cfg.Tree); err != nil {
 			return nil, err
 		}
 	}
@@ -181,12 +187,14 @@ func collection(cfg progConfig) (*ebpf.CollectionSpec, error) {
 // sampleProg runs on every sample: filter, key (pid, kernel stack), then the
 // user stack by frame pointers (bpf_get_stack) or by tail call into the
 // unwinder.
-func sampleProg(cfg progConfig) (bpf.Instructions, error) {
+func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns := asm.Prologue()
 	insns = append(insns, bpf.StoreMem(bpf.RFP, fpCtx, asm.RegCtx, bpf.DWord))
 	insns = append(insns, asm.CurrentPid()...)
-	insns = append(insns, asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "not the idle task")...)
-	if cfg.Tree {
+	if !cfg.Idle {
+		insns = append(insns, asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "not the idle task")...)
+	}
+	if cfg.Tree != nil {
 		insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
 		insns = append(insns, asm.PidInSet(proctree.PidsMap, fpTgid, "exit")...)
 	}
@@ -209,7 +217,7 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 		// previous sample's frames (bpf_probe_read* since 4.x).
 		bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("zero the key: a read of address 0 fails and clears its buffer")),
 		bpf.Add.Imm(bpf.R1, keyBase),
-		bpf.Mov.Imm(bpf.R2, int32(cfg.keySize())),
+		bpf.Mov.Imm(bpf.R2, int32(cfg.KeySize())),
 		bpf.Mov.Imm(bpf.R3, 0),
 		cfg.Readers.Kernel.Call(),
 		bpf.StoreMem(bpf.R8, keyPid, asm.RegPid, bpf.Word),
@@ -234,10 +242,10 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 	)
 	insns = append(insns, asm.MapUpdate("seen", fpTgid, fpNow, asm.UpdateNoExist)...)
 	insns = append(insns, bpf.JNE.Imm(bpf.R0, 0, "known"))
-	insns = append(insns, notify(eventNew)...)
+	insns = append(insns, notify(EventNew)...)
 	insns = append(insns, asm.Nop().WithSymbol("known"))
 
-	if cfg.Mode == unwindFP {
+	if cfg.Mode == UnwindFP {
 		insns = append(insns,
 			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("user stack by frame pointers: bpf_get_stack(ctx, key.user, size, BPF_F_USER_STACK)")),
 			bpf.Mov.Reg(bpf.R2, bpf.R8),
@@ -245,9 +253,9 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 			bpf.Mov.Imm(bpf.R3, int32(8*cfg.UserDepth)),
 			bpf.Mov.Imm(bpf.R4, 1<<8),
 			bpf.FnGetStack.Call(),
-			bpf.Mov.Imm(bpf.R1, stopFP),
+			bpf.Mov.Imm(bpf.R1, StopFP),
 			bpf.JSGE.Imm(bpf.R0, 0, "fp_ok"),
-			bpf.Mov.Imm(bpf.R1, stopRead),
+			bpf.Mov.Imm(bpf.R1, StopRead),
 			bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("fp_ok"),
 			bpf.Ja.Label("count"),
 		)
@@ -259,7 +267,7 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 	// The user registers: the sample's own if it interrupted user mode,
 	// else the task's saved ones (bpf_task_pt_regs, 5.15+).
 	insns = append(insns,
-		bpf.LoadMem(bpf.R1, asm.RegCtx, regsCS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")),
+		bpf.LoadMem(bpf.R1, asm.RegCtx, regs.CS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")),
 		bpf.And.Imm(bpf.R1, 3),
 		bpf.JNE.Imm(bpf.R1, 3, "kernel_mode"),
 	)
@@ -305,7 +313,7 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
 			bpf.Mov.Reg(bpf.R7, bpf.R8),
 			bpf.Add.Imm(bpf.R7, stateRegs),
-			bpf.LoadMem(bpf.R1, bpf.R7, regsCS, bpf.DWord),
+			bpf.LoadMem(bpf.R1, bpf.R7, regs.CS, bpf.DWord),
 			bpf.JEq.Imm(bpf.R1, userCS, "task_regs"),
 			// FRED kernels (6.9+) keep 16 bytes above the registers
 			// (TOP_OF_KERNEL_STACK_PADDING): the tests force this path there.
@@ -316,7 +324,7 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 			bpf.Mov.Imm(bpf.R2, ptRegsLen),
 			cfg.Readers.Kernel.Call(),
 			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
-			bpf.LoadMem(bpf.R1, bpf.R7, regsCS, bpf.DWord),
+			bpf.LoadMem(bpf.R1, bpf.R7, regs.CS, bpf.DWord),
 			bpf.JNE.Imm(bpf.R1, userCS, "no_regs"),
 			asm.Nop().WithSymbol("task_regs"),
 		)
@@ -336,9 +344,9 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 		bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"),
 		bpf.Mov.Imm(bpf.R3, 0),
 		bpf.FnTailCall.Call(),
-		bpf.Mov.Imm(bpf.R1, stopTruncated),
+		bpf.Mov.Imm(bpf.R1, StopTruncated),
 		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, stopNoRegs).WithSymbol("no_regs"),
+		bpf.Mov.Imm(bpf.R1, StopNoRegs).WithSymbol("no_regs"),
 		bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"),
 	)
 	insns = append(insns, count("count", bpf.R8)...)
@@ -346,23 +354,23 @@ func sampleProg(cfg progConfig) (bpf.Instructions, error) {
 	return insns, nil
 }
 
-// loadRegs loads ip, sp and bp of the pt_regs at regs into R1, R2, R3 (the
+// loadRegs loads ip, sp and bp of the pt_regs at from into R1, R2, R3 (the
 // context and a copy take separate loads: the verifier rewrites context
 // accesses and refuses an instruction that reads both).
-func loadRegs(regs bpf.Register) bpf.Instructions {
+func loadRegs(from bpf.Register) bpf.Instructions {
 	return bpf.Instructions{
-		bpf.LoadMem(bpf.R1, regs, regsIP, bpf.DWord),
-		bpf.LoadMem(bpf.R2, regs, regsSP, bpf.DWord),
-		bpf.LoadMem(bpf.R3, regs, regsBP, bpf.DWord),
+		bpf.LoadMem(bpf.R1, from, regs.IP, bpf.DWord),
+		bpf.LoadMem(bpf.R2, from, regs.SP, bpf.DWord),
+		bpf.LoadMem(bpf.R3, from, regs.FP, bpf.DWord),
 	}
 }
 
 // notify sends {tgid, kind, address} to user space (the context at fpCtx,
-// the tgid at fpTgid, the address at fpLookup for eventMiss, else 0).
+// the tgid at fpTgid, the address at fpLookup for EventMiss, else 0).
 // Clobbers R0-R5.
 func notify(kind int32) bpf.Instructions {
 	addr := bpf.Instructions{bpf.Mov.Imm(bpf.R1, 0)}
-	if kind == eventMiss {
+	if kind == EventMiss {
 		addr = bpf.Instructions{bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord)}
 	}
 	insns := bpf.Instructions{
@@ -421,7 +429,7 @@ func count(label string, scratch bpf.Register) bpf.Instructions {
 // tables, then tail-calls itself; the walk's state lives in the scratch
 // value. Registers in a frame: R6 the address in the file, R7 and R8 the
 // row search, R9 the scratch value.
-func unwindProg(cfg progConfig) bpf.Instructions {
+func unwindProg(cfg Config) bpf.Instructions {
 	insns := bpf.Instructions{
 		bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord).WithSource(bpf.Comment("r9 = the per-CPU scratch: key and walk state")),
 		bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word),
@@ -441,15 +449,15 @@ func unwindProg(cfg progConfig) bpf.Instructions {
 		bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"),
 		bpf.Mov.Imm(bpf.R3, 0),
 		bpf.FnTailCall.Call(),
-		bpf.Mov.Imm(bpf.R1, stopTruncated),
+		bpf.Mov.Imm(bpf.R1, StopTruncated),
 		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, stopNoRow).WithSymbol("no_row"),
+		bpf.Mov.Imm(bpf.R1, StopNoRow).WithSymbol("no_row"),
 		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, stopRead).WithSymbol("read_error"),
+		bpf.Mov.Imm(bpf.R1, StopRead).WithSymbol("read_error"),
 		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, stopTruncated).WithSymbol("truncated"),
+		bpf.Mov.Imm(bpf.R1, StopTruncated).WithSymbol("truncated"),
 		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, stopEnd).WithSymbol("end"),
+		bpf.Mov.Imm(bpf.R1, StopEnd).WithSymbol("end"),
 		bpf.StoreMem(bpf.R9, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"),
 	)
 	insns = append(insns, count("count", bpf.R9)...)
@@ -460,7 +468,7 @@ func unwindProg(cfg progConfig) bpf.Instructions {
 // frame steps one frame: record the pc, find its file and row, compute the
 // CFA, read the return address and the saved rbp. last frames of a program
 // fall through to the tail call.
-func frame(cfg progConfig, p string, last bool) bpf.Instructions {
+func frame(cfg Config, p string, last bool) bpf.Instructions {
 	next := "next"
 	if !last {
 		next = p + "_end"
@@ -557,17 +565,17 @@ func frame(cfg progConfig, p string, last bool) bpf.Instructions {
 // miss handles an address in no loaded table: tell user space, once per
 // walk, which loads the table of the file there (or learns that no file is
 // there: JIT code); then stop (eh) or step by the frame pointer (auto).
-func miss(cfg progConfig, p, next string) bpf.Instructions {
+func miss(cfg Config, p, next string) bpf.Instructions {
 	insns := bpf.Instructions{
 		bpf.LoadMem(bpf.R1, bpf.R9, stateMiss, bpf.DWord).WithSymbol(p + "_miss").WithSource(bpf.Comment("no table for this address: tell user space (once per walk)")),
 		bpf.JNE.Imm(bpf.R1, 0, p+"_fp"),
 		bpf.Mov.Imm(bpf.R1, 1),
 		bpf.StoreMem(bpf.R9, stateMiss, bpf.R1, bpf.DWord),
 	}
-	insns = append(insns, notify(eventMiss)...)
-	if cfg.Mode == unwindEH {
+	insns = append(insns, notify(EventMiss)...)
+	if cfg.Mode == UnwindEH {
 		return append(insns,
-			bpf.Mov.Imm(bpf.R1, stopNoTable).WithSymbol(p+"_fp"),
+			bpf.Mov.Imm(bpf.R1, StopNoTable).WithSymbol(p+"_fp"),
 			bpf.Ja.Label("stop"),
 		)
 	}
@@ -603,6 +611,6 @@ func execProg(ns *asm.PidNS) bpf.Instructions {
 	insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
 	insns = append(insns, asm.Note(asm.MapLookup("seen", fpTgid), "exec of a process seen before: tell user space")...)
 	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
-	insns = append(insns, notify(eventNew)...)
+	insns = append(insns, notify(EventNew)...)
 	return append(insns, asm.Return("exit", 0)...)
 }

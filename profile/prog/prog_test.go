@@ -1,0 +1,87 @@
+package prog
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/loadtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/kernel"
+)
+
+// variants are the program configurations the goldens pin and the load
+// test proves.
+func variants(t *testing.T) map[string]Config {
+	const kd, ud = KernelFrames, UserFrames
+	ns := &asm.PidNS{Dev: 4, Ino: 4026532417}
+	v := map[string]Config{
+		"fp_all":          {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"fp_idle":         {Mode: UnwindFP, Idle: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"fp_pid":          {Mode: UnwindFP, Pid: 1234, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"eh_tree":         {Mode: UnwindEH, Tree: tooltest.Tree(t, 1, nil), Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_all":        {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_no_taskreg": {Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: kd, UserDepth: ud},
+		"eh_task_stack":   {Mode: UnwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_small_keys": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames},
+		"eh_tree_ns":      {Mode: UnwindEH, Tree: tooltest.Tree(t, 2, ns), NS: ns, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_lazy":       {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+	}
+	return v
+}
+
+func TestProgramGoldens(t *testing.T) {
+	for name, cfg := range variants(t) {
+		spec, err := Collection(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for n := range spec.Programs {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var b strings.Builder
+		for _, n := range names {
+			if n == "follow_forks" || n == "forget_exits" || n == "seed_on_exec" {
+				continue // pinned by asm's goldens
+			}
+			insns := spec.Programs[n].Instructions
+			if n == "unwind" && len(insns) > 4096 {
+				t.Errorf("%s: the unwinder has %d instructions, more than 4096", name, len(insns))
+			}
+			fmt.Fprintf(&b, "program %s (%d instructions)\n%v\n", n, len(insns), insns)
+		}
+		golden.Check(t, name, b.String())
+	}
+}
+
+// TestProgramsLoad hands every variant, with its maps, to the verifier.
+func TestProgramsLoad(t *testing.T) {
+	v := variants(t)
+	if !kernel.HashKeyFits(Config{KernelDepth: KernelFrames, UserDepth: UserFrames}.KeySize()) {
+		for name, cfg := range v {
+			if cfg.UserDepth == UserFrames {
+				delete(v, name) // this kernel refuses 1.5 KiB hash keys: the small-key variant is what runs here
+			}
+		}
+	}
+	if !kernel.HaveTaskPtRegs() {
+		for name, cfg := range v {
+			if cfg.TaskRegs {
+				delete(v, name)
+			}
+		}
+	}
+	if !kernel.HaveLazyHashes() {
+		for name, cfg := range v {
+			if cfg.LazyHashes {
+				delete(v, name) // before 6.1: preallocated hashes only, which is what runs here
+			}
+		}
+	}
+	loadtest.Variants(t, v, Collection)
+}
