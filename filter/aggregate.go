@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
 )
@@ -39,7 +40,7 @@ func count(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection)
 }
 
 // hist reports the log2 histogram of an expression per interval.
-func hist(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *Program, expr string) error {
+func hist(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *compile.Program, expr string) error {
 	d := counts.Deltas{Cumulative: s.Opts.Cumulative}
 	below := counts.Deltas{Cumulative: s.Opts.Cumulative}
 	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
@@ -76,7 +77,7 @@ type cell struct {
 }
 
 // decodeColumn decodes a column of a key or record.
-func decodeColumn(col Column, raw []byte) cell {
+func decodeColumn(col compile.Column, raw []byte) cell {
 	if col.Offset+col.Size > len(raw) {
 		return cell{nil, "?"}
 	}
@@ -99,7 +100,7 @@ func decodeColumn(col Column, raw []byte) cell {
 }
 
 // countBy reports the counts by key per interval, largest first.
-func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *Program) error {
+func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *compile.Program) error {
 	prev := map[string]uint64{}
 	lostDeltas := counts.Deltas{Cumulative: s.Opts.Cumulative}
 	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
@@ -133,7 +134,7 @@ func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collectio
 // readCounts reads the counts hash. Keys that decode alike (a string's
 // bytes after its NUL are not part of it) are summed; rows come sorted by
 // key text.
-func readCounts(m *ebpf.Map, cols []Column) ([]keyCount, error) {
+func readCounts(m *ebpf.Map, cols []compile.Column) ([]keyCount, error) {
 	key := make([]byte, m.KeySize())
 	var val uint64
 	byKey := map[string]*keyCount{}
@@ -175,7 +176,7 @@ func rowKey(r keyCount) string {
 
 // writeCounts prints a --count-by table: one column per key (strings to the
 // left, numbers to the right) and the count, or one JSON object.
-func writeCounts(s *run.Session, ev event, cols []Column, rows []keyCount, lost uint64, now time.Time) error {
+func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCount, lost uint64, now time.Time) error {
 	if s.Opts.JSON {
 		names := make([]string, len(cols))
 		for i, c := range cols {
@@ -220,7 +221,7 @@ func writeCounts(s *run.Session, ev event, cols []Column, rows []keyCount, lost 
 		terminal.WriteTable(&b, table, right)
 	}
 	if lost > 0 {
-		fmt.Fprintf(&b, "lost: %d events could not be counted (%d keys: the map is full)\n", lost, countsEntries)
+		fmt.Fprintf(&b, "lost: %d events could not be counted (%d keys: the map is full)\n", lost, compile.CountsEntries)
 	}
 	_, err := fmt.Fprint(s.Stdout, b.String())
 	return err

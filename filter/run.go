@@ -12,8 +12,8 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/hook"
-	"github.com/tracekit/tracekit/internal/slots"
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/kernel"
@@ -98,7 +98,7 @@ func validate(o *options) error {
 		return usage.Errorf("%v", err)
 	}
 	if o.Where != "" {
-		if _, err := Parse(o.Where); err != nil {
+		if _, err := compile.Parse(o.Where); err != nil {
 			return usage.Errorf("--where: %v", err)
 		}
 	}
@@ -137,7 +137,7 @@ func validate(o *options) error {
 		if opt.text == "" {
 			continue
 		}
-		if _, err := ParseOperands(opt.text, opt.want); err != nil {
+		if _, err := compile.ParseOperands(opt.text, opt.want); err != nil {
 			return usage.Errorf("%s: %v", opt.name, err)
 		}
 	}
@@ -189,7 +189,7 @@ func signature(fn *btf.Func, proto *btf.FuncProto) string {
 }
 
 func cDecl(t btf.Type, name string) string {
-	tn := typeName(t)
+	tn := kbtf.TypeName(t)
 	if strings.HasSuffix(tn, "*") {
 		return tn + name
 	}
@@ -218,8 +218,8 @@ func fetchType(t btf.Type) string {
 }
 
 // kprobeTarget builds the compile target and the probe's fetch arguments.
-func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (Target, []string, map[string]bool) {
-	t := Target{Slots: slots}
+func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (compile.Target, []string, map[string]bool) {
+	t := compile.Target{Slots: slots}
 	var fetch []string
 	pointers := map[string]bool{}
 	if ev.kind == "kretprobe" {
@@ -227,7 +227,7 @@ func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (T
 		if slots {
 			off = int16(8 * len(proto.Params)) // fexit: the return value follows the arguments
 		}
-		t.Args = []Arg{{Name: "ret", Type: proto.Return, RegOff: off}}
+		t.Args = []compile.Arg{{Name: "ret", Type: proto.Return, RegOff: off}}
 		if ft := fetchType(proto.Return); ft != "" {
 			fetch = append(fetch, "ret=$retval:"+ft)
 			pointers["ret"] = ft == "x64"
@@ -236,13 +236,13 @@ func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (T
 	}
 	for i, p := range proto.Params {
 		if slots {
-			t.Args = append(t.Args, Arg{Name: p.Name, Type: p.Type, RegOff: int16(8 * i)})
+			t.Args = append(t.Args, compile.Arg{Name: p.Name, Type: p.Type, RegOff: int16(8 * i)})
 			continue
 		}
 		if i >= len(regs.Args) {
 			break // on the stack: not reachable from the registers
 		}
-		t.Args = append(t.Args, Arg{Name: p.Name, Type: p.Type, RegOff: regs.Args[i]})
+		t.Args = append(t.Args, compile.Arg{Name: p.Name, Type: p.Type, RegOff: regs.Args[i]})
 		if ft := fetchType(p.Type); ft != "" && tracefs.ValidateName("argument", p.Name) == nil {
 			fetch = append(fetch, fmt.Sprintf("%s=%%%s:%s", p.Name, regs.ArgNames[i], ft))
 			pointers[p.Name] = ft == "x64"
@@ -300,8 +300,8 @@ func info(s *run.Session, ev event) error {
 
 // mode is what a run does, decided from the options and the event.
 type mode struct {
-	act     Action
-	columns bool // Emit: the records are ours (Program.Columns), not the kernel's
+	act     compile.Action
+	columns bool // Emit: the records are ours (compile.Program.Columns), not the kernel's
 }
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
@@ -312,11 +312,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 		return info(s, ev)
 	}
-	var root Node
+	var root compile.Node
 	if o.Where != "" {
-		root, _ = Parse(o.Where)
+		root, _ = compile.Parse(o.Where)
 	}
-	target := Target{Read: kernel.Readers(), UserSpace: ev.group == "syscalls"}
+	target := compile.Target{Read: kernel.Readers(), UserSpace: ev.group == "syscalls"}
 	if !o.Self {
 		target.SelfPid = uint32(os.Getpid())
 	}
@@ -360,7 +360,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	act, prog := p.act, p.prog
 	spec := &ebpf.CollectionSpec{
-		Maps: maps(act.Kind, prog),
+		Maps: compile.Maps(act.Kind, prog),
 		Programs: map[string]*ebpf.ProgramSpec{
 			"filter": {Name: "filter", Type: p.progType, License: "GPL", Instructions: prog.Insns},
 		},
@@ -373,7 +373,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if act.Kind != Keep {
+	if act.Kind != compile.Keep {
 		// Our program makes what is reported: attach it once, as cheaply
 		// as the event allows (a kprobe through the PMU where there is one).
 		switch {
@@ -388,7 +388,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			return err
 		}
 	}
-	if act.Kind == Keep {
+	if act.Kind == compile.Keep {
 		return streamKept(ctx, s, ev, coll, p.target.Format, p.fetch, p.pointers, o.RingPages)
 	}
 	return report(ctx, s, o, ev, coll, prog, act)
@@ -396,7 +396,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 
 // report runs an action's loop: the maps read per interval, or the output
 // rings printed.
-func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebpf.Collection, prog *Program, act Action) error {
+func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebpf.Collection, prog *compile.Program, act compile.Action) error {
 	if o.Serve != "" {
 		c := &collector{ev: ev.String(), coll: coll, prog: prog, act: act, series: run.StickySeries[string]{Max: o.ServeTop}}
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
@@ -404,11 +404,11 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 		}
 	}
 	switch act.Kind {
-	case Count:
+	case compile.Count:
 		return count(ctx, s, ev, coll)
-	case CountBy:
+	case compile.CountBy:
 		return countBy(ctx, s, ev, coll, prog)
-	case Hist:
+	case compile.Hist:
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
 	}
 	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.RingPages, perfevent.WakeBatch)
@@ -420,7 +420,7 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 
 // runUser runs a user-space probe: one program per site (each USDT site
 // has its own argument specs), sharing the maps, all attached or none.
-func runUser(ctx context.Context, s *run.Session, o *options, ev event, root Node, act Action, self uint32, ns *asm.PidNS) error {
+func runUser(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, self uint32, ns *asm.PidNS) error {
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf}); err != nil {
 		return err // a uprobe is a perf event, and nothing else
 	}
@@ -437,18 +437,18 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root Nod
 		// line is wrong, as with an unknown tracepoint field.
 		return usage.Errorf("%v", err)
 	}
-	if act.Kind == Keep {
+	if act.Kind == compile.Keep {
 		// A uprobe's record in the kernel holds no arguments: always our own.
-		act = Action{Kind: Emit, Columns: defaultColumns(userTarget(ev, sites[0], regs))}
+		act = compile.Action{Kind: compile.Emit, Columns: compile.DefaultColumns(userTarget(ev, sites[0], regs))}
 	}
 	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{}}
 	// -c: the command's process tree, as the other tools follow it.
 	tree := s.CommandPid() != 0
-	var prog *Program
+	var prog *compile.Program
 	for i, st := range sites {
 		t := userTarget(ev, st, regs)
 		t.SelfPid, t.Pid, t.Tree, t.NS = self, uint32(o.Pid), tree, ns
-		p, err := Compile(o.Where, root, t, act)
+		p, err := compile.Compile(o.Where, root, t, act)
 		if err != nil {
 			return usageOr(err)
 		}
@@ -460,7 +460,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root Nod
 		name := fmt.Sprintf("filter%d", i)
 		spec.Programs[name] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, License: "GPL", Instructions: p.Insns}
 	}
-	spec.Maps = maps(act.Kind, prog)
+	spec.Maps = compile.Maps(act.Kind, prog)
 	if tree {
 		t, err := proctree.New(s.CommandPid(), ns, o.MaxTree)
 		if err != nil {
@@ -489,7 +489,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root Nod
 
 // usageOr turns an expression error into a usage error.
 func usageOr(err error) error {
-	var ee *ExprError
+	var ee *compile.ExprError
 	if errors.As(err, &ee) {
 		opt := ee.Option
 		if opt == "" {
@@ -502,55 +502,29 @@ func usageOr(err error) error {
 
 // action is what the options ask for; the event may still turn Keep into
 // Emit.
-func action(o *options) (Action, error) {
+func action(o *options) (compile.Action, error) {
 	switch {
 	case o.Count:
-		return Action{Kind: Count}, nil
+		return compile.Action{Kind: compile.Count}, nil
 	case o.CountBy != "":
-		cols, err := ParseOperands(o.CountBy, 0)
-		return Action{Kind: CountBy, Columns: cols, Option: "--count-by", Source: o.CountBy}, err
+		cols, err := compile.ParseOperands(o.CountBy, 0)
+		return compile.Action{Kind: compile.CountBy, Columns: cols, Option: "--count-by", Source: o.CountBy}, err
 	case o.Hist != "":
-		cols, err := ParseOperands(o.Hist, 1)
+		cols, err := compile.ParseOperands(o.Hist, 1)
 		if err != nil {
-			return Action{}, err
+			return compile.Action{}, err
 		}
-		return Action{Kind: Hist, Hist: cols[0], Option: "--hist", Source: o.Hist}, nil
+		return compile.Action{Kind: compile.Hist, Hist: cols[0], Option: "--hist", Source: o.Hist}, nil
 	case o.Fields != "":
-		cols, err := ParseOperands(o.Fields, 0)
-		return Action{Kind: Emit, Columns: cols, Option: "--fields", Source: o.Fields}, err
+		cols, err := compile.ParseOperands(o.Fields, 0)
+		return compile.Action{Kind: compile.Emit, Columns: cols, Option: "--fields", Source: o.Fields}, err
 	}
-	return Action{Kind: Keep}, nil
-}
-
-// maps are the maps an action's program uses.
-func maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
-	perCPU := func(name string, n uint32) *ebpf.MapSpec {
-		return &ebpf.MapSpec{Name: "filter_" + name, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: n}
-	}
-	switch kind {
-	case Count:
-		return map[string]*ebpf.MapSpec{"count": perCPU("count", 1)}
-	case CountBy:
-		return map[string]*ebpf.MapSpec{
-			"counts": {Name: "filter_counts", Type: ebpf.Hash, KeySize: uint32(prog.Size), ValueSize: 8, MaxEntries: countsEntries},
-			"lost":   perCPU("lost", 1),
-		}
-	case Hist:
-		m := map[string]*ebpf.MapSpec{"hist": perCPU("hist", slots.Log2)}
-		if prog.Signed {
-			m["neg"] = perCPU("neg", 1)
-		}
-		return m
-	case Emit:
-		// Sized by the kernel: one entry per possible CPU.
-		return map[string]*ebpf.MapSpec{"events": {Name: "filter_events", Type: ebpf.PerfEventArray}}
-	}
-	return map[string]*ebpf.MapSpec{}
+	return compile.Action{Kind: compile.Keep}, nil
 }
 
 // hasStringPointer reports whether an event has a char * field or
 // argument, whose string the kernel's record does not hold.
-func hasStringPointer(t Target) bool {
+func hasStringPointer(t compile.Target) bool {
 	if t.Format != nil {
 		for _, f := range t.Format.Fields {
 			if !f.Common && f.IsCharPointer() && f.Size == 8 {
@@ -560,7 +534,7 @@ func hasStringPointer(t Target) bool {
 		return false
 	}
 	for _, a := range t.Args {
-		if isCharPointer(a.Type) {
+		if kbtf.IsCharPointer(a.Type) {
 			return true
 		}
 	}
@@ -570,25 +544,25 @@ func hasStringPointer(t Target) bool {
 // plan is how a run reaches its event by one hook: the program's context,
 // its type and where it attaches, and what it was compiled to.
 type plan struct {
-	target     Target
+	target     compile.Target
 	fetch      []string        // a kprobe event's fetch arguments (perf)
 	pointers   map[string]bool // which of them are addresses
 	progType   ebpf.ProgramType
 	attachType ebpf.AttachType
 	entry      string // the function a trampoline (fentry, fexit) attaches to
-	act        Action
-	prog       *Program
+	act        compile.Action
+	prog       *compile.Program
 }
 
 // compile builds the plan's program for the expression and the action.
 // A kept record that holds the address of a string rather than the
 // string, or none at all (a trampoline builds no record), becomes records
 // of our own, every field in them.
-func (p *plan) compile(where string, root Node, act Action) error {
-	if act.Kind == Keep && (hasStringPointer(p.target) || p.entry != "") {
-		act = Action{Kind: Emit, Columns: defaultColumns(p.target)}
+func (p *plan) compile(where string, root compile.Node, act compile.Action) error {
+	if act.Kind == compile.Keep && (hasStringPointer(p.target) || p.entry != "") {
+		act = compile.Action{Kind: compile.Emit, Columns: compile.DefaultColumns(p.target)}
 	}
-	prog, err := Compile(where, root, p.target, act)
+	prog, err := compile.Compile(where, root, p.target, act)
 	if err != nil {
 		return err
 	}
@@ -602,13 +576,13 @@ func (p *plan) compile(where string, root Node, act Action) error {
 // built, and no other syscall runs the program (the same choice as
 // writesize's, measured there). The record-less raw and BTF tracepoints
 // cannot serve: filter names the record's fields.
-func tracepointOffers(ev event, base Target, root Node, act Action, build func(func() (plan, error)) func() error) ([]hook.Offer, error) {
+func tracepointOffers(ev event, base compile.Target, root compile.Node, act compile.Action, build func(func() (plan, error)) func() error) ([]hook.Offer, error) {
 	f, err := tracefs.ReadFormat(ev.group, ev.name)
 	if err != nil {
 		return nil, err
 	}
 	base.Format = f
-	if needsBTF(root) || columnsNeedBTF(act) {
+	if compile.NeedsBTF(root) || compile.ColumnsNeedBTF(act) {
 		if base.BTF, err = kbtf.Kernel(); err != nil {
 			return nil, fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
 		}
@@ -629,7 +603,7 @@ func tracepointOffers(ev event, base Target, root Node, act Action, build func(f
 		t.Entry = regs
 		return plan{target: t, progType: ebpf.Tracing, attachType: ebpf.AttachTraceFEntry, entry: regs.SyscallPrefix + name}, nil
 	})}
-	if act.Kind == Keep && !hasStringPointer(base) && hasDataLoc(f) {
+	if act.Kind == compile.Keep && !hasStringPointer(base) && hasDataLoc(f) {
 		// The stored record is printed as it is, 6.19+'s copies of user
 		// memory (__value_val) among its fields: only perf stores one.
 		return []hook.Offer{perf, fentry}, nil
@@ -641,7 +615,7 @@ func tracepointOffers(ev event, base Target, root Node, act Action, build func(f
 // BPF trampoline at the function (fentry; fexit for a kretprobe), first
 // where one attaches and the function's arguments fit its slots, and the
 // kprobe (perf).
-func kprobeOffers(ev event, common Target, build func(func() (plan, error)) func() error) ([]hook.Offer, error) {
+func kprobeOffers(ev event, common compile.Target, build func(func() (plan, error)) func() error) ([]hook.Offer, error) {
 	regs, err := asm.HostPtRegs()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ev, err)
@@ -707,41 +681,15 @@ func slotsFit(proto *btf.FuncProto) error {
 		case nil, *btf.Void:
 			return errors.New("is variadic")
 		default:
-			return fmt.Errorf("passes %s (%s) by value", p.Name, typeName(u))
+			return fmt.Errorf("passes %s (%s) by value", p.Name, kbtf.TypeName(u))
 		}
 	}
 	switch u := btf.UnderlyingType(proto.Return).(type) {
 	case nil, *btf.Void, *btf.Int, *btf.Enum, *btf.Pointer:
 	default:
-		return fmt.Errorf("returns %s by value", typeName(u))
+		return fmt.Errorf("returns %s by value", kbtf.TypeName(u))
 	}
 	return nil
-}
-
-// defaultColumns are every field (or argument) that has a value.
-func defaultColumns(t Target) []Operand {
-	var cols []Operand
-	if t.Format != nil {
-		for _, f := range t.Format.Fields {
-			if f.DataLoc && t.UserSpace {
-				continue // a syscall's copy of user memory: not in a program's context (syscallCopyErr)
-			}
-			if _, err := fieldVal(f, t.Format, t.UserSpace); err == nil && !f.Common {
-				cols = append(cols, Operand{Base: f.Name, Text: f.Name})
-			}
-		}
-		return cols
-	}
-	for i := range t.USDT {
-		name := fmt.Sprintf("arg%d", i)
-		cols = append(cols, Operand{Base: name, Text: name})
-	}
-	for _, a := range t.Args {
-		if _, err := scalar(value{name: a.Name, src: srcArg}, a.Type); err == nil && (!t.Slots || slotReadable(a) == nil) {
-			cols = append(cols, Operand{Base: a.Name, Text: a.Name})
-		}
-	}
-	return cols
 }
 
 func hasDataLoc(f *tracefs.Format) bool {
@@ -749,30 +697,6 @@ func hasDataLoc(f *tracefs.Format) bool {
 		if fl.DataLoc {
 			return true
 		}
-	}
-	return false
-}
-
-func columnsNeedBTF(act Action) bool {
-	for _, o := range append(act.Columns, act.Hist) {
-		if o.Cast != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// needsBTF reports whether an expression casts a field to a struct.
-func needsBTF(n Node) bool {
-	switch n := n.(type) {
-	case *Or:
-		return needsBTF(n.L) || needsBTF(n.R)
-	case *And:
-		return needsBTF(n.L) || needsBTF(n.R)
-	case *Not:
-		return needsBTF(n.X)
-	case *Cmp:
-		return n.Left.Cast != "" || n.Right.Cast != ""
 	}
 	return false
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/run"
 )
@@ -21,8 +22,8 @@ const lastSlot = 63
 type collector struct {
 	ev     string
 	coll   *ebpf.Collection
-	prog   *Program
-	act    Action
+	prog   *compile.Program
+	act    compile.Action
 	series run.StickySeries[string]
 }
 
@@ -31,10 +32,10 @@ func (c *collector) families() []metrics.Family {
 	eventLabel := metrics.Label{Name: "event", Value: c.ev}
 	var lost uint64
 	switch c.act.Kind {
-	case Count:
+	case compile.Count:
 		n, _ := counts.ReadPerCPUCounter(c.coll.Maps["count"])
 		events.Metrics = []metrics.Metric{{Labels: []metrics.Label{eventLabel}, Value: float64(n)}}
-	case CountBy:
+	case compile.CountBy:
 		lost, _ = counts.ReadPerCPUCounter(c.coll.Maps["lost"])
 		rows, err := readCounts(c.coll.Maps["counts"], c.prog.Columns)
 		if err != nil {
@@ -65,7 +66,7 @@ func (c *collector) families() []metrics.Family {
 			}
 			events.Metrics = append(events.Metrics, metrics.Metric{Labels: labels, Value: float64(other)})
 		}
-	case Hist:
+	case compile.Hist:
 		h, err := counts.ReadLog2Array(c.coll.Maps["hist"])
 		if err != nil {
 			break
@@ -85,7 +86,7 @@ func (c *collector) families() []metrics.Family {
 
 // keyLabels names a --count-by key's columns as labels: valid names, none
 // twice and none "event".
-func keyLabels(cols []Column) []string {
+func keyLabels(cols []compile.Column) []string {
 	used := map[string]bool{"event": true}
 	names := make([]string, len(cols))
 	for i, col := range cols {

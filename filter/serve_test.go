@@ -13,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/promtest"
@@ -29,13 +30,13 @@ func TestExpositionGoldens(t *testing.T) {
 	write := func(c *collector) { b.WriteString(tooltest.Exposition(t, c.families())) }
 	count := tooltest.Maps(t, map[string]*ebpf.MapSpec{"count": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}})
 	tooltest.PutPerCPU(t, count.Maps["count"], uint32(0), 40, 2)
-	write(&collector{ev: "net:netif_receive_skb", coll: count, act: Action{Kind: Count}})
+	write(&collector{ev: "net:netif_receive_skb", coll: count, act: compile.Action{Kind: compile.Count}})
 
 	by := tooltest.Maps(t, map[string]*ebpf.MapSpec{
 		"counts": {Type: ebpf.Hash, KeySize: 24, ValueSize: 8, MaxEntries: 64},
 		"lost":   {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 	})
-	prog := &Program{Columns: []Column{{Name: "comm", String: true, Offset: 0, Size: 16}, {Name: "skb->len", Offset: 16, Size: 8}}}
+	prog := &compile.Program{Columns: []compile.Column{{Name: "comm", String: true, Offset: 0, Size: 16}, {Name: "skb->len", Offset: 16, Size: 8}}}
 	for _, k := range []struct {
 		comm string
 		len  uint64
@@ -49,7 +50,7 @@ func TestExpositionGoldens(t *testing.T) {
 		}
 	}
 	tooltest.PutPerCPU(t, by.Maps["lost"], uint32(0), 4)
-	write(&collector{ev: "net:netif_receive_skb", coll: by, prog: prog, act: Action{Kind: CountBy}, series: run.StickySeries[string]{Max: 2}})
+	write(&collector{ev: "net:netif_receive_skb", coll: by, prog: prog, act: compile.Action{Kind: compile.CountBy}, series: run.StickySeries[string]{Max: 2}})
 
 	hist := tooltest.Maps(t, map[string]*ebpf.MapSpec{
 		"hist": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 65},
@@ -57,7 +58,7 @@ func TestExpositionGoldens(t *testing.T) {
 	})
 	tooltest.PutPerCPU(t, hist.Maps["hist"], uint32(3), 9)
 	tooltest.PutPerCPU(t, hist.Maps["neg"], uint32(0), 2)
-	write(&collector{ev: "syscalls:sys_exit_read", coll: hist, prog: &Program{Signed: true}, act: Action{Kind: Hist, Hist: Operand{Text: "ret"}}})
+	write(&collector{ev: "syscalls:sys_exit_read", coll: hist, prog: &compile.Program{Signed: true}, act: compile.Action{Kind: compile.Hist, Hist: compile.Operand{Text: "ret"}}})
 	golden.Check(t, "expo", b.String())
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
@@ -56,7 +57,7 @@ func streamKept(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collec
 // recordFormat describes the records a program emits as a format file
 // would: integers as 8-byte longs (pointers as void *), strings as char
 // arrays.
-func recordFormat(ev event, prog *Program) *tracefs.Format {
+func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 	f := &tracefs.Format{Name: ev.String()}
 	for _, c := range prog.Columns {
 		fl := tracefs.Field{Name: c.Name, Offset: c.Offset, Size: c.Size, Signed: c.Signed, Type: "unsigned long"}

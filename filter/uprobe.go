@@ -8,9 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cilium/ebpf/btf"
-
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/internal/lazy"
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/procfs"
@@ -216,8 +215,8 @@ func userSites(ev *event, pid int) ([]site, error) {
 // from their specs, a uprobe's from the calling convention's registers
 // (arg0..arg5, unsigned 64-bit: no BTF describes user space), a
 // uretprobe's ret (signed 64-bit).
-func userTarget(ev event, s site, regs *asm.Regs) Target {
-	t := Target{Read: kernel.Readers(), UserSpace: true, Regs: regs, Site: s.addr}
+func userTarget(ev event, s site, regs *asm.Regs) compile.Target {
+	t := compile.Target{Read: kernel.Readers(), UserSpace: true, Regs: regs, Site: s.addr}
 	switch {
 	case ev.kind == "usdt":
 		t.USDT = s.usdt
@@ -225,11 +224,9 @@ func userTarget(ev event, s site, regs *asm.Regs) Target {
 			t.USDT = []uprobe.Arg{} // no arguments, still a USDT probe
 		}
 	case ev.kind == "uretprobe":
-		t.Args = []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: regs.Ret}}
+		t.Args = compile.UretprobeArgs(regs)
 	default:
-		for i, off := range regs.Args {
-			t.Args = append(t.Args, Arg{Name: fmt.Sprintf("arg%d", i), Type: &btf.Int{Name: "unsigned long", Size: 8}, RegOff: off})
-		}
+		t.Args = compile.UprobeArgs(regs)
 	}
 	return t
 }

@@ -1,4 +1,4 @@
-package filter
+package compile
 
 import (
 	"fmt"
@@ -69,13 +69,9 @@ func targets(t *testing.T) map[string]Target {
 		arg.SymAddr = map[string]uint64{"tk_table": 0x404040, "tk_global": 0x4010}[arg.Sym]
 		specs = append(specs, arg)
 	}
-	ev := event{kind: "uprobe"}
-	uprobeT := userTarget(ev, site{addr: 0x1139}, asm.AMD64)
-	ev.kind = "uretprobe"
-	uretT := userTarget(ev, site{addr: 0x1139}, asm.AMD64)
-	for _, u := range []*Target{&uprobeT, &uretT} {
-		u.Read = asm.NewReaders
-	}
+	uprobeT := Target{Args: UprobeArgs(asm.AMD64), UserSpace: true, Regs: asm.AMD64, Site: 0x1139, Read: asm.NewReaders}
+	uretT := uprobeT
+	uretT.Args = UretprobeArgs(asm.AMD64)
 	return map[string]Target{
 		"usdt":      {USDT: specs, Site: 0x10ac, Regs: asm.AMD64, Read: asm.NewReaders, UserSpace: true},
 		"usdt_none": {USDT: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64, Read: asm.OldReaders, UserSpace: true, SelfPid: 4242},
@@ -211,7 +207,7 @@ func caseAction(t *testing.T, target Target, act string) Action {
 	a := Action{Kind: k, Option: "--" + kind, Source: list}
 	switch {
 	case kind == "emit":
-		a.Columns = defaultColumns(target)
+		a.Columns = DefaultColumns(target)
 	case list != "":
 		ops, err := ParseOperands(list, 0)
 		if err != nil {
@@ -280,7 +276,7 @@ func TestCompiledLoad(t *testing.T) {
 		}
 		p := compileCase(t, ts, i)
 		kind := caseAction(t, ts[tc.target], tc.act).Kind
-		m := maps(kind, p)
+		m := Maps(kind, p)
 		if ts[tc.target].Tree {
 			m[proctree.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		}
@@ -545,6 +541,6 @@ func FuzzCompile(f *testing.F) {
 		if ts[target].Format == nil {
 			typ = ebpf.Kprobe
 		}
-		loadtest.Program(t, fmt.Sprintf("seed %d: %s on %s (%s)", seed, expr, target, actText), typ, &ebpf.ProgramSpec{Name: "filter", Instructions: prog.Insns}, maps(act.Kind, prog))
+		loadtest.Program(t, fmt.Sprintf("seed %d: %s on %s (%s)", seed, expr, target, actText), typ, &ebpf.ProgramSpec{Name: "filter", Instructions: prog.Insns}, Maps(act.Kind, prog))
 	})
 }

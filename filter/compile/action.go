@@ -1,11 +1,13 @@
-package filter
+package compile
 
 import (
 	"fmt"
 
+	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/slots"
 )
 
 // ActionKind is what a program does with an event that passed.
@@ -53,7 +55,7 @@ const keyString = 64
 
 // Map names and sizes of the actions.
 const (
-	countsEntries = 10240 // --count-by keys, as BCC's default hash
+	CountsEntries = 10240 // --count-by keys, as BCC's default hash
 )
 
 func (c *compiler) action(act Action) (*Program, error) {
@@ -247,4 +249,30 @@ func (c *compiler) hist(act Action, prog *Program) error {
 	c.emit(asm.PerCPUArrayIncrement("hist", "hist", countKey)...)
 	c.emit(bpf.Ja.Label("reject"))
 	return nil
+}
+
+// Maps are the maps an action's program uses.
+func Maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
+	perCPU := func(name string, n uint32) *ebpf.MapSpec {
+		return &ebpf.MapSpec{Name: "filter_" + name, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: n}
+	}
+	switch kind {
+	case Count:
+		return map[string]*ebpf.MapSpec{"count": perCPU("count", 1)}
+	case CountBy:
+		return map[string]*ebpf.MapSpec{
+			"counts": {Name: "filter_counts", Type: ebpf.Hash, KeySize: uint32(prog.Size), ValueSize: 8, MaxEntries: CountsEntries},
+			"lost":   perCPU("lost", 1),
+		}
+	case Hist:
+		m := map[string]*ebpf.MapSpec{"hist": perCPU("hist", slots.Log2)}
+		if prog.Signed {
+			m["neg"] = perCPU("neg", 1)
+		}
+		return m
+	case Emit:
+		// Sized by the kernel: one entry per possible CPU.
+		return map[string]*ebpf.MapSpec{"events": {Name: "filter_events", Type: ebpf.PerfEventArray}}
+	}
+	return map[string]*ebpf.MapSpec{}
 }

@@ -1,0 +1,211 @@
+package compile
+
+import (
+	"fmt"
+	"math"
+
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/uprobe"
+)
+
+// read probe-reads size bytes of kernel memory at the address in R1 to the
+// stack at off.
+func (c *compiler) read(size int, off int16) {
+	c.emit(
+		bpf.Mov.Reg(bpf.R3, bpf.R1).WithSource(bpf.Comment(fmt.Sprintf("read %d bytes at r1 with %v", size, c.t.Read.Kernel))),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, int32(off)),
+		bpf.Mov.Imm(bpf.R2, int32(size)),
+		c.t.Read.Kernel.Call(),
+	)
+}
+
+func sizeOf(n int) bpf.Size {
+	switch n {
+	case 1:
+		return bpf.Byte
+	case 2:
+		return bpf.Half
+	case 4:
+		return bpf.Word
+	}
+	return bpf.DWord
+}
+
+// fetchInt emits code that leaves an integer value in dst, extended to 64
+// bits by its sign. It may call helpers: R1-R5 are clobbered.
+func (c *compiler) fetchInt(v value, dst bpf.Register) error {
+	if v.size != 1 && v.size != 2 && v.size != 4 && v.size != 8 {
+		return fmt.Errorf("%s has an unsupported size %d", v.name, v.size)
+	}
+	narrow := v.size < 8 // a register's upper bits need clearing or extending
+	switch v.src {
+	case srcCtx:
+		ld, err := asm.LoadField(dst, v.name, v.ctxOff, v.size, v.signed)
+		if err != nil {
+			return err
+		}
+		c.emit(ld...)
+		return nil // LoadField extends
+	case srcArg:
+		where := fmt.Sprintf("register at pt_regs+%d", v.regOff)
+		if c.t.Slots {
+			where = fmt.Sprintf("the trampoline's slot %d", v.regOff/8)
+		}
+		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (%s)", dst, v.name, where))))
+	case srcEntry:
+		c.emitEntryLoad(dst, v)
+		narrow = v.size < 8 && (v.regOff != c.t.Entry.SyscallNr || v.signed)
+	case srcWalk:
+		c.read(v.size, scratchOff)
+		c.emit(bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(v.size)))
+		narrow = v.signed && v.size < 8 // loaded at its size: zero-extended already
+	case srcUSDT:
+		return c.fetchUSDT(v, dst)
+	case srcBuiltin:
+		switch v.builtin {
+		case "pid", "tid":
+			if c.t.NS != nil {
+				// {u32 pid; u32 tgid;}: the thread's id, then the process's.
+				field := int16(0)
+				if v.builtin == "pid" {
+					field = 4
+				}
+				c.emit(asm.NsPidTgid(*c.t.NS, scratchOff)...)
+				c.emit(bpf.LoadMem(dst, bpf.RFP, scratchOff+field, bpf.Word).WithSource(bpf.Comment(v.builtin + " in this pid namespace, 0 outside it")))
+				return nil
+			}
+			c.emit(bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment(v.builtin + " from bpf_get_current_pid_tgid()")))
+		case "uid", "gid":
+			c.emit(bpf.FnGetCurrentUidGid.Call().WithSource(bpf.Comment(v.builtin + " from bpf_get_current_uid_gid()")))
+		case "cpu":
+			c.emit(bpf.FnGetSmpProcessorId.Call().WithSource(bpf.Comment("cpu = bpf_get_smp_processor_id()")))
+		default:
+			return fmt.Errorf("%s is not a number", v.name)
+		}
+		c.emit(bpf.Mov.Reg(dst, bpf.R0))
+		switch v.builtin {
+		case "pid", "gid": // the upper half
+			c.emit(bpf.RSh.Imm(dst, 32))
+			return nil
+		case "cpu":
+			return nil
+		}
+		narrow = true
+	default:
+		return fmt.Errorf("%s is not a number", v.name)
+	}
+	if narrow {
+		return c.extend(dst, v.size, v.signed)
+	}
+	return nil
+}
+
+// fetchUSDT emits the load of a USDT argument into dst: a register, a
+// constant, or |size| bytes of user memory at an address computed from
+// registers, the spec's displacement and symbol.
+func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
+	a := v.usdt
+	regOff := func(name string) (int16, error) {
+		off, ok := c.t.Regs.Named[name]
+		if !ok {
+			return 0, fmt.Errorf("%s: register %s is not in this architecture's pt_regs", a.Text, name)
+		}
+		return off, nil
+	}
+	note := fmt.Sprintf("%s = %s (USDT spec %s)", dst, v.name, a.Text)
+	switch a.Kind {
+	case uprobe.ArgConst:
+		// Truncated and extended here, as the load would be.
+		v := a.Off
+		if shift := 64 - 8*a.Size; shift > 0 && a.Signed {
+			v = v << shift >> shift
+		} else if shift > 0 {
+			v = int64(uint64(v) << shift >> shift)
+		}
+		if v >= math.MinInt32 && v <= math.MaxInt32 {
+			c.emit(bpf.Mov.Imm(dst, int32(v)).WithSource(bpf.Comment(note)))
+		} else {
+			c.emit(bpf.LoadImm(dst, v, bpf.DWord).WithSource(bpf.Comment(note)))
+		}
+		return nil
+	case uprobe.ArgReg:
+		off, err := regOff(a.Reg)
+		if err != nil {
+			return err
+		}
+		c.emit(bpf.LoadMem(dst, asm.RegCtx, off, bpf.DWord).WithSource(bpf.Comment(note)))
+		return c.extend(dst, a.Size, a.Signed)
+	}
+	// An address in R1, then a read of user memory.
+	disp := a.Off + int64(a.SymAddr)
+	first := len(c.insns)
+	switch a.Kind {
+	case uprobe.ArgMem:
+		off, err := regOff(a.Reg)
+		if err != nil {
+			return err
+		}
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, off, bpf.DWord))
+	case uprobe.ArgIndex:
+		idx, err := regOff(a.Index)
+		if err != nil {
+			return err
+		}
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, idx, bpf.DWord))
+		if shift := map[int]int32{2: 1, 4: 2, 8: 3}[a.Scale]; shift != 0 {
+			c.emit(bpf.LSh.Imm(bpf.R1, shift))
+		}
+		if a.Reg != "" {
+			base, err := regOff(a.Reg)
+			if err != nil {
+				return err
+			}
+			c.emit(bpf.LoadMem(bpf.R2, asm.RegCtx, base, bpf.DWord), bpf.Add.Reg(bpf.R1, bpf.R2))
+		}
+	case uprobe.ArgGlobal:
+		// The uprobe sets ip to the site: the global is as far from it as
+		// their link-time addresses are.
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, c.t.Regs.IP, bpf.DWord))
+		disp = int64(a.SymAddr) + a.Off - int64(c.t.Site)
+	default:
+		return fmt.Errorf("%s: unknown argument form", a.Text)
+	}
+	c.insns[first] = c.insns[first].WithSource(bpf.Comment(note))
+	switch {
+	case disp == 0:
+	case disp >= math.MinInt32 && disp <= math.MaxInt32:
+		c.emit(bpf.Add.Imm(bpf.R1, int32(disp)))
+	default:
+		c.emit(bpf.LoadImm(bpf.R2, disp, bpf.DWord), bpf.Add.Reg(bpf.R1, bpf.R2))
+	}
+	c.emit(
+		bpf.Mov.Reg(bpf.R3, bpf.R1),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, scratchOff),
+		bpf.Mov.Imm(bpf.R2, int32(a.Size)),
+		c.t.Read.User.Call(),
+		bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(a.Size)),
+	)
+	if a.Signed && a.Size < 8 {
+		return c.extend(dst, a.Size, true)
+	}
+	return nil
+}
+
+// extend clears or sign-extends the bits of dst above its size bytes.
+func (c *compiler) extend(dst bpf.Register, size int, signed bool) error {
+	if size >= 8 {
+		return nil
+	}
+	shift := int32(64 - 8*size)
+	c.emit(bpf.LSh.Imm(dst, shift))
+	if signed {
+		c.emit(bpf.ArSh.Imm(dst, shift))
+	} else {
+		c.emit(bpf.RSh.Imm(dst, shift))
+	}
+	return nil
+}
