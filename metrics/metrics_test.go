@@ -86,20 +86,27 @@ func TestParseAddr(t *testing.T) {
 
 func get(t *testing.T, url, accept string) (int, string, string) {
 	t.Helper()
+	code, typ, body, err := fetch(url, accept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, typ, body
+}
+
+// fetch is get for a goroutine other than the test's, which may not call
+// t.Fatal: the error is returned.
+func fetch(url, accept string) (int, string, string, error) {
 	req, _ := http.NewRequest("GET", url, nil)
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, "", "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b), err
 }
 
 func TestServer(t *testing.T) {
@@ -205,8 +212,8 @@ func TestScrapesShareACollection(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if code, _, _ := get(t, "http://"+s.Addr()+"/metrics", ""); code != 200 {
-				t.Errorf("status %d", code)
+			if code, _, _, err := fetch("http://"+s.Addr()+"/metrics", ""); err != nil || code != 200 {
+				t.Errorf("status %d: %v", code, err)
 			}
 		}()
 	}
