@@ -219,7 +219,7 @@ func fetchType(t btf.Type) string {
 
 // kprobeTarget builds the compile target and the probe's fetch arguments.
 func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (compile.Target, []string, map[string]bool) {
-	t := compile.Target{Slots: slots}
+	var args []compile.Arg
 	var fetch []string
 	pointers := map[string]bool{}
 	if ev.kind == "kretprobe" {
@@ -227,28 +227,37 @@ func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (c
 		if slots {
 			off = int16(8 * len(proto.Params)) // fexit: the return value follows the arguments
 		}
-		t.Args = []compile.Arg{{Name: "ret", Type: proto.Return, RegOff: off}}
+		args = []compile.Arg{{Name: "ret", Type: proto.Return, RegOff: off}}
 		if ft := fetchType(proto.Return); ft != "" {
 			fetch = append(fetch, "ret=$retval:"+ft)
 			pointers["ret"] = ft == "x64"
 		}
-		return t, fetch, pointers
+		return argsTarget(args, slots), fetch, pointers
 	}
 	for i, p := range proto.Params {
 		if slots {
-			t.Args = append(t.Args, compile.Arg{Name: p.Name, Type: p.Type, RegOff: int16(8 * i)})
+			args = append(args, compile.Arg{Name: p.Name, Type: p.Type, RegOff: int16(8 * i)})
 			continue
 		}
 		if i >= len(regs.Args) {
 			break // on the stack: not reachable from the registers
 		}
-		t.Args = append(t.Args, compile.Arg{Name: p.Name, Type: p.Type, RegOff: regs.Args[i]})
+		args = append(args, compile.Arg{Name: p.Name, Type: p.Type, RegOff: regs.Args[i]})
 		if ft := fetchType(p.Type); ft != "" && tracefs.ValidateName("argument", p.Name) == nil {
 			fetch = append(fetch, fmt.Sprintf("%s=%%%s:%s", p.Name, regs.ArgNames[i], ft))
 			pointers[p.Name] = ft == "x64"
 		}
 	}
-	return t, fetch, pointers
+	return argsTarget(args, slots), fetch, pointers
+}
+
+// argsTarget is a function's arguments as a trampoline's slots or a
+// probe's registers.
+func argsTarget(args []compile.Arg, slots bool) compile.Target {
+	if slots {
+		return compile.Target{Event: &compile.Slots{Args: args}}
+	}
+	return compile.Target{Event: &compile.Registers{Args: args}}
 }
 
 func info(s *run.Session, ev event) error {
@@ -316,7 +325,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if o.Where != "" {
 		root, _ = compile.Parse(o.Where)
 	}
-	target := compile.Target{Read: kernel.Readers(), UserSpace: ev.group == "syscalls"}
+	target := compile.Target{Read: kernel.Readers()}
 	if !o.Self {
 		target.SelfPid = uint32(os.Getpid())
 	}
@@ -389,7 +398,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 	}
 	if act.Kind == compile.Keep {
-		return streamKept(ctx, s, ev, coll, p.target.Format, p.fetch, p.pointers, o.RingPages)
+		return streamKept(ctx, s, ev, coll, p.format, p.fetch, p.pointers, o.RingPages)
 	}
 	return report(ctx, s, o, ev, coll, prog, act)
 }
@@ -439,7 +448,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 	}
 	if act.Kind == compile.Keep {
 		// A uprobe's record in the kernel holds no arguments: always our own.
-		act = compile.Action{Kind: compile.Emit, Columns: compile.DefaultColumns(userTarget(ev, sites[0], regs))}
+		act = compile.Action{Kind: compile.Emit, Columns: userTarget(ev, sites[0], regs).Event.Columns()}
 	}
 	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{}}
 	// -c: the command's process tree, as the other tools follow it.
@@ -522,29 +531,11 @@ func action(o *options) (compile.Action, error) {
 	return compile.Action{Kind: compile.Keep}, nil
 }
 
-// hasStringPointer reports whether an event has a char * field or
-// argument, whose string the kernel's record does not hold.
-func hasStringPointer(t compile.Target) bool {
-	if t.Format != nil {
-		for _, f := range t.Format.Fields {
-			if !f.Common && f.IsCharPointer() && f.Size == 8 {
-				return true
-			}
-		}
-		return false
-	}
-	for _, a := range t.Args {
-		if kbtf.IsCharPointer(a.Type) {
-			return true
-		}
-	}
-	return false
-}
-
 // plan is how a run reaches its event by one hook: the program's context,
 // its type and where it attaches, and what it was compiled to.
 type plan struct {
 	target     compile.Target
+	format     *tracefs.Format // a tracepoint's record, which Keep streams
 	fetch      []string        // a kprobe event's fetch arguments (perf)
 	pointers   map[string]bool // which of them are addresses
 	progType   ebpf.ProgramType
@@ -559,8 +550,8 @@ type plan struct {
 // string, or none at all (a trampoline builds no record), becomes records
 // of our own, every field in them.
 func (p *plan) compile(where string, root compile.Node, act compile.Action) error {
-	if act.Kind == compile.Keep && (hasStringPointer(p.target) || p.entry != "") {
-		act = compile.Action{Kind: compile.Emit, Columns: compile.DefaultColumns(p.target)}
+	if act.Kind == compile.Keep && (p.target.Event.HasStringPointer() || p.entry != "") {
+		act = compile.Action{Kind: compile.Emit, Columns: p.target.Event.Columns()}
 	}
 	prog, err := compile.Compile(where, root, p.target, act)
 	if err != nil {
@@ -581,14 +572,14 @@ func tracepointOffers(ev event, base compile.Target, root compile.Node, act comp
 	if err != nil {
 		return nil, err
 	}
-	base.Format = f
+	base.Event = &compile.Record{Format: f, UserSpace: ev.group == "syscalls"}
 	if compile.NeedsBTF(root) || compile.ColumnsNeedBTF(act) {
 		if base.BTF, err = kbtf.Kernel(); err != nil {
 			return nil, fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
 		}
 	}
 	perf := hook.Offer{Hook: hook.Perf, Build: build(func() (plan, error) {
-		return plan{target: base, progType: ebpf.TracePoint}, nil
+		return plan{target: base, format: f, progType: ebpf.TracePoint}, nil
 	})}
 	name, syscall := strings.CutPrefix(ev.name, "sys_enter_")
 	if !syscall || ev.group != "syscalls" {
@@ -600,10 +591,10 @@ func tracepointOffers(ev event, base compile.Target, root compile.Node, act comp
 			return plan{}, err
 		}
 		t := base
-		t.Entry = regs
+		t.Event = &compile.SyscallEntry{Format: f, Regs: regs}
 		return plan{target: t, progType: ebpf.Tracing, attachType: ebpf.AttachTraceFEntry, entry: regs.SyscallPrefix + name}, nil
 	})}
-	if act.Kind == compile.Keep && !hasStringPointer(base) && hasDataLoc(f) {
+	if act.Kind == compile.Keep && !base.Event.HasStringPointer() && hasDataLoc(f) {
 		// The stored record is printed as it is, 6.19+'s copies of user
 		// memory (__value_val) among its fields: only perf stores one.
 		return []hook.Offer{perf, fentry}, nil

@@ -216,17 +216,18 @@ func userSites(ev *event, pid int) ([]site, error) {
 // (arg0..arg5, unsigned 64-bit: no BTF describes user space), a
 // uretprobe's ret (signed 64-bit).
 func userTarget(ev event, s site, regs *asm.Regs) compile.Target {
-	t := compile.Target{Read: kernel.Readers(), UserSpace: true, Regs: regs, Site: s.addr}
+	t := compile.Target{Read: kernel.Readers()}
 	switch {
 	case ev.kind == "usdt":
-		t.USDT = s.usdt
-		if t.USDT == nil {
-			t.USDT = []uprobe.Arg{} // no arguments, still a USDT probe
+		args := s.usdt
+		if args == nil {
+			args = []uprobe.Arg{} // no arguments, still a USDT probe
 		}
+		t.Event = &compile.USDT{Args: args, Site: s.addr, Regs: regs}
 	case ev.kind == "uretprobe":
-		t.Args = compile.UretprobeArgs(regs)
+		t.Event = &compile.Registers{Args: compile.UretprobeArgs(regs), UserSpace: true}
 	default:
-		t.Args = compile.UprobeArgs(regs)
+		t.Event = &compile.Registers{Args: compile.UprobeArgs(regs), UserSpace: true}
 	}
 	return t
 }

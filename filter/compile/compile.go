@@ -1,8 +1,10 @@
 // Package compile is filter's compiler: it parses --where expressions and
-// operand lists (expr.go), resolves each operand on the event at hand
-// (operand.go), and emits the BPF program: conditions (compile.go), reads
-// of integers and USDT arguments (fetch.go), strings (strings.go) and the
-// action that counts, histograms or emits what passes (action.go).
+// operand lists (expr.go), resolves each operand on the kind of event at
+// hand (event.go: a record, a syscall's entry, registers, a trampoline's
+// slots, a USDT site; operand.go: types, walks, fields), and emits the
+// BPF program: conditions (compile.go), reads of integers and USDT
+// arguments (fetch.go), strings (strings.go), and the action that counts,
+// histograms or emits what passes (action.go).
 package compile
 
 import (
@@ -15,30 +17,23 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/proctree"
-	"github.com/tracekit/tracekit/tracefs"
-	"github.com/tracekit/tracekit/uprobe"
 )
 
 // Arg is a kprobe argument (or "ret" of a kretprobe): its BTF type and
 // the pt_regs offset of the register that holds it at the probe, or, with
-// Target.Slots, the offset of its u64 slot in a BPF trampoline's context.
+// Slots, the offset of its u64 slot in a BPF trampoline's context.
 type Arg struct {
 	Name   string
 	Type   btf.Type
 	RegOff int16
 }
 
-// Target is what an expression is compiled against.
+// Target is what an expression is compiled against: the event, and what
+// every kind of event shares.
 type Target struct {
-	Format *tracefs.Format // a tracepoint's fields
-	Args   []Arg           // a kprobe's arguments
-	BTF    *kbtf.Spec      // struct layouts, for casts and walks
-	Read   asm.Readers     // the kernel's reading helpers
-	// UserSpace: the event's pointers are user addresses (a syscall
-	// tracepoint's arguments). Otherwise a string pointer without a __user
-	// tag in BTF is read as a user string first, as a kernel one if that
-	// fails: on x86-64 and arm64 the two address ranges never overlap.
-	UserSpace bool
+	Event Event
+	BTF   *kbtf.Spec  // struct layouts, for casts and walks
+	Read  asm.Readers // the kernel's reading helpers
 	// SelfPid, if not 0, is filter's own process id: its events are
 	// dropped first (its writes to stdout would feed the stream).
 	SelfPid uint32
@@ -49,26 +44,6 @@ type Target struct {
 	// NS: filter runs in a pid namespace of its own, whose pids SelfPid,
 	// Pid and the pid and tid builtins are (see procfs.PidNamespace).
 	NS *asm.PidNS
-	// USDT are a USDT call site's arguments, arg0 onwards; Site is the
-	// site's link-time address (a rip-relative argument is found from the
-	// instruction pointer, which a uprobe sets to the site) and Regs the
-	// register layout the specs name registers in.
-	USDT []uprobe.Arg
-	Site uint64
-	Regs *asm.Regs
-	// Slots: Args are the u64 slots of a BPF trampoline's context (fentry,
-	// fexit), not registers. The kernel types them from BTF: a struct
-	// pointer is a pointer to the verifier, which a program may compare,
-	// store and walk but not take bits of, and a pointer to anything but
-	// a number, void or a struct cannot be read at all (see slotReadable).
-	Slots bool
-	// Entry, with the Format of a syscalls:sys_enter_* event, reads the
-	// event's fields at the entry of the syscall's wrapper (fentry)
-	// instead of from the tracepoint's record: the wrapper's one argument
-	// is the user's pt_regs, which holds the syscall's arguments
-	// (Entry.SyscallArgs, in the format's order) and its number
-	// (__syscall_nr).
-	Entry *asm.Regs
 }
 
 // Stack layout of the filter program.

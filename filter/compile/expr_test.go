@@ -69,12 +69,12 @@ func targets(t *testing.T) map[string]Target {
 		arg.SymAddr = map[string]uint64{"tk_table": 0x404040, "tk_global": 0x4010}[arg.Sym]
 		specs = append(specs, arg)
 	}
-	uprobeT := Target{Args: UprobeArgs(asm.AMD64), UserSpace: true, Regs: asm.AMD64, Site: 0x1139, Read: asm.NewReaders}
+	uprobeT := Target{Event: &Registers{Args: UprobeArgs(asm.AMD64), UserSpace: true}, Read: asm.NewReaders}
 	uretT := uprobeT
-	uretT.Args = UretprobeArgs(asm.AMD64)
+	uretT.Event = &Registers{Args: UretprobeArgs(asm.AMD64), UserSpace: true}
 	return map[string]Target{
-		"usdt":      {USDT: specs, Site: 0x10ac, Regs: asm.AMD64, Read: asm.NewReaders, UserSpace: true},
-		"usdt_none": {USDT: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64, Read: asm.OldReaders, UserSpace: true, SelfPid: 4242},
+		"usdt":      {Event: &USDT{Args: specs, Site: 0x10ac, Regs: asm.AMD64}, Read: asm.NewReaders},
+		"usdt_none": {Event: &USDT{Args: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64}, Read: asm.OldReaders, SelfPid: 4242},
 		"uprobe":    uprobeT,
 		"uprobe_tree": func() Target {
 			t := uprobeT
@@ -86,31 +86,31 @@ func targets(t *testing.T) map[string]Target {
 			t.Tree, t.SelfPid, t.NS = true, 1, &asm.PidNS{Dev: 4, Ino: 4026532417}
 			return t
 		}(),
-		"netif_ns":   {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), Read: asm.NewReaders, SelfPid: 1, Pid: 3, NS: &asm.PidNS{Dev: 4, Ino: 4026532417}},
-		"usdt_pid":   {USDT: specs[:2], Site: 0x10ac, Regs: asm.AMD64, Read: asm.NewReaders, UserSpace: true, Pid: 1234},
+		"netif_ns":   {Event: &Record{Format: tooltest.Format(t, "netif_receive_skb.6.18.format")}, Read: asm.NewReaders, SelfPid: 1, Pid: 3, NS: &asm.PidNS{Dev: 4, Ino: 4026532417}},
+		"usdt_pid":   {Event: &USDT{Args: specs[:2], Site: 0x10ac, Regs: asm.AMD64}, Read: asm.NewReaders, Pid: 1234},
 		"uretprobe":  uretT,
-		"netif":      {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), BTF: spec, Read: asm.NewReaders},
-		"kfree":      {Format: tooltest.Format(t, "kfree_skb.6.18.format"), Read: asm.NewReaders},
-		"sched":      {Format: tooltest.Format(t, "sched_kthread_stop.2.6.format"), Read: asm.OldReaders},
-		"netif_self": {Format: tooltest.Format(t, "netif_receive_skb.6.18.format"), Read: asm.NewReaders, SelfPid: 4242},
-		"switch":     {Format: tooltest.Format(t, "sched_switch.6.18.format"), Read: asm.NewReaders},
-		"openat":     {Format: openat, Read: asm.NewReaders, UserSpace: true},
-		"openat_old": {Format: openat, Read: asm.OldReaders, UserSpace: true},
+		"netif":      {Event: &Record{Format: tooltest.Format(t, "netif_receive_skb.6.18.format")}, BTF: spec, Read: asm.NewReaders},
+		"kfree":      {Event: &Record{Format: tooltest.Format(t, "kfree_skb.6.18.format")}, Read: asm.NewReaders},
+		"sched":      {Event: &Record{Format: tooltest.Format(t, "sched_kthread_stop.2.6.format")}, Read: asm.OldReaders},
+		"netif_self": {Event: &Record{Format: tooltest.Format(t, "netif_receive_skb.6.18.format")}, Read: asm.NewReaders, SelfPid: 4242},
+		"switch":     {Event: &Record{Format: tooltest.Format(t, "sched_switch.6.18.format")}, Read: asm.NewReaders},
+		"openat":     {Event: &Record{Format: openat, UserSpace: true}, Read: asm.NewReaders},
+		"openat_old": {Event: &Record{Format: openat, UserSpace: true}, Read: asm.OldReaders},
 		// At the syscall's wrapper (fentry): the same fields, from the
 		// user's registers; 6.19+'s format adds __buf_val, a copy of the
 		// buffer, which only the record has.
-		"openat_entry":     {Format: openat, Read: asm.NewReaders, UserSpace: true, Entry: asm.AMD64},
-		"write_next":       {Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), Read: asm.NewReaders, UserSpace: true},
-		"write_next_entry": {Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), Read: asm.NewReaders, UserSpace: true, Entry: asm.AMD64, SelfPid: 4242},
-		"kprobe":           {Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}, BTF: spec, Read: asm.NewReaders},
-		"kret":             {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}, Read: asm.NewReaders},
-		"kopen":            {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.NewReaders},
-		"kopen_old":        {Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}, Read: asm.OldReaders},
+		"openat_entry":     {Event: &SyscallEntry{Format: openat, Regs: asm.AMD64}, Read: asm.NewReaders},
+		"write_next":       {Event: &Record{Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), UserSpace: true}, Read: asm.NewReaders},
+		"write_next_entry": {Event: &SyscallEntry{Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), Regs: asm.AMD64}, Read: asm.NewReaders, SelfPid: 4242},
+		"kprobe":           {Event: &Registers{Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}}, BTF: spec, Read: asm.NewReaders},
+		"kret":             {Event: &Registers{Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}}, Read: asm.NewReaders},
+		"kopen":            {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.NewReaders},
+		"kopen_old":        {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.OldReaders},
 		// At a BPF trampoline (Slots): argument i in the context's slot i,
 		// a return value after the arguments (ksys_write has three).
-		"kprobe_slots": {Args: []Arg{{Name: "net", Type: &btf.Pointer{Target: &btf.Struct{Name: "net"}}, RegOff: 0}, {Name: "skb", Type: skbPtr, RegOff: 8}}, BTF: spec, Read: asm.NewReaders, Slots: true},
-		"kopen_slots":  {Args: []Arg{{Name: "dfd", Type: s32, RegOff: 0}, {Name: "filename", Type: cstr, RegOff: 8}, {Name: "argv", Type: &btf.Pointer{Target: cstr}, RegOff: 16}}, Read: asm.NewReaders, Slots: true},
-		"kret_slots":   {Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: 24}}, Read: asm.NewReaders, Slots: true, SelfPid: 4242},
+		"kprobe_slots": {Event: &Slots{Args: []Arg{{Name: "net", Type: &btf.Pointer{Target: &btf.Struct{Name: "net"}}, RegOff: 0}, {Name: "skb", Type: skbPtr, RegOff: 8}}}, BTF: spec, Read: asm.NewReaders},
+		"kopen_slots":  {Event: &Slots{Args: []Arg{{Name: "dfd", Type: s32, RegOff: 0}, {Name: "filename", Type: cstr, RegOff: 8}, {Name: "argv", Type: &btf.Pointer{Target: cstr}, RegOff: 16}}}, Read: asm.NewReaders},
+		"kret_slots":   {Event: &Slots{Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: 24}}}, Read: asm.NewReaders, SelfPid: 4242},
 	}
 }
 
@@ -207,7 +207,7 @@ func caseAction(t *testing.T, target Target, act string) Action {
 	a := Action{Kind: k, Option: "--" + kind, Source: list}
 	switch {
 	case kind == "emit":
-		a.Columns = DefaultColumns(target)
+		a.Columns = target.Event.Columns()
 	case list != "":
 		ops, err := ParseOperands(list, 0)
 		if err != nil {
@@ -271,7 +271,7 @@ func TestCompiledLoad(t *testing.T) {
 	ts := targets(t)
 	for i, tc := range compileCases {
 		typ := ebpf.TracePoint
-		if ts[tc.target].Format == nil {
+		if _, ok := ts[tc.target].Event.(*Record); !ok && !isEntry(ts[tc.target]) {
 			typ = ebpf.Kprobe
 		}
 		p := compileCase(t, ts, i)
@@ -290,7 +290,8 @@ func TestCompiledLoad(t *testing.T) {
 			if tc.target == "kret_slots" {
 				prog.AttachType = ebpf.AttachTraceFExit
 			}
-		} else if format := ts[tc.target].Format; ts[tc.target].Entry != nil {
+		} else if e, ok := ts[tc.target].Event.(*SyscallEntry); ok {
+			format := e.Format
 			// At the wrapper of this kernel's architecture: the x86-64
 			// offsets the goldens pin are inside arm64's pt_regs too.
 			name := strings.TrimPrefix(format.Name, "sys_enter_")
@@ -538,9 +539,15 @@ func FuzzCompile(f *testing.F) {
 			return
 		}
 		typ := ebpf.TracePoint
-		if ts[target].Format == nil {
+		if _, ok := ts[target].Event.(*Record); !ok && !isEntry(ts[target]) {
 			typ = ebpf.Kprobe
 		}
 		loadtest.Program(t, fmt.Sprintf("seed %d: %s on %s (%s)", seed, expr, target, actText), typ, &ebpf.ProgramSpec{Name: "filter", Instructions: prog.Insns}, Maps(act.Kind, prog))
 	})
+}
+
+// isEntry reports a target at a syscall's entry.
+func isEntry(t Target) bool {
+	_, ok := t.Event.(*SyscallEntry)
+	return ok
 }

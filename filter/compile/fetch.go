@@ -51,13 +51,13 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		return nil // LoadField extends
 	case srcArg:
 		where := fmt.Sprintf("register at pt_regs+%d", v.regOff)
-		if c.t.Slots {
+		if _, slots := c.t.Event.(*Slots); slots {
 			where = fmt.Sprintf("the trampoline's slot %d", v.regOff/8)
 		}
 		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (%s)", dst, v.name, where))))
 	case srcEntry:
 		c.emitEntryLoad(dst, v)
-		narrow = v.size < 8 && (v.regOff != c.t.Entry.SyscallNr || v.signed)
+		narrow = v.size < 8 && (!v.nr || v.signed)
 	case srcWalk:
 		c.read(v.size, scratchOff)
 		c.emit(bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(v.size)))
@@ -107,9 +107,9 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 // constant, or |size| bytes of user memory at an address computed from
 // registers, the spec's displacement and symbol.
 func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
-	a := v.usdt
+	a, site := v.usdt, c.t.Event.(*USDT)
 	regOff := func(name string) (int16, error) {
-		off, ok := c.t.Regs.Named[name]
+		off, ok := site.Regs.Named[name]
 		if !ok {
 			return 0, fmt.Errorf("%s: register %s is not in this architecture's pt_regs", a.Text, name)
 		}
@@ -168,8 +168,8 @@ func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
 	case uprobe.ArgGlobal:
 		// The uprobe sets ip to the site: the global is as far from it as
 		// their link-time addresses are.
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, c.t.Regs.IP, bpf.DWord))
-		disp = int64(a.SymAddr) + a.Off - int64(c.t.Site)
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, site.Regs.IP, bpf.DWord))
+		disp = int64(a.SymAddr) + a.Off - int64(site.Site)
 	default:
 		return fmt.Errorf("%s: unknown argument form", a.Text)
 	}

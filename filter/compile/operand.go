@@ -31,7 +31,7 @@ const (
 	srcWalk                  // at the address resolve left in R1
 	srcBuiltin               // from a helper
 	srcUSDT                  // a USDT argument, as its spec says
-	srcEntry                 // a syscall's argument or number, in the user's pt_regs at regOff (Target.Entry)
+	srcEntry                 // a syscall's argument or number, in the user's pt_regs at regOff (SyscallEntry)
 )
 
 // space is the address space a string pointer points into.
@@ -59,7 +59,8 @@ type value struct {
 	space   space             // where ptr points
 	symbols map[uint64]string // __print_symbolic names of an int field
 	usdt    *uprobe.Arg       // srcUSDT
-	typed   bool              // a struct pointer in a trampoline's slot: no bit operations on it (Target.Slots)
+	typed   bool              // a struct pointer in a trampoline's slot: no bit operations on it (Slots)
+	nr      bool              // srcEntry: the syscall's number, a 32-bit register
 }
 
 // resolve finds what an operand denotes. For a walked path it emits the
@@ -80,72 +81,14 @@ func (c *compiler) resolve(o Operand) (value, error) {
 		}
 		return c.stringAt(v, nil), nil
 	}
-	if c.t.Format != nil {
-		if _, ok := c.t.Format.Field(o.Base); !ok && o.Base == "args" && len(o.Steps) > 0 {
-			// bpftrace's args->NAME (or args.NAME) for a field.
-			o = Operand{Pos: o.Steps[0].Pos, Base: o.Steps[0].Member, Steps: o.Steps[1:]}
-			return c.resolveField(o)
-		}
-		if _, ok := c.t.Format.Field(o.Base); ok || !isBuiltin(o.Base) {
-			return c.resolveField(o)
-		}
-		return c.builtin(o)
-	}
-	if c.t.USDT != nil {
-		return c.usdtArg(o)
-	}
-	for i, a := range c.t.Args {
-		if a.Name != o.Base {
-			continue
-		}
-		arg := value{name: a.Name, src: srcArg, regOff: a.RegOff}
-		if c.t.Slots {
-			if err := slotReadable(a); err != nil {
-				return value{}, c.errAt(o.Pos, "%v", err)
-			}
-			arg.typed = kbtf.IsStructPointer(a.Type)
-		}
-		if len(o.Steps) == 0 {
-			v, err := scalar(arg, a.Type)
-			if err != nil {
-				return value{}, c.errAt(o.Pos, "%v", err)
-			}
-			if v.kind == kInt && kbtf.IsCharPointer(a.Type) {
-				v = c.stringAt(v, a.Type)
-			}
-			return v, nil
-		}
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, a.RegOff, bpf.DWord).
-			WithSource(bpf.Comment(fmt.Sprintf("r1 = %s (argument %d)", a.Name, i+1))))
-		return c.walk(o, a.Type)
+	v, ok, err := c.t.Event.operand(c, o)
+	if ok || err != nil {
+		return v, err
 	}
 	if isBuiltin(o.Base) {
 		return c.builtin(o)
 	}
-	var names []string
-	for _, a := range c.t.Args {
-		names = append(names, a.Name)
-	}
-	return value{}, c.errAt(o.Pos, "no argument or builtin %q (arguments: %s; builtins: %s)", o.Base, strings.Join(names, ", "), strings.Join(builtins, ", "))
-}
-
-// usdtArg resolves arg0..argN of a USDT probe, or a builtin.
-func (c *compiler) usdtArg(o Operand) (value, error) {
-	var i int
-	if n, err := fmt.Sscanf(o.Base, "arg%d", &i); n != 1 || err != nil || o.Base != fmt.Sprintf("arg%d", i) {
-		if isBuiltin(o.Base) {
-			return c.builtin(o)
-		}
-		return value{}, c.errAt(o.Pos, "no argument or builtin %q (a USDT probe has arg0..arg%d; builtins: %s)", o.Base, len(c.t.USDT)-1, strings.Join(builtins, ", "))
-	}
-	if i >= len(c.t.USDT) {
-		return value{}, c.errAt(o.Pos, "%s: this probe has %d argument(s), arg0..arg%d", o.Base, len(c.t.USDT), len(c.t.USDT)-1)
-	}
-	if len(o.Steps) > 0 || o.Cast != "" {
-		return value{}, c.errAt(o.Pos, "%s is a number: it has no members (no BTF describes user space)", o.Base)
-	}
-	a := c.t.USDT[i]
-	return value{name: o.Base, kind: kInt, size: a.Size, signed: a.Signed, src: srcUSDT, usdt: &a}, nil
+	return value{}, c.t.Event.unknown(c, o)
 }
 
 // slotReadable reports whether a program may load the argument a from a
@@ -191,20 +134,23 @@ func (c *compiler) builtin(o Operand) (value, error) {
 func (c *compiler) stringAt(p value, t btf.Type) value {
 	sp := spaceEither
 	switch {
-	case c.t.UserSpace || kbtf.HasUserTag(t):
+	case c.t.Event.userSpace() || kbtf.HasUserTag(t):
 		sp = spaceUser
-	case p.src == srcCtx && c.t.Format != nil:
+	case p.src == srcCtx:
 		sp = spaceKernel // a tracepoint's own char * points at kernel memory
 	}
 	p.pointer = true
 	return value{name: p.name, kind: kString, ptr: &p, space: sp}
 }
 
-func (c *compiler) resolveField(o Operand) (value, error) {
-	f, ok := c.t.Format.Field(o.Base)
+// resolveField resolves a name on a tracepoint's fields: from the record,
+// or with entry, from the user's registers at the syscall's entry.
+func (c *compiler) resolveField(format *tracefs.Format, entry *asm.Regs, o Operand) (value, error) {
+	f, ok := format.Field(o.Base)
 	if !ok {
-		return value{}, c.errAt(o.Pos, "event %s has no field %q (fields: %s; builtins: %s)", c.t.Format.Name, o.Base, strings.Join(c.t.Format.FieldNames(), ", "), strings.Join(builtins, ", "))
+		return value{}, unknownField(c, format, o)
 	}
+	userSpace := c.t.Event.userSpace()
 	if f.Common {
 		// The kernel refuses tracepoint programs that read the record's
 		// first 8 bytes, where the common fields are.
@@ -213,7 +159,7 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 		}
 		return value{}, c.errAt(o.Pos, "%s is in the record's first 8 bytes, which a BPF program may not read (common_pid reads as the tid builtin; pid is the process)", f.Name)
 	}
-	if f.DataLoc && c.t.UserSpace {
+	if f.DataLoc && userSpace {
 		return value{}, c.errAt(o.Pos, "%v", syscallCopyErr(f))
 	}
 	if o.Cast != "" {
@@ -227,8 +173,8 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 		if err != nil {
 			return value{}, c.errAt(o.Pos, "%v", err)
 		}
-		if c.t.Entry != nil {
-			v, err := c.entryField(f)
+		if entry != nil {
+			v, err := entryField(format, entry, f)
 			if err != nil {
 				return value{}, c.errAt(o.Pos, "%v", err)
 			}
@@ -245,8 +191,8 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 	if len(o.Steps) > 0 {
 		return value{}, c.errAt(o.Steps[0].Pos-2, "field %s is not a struct pointer that can be walked: cast it, as in ((struct sk_buff *)%s)->len", f.Name, f.Name)
 	}
-	v, err := fieldVal(f, c.t.Format, c.t.UserSpace)
-	if err != nil || c.t.Entry == nil {
+	v, err := fieldVal(f, format, userSpace)
+	if err != nil || entry == nil {
 		return v, err
 	}
 	// At the syscall's entry: the same value, from the user's registers.
@@ -254,11 +200,11 @@ func (c *compiler) resolveField(o Operand) (value, error) {
 	if v.ptr != nil {
 		in = v.ptr // a string: its address is the register
 	}
-	e, err := c.entryField(f)
+	e, err := entryField(format, entry, f)
 	if err != nil {
 		return value{}, c.errAt(o.Pos, "%v", err)
 	}
-	in.src, in.regOff, in.ctxOff = srcEntry, e.regOff, 0
+	in.src, in.regOff, in.ctxOff, in.nr = srcEntry, e.regOff, 0, e.nr
 	return v, nil
 }
 
@@ -279,20 +225,20 @@ func syscallCopyErr(f tracefs.Field) error {
 // entryField is where a syscalls:sys_enter_* field is in the user's
 // pt_regs: __syscall_nr in the number's register, the others in the
 // argument registers in the format's order.
-func (c *compiler) entryField(f tracefs.Field) (value, error) {
+func entryField(format *tracefs.Format, entry *asm.Regs, f tracefs.Field) (value, error) {
 	if f.Name == "__syscall_nr" {
-		return value{name: f.Name, regOff: c.t.Entry.SyscallNr}, nil
+		return value{name: f.Name, regOff: entry.SyscallNr, nr: true}, nil
 	}
 	i := 0
-	for _, g := range c.t.Format.Fields {
+	for _, g := range format.Fields {
 		switch {
 		case g.Common || g.Name == "__syscall_nr" || g.DataLoc: // 6.19+ adds __data_loc copies (__buf_val) after the arguments
 			continue
 		case g.Name == f.Name:
-			if i >= len(c.t.Entry.SyscallArgs) {
-				return value{}, fmt.Errorf("%s is a syscall's argument %d: a syscall has %d", f.Name, i+1, len(c.t.Entry.SyscallArgs))
+			if i >= len(entry.SyscallArgs) {
+				return value{}, fmt.Errorf("%s is a syscall's argument %d: a syscall has %d", f.Name, i+1, len(entry.SyscallArgs))
 			}
-			return value{name: f.Name, regOff: c.t.Entry.SyscallArgs[i]}, nil
+			return value{name: f.Name, regOff: entry.SyscallArgs[i]}, nil
 		}
 		i++
 	}
@@ -304,7 +250,7 @@ func (c *compiler) entryField(f tracefs.Field) (value, error) {
 // syscallno is an s32, x86-64's orig_ax a long).
 func (c *compiler) emitEntryLoad(dst bpf.Register, v value) {
 	size, what := bpf.DWord, "argument"
-	if v.regOff == c.t.Entry.SyscallNr {
+	if v.nr {
 		size, what = bpf.Word, "number"
 	}
 	c.emit(
