@@ -157,6 +157,16 @@ func TestServer(t *testing.T) {
 	if resp.StatusCode != 200 || resp.ContentLength != int64(want.Len()) {
 		t.Errorf("HEAD: %d, length %d, want %d", resp.StatusCode, resp.ContentLength, want.Len())
 	}
+	collections := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return scrapes
+	}
+	// One collection per scrape of /metrics, one after another (two GETs
+	// and the HEAD); /healthz, a 404 and a refused POST read no map.
+	if n := collections(); n != 3 {
+		t.Errorf("%d collections for 3 scrapes one after another", n)
+	}
 
 	// 100 scrapes at once, each on a connection of its own.
 	var wg sync.WaitGroup
@@ -182,6 +192,11 @@ func TestServer(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Errorf("concurrent scrape: %v", err)
+	}
+	// Scrapes at once share a running collection: at least one, at most
+	// one each.
+	if n := collections() - 3; n < 1 || n > 100 {
+		t.Errorf("100 concurrent scrapes ran %d collections", n)
 	}
 
 	if _, err := Listen(s.Addr(), fixture); !errors.Is(err, ErrAddrInUse) {
