@@ -279,11 +279,9 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 			bpf.Mov.Reg(bpf.R1, bpf.R0),
 			bpf.FnTaskPtRegs.Call(),
 			bpf.Mov.Reg(bpf.R3, bpf.R0),
-			bpf.Mov.Reg(bpf.R1, bpf.R8),
-			bpf.Add.Imm(bpf.R1, stateRegs),
-			bpf.Mov.Imm(bpf.R2, ptRegsLen),
-			cfg.Readers.Kernel.Call(),
-			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
+		)
+		insns = append(insns, copyRegs(cfg)...)
+		insns = append(insns,
 			bpf.Mov.Reg(bpf.R7, bpf.R8),
 			bpf.Add.Imm(bpf.R7, stateRegs),
 		)
@@ -306,11 +304,9 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 			bpf.JEq.Imm(bpf.R3, 0, "no_regs"),
 			bpf.Add.Imm(bpf.R3, threadSize-ptRegsLen),
 			bpf.StoreMem(bpf.RFP, fpRead, bpf.R3, bpf.DWord),
-			bpf.Mov.Reg(bpf.R1, bpf.R8),
-			bpf.Add.Imm(bpf.R1, stateRegs),
-			bpf.Mov.Imm(bpf.R2, ptRegsLen),
-			cfg.Readers.Kernel.Call(),
-			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
+		)
+		insns = append(insns, copyRegs(cfg)...)
+		insns = append(insns,
 			bpf.Mov.Reg(bpf.R7, bpf.R8),
 			bpf.Add.Imm(bpf.R7, stateRegs),
 			bpf.LoadMem(bpf.R1, bpf.R7, regs.CS, bpf.DWord),
@@ -319,11 +315,9 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 			// (TOP_OF_KERNEL_STACK_PADDING): the tests force this path there.
 			bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord).WithSource(bpf.Comment("not user registers: try 16 bytes lower (FRED's padding)")),
 			bpf.Sub.Imm(bpf.R3, 16),
-			bpf.Mov.Reg(bpf.R1, bpf.R8),
-			bpf.Add.Imm(bpf.R1, stateRegs),
-			bpf.Mov.Imm(bpf.R2, ptRegsLen),
-			cfg.Readers.Kernel.Call(),
-			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
+		)
+		insns = append(insns, copyRegs(cfg)...)
+		insns = append(insns,
 			bpf.LoadMem(bpf.R1, bpf.R7, regs.CS, bpf.DWord),
 			bpf.JNE.Imm(bpf.R1, userCS, "no_regs"),
 			asm.Nop().WithSymbol("task_regs"),
@@ -352,6 +346,18 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns = append(insns, count("count", bpf.R8)...)
 	insns = append(insns, asm.Return("exit", 0)...)
 	return insns, nil
+}
+
+// copyRegs copies the pt_regs at the kernel address in R3 into the
+// scratch value's state (R8); a failed read goes to no_regs.
+func copyRegs(cfg Config) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Mov.Reg(bpf.R1, bpf.R8),
+		bpf.Add.Imm(bpf.R1, stateRegs),
+		bpf.Mov.Imm(bpf.R2, ptRegsLen),
+		cfg.Readers.Kernel.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
+	}
 }
 
 // loadRegs loads ip, sp and bp of the pt_regs at from into R1, R2, R3 (the
