@@ -297,6 +297,8 @@ func TestUsageErrors(t *testing.T) {
 		{"--folded", "--json"},
 		{"--folded", "-T"},
 		{"--json", "-T"},
+		{"--assume-missing", "foo"},
+		{"--max-tree", "0"},
 		{"--svg", ""},
 	} {
 		res := tooltest.Run(t, bin, args...)

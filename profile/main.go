@@ -7,7 +7,6 @@ package profile
 
 import (
 	"context"
-	"slices"
 
 	"github.com/tracekit/tracekit/run"
 )
@@ -15,15 +14,15 @@ import (
 type options struct {
 	run.Common
 	run.TreeOption
-	Frequency int      `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
-	Pid       int      `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
-	Unwind    string   `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
-	Folded    bool     `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
-	SVG       string   `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
-	Pprof     string   `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
-	Budget    int      `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
-	Idle      bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
-	Missing   []string `long:"assume-missing" value-name:"FEATURE" choice:"task_pt_regs" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
+	Frequency int    `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
+	Pid       int    `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
+	Unwind    string `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
+	Folded    bool   `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
+	SVG       string `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
+	Pprof     string `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
+	Budget    int    `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
+	Idle      bool   `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
+	Missing   string `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
 }
 
 const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event
@@ -91,5 +90,5 @@ func Main(args []string) int {
 
 // assumeMissing says whether --assume-missing named feature.
 func (o *options) assumeMissing(feature string) bool {
-	return slices.Contains(o.Missing, feature)
+	return o.Missing == feature
 }

@@ -32,6 +32,11 @@ func validate(o *options) error {
 	if err := o.CheckTree(); err != nil {
 		return err
 	}
+	// Checked here, not by a choice tag: go-flags lists a single choice as
+	// "Allowed values are: " and nothing.
+	if o.Missing != "" && o.Missing != "task_pt_regs" {
+		return usage.Errorf("--assume-missing %q: the kernel feature profile can do without is task_pt_regs", o.Missing)
+	}
 	if o.Frequency < 1 || o.Frequency > 10000 {
 		return usage.Errorf("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
 	}
