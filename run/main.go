@@ -278,9 +278,11 @@ func VersionLine(name string) string {
 
 // exitHelp ends every tool's --help.
 const exitHelp = `With -c, the command runs in a process group of its own, with stdin from
-/dev/null when stdin is a terminal. When the tool stops first (Ctrl-C, the
-report count, a closed stdout), it ends the command: SIGTERM to the group,
-SIGKILL a second later.
+/dev/null when stdin is a terminal. Nothing it starts outlives the tool:
+when the tool stops (Ctrl-C, the report count, a closed stdout, the command's
+exit, even SIGKILL of the tool), every process of the command's tree, those
+that left its process group or session included, gets SIGTERM, and SIGKILL
+a second later.
 
 Exit status: 0 success, also when the reader of stdout goes away (as in
 '| head -1'); 1 runtime error; 2 usage error. With -c, the command's status

@@ -235,7 +235,7 @@ func (s *Session) startCommand() error {
 	if s.Opts.Command == "" {
 		return nil
 	}
-	out := io.Writer(os.Stdout)
+	out := os.Stdout
 	if s.Opts.JSON {
 		out = os.Stderr // stdout carries JSON only
 	}
@@ -244,7 +244,7 @@ func (s *Session) startCommand() error {
 		return err
 	}
 	s.cmd = c
-	s.OnClose("end the command", func() error { return c.Stop(StopGrace) })
+	s.OnClose("", c.Stop)
 	return nil
 }
 
@@ -314,7 +314,7 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 		// (detaching, freeing maps), and the command must not run on
 		// untraced meanwhile. Ended before the final report, its last
 		// moments are in it.
-		defer s.cmd.Stop(StopGrace)
+		defer s.cmd.Stop()
 	case s.Quiet:
 	case s.Opts.interval == 0:
 		fmt.Fprintf(s.Stderr, "Tracing %s... Hit Ctrl-C to end.\n", what)
@@ -331,7 +331,7 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 	defer watch.Stop()
 	final := func() error {
 		if s.cmd != nil {
-			if err := s.cmd.Stop(StopGrace); err != nil {
+			if err := s.cmd.Stop(); err != nil {
 				return err
 			}
 		}

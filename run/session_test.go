@@ -80,31 +80,26 @@ func TestSessionNoticesClosedStdout(t *testing.T) {
 	}
 }
 
-// A command stopped while it runs is ended with its whole process group
-// and reaped; one that was never released never runs.
+// A command stopped while it runs is ended with everything it started and
+// reaped; one that was never released never runs.
 func TestCommandStop(t *testing.T) {
-	c, err := StartCommand("sleep 30 & sleep 30; echo late", nil)
+	c, err := StartCommand("sleep 987.01 & sleep 987.01; echo late", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Release(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // both sleeps started
-	pgid := c.Pid()
+	waitFor(t, "987.01", 2)
 	start := time.Now()
-	if err := c.Stop(StopGrace); err != nil {
+	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if !c.Exited() || time.Since(start) > StopGrace+time.Second {
+	if !c.Exited() || time.Since(start) > StopGrace {
 		t.Errorf("not reaped, or too slow: %v", time.Since(start))
 	}
-	// The background sleep was reparented: its zombie waits for init.
-	for i := 0; i < 40 && !errors.Is(unix.Kill(-pgid, 0), unix.ESRCH); i++ {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := unix.Kill(-pgid, 0); !errors.Is(err, unix.ESRCH) {
-		t.Errorf("process group %d still has members: %v", pgid, err)
+	if live := pgroup.WithArg("987.01"); len(live) > 0 {
+		t.Errorf("processes %v outlived Stop", live)
 	}
 	if st := c.Status(); st != 128+int(unix.SIGTERM) {
 		t.Errorf("status %d, want %d (SIGTERM)", st, 128+int(unix.SIGTERM))
@@ -114,8 +109,67 @@ func TestCommandStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := held.Stop(StopGrace); err != nil || held.Status() != 125 {
+	if err := held.Stop(); err != nil || held.Status() != 125 {
 		t.Errorf("never released: %v, status %d, want 125 from the gate", err, held.Status())
+	}
+}
+
+// waitFor waits until n processes with the argument arg run.
+func waitFor(t *testing.T, arg string, n int) {
+	t.Helper()
+	for i := 0; i < 200 && len(pgroup.WithArg(arg)) < n; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if live := pgroup.WithArg(arg); len(live) != n {
+		t.Fatalf("%d processes with argument %s run, want %d: %v", len(live), arg, n, live)
+	}
+}
+
+// Whatever a command does to escape, Stop ends it: a process that ignores
+// SIGTERM under a leader that does not (SIGKILL after the grace), and
+// processes that left the command's process group and session, whether
+// the command still runs or has exited. Before the guard was their
+// subreaper, each of these outlived Stop.
+func TestCommandStopEndsEveryEscape(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		n    int
+		exit bool // the command exits on its own first
+	}{
+		{`sh -c "trap '' TERM; exec sleep 987.02"`, 1, false},
+		{`setsid -w sleep 987.02`, 1, false},
+		{`(setsid sleep 987.02 &); sleep 987.02`, 2, false},
+		{`(setsid sleep 987.02 &); sleep 987.02 & exit 4`, 2, true},
+		{`setsid sh -c 'trap "" TERM; sleep 987.02 & sleep 987.02' & exit 5`, 2, true},
+	} {
+		c, err := StartCommand(tc.line, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Release(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "987.02", tc.n)
+		if tc.exit {
+			select {
+			case <-c.Done():
+			case <-time.After(2 * time.Second):
+				t.Errorf("%q: did not exit", tc.line)
+			}
+		}
+		start := time.Now()
+		if err := c.Stop(); err != nil {
+			t.Errorf("%q: %v", tc.line, err)
+		}
+		if took := time.Since(start); took > StopGrace+time.Second {
+			t.Errorf("%q: Stop took %v", tc.line, took)
+		}
+		if live := pgroup.WithArg("987.02"); len(live) > 0 {
+			t.Errorf("%q: processes %v outlived Stop", tc.line, live)
+			for _, pid := range live {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		}
 	}
 }
 
@@ -130,43 +184,47 @@ func TestCommandStatus(t *testing.T) {
 		if got := c.Status(); got != want {
 			t.Errorf("%q: status %d, want %d", line, got, want)
 		}
+		c.Stop()
 	}
 }
 
-// A tool killed by SIGKILL runs no code, and its command, in a process
-// group of its own, would run on: the guard ends the group instead, within
-// the stop grace.
+// A tool killed by SIGKILL runs no code, and its command would run on:
+// the guard ends its whole tree instead, within the stop grace, the
+// processes that left its process group and session and the ones that
+// ignore SIGTERM included.
 func TestCommandDiesWithKilledTool(t *testing.T) {
-	pidFile := filepath.Join(t.TempDir(), "pid")
 	tool := exec.Command(os.Args[0], "-test.run=^$")
-	tool.Env = append(os.Environ(), "TK_HOLD_COMMAND=echo $$ > "+pidFile+"; sleep 30 | cat; echo late")
+	tool.Env = append(os.Environ(), `TK_HOLD_COMMAND=setsid sleep 987.03 & (setsid sleep 987.03 &); sleep 987.03 | cat; trap '' TERM; exec sleep 987.03`)
 	if err := tool.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	for i := 0; i < 100 && pid == 0; i++ {
-		time.Sleep(20 * time.Millisecond)
-		b, _ := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	}
-	if pid == 0 {
-		tool.Process.Kill()
-		tool.Wait()
-		t.Fatal("the command did not start")
-	}
-	time.Sleep(100 * time.Millisecond) // the pipeline started
+	defer func() {
+		for _, pid := range pgroup.WithArg("987.03") {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}()
+	waitFor(t, "987.03", 3)
 	tool.Process.Kill()
 	tool.Wait()
 	killed := time.Now()
-	// Its members are reparented: zombies wait for init, and do not count.
-	for time.Since(killed) < StopGrace+2*time.Second && len(pgroup.Live(pid)) > 0 {
+	for time.Since(killed) < StopGrace+2*time.Second && len(pgroup.WithArg("987.03")) > 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if live := pgroup.Live(pid); len(live) > 0 {
-		unix.Kill(-pid, unix.SIGKILL)
+	if live := pgroup.WithArg("987.03"); len(live) > 0 {
 		t.Fatalf("the command's processes %v outlived its SIGKILLed tool by %v", live, time.Since(killed))
 	}
-	t.Logf("the command's group ended %v after the tool's SIGKILL", time.Since(killed).Round(time.Millisecond))
+	t.Logf("the command's tree ended %v after the tool's SIGKILL", time.Since(killed).Round(time.Millisecond))
+}
+
+// The guard started by hand, not by a tool, says so and starts nothing.
+func TestGuardByHand(t *testing.T) {
+	g := exec.Command(os.Args[0], "touch "+filepath.Join(t.TempDir(), "ran"))
+	g.Args[0] = guardName
+	out, err := g.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "a tool's own helper") {
+		t.Errorf("exit %v, output %q", err, out)
+	}
 }
 
 // A signal during the setup (ctx done before Loop) means the command

@@ -17,6 +17,7 @@ import (
 	"github.com/tracekit/tracekit/internal/pgroup"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/slots"
+	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
 )
 
@@ -258,5 +259,30 @@ func TestSignalEndsARunBlockedOnStdout(t *testing.T) {
 	}
 	if st := cmd.ProcessState.ExitCode(); st != 1 || !strings.Contains(stderr.String(), "stdout is blocked") {
 		t.Errorf("exit %d, stderr %q; want 1 and a line saying stdout is blocked", st, stderr.String())
+	}
+}
+
+// Nothing in the environment makes a tool signal a process it did not
+// start: the guard of old read the process group to end from
+// TRACEKIT_GUARD_PGID, and so ran nothing and killed the group named.
+func TestEnvironmentCannotAimTheGuard(t *testing.T) {
+	privtest.Require(t)
+	victim := exec.Command("sleep", "987.04")
+	victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Process.Kill()
+	exited := make(chan struct{})
+	go func() { victim.Wait(); close(exited) }()
+	t.Setenv("TRACEKIT_GUARD_PGID", strconv.Itoa(victim.Process.Pid))
+	r := runTool(t, "-c", "echo hi")
+	if r.Status != 0 || !strings.HasPrefix(r.Stdout, "hi\n") {
+		t.Errorf("exit %d, stdout %q, stderr %q: the command did not run", r.Status, r.Stdout, r.Stderr)
+	}
+	select {
+	case <-exited:
+		t.Errorf("the tool ended process group %d, which it did not start", victim.Process.Pid)
+	case <-time.After(run.StopGrace + 500*time.Millisecond):
 	}
 }

@@ -62,7 +62,9 @@ func TestTools(t *testing.T) {
 }
 
 // TestSize holds the one binary, stripped as make build strips it, to the
-// budget of a copy-one-file tool: 7 MB.
+// budget of a copy-one-file tool: 12 MB. It was 7 MB, and kept a
+// hand-written HTTP server in the binary that anyone on the network could
+// starve; net/http and client_golang cost more and are worth it.
 func TestSize(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tracekit")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
@@ -74,7 +76,7 @@ func TestSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const budget = 7_000_000
+	const budget = 12_000_000
 	t.Logf("tracekit, stripped: %d bytes (budget %d)", st.Size(), budget)
 	if st.Size() > budget {
 		t.Errorf("tracekit is %d bytes stripped, over the %d budget", st.Size(), budget)

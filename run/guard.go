@@ -1,0 +1,205 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/procfs"
+)
+
+// A -c command runs under a guard: this same executable started again as
+// "tracekit-guard". The guard is the command's parent and a child
+// subreaper (PR_SET_CHILD_SUBREAPER, 3.4+), so every process the command
+// starts stays its descendant, however it leaves the command's process
+// group or session (setsid, a double fork, a daemon), until it exits.
+// When the tool closes the control pipe, or dies any way at all (SIGKILL
+// included: the kernel closes its end), the guard ends that whole tree:
+// SIGTERM (and SIGCONT, for a stopped process) to every descendant, then
+// SIGKILL after StopGrace to every one left, until it has no child.
+//
+// The guard signals its own descendants and nothing else: no argument and
+// no variable of the environment can aim it at a process it did not
+// start. The tool follows the same tree in the kernel (proctree) from the
+// command's pid, which the guard reports before the command is released.
+
+// guardName is the guard's argv[0]; its one argument is the command line.
+const guardName = "tracekit-guard"
+
+// gate holds the command back until its writer end says go: the shell reads
+// one line from fd 3, and only then execs the command, in the same process,
+// so its pid is known (and can be filtered on) before it runs at all. If the
+// tool dies before the go, the read sees EOF and the command never runs.
+const gate = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec /bin/sh -c "$1"`
+
+// The guard's inherited descriptors.
+const (
+	guardGateFD    = 3 // the gate's read end, handed on to the command as fd 3
+	guardControlFD = 4 // EOF: end the tree
+	guardStatusFD  = 5 // the guard's reports to the tool (see readStatus)
+)
+
+// Guard makes this process the guard of a -c command, and exits, when it
+// was started as one; otherwise it returns at once. The binary's main
+// calls it first (and so does TestMain in the tests that start commands):
+// a library's init must not take a process over.
+func Guard() {
+	if len(os.Args) == 2 && filepath.Base(os.Args[0]) == guardName {
+		os.Exit(guard(os.Args[1]))
+	}
+}
+
+// guard is a guard process's life: start the command, report its pid and
+// its end, and end its tree when the tool is done or gone.
+func guard(line string) int {
+	for _, fd := range []int{guardGateFD, guardControlFD, guardStatusFD} {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+			fmt.Fprintf(os.Stderr, "%s: started by hand: this process is a tool's own helper\n", guardName)
+			return 2
+		}
+	}
+	status := os.NewFile(guardStatusFD, "status")
+	report := func(format string, args ...any) { fmt.Fprintf(status, format+"\n", args...) }
+	// Caught, not ignored: the command starts with these at their defaults
+	// (a caught signal is reset on exec, an ignored one stays ignored). The
+	// guard is in a process group of its own, out of the terminal's reach;
+	// SIGTERM aimed at it alone is swallowed too: the tool ends it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGPIPE, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU)
+	go func() {
+		for range sigs {
+		}
+	}()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		report("error become a child subreaper: %v", err)
+		return 1
+	}
+	cmd := exec.Command("/bin/sh", "-c", gate, "sh", line)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{os.NewFile(guardGateFD, "gate")}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		report("error %v", err)
+		return 1
+	}
+	cmd.ExtraFiles[0].Close()
+	// Only the command holds the tool's standard streams: a reader of the
+	// tool's output sees EOF once the tool and the command's tree are gone.
+	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		for fd := 0; fd <= 2; fd++ {
+			unix.Dup3(int(null.Fd()), fd, 0)
+		}
+		null.Close()
+	}
+	pid := cmd.Process.Pid
+	report("pid %d", pid)
+
+	empty := make(chan struct{})
+	go func() {
+		defer close(empty)
+		for {
+			var ws unix.WaitStatus
+			got, err := unix.Wait4(-1, &ws, 0, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return // ECHILD: no child, so no descendant is left
+			}
+			if got == pid {
+				report("exit %d", int(ws))
+			}
+		}
+	}()
+	io.Copy(io.Discard, os.NewFile(guardControlFD, "control"))
+	endTree(empty)
+	return 0
+}
+
+// endTree ends every descendant of this process, and returns once empty
+// is closed: SIGTERM, then SIGKILL after StopGrace, again and again while
+// processes remain (a child forked during a round, orphaned by the kill,
+// becomes this subreaper's child and is found by the next).
+func endTree(empty <-chan struct{}) {
+	signalTree(unix.SIGTERM)
+	signalTree(unix.SIGCONT)
+	select {
+	case <-empty:
+		return
+	case <-time.After(StopGrace):
+	}
+	for {
+		signalTree(unix.SIGKILL)
+		select {
+		case <-empty:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// signalTree sends sig to every live descendant of this process.
+func signalTree(sig unix.Signal) {
+	self := os.Getpid()
+	parents := processParents()
+	for pid := range parents {
+		if pid == self || !descends(parents, pid, self) {
+			continue
+		}
+		// Pinned by a pidfd (5.3+), then checked again: a pid that was
+		// reused since the scan is never signalled.
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOSYS) {
+				unix.Kill(pid, sig)
+			}
+			continue
+		}
+		if ppid, ok := parentOf(pid); ok && (ppid == self || descends(parents, ppid, self)) {
+			unix.PidfdSendSignal(fd, sig, nil, 0)
+		}
+		unix.Close(fd)
+	}
+}
+
+// processParents maps every live (non-zombie) process to its parent, from
+// /proc.
+func processParents() map[int]int {
+	parents := map[int]int{}
+	for _, pid := range procfs.Pids() {
+		if ppid, ok := parentOf(pid); ok {
+			parents[pid] = ppid
+		}
+	}
+	return parents
+}
+
+// parentOf is the parent of pid, false for a zombie or a process gone.
+func parentOf(pid int) (int, bool) {
+	st, err := procfs.ReadStat(pid)
+	return st.PPid, err == nil && st.Live()
+}
+
+// descends reports whether pid's chain of parents reaches ancestor.
+func descends(parents map[int]int, pid, ancestor int) bool {
+	for i := 0; i < len(parents) && pid > 1; i++ {
+		ppid, ok := parents[pid]
+		if !ok {
+			return false
+		}
+		if ppid == ancestor {
+			return true
+		}
+		pid = ppid
+	}
+	return false
+}
