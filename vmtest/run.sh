@@ -116,7 +116,7 @@ make_stage() { # make_stage ARCH
   [ "$arch" = arm64 ] && cc=aarch64-linux-gnu-gcc
   mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
   chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
-  CGO_ENABLED=0 GOARCH=$arch go build -trimpath -o "$stage/tk/bin/tracekit" ./cmd/tracekit
+  CGO_ENABLED=0 GOARCH=$arch go build -trimpath -tags=nethttpomithttp2 -o "$stage/tk/bin/tracekit" ./cmd/tracekit
   for t in writesize dropmon iolat filter profile; do ln -s tracekit "$stage/tk/bin/$t"; done
   for p in "${pkgs[@]}"; do
     # dropmon/prog's binary is dropmon-prog.test (the guest maps it back).

@@ -17,6 +17,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/common/expfmt"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/cilium/ebpf"
@@ -685,11 +687,13 @@ func PossibleCPUs(t testing.TB) int {
 // OpenMetrics, for the exposition goldens.
 func Exposition(t testing.TB, families []metrics.Family) string {
 	t.Helper()
-	var b bytes.Buffer
-	for _, format := range []string{metrics.TextType, metrics.OpenMetricsType} {
-		if err := metrics.Write(&b, format, families); err != nil {
+	var b strings.Builder
+	for _, format := range []expfmt.Format{metrics.TextFormat, metrics.OpenMetricsFormat} {
+		out, err := metrics.Exposition(families, format)
+		if err != nil {
 			t.Fatal(err)
 		}
+		b.WriteString(out)
 	}
 	return b.String()
 }
