@@ -23,7 +23,7 @@ func layer(pkg string) int {
 		return 3 // the run, and beside it the tools' bytecode builders, which never import it
 	case "writesize", "dropmon", "iolat", "filter", "profile":
 		return 4
-	case "internal/tooltest", "internal/promtest", "internal/loadtest", "internal/privtest", "internal/golden":
+	case "internal/tooltest", "internal/promtest", "internal/loadtest", "internal/privtest", "internal/golden", "internal/pgroup":
 		return 5 // test helpers: they drive the tools
 	case "cmd/tracekit", "bench":
 		return 6
