@@ -45,6 +45,7 @@ func TestPrometheus(t *testing.T) {
 	privtest.Require(t)
 	const n, m = 41, 17
 	tool := promtest.Serve(t, "dropmon", "127.0.0.1:0")
+	tool.CheckCaps(t) // and the scrapes below read the maps and kallsyms without them
 	prom := promtest.Start(t, tool.Addr)
 	prom.WaitScrapes(t, tool.Addr, 1)
 	fn, reason := udp6Func(t), udpReason(t)
@@ -189,6 +190,7 @@ func TestServeManyLocations(t *testing.T) {
 	privtest.Require(t)
 	const keys, top = 10000, 100
 	tool := promtest.Serve(t, "dropmon", "127.0.0.1:0", "--serve-top", strconv.Itoa(top), "--no-reason")
+	tool.CheckCaps(t) // the scrapes below name 10,000 locations without them
 	drops := toolMap(t, tool.Pid(), "dropmon_drops")
 	defer drops.Close()
 	addrs := kernelFunctions(t, keys)
@@ -224,6 +226,9 @@ func TestServeManyLocations(t *testing.T) {
 			other++
 		} else {
 			own++
+		}
+		if m[1] == "unknown" {
+			t.Errorf("a location with no name: kallsyms unread after the capabilities were dropped?")
 		}
 	}
 	// Drops the machine made meanwhile add to the sum.

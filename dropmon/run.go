@@ -68,6 +68,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
+	s.OnClose("", syms.Close)
 	if syms.Hidden {
 		fmt.Fprintln(s.Stderr, "dropmon: kernel addresses are hidden (kptr_restrict, or not root): printing addresses only")
 	}
@@ -113,6 +114,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		if c.syms, err = procfs.LazyKallsyms(); err != nil {
 			return err
 		}
+		s.OnClose("", c.syms.Close)
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
 			return err
 		}

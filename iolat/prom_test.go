@@ -20,6 +20,7 @@ func TestPrometheus(t *testing.T) {
 	dev := loopDevice(t)
 	name := filepath.Base(dev)
 	tool := promtest.Serve(t, "iolat", "127.0.0.1:0", "-D")
+	tool.CheckCaps(t)
 	prom := promtest.Start(t, tool.Addr)
 	prom.WaitScrapes(t, tool.Addr, 1)
 	if out, err := exec.Command("/bin/sh", "-c", directWrites(dev, n)).CombinedOutput(); err != nil {

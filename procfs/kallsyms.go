@@ -20,6 +20,7 @@ type Symbols struct {
 	// symbol); nothing else of kallsyms is kept.
 	lazy  bool
 	known map[uint64]string
+	file  *os.File // lazy: /proc/kallsyms, open since LazyKallsyms
 }
 
 // LazyKallsyms is Symbols that reads /proc/kallsyms only when Resolve
@@ -27,13 +28,16 @@ type Symbols struct {
 // few addresses at report time needs neither the tens of milliseconds of
 // reading all 150,000 symbols at start nor the memory they hold. Whether
 // addresses are hidden is known at once, from the first code symbol.
+//
+// The file stays open and is read again from its start: the kernel decides
+// whether a reader sees addresses when it opens the file, so a run that
+// has since dropped its capabilities (CAP_SYSLOG) still names them.
 func LazyKallsyms() (*Symbols, error) {
 	f, err := os.Open("/proc/kallsyms")
 	if err != nil {
 		return nil, fmt.Errorf("read kernel symbols: %w", err)
 	}
-	defer f.Close()
-	s := &Symbols{lazy: true, known: map[uint64]string{}, Hidden: true}
+	s := &Symbols{lazy: true, known: map[uint64]string{}, Hidden: true, file: f}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if addr, code, _, _, ok := kallsymsLine(sc.Bytes()); ok && code {
@@ -41,7 +45,19 @@ func LazyKallsyms() (*Symbols, error) {
 			break
 		}
 	}
-	return s, sc.Err()
+	if err := sc.Err(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	return s, nil
+}
+
+// Close closes lazy Symbols' file.
+func (s *Symbols) Close() error {
+	if s == nil || s.file == nil {
+		return nil
+	}
+	return s.file.Close()
 }
 
 // Resolve names the addresses Symbolize will be asked for, for lazy
@@ -60,12 +76,10 @@ func (s *Symbols) Resolve(addrs []uint64) error {
 	if len(need) == 0 {
 		return nil
 	}
-	f, err := os.Open("/proc/kallsyms")
-	if err != nil {
+	if _, err := s.file.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("read kernel symbols: %w", err)
 	}
-	defer f.Close()
-	found, _, err := nearestSymbols(f, need)
+	found, _, err := nearestSymbols(s.file, need)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strings"
 
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/metrics"
@@ -12,7 +13,7 @@ import (
 // ServeOption is --serve, for the tools that aggregate in the kernel.
 // Tools embed it in their options.
 type ServeOption struct {
-	Serve string `long:"serve" value-name:"ADDR" description:"Serve the counts to Prometheus at http://ADDR/metrics (127.0.0.1:9435, or :9435 for every address), read from the kernel's maps at each scrape and cumulative since the start; /healthz answers ok. Reports still print as without it"`
+	Serve string `long:"serve" value-name:"ADDR" description:"Serve the counts to Prometheus at http://ADDR/metrics (127.0.0.1:9435, or :9435 for every address), read from the kernel's maps at each scrape and cumulative since the start; /healthz answers ok. Reports still print as without it. Once attached, the run drops every capability it no longer needs (reading maps by descriptor needs none; kernels before 6.4 with unprivileged BPF disabled keep cap_bpf for it): the serving line says what was kept"`
 }
 
 // CheckServe validates --serve's address before anything is loaded.
@@ -29,6 +30,8 @@ func (o *ServeOption) CheckServe() error {
 // ServeMetrics serves collect's families, with tracekit_build_info, at
 // addr until the session closes. collect runs at each scrape, one at a
 // time; it reads the maps, and must not disturb the interval reports.
+// It comes once everything is attached: it drops the capabilities the run
+// no longer needs (see privilege.go).
 func (s *Session) ServeMetrics(addr string, collect func() []metrics.Family) error {
 	build := metrics.Family{Name: "tracekit_build", Help: "The tracekit build serving these metrics (value 1).", Type: metrics.Info, Metrics: []metrics.Metric{{Labels: []metrics.Label{
 		{Name: "tool", Value: s.Tool}, {Name: "version", Value: Version}, {Name: "revision", Value: Commit}, {Name: "goversion", Value: runtime.Version()},
@@ -39,7 +42,15 @@ func (s *Session) ServeMetrics(addr string, collect func() []metrics.Family) err
 	}
 	go srv.Serve()
 	s.OnClose("stop serving metrics", srv.Close)
-	fmt.Fprintf(s.Stderr, "%s: serving metrics at http://%s/metrics\n", s.Tool, srv.Addr())
+	kept, err := s.dropCapabilities()
+	if err != nil {
+		return err
+	}
+	what := "every capability dropped"
+	if len(kept) > 0 {
+		what = "capabilities dropped but " + strings.Join(kept, ", ")
+	}
+	fmt.Fprintf(s.Stderr, "%s: serving metrics at http://%s/metrics (%s)\n", s.Tool, srv.Addr(), what)
 	return nil
 }
 

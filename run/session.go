@@ -40,6 +40,8 @@ type Session struct {
 	closed    bool
 	closeDone chan struct{} // closed when the closing is over
 
+	tracefsEvents bool // probe events registered in tracefs, removed at the end
+
 	cmd           *Command
 	commandStatus int // a -c command's status when it ended on its own
 	reports       int
@@ -197,6 +199,7 @@ func (s *Session) AttachProbe(prog *ebpf.Program, p tracefs.Probe, legacy bool) 
 	if err != nil {
 		return err
 	}
+	s.tracefsEvents = s.tracefsEvents || legacy
 	s.OnClose("", a.Close) // "detach tracepoint x:y: ..."
 	return nil
 }
@@ -207,6 +210,7 @@ func (s *Session) ProbeEvent(p tracefs.Probe) (*perfevent.ProbeEvent, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.tracefsEvents = true
 	s.OnClose("remove "+e.Name(), e.Close)
 	return e, nil
 }

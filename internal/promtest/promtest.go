@@ -93,6 +93,41 @@ func (tl *Tool) Stop(t *testing.T) {
 	tl.done = nil
 }
 
+// Caps are the tool's effective, permitted and bounding capability sets,
+// from /proc/PID/status.
+func (tl *Tool) Caps(t *testing.T) (eff, prm, bnd uint64) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tl.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) uint64 {
+		m := regexp.MustCompile(`(?m)^` + name + `:\s+([0-9a-f]+)$`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("no %s in /proc/%d/status", name, tl.Pid())
+		}
+		v, _ := strconv.ParseUint(string(m[1]), 16, 64)
+		return v
+	}
+	return get("CapEff"), get("CapPrm"), get("CapBnd")
+}
+
+// CheckCaps asserts that the serving tool dropped every capability but
+// cap_bpf, and that one only where the kernel checks it on map reads by
+// descriptor (unprivileged BPF disabled): on 6.4+ it is asked of the
+// kernel, so where the sysctl is 0 nothing may be kept.
+func (tl *Tool) CheckCaps(t *testing.T) {
+	t.Helper()
+	eff, prm, bnd := tl.Caps(t)
+	const capBPF = 1 << 39
+	b, _ := os.ReadFile("/proc/sys/kernel/unprivileged_bpf_disabled")
+	allowed := eff == 0 || eff == capBPF && strings.TrimSpace(string(b)) != "0"
+	if !allowed || prm != eff || bnd != eff {
+		t.Errorf("capabilities during the run: CapEff %#x, CapPrm %#x, CapBnd %#x; want none, or cap_bpf alone (%#x) where unprivileged BPF is disabled (%q)", eff, prm, bnd, uint64(capBPF), strings.TrimSpace(string(b)))
+	}
+	t.Logf("CapEff during the run: %#x", eff)
+}
+
 // Pid is the tool's process id.
 func (tl *Tool) Pid() int { return tl.cmd.Process.Pid }
 

@@ -426,7 +426,11 @@ func Tool(t testing.TB, name string) string {
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "tracekit"), "github.com/tracekit/tracekit/cmd/tracekit").CombinedOutput()
+		// Built as make builds it: static, no cgo (a --serve run drops
+		// capabilities on every thread, which cgo's threads would forbid).
+		build := exec.Command("go", "build", "-tags=nethttpomithttp2", "-o", filepath.Join(dir, "tracekit"), "github.com/tracekit/tracekit/cmd/tracekit")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
 		if err != nil {
 			t.Fatalf("build tracekit: %v\n%s", err, out)
 		}
