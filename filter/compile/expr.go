@@ -22,6 +22,7 @@ type ExprError struct {
 	Expr   string
 	Pos    int
 	Msg    string
+	deep   bool // nested too deeply: no other reading of the expression gets further
 }
 
 func (e *ExprError) Error() string {
@@ -255,7 +256,9 @@ func (p *parser) and(depth int) (Node, error) {
 func (p *parser) unary(depth int) (Node, error) {
 	t := p.peek()
 	if depth > maxDepth {
-		return nil, p.errAt(t.pos, "expression nested deeper than %d levels", maxDepth)
+		err := p.errAt(t.pos, "expression nested deeper than %d levels", maxDepth)
+		err.(*ExprError).deep = true
+		return nil, err
 	}
 	switch t.kind {
 	case tNot:
@@ -282,6 +285,9 @@ func (p *parser) unary(depth int) (Node, error) {
 				return x, nil
 			}
 			err = p.errAt(p.peek().pos, "expected ')'")
+		}
+		if ee, ok := err.(*ExprError); ok && ee.deep {
+			return nil, err
 		}
 		if errPos(cerr) > errPos(err) {
 			return nil, cerr

@@ -368,6 +368,8 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `str(name) == "x"`, "name is a string: only an 8-byte address can be read as a string\n  str(name) == \"x\"\n  ^"},
 		{"netif", `comm->x == 1`, "comm is a builtin: it has no members\n  comm->x == 1\n  ^"},
 		{"netif", `cpu == "x"`, "cpu is a number: compare it with a number\n  cpu == \"x\"\n         ^"},
+		{"netif", strings.Repeat("(", 65) + "len == 1" + strings.Repeat(")", 65), "expression nested deeper than 64 levels\n  " + strings.Repeat("(", 65) + "len == 1" + strings.Repeat(")", 65) + "\n  " + strings.Repeat(" ", 65) + "^"},
+		{"netif", `name ~ ""`, "~ takes a prefix ending in a single '*', as in \"/etc/*\" (use == for an exact match)\n  name ~ \"\"\n         ^"},
 		{"netif", strings.Repeat("!", 70) + `(len == 1)`, "expression nested deeper than 64 levels\n  " + strings.Repeat("!", 70) + "(len == 1)\n  " + strings.Repeat(" ", 65) + "^"},
 		{"netif", strings.Repeat(`name == "abcdefghijklmnopqrstuvwxyz" || `, 300) + `len == 1`, "the expression compiles to 7506 instructions, more than the 4096 a program may have on kernels before 5.2: shorten it"},
 	} {
@@ -393,7 +395,7 @@ func TestBadExpressions(t *testing.T) {
 // the expression (or just past its end).
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{`name == "lo"`, `((struct sk_buff *)skbaddr)->dev->name == "lo"`, `a->b.c >= -0x10 && d != "x\"y"`, `((`, `"`, `&&`, `a -> `,
-		`!(a == 1 || (b ~ "x*")) && (char *)c == "d"`, `str(x) == "" || !!!y < 3`, `((a == 1)`, `(a == 1))`, `a == 1 || `, `!`} {
+		`!(a == 1 || (b ~ "x*")) && (char *)c == "d"`, `str(x) == "" || !!!y < 3`, `((a == 1)`, `(a == 1))`, `a == 1 || `, `!`, `name ~ ""`, `name ~ "*"`} {
 		f.Add(s)
 	}
 	ts := targets(&testing.T{})

@@ -95,7 +95,7 @@ func (c *compiler) stringCmp(v value, lit Operand, op string, opPos int, target 
 	switch op {
 	case "==", "!=":
 	case "~":
-		if strings.IndexByte(s, '*') != len(s)-1 {
+		if s == "" || strings.IndexByte(s, '*') != len(s)-1 {
 			return c.errAt(lit.Pos, "~ takes a prefix ending in a single '*', as in \"/etc/*\" (use == for an exact match)")
 		}
 		s, prefix = s[:len(s)-1], true
