@@ -759,3 +759,40 @@ func TestOneEventPrintsAtOnce(t *testing.T) {
 		t.Fatal("the event did not print within 5 s of the write")
 	}
 }
+
+// A thread's last switch away comes after the kernel released it: the
+// sample's thread id is -1, and the line shows the record's common_pid,
+// as trace_pipe does (here, the switch's prev_pid), never 4294967295.
+func TestReleasedThreadShowsCommonPid(t *testing.T) {
+	privtest.Require(t)
+	const n = 5
+	r := filter(t, "--json", "sched:sched_switch", "--where", `prev_comm == "tkthread"`, "-c", tooltest.Threads(t, n))
+	js := lines(r.Stdout)
+	if r.Status != 0 || len(js) < n {
+		t.Fatalf("exit %d, %d lines, want at least %d (one last switch per thread): %s", r.Status, len(js), n, r.Stderr)
+	}
+	pids := map[any]bool{}
+	for _, l := range js {
+		var ev struct {
+			Pid    any            `json:"pid"`
+			Tid    uint32         `json:"tid"`
+			Fields map[string]any `json:"fields"`
+		}
+		if err := json.Unmarshal([]byte(l), &ev); err != nil || float64(ev.Tid) != ev.Fields["prev_pid"] {
+			t.Errorf("json line %q: tid is not the switch's prev_pid (%v)", l, err)
+		}
+		pids[ev.Pid] = true
+	}
+	// The process outlives its threads: it is known, and one.
+	if len(pids) != 1 || pids[nil] || pids[float64(gone)] {
+		t.Errorf("pids %v, want the workload's alone", pids)
+	}
+	r = filter(t, "sched:sched_switch", "--where", `prev_comm == "tkthread"`, "-c", tooltest.Threads(t, n))
+	for _, l := range lines(r.Stdout) {
+		if strings.Contains(l, "-4294967295 ") || !regexp.MustCompile(`-(\d+) +\[\d+\] .* prev_pid=(\d+) `).MatchString(l) {
+			t.Errorf("text line %q", l)
+		} else if m := regexp.MustCompile(`-(\d+) +\[\d+\] .* prev_pid=(\d+) `).FindStringSubmatch(l); m[1] != m[2] {
+			t.Errorf("text line %q: the thread shown is not prev_pid", l)
+		}
+	}
+}

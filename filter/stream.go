@@ -79,7 +79,12 @@ func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Rings, format *tracefs.Format, pointers map[string]bool) error {
 	// One write per batch of records, not per record.
 	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
-	rings.OnComm = func(pid uint32, comm string) { p.comms[pid] = comm }
+	rings.OnComm = func(pid uint32, comm string) {
+		if len(p.comms) >= maxComms {
+			clear(p.comms)
+		}
+		p.comms[pid] = comm
+	}
 	var mu sync.Mutex
 	// The rings wake us a quarter full; the tick shows a trickle of
 	// records within 100 ms. A closed stdout ends the run at once.
@@ -132,6 +137,10 @@ func (p *printer) flush() {
 	}
 }
 
+// maxComms bounds the names the printer remembers: a run that sees
+// millions of short-lived processes starts over, and reads /proc again.
+const maxComms = 1 << 15
+
 func (p *printer) comm(pid uint32) string {
 	if c, ok := p.comms[pid]; ok {
 		return c
@@ -140,8 +149,32 @@ func (p *printer) comm(pid uint32) string {
 	if c == "" {
 		c = "<...>"
 	}
+	if len(p.comms) >= maxComms {
+		clear(p.comms)
+	}
 	p.comms[pid] = c
 	return c
+}
+
+// gone is the pid and tid the kernel gives a sample of a task it has
+// already released (a thread's last events as it exits): -1.
+const gone = ^uint32(0)
+
+// ids are a sample's process and thread, as the sample gives them; for a
+// released thread, the record's common_pid, as trace_pipe shows it. A
+// process the kernel no longer knows is unknown (ok false): the thread's
+// id stands in for it where a name is looked up.
+func (p *printer) ids(smp perfevent.Sample) (pid, tid uint32, ok bool) {
+	pid, tid = smp.Pid, smp.Tid
+	if tid == gone {
+		if f, found := p.format.Field("common_pid"); found && f.Offset+4 <= len(smp.Raw) {
+			tid = binary.LittleEndian.Uint32(smp.Raw[f.Offset:])
+		}
+	}
+	if pid == gone {
+		return tid, tid, false
+	}
+	return pid, tid, true
 }
 
 // fieldValue decodes a field of a raw record: a number, a string or "".
@@ -215,8 +248,13 @@ func (p *printer) print(smp perfevent.Sample) {
 				fields[f.Name] = v
 			}
 		}
-		b, err := json.Marshal(map[string]any{"tool": "filter", "event": p.ev.String(), "comm": p.comm(smp.Pid),
-			"pid": smp.Pid, "tid": smp.Tid, "cpu": smp.CPU, "ts": secs, "fields": fields})
+		pid, tid, known := p.ids(smp)
+		var jpid any = pid
+		if !known {
+			jpid = nil // released: its process is no longer known
+		}
+		b, err := json.Marshal(map[string]any{"tool": "filter", "event": p.ev.String(), "comm": p.comm(pid),
+			"pid": jpid, "tid": tid, "cpu": smp.CPU, "ts": secs, "fields": fields})
 		if err != nil {
 			p.err = fmt.Errorf("encode event: %w", err)
 			return
@@ -229,11 +267,12 @@ func (p *printer) print(smp perfevent.Sample) {
 	// thousand events a second, the reader's allocations were what fell
 	// behind. Names and strings come from processes: escaped, they cannot
 	// forge lines or drive the terminal.
+	pid, tid, _ := p.ids(smp)
 	b := p.line[:0]
-	b = padLeft(b, terminal.Printable(p.comm(smp.Pid)), 16) // "%16s-%-7d [%03d] %.6f: %s:"
+	b = padLeft(b, terminal.Printable(p.comm(pid)), 16) // "%16s-%-7d [%03d] %.6f: %s:"
 	b = append(b, '-')
 	start := len(b)
-	b = strconv.AppendUint(b, uint64(smp.Tid), 10)
+	b = strconv.AppendUint(b, uint64(tid), 10)
 	for len(b)-start < 7 {
 		b = append(b, ' ')
 	}

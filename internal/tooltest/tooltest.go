@@ -55,6 +55,9 @@ func Main(m *testing.M) {
 	if spec := os.Getenv("TK_OPENS"); spec != "" {
 		os.Exit(opens(spec, os.Getenv("TK_COMM")))
 	}
+	if n := os.Getenv("TK_THREADS"); n != "" {
+		os.Exit(threads(n))
+	}
 	os.Exit(m.Run())
 }
 
@@ -76,6 +79,34 @@ func UDPDrops(t testing.TB, n int) string {
 func UDP6Drops(t testing.TB, n int) string {
 	lockNet(t)
 	return fmt.Sprintf("TK_UDP6_DROPS=%d %s", n, self(t))
+}
+
+// Threads is the shell command for a process whose n threads each name
+// themselves "tkthread" and exit while the process lives on: the kernel
+// releases each before its last switch away (sched_switch), whose sample
+// then has no thread id (-1).
+func Threads(t testing.TB, n int) string {
+	return fmt.Sprintf("TK_THREADS=%d %s", n, self(t))
+}
+
+func threads(arg string) int {
+	n, err := strconv.Atoi(arg)
+	if err != nil {
+		return 2
+	}
+	for i := 0; i < n; i++ {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			// Locked and never unlocked: the thread exits with the
+			// goroutine.
+			runtime.LockOSThread()
+			unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("tkthread\x00")[0])), 0, 0, 0)
+		}()
+		<-done
+	}
+	time.Sleep(100 * time.Millisecond) // every thread gone, the process still here
+	return 0
 }
 
 // Open is a file a workload opens Times times; with no Path, a pause of
