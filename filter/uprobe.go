@@ -14,6 +14,7 @@ import (
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tracefs"
 	"github.com/tracekit/tracekit/uprobe"
 )
@@ -255,7 +256,7 @@ func userInfo(s *run.Session, ev event, pid int) error {
 			return fmt.Errorf("%s: no function matches %q", path, ev.symbol)
 		}
 		for _, sym := range syms {
-			fmt.Fprintf(s.Stdout, "%s:%s\n", path, sym.Name)
+			fmt.Fprintf(s.Stdout, "%s:%s\n", terminal.Printable(path), terminal.Printable(sym.Name))
 		}
 		return nil
 	}
@@ -278,11 +279,11 @@ func userInfo(s *run.Session, ev event, pid int) error {
 		if len(p.Sites) == 1 {
 			plural = ""
 		}
-		fmt.Fprintf(s.Stdout, "usdt:%s:%s  %d site%s, semaphore %s\n", path, p, len(p.Sites), plural, sem)
+		fmt.Fprintf(s.Stdout, "usdt:%s:%s  %d site%s, semaphore %s\n", terminal.Printable(path), terminal.Printable(p.String()), len(p.Sites), plural, sem)
 		for _, st := range p.Sites {
 			var args []string
 			for i, a := range st.Args {
-				args = append(args, fmt.Sprintf("arg%d %s (%s)", i, a.Type(), a.Text))
+				args = append(args, fmt.Sprintf("arg%d %s (%s)", i, a.Type(), terminal.Printable(a.Text)))
 			}
 			if len(args) == 0 {
 				args = []string{"no arguments"}
@@ -319,7 +320,7 @@ func mappedInfo(s *run.Session, pid int) error {
 		}
 		found += len(probes)
 		for _, p := range probes {
-			fmt.Fprintf(s.Stdout, "usdt:%s:%s  %d site(s), semaphore %s\n", m.Path, p, len(p.Sites), semName(p.Semaphore))
+			fmt.Fprintf(s.Stdout, "usdt:%s:%s  %d site(s), semaphore %s\n", terminal.Printable(m.Path), terminal.Printable(p.String()), len(p.Sites), semName(p.Semaphore))
 		}
 	}
 	if found == 0 {

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -371,5 +372,35 @@ func TestKilledRunIsSwept(t *testing.T) {
 	}
 	if strings.Contains(events(), group) {
 		t.Errorf("the next run left %s in place:\n%s", group, events())
+	}
+}
+
+// --info prints what a file says escaped: a note named "\x1b[2J" (clear
+// the screen) or a symbol holding CR LF would drive the terminal or forge
+// lines. The fixture's note tk:args and symbol tk_add are renamed in a
+// copy, keeping their lengths.
+func TestInfoEscapesHostileNames(t *testing.T) {
+	privtest.Require(t)
+	b, err := os.ReadFile(filepath.Join(fixtures(t), "fx-nopie-O2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for from, to := range map[string]string{"\x00tk\x00args\x00": "\x00tk\x00\x1b[2J\x00", "\x00tk_add\x00": "\x00tk_\r\nA\x00"} {
+		if !bytes.Contains(b, []byte(from)) {
+			t.Fatalf("no %q in the fixture", from)
+		}
+		b = bytes.ReplaceAll(b, []byte(from), []byte(to))
+	}
+	bin := filepath.Join(t.TempDir(), "hostile")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := filter(t, "--info", "usdt:"+bin)
+	if r.Status != 0 || strings.ContainsAny(r.Stdout, "\x1b\r") || !strings.Contains(r.Stdout, `:tk:\x1b[2J  1 site`) {
+		t.Errorf("--info usdt: exit %d, stdout %q, stderr %q", r.Status, r.Stdout, r.Stderr)
+	}
+	r = filter(t, "--info", "uprobe:"+bin+":tk_*")
+	if r.Status != 0 || strings.ContainsAny(r.Stdout, "\x1b\r") || !strings.Contains(r.Stdout, bin+`:tk_\x0d\x0aA`+"\n") {
+		t.Errorf("--info uprobe: exit %d, stdout %q, stderr %q", r.Status, r.Stdout, r.Stderr)
 	}
 }

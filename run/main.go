@@ -18,6 +18,7 @@ import (
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/terminal"
 )
 
 // Common holds the options every tool shares (REFERENCE.md, output
@@ -118,12 +119,12 @@ func Main(t Tool, args []string) (status int) {
 			if s != nil {
 				_ = s.Close() // detach, remove probes, restore the terminal
 			}
-			fmt.Fprintf(os.Stderr, "%s: internal error: %v\n", t.Name, r)
+			fmt.Fprintf(os.Stderr, "%s: internal error: %s\n", t.Name, terminal.PrintableLines(fmt.Sprint(r)))
 			status = 1
 		}
 	}()
 	badUsage := func(err error) int {
-		fmt.Fprintf(os.Stderr, "%s: %v\nTry '%s --help' for more information.\n", t.Name, err, t.Name)
+		fmt.Fprintf(os.Stderr, "%s: %s\nTry '%s --help' for more information.\n", t.Name, terminal.PrintableLines(err.Error()), t.Name)
 		return 2
 	}
 	if err := parse(t, args); err != nil {
@@ -163,7 +164,9 @@ func Main(t Tool, args []string) (status int) {
 	case errors.As(runErr, &ue):
 		return badUsage(runErr)
 	}
-	fmt.Fprintf(os.Stderr, "%s: %v\n", t.Name, errors.Join(runErr, closeErr))
+	// Errors quote files and processes (a note's name, a symbol): escaped,
+	// they cannot drive the terminal.
+	fmt.Fprintf(os.Stderr, "%s: %s\n", t.Name, terminal.PrintableLines(errors.Join(runErr, closeErr).Error()))
 	return 1
 }
 
@@ -211,7 +214,7 @@ func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *S
 	}
 	fmt.Fprintf(os.Stderr, "%s: %s\n", name, why)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(os.Stderr, "%s: %s\n", name, terminal.PrintableLines(err.Error()))
 	}
 	os.Exit(1)
 }

@@ -38,3 +38,17 @@ func Printable(s string) string {
 	}
 	return b.String()
 }
+
+// PrintableLines is Printable for a message of several lines (an error
+// with a caret under an expression): each line escaped, the newlines
+// between them kept. Backslashes are kept too: a message quotes its input
+// with %q, whose escapes must read as written.
+func PrintableLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if strings.IndexFunc(l, func(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError }) >= 0 {
+			lines[i] = strings.ReplaceAll(Printable(l), `\\`, `\`)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
