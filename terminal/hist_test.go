@@ -82,10 +82,10 @@ func TestWriteTable(t *testing.T) {
 
 func TestPrintableLines(t *testing.T) {
 	for in, want := range map[string]string{
-		"bad\n  a == \"x\"\n       ^":        "bad\n  a == \"x\"\n       ^",
-		"note \x1b[2J\rFAKE\nnext":           "note \\x1b[2J\\x0dFAKE\nnext",
-		`quoted "\x1b" stays`:                 `quoted "\x1b" stays`,
-		"tab\there \xff":                     "tab\\x09here \\xff",
+		"bad\n  a == \"x\"\n       ^": "bad\n  a == \"x\"\n       ^",
+		"note \x1b[2J\rFAKE\nnext":    "note \\x1b[2J\\x0dFAKE\nnext",
+		`quoted "\x1b" stays`:         `quoted "\x1b" stays`,
+		"tab\there \xff":              "tab\\x09here \\xff",
 	} {
 		if got := PrintableLines(in); got != want {
 			t.Errorf("PrintableLines(%q) = %q, want %q", in, got, want)
