@@ -2,7 +2,9 @@ package filter
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
@@ -402,5 +406,42 @@ func TestInfoEscapesHostileNames(t *testing.T) {
 	r = filter(t, "--info", "uprobe:"+bin+":tk_*")
 	if r.Status != 0 || strings.ContainsAny(r.Stdout, "\x1b\r") || !strings.Contains(r.Stdout, bin+`:tk_\x0d\x0aA`+"\n") {
 		t.Errorf("--info uprobe: exit %d, stdout %q, stderr %q", r.Status, r.Stdout, r.Stderr)
+	}
+}
+
+// A process's mappings name files the process controls: a FIFO put where a
+// mapped file was deleted (under the mapping's name, " (deleted)" or not)
+// is never opened, and --info usdt -p ends at once. It hung the old
+// binary, which opened it for reading and waited for a writer.
+func TestInfoNeverOpensAFIFO(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "x")
+	b, err := os.ReadFile("/bin/sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	proc := exec.Command(exe, "30")
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { proc.Process.Kill(); proc.Wait() }()
+	time.Sleep(100 * time.Millisecond) // mapped
+	os.Remove(exe)
+	for _, name := range []string{exe, exe + " (deleted)"} {
+		if err := syscall.Mkfifo(name, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, tooltest.Tool(t, "filter"), "--info", "usdt", "-p", strconv.Itoa(proc.Process.Pid)).CombinedOutput()
+	var ee *exec.ExitError
+	if took := time.Since(start); took > 2*time.Second || !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "maps no file with USDT probes") {
+		t.Errorf("after %v: %v: %s", took, err, out)
 	}
 }

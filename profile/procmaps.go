@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/procfs"
 )
 
@@ -53,7 +54,7 @@ func openMapped(pid uint32, m mapping) (*elf.File, *os.File, error) {
 		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End),
 		fmt.Sprintf("/proc/%d/root%s", pid, strings.TrimSuffix(m.Path, " (deleted)")),
 	} {
-		osf, err := os.Open(p)
+		osf, err := regular.Open(p) // a FIFO named like a deleted mapping: never opened
 		if err != nil {
 			continue
 		}

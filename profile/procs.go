@@ -14,6 +14,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/unwind"
 )
 
@@ -443,7 +444,7 @@ func debugFile(ef *elf.File) (*elf.File, *os.File) {
 	if len(id) < 2 {
 		return nil, nil
 	}
-	osf, err := os.Open(fmt.Sprintf("%s/%x/%x.debug", debugDir, id[:1], id[1:]))
+	osf, err := regular.Open(fmt.Sprintf("%s/%x/%x.debug", debugDir, id[:1], id[1:]))
 	if err != nil {
 		return nil, nil
 	}

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/tracekit/tracekit/internal/regular"
 )
 
 // File is an ELF file opened for probing.
@@ -22,10 +24,11 @@ type File struct {
 	osf  *os.File
 }
 
-// Open opens an ELF file. debug/elf has panicked on malformed files in
-// the past: a panic is an error here.
+// Open opens an ELF file, a regular file only (a FIFO in its place never
+// blocks: see internal/regular). debug/elf has panicked on malformed files
+// in the past: a panic is an error here.
 func Open(path string) (f *File, err error) {
-	osf, err := os.Open(path)
+	osf, err := regular.Open(path)
 	if err != nil {
 		return nil, err
 	}
