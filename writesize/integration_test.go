@@ -315,6 +315,7 @@ func TestUsageErrors(t *testing.T) {
 		{"abc"}, {"-1"}, {"0"}, {"1", "0"}, {"1", "x"}, {"1", "2", "3"},
 		{"--bogus"}, {"-p", "999999999"}, {"-p", "x"}, {"--all"}, {"--attach", "btf"}, {"--attach", "kprobe"},
 		{"--json", "-T"}, {"--max-comms", "0"}, {"--max-comms", "70000"}, {"--max-tree", "0"},
+		{"-p", "1", "-c", "true"}, // it counted nothing: the filter on -p let no event of the command through
 	} {
 		r := runTool(t, args...)
 		if r.Status != 2 {

@@ -47,6 +47,9 @@ func validate(o *options) error {
 	if o.All && o.Pid > 0 {
 		return usage.Errorf("--all and -p contradict each other")
 	}
+	if o.Pid > 0 && o.Command != "" {
+		return usage.Errorf("-p and -c: trace a running process or a command, not both")
+	}
 	if o.Kprobe != "" && o.Kprobe != "auto" {
 		if err := tracefs.ValidateSymbol(o.Kprobe); err != nil {
 			return usage.Errorf("--kprobe: %v", err)
