@@ -126,10 +126,15 @@ func guard(line string) int {
 }
 
 // endTree ends every descendant of this process, and returns once empty
-// is closed: SIGTERM, then SIGKILL after StopGrace, again and again while
+// is closed: SIGSTOP, SIGTERM and SIGCONT, then SIGKILL after StopGrace, again and again while
 // processes remain (a child forked during a round, orphaned by the kill,
 // becomes this subreaper's child and is found by the next).
 func endTree(empty <-chan struct{}) {
+	// Stopped first, so that no process of the tree sees another end
+	// before it is signalled itself: a shell whose child died of SIGTERM
+	// would otherwise run its next command ("sleep 7; echo late" printed
+	// late, exit 0) before its own SIGTERM came. SIGCONT delivers them.
+	signalTree(unix.SIGSTOP)
 	signalTree(unix.SIGTERM)
 	signalTree(unix.SIGCONT)
 	select {

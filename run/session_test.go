@@ -90,7 +90,7 @@ func TestCommandStop(t *testing.T) {
 	if err := c.Release(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "987.01", 2)
+	waitFor(t, "sleep 987.01 & sleep 987.01", "987.01", 2)
 	start := time.Now()
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
@@ -114,14 +114,15 @@ func TestCommandStop(t *testing.T) {
 	}
 }
 
-// waitFor waits until n processes with the argument arg run.
-func waitFor(t *testing.T, arg string, n int) {
+// waitFor waits until n processes with the argument arg run, those of
+// the command line.
+func waitFor(t *testing.T, line, arg string, n int) {
 	t.Helper()
-	for i := 0; i < 200 && len(pgroup.WithArg(arg)) < n; i++ {
+	for i := 0; i < 500 && len(pgroup.WithArg(arg)) < n; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if live := pgroup.WithArg(arg); len(live) != n {
-		t.Fatalf("%d processes with argument %s run, want %d: %v", len(live), arg, n, live)
+		t.Fatalf("%q: %d processes with argument %s run, want %d: %v", line, len(live), arg, n, live)
 	}
 }
 
@@ -137,7 +138,7 @@ func TestCommandStopEndsEveryEscape(t *testing.T) {
 		exit bool // the command exits on its own first
 	}{
 		{`sh -c "trap '' TERM; exec sleep 987.02"`, 1, false},
-		{`setsid -w sleep 987.02`, 1, false},
+		{`setsid sleep 987.02 & sleep 987.02`, 2, false}, // busybox's setsid has no -w
 		{`(setsid sleep 987.02 &); sleep 987.02`, 2, false},
 		{`(setsid sleep 987.02 &); sleep 987.02 & exit 4`, 2, true},
 		{`setsid sh -c 'trap "" TERM; sleep 987.02 & sleep 987.02' & exit 5`, 2, true},
@@ -149,7 +150,7 @@ func TestCommandStopEndsEveryEscape(t *testing.T) {
 		if err := c.Release(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "987.02", tc.n)
+		waitFor(t, tc.line, "987.02", tc.n)
 		if tc.exit {
 			select {
 			case <-c.Done():
@@ -203,7 +204,7 @@ func TestCommandDiesWithKilledTool(t *testing.T) {
 			unix.Kill(pid, unix.SIGKILL)
 		}
 	}()
-	waitFor(t, "987.03", 3)
+	waitFor(t, "the held command", "987.03", 3)
 	tool.Process.Kill()
 	tool.Wait()
 	killed := time.Now()
