@@ -79,12 +79,7 @@ func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Rings, format *tracefs.Format, pointers map[string]bool) error {
 	// One write per batch of records, not per record.
 	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
-	rings.OnComm = func(pid uint32, comm string) {
-		if len(p.comms) >= maxComms {
-			clear(p.comms)
-		}
-		p.comms[pid] = comm
-	}
+	rings.OnComm = p.remember
 	var mu sync.Mutex
 	// The rings wake us a quarter full; the tick shows a trickle of
 	// records within 100 ms. A closed stdout ends the run at once.
@@ -149,11 +144,16 @@ func (p *printer) comm(pid uint32) string {
 	if c == "" {
 		c = "<...>"
 	}
+	p.remember(pid, c)
+	return c
+}
+
+// remember notes pid's name, within maxComms.
+func (p *printer) remember(pid uint32, comm string) {
 	if len(p.comms) >= maxComms {
 		clear(p.comms)
 	}
-	p.comms[pid] = c
-	return c
+	p.comms[pid] = comm
 }
 
 // gone is the pid and tid the kernel gives a sample of a task it has

@@ -23,7 +23,7 @@ import (
 // group or session (setsid, a double fork, a daemon), until it exits.
 // When the tool closes the control pipe, or dies any way at all (SIGKILL
 // included: the kernel closes its end), the guard ends that whole tree:
-// SIGTERM (and SIGCONT, for a stopped process) to every descendant, then
+// SIGSTOP, SIGTERM and SIGCONT to every descendant (see endTree), then
 // SIGKILL after StopGrace to every one left, until it has no child.
 //
 // The guard signals its own descendants and nothing else: no argument and
