@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
@@ -427,8 +428,9 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 	return stream(ctx, s, ev, rings, recordFormat(ev, prog), nil)
 }
 
-// runUser runs a user-space probe: one program per site (each USDT site
-// has its own argument specs), sharing the maps, all attached or none.
+// runUser runs a user-space probe: a program per argument layout (each
+// USDT site has its own argument specs), sharing the maps, all attached or
+// none.
 func runUser(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, self uint32, ns *asm.PidNS) error {
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf}); err != nil {
 		return err // a uprobe is a perf event, and nothing else
@@ -453,8 +455,18 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{}}
 	// -c: the command's process tree, as the other tools follow it.
 	tree := s.CommandPid() != 0
+	// Sites whose programs come out the same share one: one program per
+	// argument layout, attached to all its sites as one link where the
+	// kernel has uprobe_multi (see perfevent.UprobeMulti).
+	multi := perfevent.UprobeMulti()
+	attachType := ebpf.AttachNone
+	if multi {
+		attachType = ebpf.AttachTraceUprobeMulti
+	}
 	var prog *compile.Program
-	for i, st := range sites {
+	var sets []run.ProbeSet
+	names := map[string]int{} // a program's instructions: its set
+	for _, st := range sites {
 		t := userTarget(ev, st, regs)
 		t.SelfPid, t.Pid, t.Tree, t.NS = self, uint32(o.Pid), tree, ns
 		p, err := compile.Compile(o.Where, root, t, act)
@@ -466,8 +478,15 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 		} else if p.Size != prog.Size {
 			return fmt.Errorf("%s: sites lay out their columns differently", ev)
 		}
-		name := fmt.Sprintf("filter%d", i)
-		spec.Programs[name] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, License: "GPL", Instructions: p.Insns}
+		key := insnsKey(p.Insns)
+		i, ok := names[key]
+		if !ok {
+			i = len(sets)
+			names[key] = i
+			sets = append(sets, run.ProbeSet{})
+			spec.Programs[fmt.Sprintf("filter%d", i)] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: p.Insns}
+		}
+		sets[i].Probes = append(sets[i].Probes, st.probe)
 	}
 	spec.Maps = compile.Maps(act.Kind, prog)
 	if tree {
@@ -488,12 +507,23 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 			return err
 		}
 	}
-	for i, st := range sites {
-		if err := s.AttachProbe(coll.Programs[fmt.Sprintf("filter%d", i)], st.probe, false); err != nil {
-			return fmt.Errorf("%s: %w", ev, err)
-		}
+	for i := range sets {
+		sets[i].Prog = coll.Programs[fmt.Sprintf("filter%d", i)]
+	}
+	if err := s.AttachUprobes(sets, multi); err != nil {
+		return fmt.Errorf("%s: %w", ev, err)
 	}
 	return report(ctx, s, o, ev, coll, prog, act)
+}
+
+// insnsKey is what makes two programs the same: their instructions, the
+// maps and functions they name, not their comments.
+func insnsKey(insns bpf.Instructions) string {
+	var b strings.Builder
+	for _, ins := range insns {
+		fmt.Fprintf(&b, "%d %d %d %d %d %s %s\n", ins.OpCode, ins.Dst, ins.Src, ins.Offset, ins.Constant, ins.Reference(), ins.Symbol())
+	}
+	return b.String()
 }
 
 // usageOr turns an expression error into a usage error.

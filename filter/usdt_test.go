@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -160,7 +162,7 @@ func TestUserProbeErrors(t *testing.T) {
 	}{
 		{[]string{"--count", "usdt:" + bin + ":tk:args", "--where", "arg7 == 1"}, 2, "arg7: this probe has 5 argument(s), arg0..arg4\n  arg7 == 1\n  ^"},
 		{[]string{"--count", "usdt:" + bin + ":tk:args", "--where", `arg0 == "x"`}, 2, "arg0 is a number: compare it with a number"},
-		{[]string{"--count", "usdt:" + bin + ":tk:nosuch"}, 2, "has no USDT probe tk:nosuch (probes: tk:args, tk:constant, tk:global, tk:guarded, tk:indexed, tk:plain, tk:sites)"},
+		{[]string{"--count", "usdt:" + bin + ":tk:nosuch"}, 2, "has no USDT probe tk:nosuch (probes: tk:args, tk:constant, tk:global, tk:guarded, tk:indexed, tk:many, tk:plain, tk:sites)"},
 		{[]string{"--count", "uprobe:" + bin + ":tk_ad"}, 2, `has no function "tk_ad" (near: tk_add)`},
 		{[]string{"--count", "uprobe:" + script + ":main"}, 2, script + " is not an ELF file"},
 		{[]string{"--count", "uprobe:/nonexistent/x:main"}, 2, "/nonexistent/x: no such file or directory"},
@@ -443,5 +445,112 @@ func TestInfoNeverOpensAFIFO(t *testing.T) {
 	var ee *exec.ExitError
 	if took := time.Since(start); took > 2*time.Second || !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "maps no file with USDT probes") {
 		t.Errorf("after %v: %v: %s", took, err, out)
+	}
+}
+
+// fdKinds counts a process's BPF links and perf events by their fds.
+func fdKinds(t *testing.T, pid int) (links, perfEvents int) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		switch target, _ := os.Readlink(filepath.Join(dir, e.Name())); target {
+		case "anon_inode:bpf_link":
+			links++
+		case "anon_inode:[perf_event]":
+			perfEvents++
+		}
+	}
+	return links, perfEvents
+}
+
+// tk:many has 300 call sites: every one fires (300 events a loop), and the
+// run attaches them as the kernel allows. Where it has uprobe_multi (6.6+)
+// a program is one link for all its sites: one link for the plain count,
+// 300 for a --where that compares each site's own constant ($100 ..
+// $399), and no perf event for any site; those links are closed at once,
+// so SIGINT ends the run within seconds (one perf event per site took 30 s
+// on a 2-CPU 6.18: the kernel closes those one at a time, each waiting out
+// a grace period). Elsewhere, one perf event per site. A one-site probe
+// (tk:plain) is the baseline for the fds every run has.
+func TestManySitesAttachAsTheKernelAllows(t *testing.T) {
+	privtest.Require(t)
+	bin := filepath.Join(fixtures(t), "fx-pie-O2")
+	multi := perfevent.UprobeMulti()
+	type run struct{ count, links, perfEvents int }
+	traced := func(probe, where string) run {
+		t.Helper()
+		const n = 3
+		fx := exec.Command(bin, strconv.Itoa(n), "wait")
+		in, _ := fx.StdinPipe()
+		out, _ := fx.StdoutPipe()
+		if err := fx.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer fx.Wait()
+		defer fx.Process.Kill()
+		args := []string{"--count", "--json", "-p", strconv.Itoa(fx.Process.Pid), "usdt:" + bin + ":" + probe}
+		if where != "" {
+			args = append(args, "--where", where)
+		}
+		cmd := exec.Command(tooltest.Tool(t, "filter"), args...)
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		buf := make([]byte, 256)
+		if n, _ := stderr.Read(buf); !strings.Contains(string(buf[:n]), "Tracing") {
+			t.Fatalf("filter %q did not start: %q", args, buf[:n])
+		}
+		var r run
+		r.links, r.perfEvents = fdKinds(t, cmd.Process.Pid)
+		in.Write([]byte("go\n"))
+		if n, _ := out.Read(buf); string(buf[:n]) != "fired\n" {
+			t.Fatalf("fixture: %q", buf[:n])
+		}
+		start := time.Now()
+		cmd.Process.Signal(os.Interrupt)
+		rest, _ := io.ReadAll(stderr)
+		cmd.Wait()
+		took := time.Since(start)
+		t.Logf("%s --where %q: %+v, SIGINT to exit %v", probe, where, r, took.Round(time.Millisecond))
+		if multi && took > 5*time.Second {
+			t.Errorf("%s --where %q: SIGINT to exit took %v with uprobe_multi, want seconds at most", probe, where, took)
+		}
+		var rep struct {
+			Count *int `json:"count"`
+		}
+		if err := json.Unmarshal([]byte(stdout.String()), &rep); err != nil || rep.Count == nil {
+			t.Fatalf("filter %q: %q (%v), stderr %q", args, stdout.String(), err, rest)
+		}
+		r.count = *rep.Count
+		return r
+	}
+	base := traced("tk:plain", "")
+	if base.count != 3 {
+		t.Fatalf("tk:plain: %d events, want 3", base.count)
+	}
+	for _, tc := range []struct {
+		where           string
+		count, programs int
+	}{
+		{"", 900, 1},             // one program reads no argument
+		{"arg0 >= 390", 30, 300}, // each site's program holds its constant
+	} {
+		got := traced("tk:many", tc.where)
+		wantLinks, wantPerf := base.links+tc.programs-1, base.perfEvents
+		if !multi {
+			wantLinks, wantPerf = base.links, base.perfEvents+299
+		}
+		if got.count != tc.count || got.links != wantLinks || got.perfEvents != wantPerf {
+			t.Errorf("tk:many --where %q (uprobe_multi %v): %d events, %d links, %d perf events; want %d, %d, %d (tk:plain's run: %+v)",
+				tc.where, multi, got.count, got.links, got.perfEvents, tc.count, wantLinks, wantPerf, base)
+		}
 	}
 }

@@ -204,6 +204,62 @@ func (s *Session) AttachProbe(prog *ebpf.Program, p tracefs.Probe, legacy bool) 
 	return nil
 }
 
+// ProbeSet is a program and the uprobes it runs at.
+type ProbeSet struct {
+	Prog   *ebpf.Program
+	Probes []tracefs.Probe
+}
+
+// AttachUprobes attaches each set's program to its uprobes for the rest of
+// the run: as one link per set where multi (perfevent.UprobeMulti, and the
+// programs were loaded for it), else a perf event per probe. The run's end
+// closes them all at once (perfevent.CloseAll).
+func (s *Session) AttachUprobes(sets []ProbeSet, multi bool) error {
+	var cs []func() error
+	for _, set := range sets {
+		if multi {
+			l, err := perfevent.AttachUprobeMulti(set.Prog, set.Probes)
+			if err != nil {
+				return errors.Join(err, perfevent.CloseAll(cs))
+			}
+			cs = append(cs, l.Close)
+			continue
+		}
+		for _, p := range set.Probes {
+			a, err := perfevent.AttachProbe(set.Prog, p, s.Tool, false)
+			if err != nil {
+				return errors.Join(err, perfevent.CloseAll(cs))
+			}
+			cs = append(cs, a.Close)
+		}
+	}
+	if multi {
+		s.OnClose("", func() error { return perfevent.CloseAll(cs) })
+	} else {
+		s.OnClose("", func() error { return s.closeProbes(cs) })
+	}
+	return nil
+}
+
+// closeProbes closes the perf events of probes, one at a time as the
+// kernel does whatever we do, and says so when that runs past a second:
+// before 6.6 (no uprobe_multi) each waits out an RCU grace period.
+func (s *Session) closeProbes(cs []func() error) error {
+	start := time.Now()
+	told := false
+	var errs []error
+	for i, c := range cs {
+		errs = append(errs, c())
+		if left := len(cs) - i - 1; !told && left > 0 && time.Since(start) > time.Second {
+			told = true
+			each := time.Since(start) / time.Duration(i+1)
+			fmt.Fprintf(s.Stderr, "%s: detaching %d more uprobes, about %v: the kernel waits out a grace period for each probe's perf event (uprobe_multi links, Linux 6.6+, detach them at once)\n",
+				s.Tool, left, (each * time.Duration(left)).Round(time.Second))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // ProbeEvent registers a probe event in tracefs for the rest of the run.
 func (s *Session) ProbeEvent(p tracefs.Probe) (*perfevent.ProbeEvent, error) {
 	e, err := perfevent.NewProbeEvent(s.Tool, p)

@@ -12,6 +12,17 @@ void tk_lib_fire(int i);     // lib.c, in libtk.so (with -DTK_LIB)
 volatile long tk_global = -7;
 long tk_table[4] = {10, -20, 30, -40};
 
+// tk:many has 300 call sites, each passing its own constant (100 .. 399):
+// one run attaches 300 uprobes, and ends with detaching them.
+#define TK_M1(k) STAP_PROBE1(tk, many, k);
+#define TK_M10(k) TK_M1(k##0) TK_M1(k##1) TK_M1(k##2) TK_M1(k##3) TK_M1(k##4) \
+	TK_M1(k##5) TK_M1(k##6) TK_M1(k##7) TK_M1(k##8) TK_M1(k##9)
+#define TK_M100(k) TK_M10(k##0) TK_M10(k##1) TK_M10(k##2) TK_M10(k##3) TK_M10(k##4) \
+	TK_M10(k##5) TK_M10(k##6) TK_M10(k##7) TK_M10(k##8) TK_M10(k##9)
+__attribute__((noinline)) void tk_many(void) {
+	TK_M100(1) TK_M100(2) TK_M100(3)
+}
+
 __attribute__((noinline)) long tk_add(long a, long b) {
 	__asm__ volatile("" ::: "memory");
 	return a + b;
@@ -57,6 +68,7 @@ int main(int argc, char **argv) {
 		default: STAP_PROBE1(tk, sites, 9); break;
 		}
 		tk_add(i, 1000);
+		tk_many();
 #ifdef TK_LIB
 		tk_lib_fire(i);
 #endif
