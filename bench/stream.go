@@ -66,9 +66,9 @@ func streamSuite(bpftrace string) error {
 	return nil
 }
 
-// lostLine is how filter ("N events lost", "N records lost" before 6.0)
-// and bpftrace ("Lost N events") report losses.
-var lostLine = regexp.MustCompile(`(\d+) (?:events|records) lost|Lost (\d+) events`)
+// lostLine is how filter ("N events lost", "at least N events lost" before
+// 6.0) and bpftrace ("Lost N events") report losses.
+var lostLine = regexp.MustCompile(`(\d+) events lost|Lost (\d+) events`)
 
 // streamRun starts a tracer (none when start is nil), paces reads at rate
 // for a second on this thread, stops the tracer and counts what it printed.

@@ -79,7 +79,9 @@ func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Rings, format *tracefs.Format, pointers map[string]bool) error {
 	// One write per batch of records, not per record.
 	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
-	rings.OnComm = p.remember
+	if err := rings.FollowNames(p.remember); err != nil {
+		return err
+	}
 	var mu sync.Mutex
 	// The rings wake us a quarter full; the tick shows a trickle of
 	// records within 100 ms. A closed stdout ends the run at once.
@@ -99,13 +101,13 @@ func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Ring
 		rings.Read(p.print)
 		p.flush()
 		if lost, exact := rings.LostEvents(); final && lost > 0 {
-			what := "events"
+			atLeast := ""
 			if !exact {
-				// Before 6.0 the kernel counts lost records of every
-				// kind: events, and process-name records (PERF_RECORD_COMM).
-				what = "records"
+				// Before 6.0 a loss is reported with the next event that
+				// fits a ring: the last moments' may not be yet.
+				atLeast = "at least "
 			}
-			fmt.Fprintf(s.Stderr, "filter: %d %s lost: a ring buffer was full (a stricter --where, --count or a larger --ring-pages keeps up)\n", lost, what)
+			fmt.Fprintf(s.Stderr, "filter: %s%d events lost: a ring buffer was full (a stricter --where, --count or a larger --ring-pages keeps up)\n", atLeast, lost)
 		}
 		return p.err
 	})

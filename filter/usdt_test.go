@@ -198,7 +198,7 @@ func TestUserInfo(t *testing.T) {
 		}
 	}
 	r = filter(t, "--info", "uprobe:"+bin+":tk_*")
-	if r.Status != 0 || r.Stdout != bin+":tk_add\n"+bin+":tk_fire_guarded\n"+bin+":tk_semaphore\n" {
+	if r.Status != 0 || r.Stdout != bin+":tk_add\n"+bin+":tk_fire_guarded\n"+bin+":tk_many\n"+bin+":tk_semaphore\n" {
 		t.Errorf("--info uprobe glob: %d %q %q", r.Status, r.Stdout, r.Stderr)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -22,11 +23,18 @@ type Rings struct {
 	what   string
 	events *PerCPU
 	mmaps  [][]byte
-	// Lost counts records the kernel dropped because a ring was full.
+	heads  []uint64 // each ring's head when a Read began
+	// Lost counts the event's records the kernel dropped because a ring
+	// was full, as it reports them (PERF_RECORD_LOST).
 	Lost uint64
-	// OnComm, if set, learns task names as tasks exec (PERF_RECORD_COMM):
-	// a short-lived process is often gone before its events are printed.
+	// OnComm learns task names as tasks exec (PERF_RECORD_COMM), from
+	// rings of their own (FollowNames).
 	OnComm func(pid uint32, comm string)
+
+	names     *PerCPU
+	nameMmaps [][]byte
+	namesLost uint64
+	pending   []name // names read, applied in time order
 }
 
 // Sample is one PERF_RECORD_SAMPLE with TID, TIME, CPU and RAW.
@@ -84,7 +92,6 @@ func openRings(what string, attr unix.PerfEventAttr, prog *ebpf.Program, pages i
 	r := &Rings{what: what}
 	page := os.Getpagesize()
 	attr.Sample_type |= unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
-	attr.Bits = unix.PerfBitComm
 	if wake == WakeBatch {
 		attr.Bits |= unix.PerfBitWatermark
 		attr.Wakeup = uint32(pages * page / 4) // bytes: wakeup_watermark
@@ -93,9 +100,9 @@ func openRings(what string, attr unix.PerfEventAttr, prog *ebpf.Program, pages i
 		attr.Read_format |= perfFormatLost
 	}
 	events, err := OpenPerCPU(what, attr, prog, AttachOnce, func(cpu, fd int) error {
-		m, err := unix.Mmap(fd, 0, (1+pages)*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		m, err := mapRing(what, cpu, fd, pages)
 		if err != nil {
-			return fmt.Errorf("map the ring buffer of %s on CPU %d: %w", what, cpu, err)
+			return err
 		}
 		r.mmaps = append(r.mmaps, m)
 		if prepare != nil {
@@ -108,6 +115,54 @@ func openRings(what string, attr unix.PerfEventAttr, prog *ebpf.Program, pages i
 	}
 	r.events = events
 	return r, nil
+}
+
+func mapRing(what string, cpu, fd, pages int) ([]byte, error) {
+	m, err := unix.Mmap(fd, 0, (1+pages)*os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map the ring buffer of %s on CPU %d: %w", what, cpu, err)
+	}
+	return m, nil
+}
+
+// namePages is each CPU's ring of task names: 16 KiB with 4 KiB pages,
+// about 300 execs between two reads. A name that met a full ring is
+// missed, never an event.
+const namePages = 4
+
+// FollowNames hands fn the name of every task that execs from now on
+// (PERF_RECORD_COMM; a short-lived process is often gone before its
+// events are read), each before the first record Read hands over of the
+// program it runs. The names come through rings of their own, one dummy
+// perf event per CPU, so that the event's rings hold its records alone:
+// a lost count (Lost, LostEvents) is then the event's records, exactly,
+// where names in the same rings made it count the names that met a full
+// ring too. Close closes them.
+func (r *Rings) FollowNames(fn func(pid uint32, comm string)) error {
+	// Each name carries its time (sample_id_all, TIME): an exec and a
+	// rename of one process on two CPUs are applied in the order they
+	// happened, not in the order of the CPUs.
+	attr := unix.PerfEventAttr{
+		Type:        unix.PERF_TYPE_SOFTWARE,
+		Config:      unix.PERF_COUNT_SW_DUMMY,
+		Size:        uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Sample_type: unix.PERF_SAMPLE_TIME,
+		Bits:        unix.PerfBitComm | unix.PerfBitSampleIDAll,
+	}
+	what := "the task names of " + r.what
+	names, err := OpenPerCPU(what, attr, nil, AttachEach, func(cpu, fd int) error {
+		m, err := mapRing(what, cpu, fd, namePages)
+		if err != nil {
+			return err
+		}
+		r.nameMmaps = append(r.nameMmaps, m)
+		return nil
+	})
+	if err != nil {
+		return errors.Join(err, unmap(what, &r.nameMmaps))
+	}
+	r.names, r.OnComm = names, fn
+	return nil
 }
 
 // perfFormatLost is PERF_FORMAT_LOST (6.0+): read() on the event also
@@ -128,11 +183,11 @@ var lostReadable = sync.OnceValue(func() bool {
 	return true
 })
 
-// LostEvents is the number of the event's own records (samples) lost to
-// full rings, exactly, where the kernel counts them per event (6.0+,
-// exact true). Elsewhere it is the count of the kernel's LOST records,
-// reported with the next record that fits, which also counts the
-// process-name records of any exec on the ring's CPU.
+// LostEvents is the number of the event's records lost to full rings. The
+// kernel counts them per event where it takes PERF_FORMAT_LOST (6.0+,
+// exact true); elsewhere it reports them in a LOST record with the next
+// record that fits a ring, so a loss in a run's last moments may not be
+// reported yet (exact false).
 func (r *Rings) LostEvents() (n uint64, exact bool) {
 	if !lostReadable() || r.events == nil {
 		return r.Lost, false
@@ -154,39 +209,76 @@ const (
 )
 
 // Read hands every complete record of every ring to fn, and frees it.
+// The names (FollowNames) are read after the rings' heads are taken and
+// before their records: an exec writes its name before the new program
+// runs, so every name a record handed over needs is known by then.
 func (r *Rings) Read(fn func(Sample)) {
-	page := os.Getpagesize()
+	r.heads = r.heads[:0]
 	for _, m := range r.mmaps {
-		head := atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offHead])))
-		tail := *(*uint64)(unsafe.Pointer(&m[offTail]))
-		data := m[page:]
-		var rec []byte
-		for tail < head {
-			hdr := readWrapped(data, tail, 8, nil)
-			typ := binary.LittleEndian.Uint32(hdr[0:])
-			n := uint64(binary.LittleEndian.Uint16(hdr[6:]))
-			if n < 8 {
-				break
+		r.heads = append(r.heads, atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offHead]))))
+	}
+	if len(r.nameMmaps) > 0 {
+		r.pending = r.pending[:0]
+		for _, m := range r.nameMmaps {
+			r.read(m, atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offHead]))), nil, &r.namesLost)
+		}
+		sort.SliceStable(r.pending, func(i, j int) bool { return r.pending[i].time < r.pending[j].time })
+		for _, n := range r.pending {
+			r.OnComm(n.pid, n.comm)
+		}
+	}
+	for i, m := range r.mmaps {
+		r.read(m, r.heads[i], fn, &r.Lost)
+	}
+}
+
+// name is a task's name from a name ring, with its time.
+type name struct {
+	pid  uint32
+	comm string
+	time uint64
+}
+
+// read hands fn the samples of ring m up to head, and OnComm its names;
+// reported losses are added to lost.
+func (r *Rings) read(m []byte, head uint64, fn func(Sample), lost *uint64) {
+	page := os.Getpagesize()
+	tail := *(*uint64)(unsafe.Pointer(&m[offTail]))
+	data := m[page:]
+	var rec []byte
+	for tail < head {
+		hdr := readWrapped(data, tail, 8, nil)
+		typ := binary.LittleEndian.Uint32(hdr[0:])
+		n := uint64(binary.LittleEndian.Uint16(hdr[6:]))
+		if n < 8 {
+			break
+		}
+		rec = readWrapped(data, tail, n, rec[:0])
+		tail += n
+		switch typ {
+		case unix.PERF_RECORD_SAMPLE:
+			if s, ok := parseSample(rec[8:]); ok && fn != nil {
+				fn(s)
 			}
-			rec = readWrapped(data, tail, n, rec[:0])
-			tail += n
-			switch typ {
-			case unix.PERF_RECORD_SAMPLE:
-				if s, ok := parseSample(rec[8:]); ok {
-					fn(s)
-				}
-			case unix.PERF_RECORD_COMM:
-				if len(rec) > 16 && r.OnComm != nil {
-					r.OnComm(binary.LittleEndian.Uint32(rec[8:]), unix.ByteSliceToString(rec[16:]))
-				}
-			case unix.PERF_RECORD_LOST:
-				if len(rec) >= 24 {
-					r.Lost += binary.LittleEndian.Uint64(rec[16:])
-				}
+		case unix.PERF_RECORD_COMM:
+			switch {
+			case len(rec) <= 16 || r.OnComm == nil:
+			case fn != nil: // a name in the event's own ring (a test's)
+				r.OnComm(binary.LittleEndian.Uint32(rec[8:]), unix.ByteSliceToString(rec[16:]))
+			case len(rec) >= 32: // pid, tid, comm, then the time
+				r.pending = append(r.pending, name{
+					pid:  binary.LittleEndian.Uint32(rec[8:]),
+					comm: unix.ByteSliceToString(rec[16 : len(rec)-8]),
+					time: binary.LittleEndian.Uint64(rec[len(rec)-8:]),
+				})
+			}
+		case unix.PERF_RECORD_LOST:
+			if len(rec) >= 24 {
+				*lost += binary.LittleEndian.Uint64(rec[16:])
 			}
 		}
-		atomic.StoreUint64((*uint64)(unsafe.Pointer(&m[offTail])), tail)
 	}
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&m[offTail])), tail)
 }
 
 // readWrapped copies n bytes at ring position pos, which may wrap.
@@ -220,23 +312,30 @@ func parseSample(b []byte) (Sample, bool) {
 }
 
 // Close disables and closes every CPU's event (which detaches the program)
-// and unmaps the rings; every step is tried. Twice is harmless.
+// and the name events, and unmaps the rings; every step is tried. Twice is
+// harmless.
 func (r *Rings) Close() error {
-	var err error
+	var errs []error
 	if r.events != nil {
-		err = r.events.Close()
+		errs = append(errs, r.events.Close())
 	}
-	return errors.Join(err, r.unmap())
+	if r.names != nil {
+		errs = append(errs, r.names.Close())
+	}
+	errs = append(errs, r.unmap(), unmap("the task names of "+r.what, &r.nameMmaps))
+	return errors.Join(errs...)
 }
 
-func (r *Rings) unmap() error {
+func (r *Rings) unmap() error { return unmap(r.what, &r.mmaps) }
+
+func unmap(what string, mmaps *[][]byte) error {
 	var errs []error
-	for _, m := range r.mmaps {
+	for _, m := range *mmaps {
 		errs = append(errs, unix.Munmap(m))
 	}
-	r.mmaps = nil
+	*mmaps = nil
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("unmap the rings of %s: %w", r.what, err)
+		return fmt.Errorf("unmap the rings of %s: %w", what, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package perfevent
 import (
 	"encoding/binary"
 	"os"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -84,4 +85,35 @@ func TestRingReadWrapsAndCountsLost(t *testing.T) {
 	}
 	// Nothing new: nothing read.
 	r.Read(func(s Sample) { t.Errorf("read again: %+v", s) })
+}
+
+// Names from the name rings reach OnComm in the order they happened, across
+// CPUs, before the samples read with them, and a loss in the name rings is not a loss of the event's records.
+func TestRingReadNamesFirst(t *testing.T) {
+	samples, names := newFakeRing(256, 0), newFakeRing(256, 0)
+	samples.put(sampleRecord(44, 0, 1000, []byte("after exec")))
+	// CPU 1's ring holds the later name: applied last.
+	names1 := newFakeRing(256, 0)
+	nameRecord := func(comm string, time uint64) []byte {
+		body := append([]byte{44, 0, 0, 0, 44, 0, 0, 0}, comm...)
+		for len(body)%8 != 0 {
+			body = append(body, 0)
+		}
+		return header(unix.PERF_RECORD_COMM, binary.LittleEndian.AppendUint64(body, time))
+	}
+	names.put(nameRecord("late", 900))
+	names1.put(nameRecord("dd", 500))
+	lost := make([]byte, 16)
+	binary.LittleEndian.PutUint64(lost[8:], 3)
+	names.put(header(unix.PERF_RECORD_LOST, lost))
+	var order []string
+	r := &Rings{mmaps: [][]byte{samples.m}, nameMmaps: [][]byte{names.m, names1.m}}
+	r.OnComm = func(pid uint32, c string) { order = append(order, c) }
+	r.Read(func(s Sample) { order = append(order, string(s.Raw)) })
+	if strings.Join(order, ",") != "dd,late,after exec" {
+		t.Errorf("read %q, want the names first, in time order", order)
+	}
+	if r.Lost != 0 || r.namesLost != 3 {
+		t.Errorf("lost %d, names lost %d; want 0 and 3", r.Lost, r.namesLost)
+	}
 }
