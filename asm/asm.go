@@ -221,6 +221,27 @@ func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string,
 	return insns
 }
 
+// SwappedHashIncrement is HashIncrement into one of two hashes of the same
+// shape, maps[0] or maps[1] as the u32 in genMap's first value says (read
+// in place through its address: no call), so that user space can drain one
+// while the other counts: it flips the u32, waits for the programs running
+// to end, and then reads and empties the other map, which no program
+// writes any more. The labels are prefix_0_* and prefix_1_*.
+func SwappedHashIncrement(prefix string, maps [2]string, genMap string, keyOff, valOff int16, lostMap string) bpf.Instructions {
+	second := prefix + "_1"
+	insns := bpf.Instructions{
+		bpf.LoadMapValue(bpf.R1, 0, 0).WithReference(genMap).WithSource(bpf.Comment(fmt.Sprintf(
+			"count in %s or %s, as %s[0] says (user space drains the other)", maps[0], maps[1], genMap))),
+		bpf.LoadMem(bpf.R1, bpf.R1, 0, bpf.Word),
+		bpf.JNE.Imm(bpf.R1, 0, second),
+	}
+	insns = append(insns, HashIncrement(prefix+"_0", maps[0], keyOff, valOff, lostMap, nil)...)
+	insns = append(insns, bpf.Ja.Label(second+"_done"))
+	one := HashIncrement(second, maps[1], keyOff, valOff, lostMap, nil)
+	one[0] = one[0].WithSymbol(second)
+	return append(insns, one...)
+}
+
 // StoreComm records the current task's name under the u32 key at fp+keyOff
 // of a hash map, using 16 bytes of stack at fp+bufOff as scratch.
 func StoreComm(mapName string, keyOff, bufOff int16) bpf.Instructions {

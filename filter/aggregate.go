@@ -99,8 +99,23 @@ func decodeColumn(col compile.Column, raw []byte) cell {
 	return cell{u, strconv.FormatUint(u, 10)}
 }
 
-// countBy reports the counts by key per interval, largest first.
-func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *compile.Program) error {
+// countBy reports the counts by key per interval, largest first: through
+// table where the counts are swapped, else read in place, the kernel's
+// hash holding every key of the run.
+func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *compile.Program, table *keyTable) error {
+	why := fmt.Sprintf("more than %d keys in the run: --max-keys raises it", prog.MaxKeys)
+	if table != nil {
+		if !s.Opts.Cumulative {
+			why = fmt.Sprintf("more than %d keys in an interval: --max-keys raises it", prog.MaxKeys)
+		}
+		return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
+			rows, lost, err := table.take()
+			if err != nil {
+				return err
+			}
+			return writeCounts(s, ev, prog.Columns, rows, lost, why, time.Now())
+		})
+	}
 	prev := map[string]uint64{}
 	lostDeltas := counts.Deltas{Cumulative: s.Opts.Cumulative}
 	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
@@ -127,43 +142,43 @@ func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collectio
 			}
 		}
 		sort.SliceStable(shown, func(i, j int) bool { return shown[i].count > shown[j].count })
-		return writeCounts(s, ev, prog.Columns, shown, lost, time.Now())
+		return writeCounts(s, ev, prog.Columns, shown, lost, why, time.Now())
 	})
 }
 
-// readCounts reads the counts hash. Keys that decode alike (a string's
-// bytes after its NUL are not part of it) are summed; rows come sorted by
-// key text.
+// readCounts reads the counts hash (see decodeRows).
 func readCounts(m *ebpf.Map, cols []compile.Column) ([]keyCount, error) {
-	key := make([]byte, m.KeySize())
-	var val uint64
+	_, rows, err := readRaw(m, cols)
+	return rows, err
+}
+
+// decodeRows decodes a counts hash's keys and counts. Keys that decode
+// alike (a string's bytes after its NUL are not part of it) are summed;
+// rows come sorted by key text.
+func decodeRows(keys [][]byte, vals []uint64, cols []compile.Column) []keyCount {
 	byKey := map[string]*keyCount{}
-	it := m.Iterate()
-	for it.Next(&key, &val) {
-		r := keyCount{count: val}
+	for i, key := range keys {
+		r := keyCount{count: vals[i]}
 		for _, col := range cols {
 			r.cells = append(r.cells, decodeColumn(col, key))
 		}
 		k := rowKey(r)
 		if have, ok := byKey[k]; ok {
-			have.count += val
+			have.count += vals[i]
 			continue
 		}
 		byKey[k] = &r
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read the counts: %w", err)
-	}
-	keys := make([]string, 0, len(byKey))
+	names := make([]string, 0, len(byKey))
 	for k := range byKey {
-		keys = append(keys, k)
+		names = append(names, k)
 	}
-	sort.Strings(keys)
-	rows := make([]keyCount, 0, len(keys))
-	for _, k := range keys {
+	sort.Strings(names)
+	rows := make([]keyCount, 0, len(names))
+	for _, k := range names {
 		rows = append(rows, *byKey[k])
 	}
-	return rows, nil
+	return rows
 }
 
 func rowKey(r keyCount) string {
@@ -176,7 +191,7 @@ func rowKey(r keyCount) string {
 
 // writeCounts prints a --count-by table: one column per key (strings to the
 // left, numbers to the right) and the count, or one JSON object.
-func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCount, lost uint64, now time.Time) error {
+func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCount, lost uint64, why string, now time.Time) error {
 	if s.Opts.JSON {
 		names := make([]string, len(cols))
 		for i, c := range cols {
@@ -221,7 +236,7 @@ func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCoun
 		terminal.WriteTable(&b, table, right)
 	}
 	if lost > 0 {
-		fmt.Fprintf(&b, "lost: %d events could not be counted (%d keys: the map is full)\n", lost, compile.CountsEntries)
+		fmt.Fprintf(&b, "lost: %d events could not be counted (%s)\n", lost, why)
 	}
 	_, err := fmt.Fprint(s.Stdout, b.String())
 	return err

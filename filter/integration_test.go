@@ -797,3 +797,73 @@ func TestReleasedThreadShowsCommonPid(t *testing.T) {
 		}
 	}
 }
+
+// --max-keys bounds the distinct keys an interval holds, not a run: 300
+// files opened twice each, in six phases of 50 distinct files half a second
+// apart, under --max-keys 100 and reports every 0.2 s, are all counted
+// exactly, none lost: the kernel's counts are drained at each report (two
+// hashes, one counting while the other is read and emptied). One report
+// at the end holds the run's keys: the first 100 files are counted, and
+// the 200 others' 400 opens are lost, exactly. The old binary kept every
+// key of the run in the kernel, intervals or not (it had no --max-keys).
+func TestMaxKeysPerInterval(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	var files []tooltest.Open
+	for p := 0; p < 6; p++ {
+		for i := 0; i < 50; i++ {
+			path := fmt.Sprintf("%s/f%d", dir, p*50+i)
+			openFiles(t, path)
+			files = append(files, tooltest.Open{Path: path, Times: 2})
+		}
+		files = append(files, tooltest.Open{Times: 500}) // a pause of 500 ms
+	}
+	work := tooltest.Opens(t, "", files...)
+	where := fmt.Sprintf(`filename ~ "%s/*"`, dir)
+	type report struct {
+		Counts []struct {
+			Key   map[string]any `json:"key"`
+			Count int            `json:"count"`
+		} `json:"counts"`
+		Total int `json:"total"`
+		Lost  int `json:"lost"`
+	}
+	reports := func(args ...string) []report {
+		t.Helper()
+		r := filter(t, append([]string{"--json", "--count-by", "filename", "--max-keys", "100", "syscalls:sys_enter_openat", "--where", where, "-c", work}, args...)...)
+		if r.Status != 0 {
+			t.Fatalf("%q: exit %d: %s", args, r.Status, r.Stderr)
+		}
+		var reps []report
+		for _, l := range lines(r.Stdout) {
+			var rep report
+			if err := json.Unmarshal([]byte(l), &rep); err != nil {
+				t.Fatalf("%q: %v: %q", args, err, l)
+			}
+			reps = append(reps, rep)
+		}
+		return reps
+	}
+	perFile := map[string]int{}
+	total, lost := 0, 0
+	reps := reports("0.2")
+	for _, rep := range reps {
+		for _, c := range rep.Counts {
+			perFile[fmt.Sprint(c.Key["filename"])] += c.Count
+		}
+		total, lost = total+rep.Total, lost+rep.Lost
+	}
+	wrong := 0
+	for _, f := range files {
+		if f.Path != "" && perFile[f.Path] != 2 {
+			wrong++
+		}
+	}
+	if total != 600 || lost != 0 || len(perFile) != 300 || wrong != 0 {
+		t.Errorf("every 0.2 s: %d events over %d reports, %d lost, %d files (%d not counted twice); want 600, 0 lost, 300 files", total, len(reps), lost, len(perFile), wrong)
+	}
+	reps = reports()
+	if len(reps) != 1 || len(reps[0].Counts) != 100 || reps[0].Total != 200 || reps[0].Lost != 400 {
+		t.Errorf("one report: %d reports; want one of 100 keys, 200 events, 400 lost: %+v", len(reps), reps)
+	}
+}

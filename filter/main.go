@@ -18,6 +18,7 @@ type options struct {
 	Fields      string `long:"fields" value-name:"LIST" unquote:"false" description:"Print only these comma-separated fields, arguments, builtins, paths or str() on each line; strings print as text"`
 	Count       bool   `long:"count" description:"Count the passing events in the kernel and report the count per interval instead of printing them"`
 	CountBy     string `long:"count-by" value-name:"KEYS" unquote:"false" description:"Count the passing events in the kernel by KEYS (comma-separated fields, builtins, paths or strings): a table per interval, largest first"`
+	MaxKeys     uint32 `long:"max-keys" value-name:"N" default:"10240" description:"With --count-by: the distinct keys counted per interval report (per run without an interval, or with --cumulative), up to 1048576; the events of keys past it are counted as lost. The kernel keeps a key until the report that shows it, and never more than N"`
 	Hist        string `long:"hist" value-name:"EXPR" unquote:"false" description:"A log2 histogram of the integer EXPR (a field, builtin or path) over the passing events, built in the kernel, per interval"`
 	Pid         int    `short:"p" long:"pid" value-name:"PID" description:"Only events in this process's context (its pid, the tgid); a user-space probe's file is looked up in its root (/proc/PID/root), as a container sees it"`
 	Self        bool   `long:"self" description:"Include filter's own events (left out by default: its writes would feed the stream)"`

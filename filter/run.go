@@ -94,6 +94,10 @@ func parseEvent(s string, info bool) (event, error) {
 	return event{kind: "tracepoint", group: a, name: b}, nil
 }
 
+// maxKeys bounds --max-keys: the kernel preallocates the hashes, two of
+// them with an interval or --serve, of up to a few hundred bytes a key.
+const maxKeys = 1 << 20
+
 func validate(o *options) error {
 	if _, err := parseEvent(o.Lead(), o.Info); err != nil {
 		return usage.Errorf("%v", err)
@@ -111,6 +115,12 @@ func validate(o *options) error {
 	}
 	if o.Serve != "" && !o.Count && o.CountBy == "" && o.Hist == "" && !o.Info {
 		return usage.Errorf("--serve exposes what filter counts in the kernel: add --count, --count-by KEYS or --hist EXPR")
+	}
+	if o.MaxKeys < 1 || o.MaxKeys > maxKeys {
+		return usage.Errorf("invalid --max-keys %d: want from 1 to %d", o.MaxKeys, maxKeys)
+	}
+	if o.MaxKeys != compile.CountsEntries && o.CountBy == "" {
+		return usage.Errorf("--max-keys sizes --count-by's table: add --count-by KEYS")
 	}
 	if o.ServeTop < 1 {
 		return usage.Errorf("invalid --serve-top %d: want the number of keys with series of their own, 1 or more", o.ServeTop)
@@ -407,8 +417,21 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 // report runs an action's loop: the maps read per interval, or the output
 // rings printed.
 func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebpf.Collection, prog *compile.Program, act compile.Action) error {
+	var table *keyTable
+	if prog.Swap {
+		top := 0
+		if o.Serve != "" {
+			top = o.ServeTop
+		}
+		var err error
+		if table, err = newKeyTable(coll, prog, top, s.Opts.Cumulative); err != nil {
+			return err
+		}
+		s.OnClose("", table.Close)
+		drainEverySecond(s, table)
+	}
 	if o.Serve != "" {
-		c := &collector{ev: ev.String(), coll: coll, prog: prog, act: act, series: run.StickySeries[string]{Max: o.ServeTop}}
+		c := &collector{ev: ev.String(), coll: coll, prog: prog, act: act, table: table}
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
 			return err
 		}
@@ -417,7 +440,7 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 	case compile.Count:
 		return count(ctx, s, ev, coll)
 	case compile.CountBy:
-		return countBy(ctx, s, ev, coll, prog)
+		return countBy(ctx, s, ev, coll, prog, table)
 	case compile.Hist:
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
 	}
@@ -547,7 +570,10 @@ func action(o *options) (compile.Action, error) {
 		return compile.Action{Kind: compile.Count}, nil
 	case o.CountBy != "":
 		cols, err := compile.ParseOperands(o.CountBy, 0)
-		return compile.Action{Kind: compile.CountBy, Columns: cols, Option: "--count-by", Source: o.CountBy}, err
+		// Reports that clear, and scrapes, drain the kernel's counts: its
+		// hash then holds an interval's keys, not the run's.
+		swap := (o.Interval() > 0 && !o.Cumulative) || o.Serve != ""
+		return compile.Action{Kind: compile.CountBy, Columns: cols, Option: "--count-by", Source: o.CountBy, MaxKeys: o.MaxKeys, Swap: swap}, err
 	case o.Hist != "":
 		cols, err := compile.ParseOperands(o.Hist, 1)
 		if err != nil {

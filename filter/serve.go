@@ -20,11 +20,11 @@ const lastSlot = 63
 // StickySeries), or the histogram tracekit_filter_value (--hist), with
 // negative values, where the expression has them, under le="-1".
 type collector struct {
-	ev     string
-	coll   *ebpf.Collection
-	prog   *compile.Program
-	act    compile.Action
-	series run.StickySeries[string]
+	ev    string
+	coll  *ebpf.Collection
+	prog  *compile.Program
+	act   compile.Action
+	table *keyTable // --count-by's, drained at each scrape
 }
 
 func (c *collector) families() []metrics.Family {
@@ -36,30 +36,20 @@ func (c *collector) families() []metrics.Family {
 		n, _ := counts.ReadPerCPUCounter(c.coll.Maps["count"])
 		events.Metrics = []metrics.Metric{{Labels: []metrics.Label{eventLabel}, Value: float64(n)}}
 	case compile.CountBy:
-		lost, _ = counts.ReadPerCPUCounter(c.coll.Maps["lost"])
-		rows, err := readCounts(c.coll.Maps["counts"], c.prog.Columns)
+		rows, other, kernelLost, err := c.table.scrape()
 		if err != nil {
 			break
 		}
+		lost = kernelLost
 		names := keyLabels(c.prog.Columns)
-		totals := map[string]uint64{}
 		for _, r := range rows {
-			totals[rowKey(r)] = r.count
-		}
-		own := c.series.Assign(totals, func(a, b string) bool { return a < b })
-		var other uint64
-		for _, r := range rows {
-			if !own[rowKey(r)] {
-				other += r.count
-				continue
-			}
 			labels := []metrics.Label{eventLabel}
 			for i, cl := range r.cells {
 				labels = append(labels, metrics.Label{Name: names[i], Value: cl.text})
 			}
 			events.Metrics = append(events.Metrics, metrics.Metric{Labels: labels, Value: float64(r.count)})
 		}
-		if other > 0 || len(rows) > len(own) {
+		if other > 0 {
 			labels := []metrics.Label{eventLabel}
 			for _, n := range names {
 				labels = append(labels, metrics.Label{Name: n, Value: "other"})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -18,7 +19,6 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/promtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/run"
 )
 
 // TestExpositionGoldens serves fixed map contents: --count, --count-by
@@ -32,11 +32,8 @@ func TestExpositionGoldens(t *testing.T) {
 	tooltest.PutPerCPU(t, count.Maps["count"], uint32(0), 40, 2)
 	write(&collector{ev: "net:netif_receive_skb", coll: count, act: compile.Action{Kind: compile.Count}})
 
-	by := tooltest.Maps(t, map[string]*ebpf.MapSpec{
-		"counts": {Type: ebpf.Hash, KeySize: 24, ValueSize: 8, MaxEntries: 64},
-		"lost":   {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
-	})
-	prog := &compile.Program{Columns: []compile.Column{{Name: "comm", String: true, Offset: 0, Size: 16}, {Name: "skb->len", Offset: 16, Size: 8}}}
+	prog := &compile.Program{Columns: []compile.Column{{Name: "comm", String: true, Offset: 0, Size: 16}, {Name: "skb->len", Offset: 16, Size: 8}}, Size: 24, MaxKeys: 64, Swap: true}
+	by := tooltest.Maps(t, compile.Maps(compile.CountBy, prog))
 	for _, k := range []struct {
 		comm string
 		len  uint64
@@ -50,7 +47,12 @@ func TestExpositionGoldens(t *testing.T) {
 		}
 	}
 	tooltest.PutPerCPU(t, by.Maps["lost"], uint32(0), 4)
-	write(&collector{ev: "net:netif_receive_skb", coll: by, prog: prog, act: compile.Action{Kind: compile.CountBy}, series: run.StickySeries[string]{Max: 2}})
+	table, err := newKeyTable(by, prog, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	write(&collector{ev: "net:netif_receive_skb", coll: by, prog: prog, act: compile.Action{Kind: compile.CountBy}, table: table})
 
 	hist := tooltest.Maps(t, map[string]*ebpf.MapSpec{
 		"hist": {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 65},
@@ -85,5 +87,52 @@ func TestServeCount(t *testing.T) {
 	}
 	if r := tooltest.Run(t, tooltest.Tool(t, "filter"), "--count", "--serve", tool.Addr, "syscalls:sys_enter_write"); r.Status != 1 || r.Stderr != fmt.Sprintf("filter: --serve %s: the address is in use (another exporter, or another run of this one?): pick another port\n", tool.Addr) {
 		t.Errorf("--serve on a taken address: exit %d: %q", r.Status, r.Stderr)
+	}
+}
+
+// --serve drains the kernel's counts every second and at each scrape, so
+// its hash holds a second's keys, not the run's: 300 files opened twice in
+// six phases of 50 (half a second apart) under --max-keys 100 and
+// --serve-top 10 come out as ten series and "other", 600 events in all,
+// none lost. The old binary read the hash in place: it filled at the run's
+// 10,240th key, and "other" stopped growing while the losses did.
+func TestServeDrainsKeys(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	var files []tooltest.Open
+	for p := 0; p < 6; p++ {
+		for i := 0; i < 50; i++ {
+			path := fmt.Sprintf("%s/f%d", dir, p*50+i)
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, tooltest.Open{Path: path, Times: 2})
+		}
+		files = append(files, tooltest.Open{Times: 500})
+	}
+	tool := promtest.Serve(t, "filter", "127.0.0.1:0", "--count-by", "filename", "--max-keys", "100", "--serve-top", "10",
+		"syscalls:sys_enter_openat", "--where", fmt.Sprintf(`filename ~ "%s/*"`, dir))
+	if out, err := exec.Command("/bin/sh", "-c", tooltest.Opens(t, "", files...)).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	resp, err := http.Get("http://" + tool.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	series, sum, other := 0, 0, 0
+	for _, m := range regexp.MustCompile(`(?m)^tracekit_filter_events_total\{event="syscalls:sys_enter_openat",filename="([^"]*)"\} (\d+)$`).FindAllSubmatch(body, -1) {
+		n, _ := strconv.Atoi(string(m[2]))
+		sum += n
+		if string(m[1]) == "other" {
+			other = n
+		} else {
+			series++
+		}
+	}
+	lost := regexp.MustCompile(`(?m)^tracekit_lost_total\{tool="filter"\} 0$`).Match(body)
+	if series != 10 || sum != 600 || other != 580 || !lost {
+		t.Errorf("%d series, %d events, %d under other, lost 0: %v; want 10, 600, 580, true:\n%s", series, sum, other, lost, body)
 	}
 }

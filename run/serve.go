@@ -95,21 +95,26 @@ func Log2Hist(counts []uint64, last int, div float64, truncated bool) *metrics.H
 // series of its own if fewer than max have one (the largest counts of that
 // scrape first); every other key is summed into "other" for good. A key
 // never moves between series, so every series only grows, as a counter
-// must, and Prometheus' rate() and increase() stay right.
+// must, and Prometheus' rate() and increase() stay right. It remembers the
+// keys with series alone: once they are max, no key seen later can get
+// one, so the others need not be remembered (a run that sees millions of
+// keys holds max).
 type StickySeries[K comparable] struct {
-	Max  int
-	own  map[K]bool
-	seen map[K]bool
+	Max int
+	own map[K]bool
 }
 
 // Assign says, for each key of counts, whether it has a series of its own.
 func (s *StickySeries[K]) Assign(counts map[K]uint64, less func(a, b K) bool) map[K]bool {
 	if s.own == nil {
-		s.own, s.seen = map[K]bool{}, map[K]bool{}
+		s.own = map[K]bool{}
+	}
+	if len(s.own) >= s.Max {
+		return s.own
 	}
 	var fresh []K
 	for k := range counts {
-		if !s.seen[k] {
+		if !s.own[k] {
 			fresh = append(fresh, k)
 		}
 	}
@@ -120,11 +125,8 @@ func (s *StickySeries[K]) Assign(counts map[K]uint64, less func(a, b K) bool) ma
 		}
 		return less(a, b)
 	})
-	for _, k := range fresh {
-		s.seen[k] = true
-		if len(s.own) < s.Max {
-			s.own[k] = true
-		}
+	for _, k := range fresh[:min(len(fresh), s.Max-len(s.own))] {
+		s.own[k] = true
 	}
 	return s.own
 }

@@ -118,7 +118,9 @@ func TestCommandStop(t *testing.T) {
 // the command line.
 func waitFor(t *testing.T, line, arg string, n int) {
 	t.Helper()
-	for i := 0; i < 500 && len(pgroup.WithArg(arg)) < n; i++ {
+	// Exactly n: setsid forks when its caller leads a process group, and
+	// its parent ("setsid sleep ARG") is one more for a moment.
+	for i := 0; i < 500 && len(pgroup.WithArg(arg)) != n; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if live := pgroup.WithArg(arg); len(live) != n {
@@ -200,6 +202,7 @@ func TestCommandDiesWithKilledTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
+		tool.Process.Kill() // a failure before the test's own kill
 		for _, pid := range pgroup.WithArg("987.03") {
 			unix.Kill(pid, unix.SIGKILL)
 		}

@@ -29,6 +29,12 @@ type Action struct {
 	Hist    Operand
 	// Option and Source are where the operands were written, for errors.
 	Option, Source string
+	// CountBy: MaxKeys is the hash's room (0: CountsEntries); with Swap
+	// the keys are counted in two hashes, one drained while the other
+	// counts (asm.SwappedHashIncrement), so that each interval has all the
+	// room.
+	MaxKeys uint32
+	Swap    bool
 }
 
 // Column is one value of a key or record, as user space decodes it:
@@ -47,6 +53,9 @@ type Program struct {
 	Columns []Column // the key or record
 	Size    int      // its bytes
 	Signed  bool     // Hist: negative values are counted apart
+	// CountBy: the hashes' room, and whether there are two (Action).
+	MaxKeys uint32
+	Swap    bool
 }
 
 // keyString is the room of a string that is not a char array of its own
@@ -56,6 +65,10 @@ const keyString = 64
 // Map names and sizes of the actions.
 const (
 	CountsEntries = 10240 // --count-by keys, as BCC's default hash
+	// CountsSwap is the second hash of a swapped CountBy, GenMap the
+	// array whose first u32 says which of the two counts.
+	CountsSwap = "counts1"
+	GenMap     = "gen"
 )
 
 func (c *compiler) action(act Action) (*Program, error) {
@@ -81,7 +94,15 @@ func (c *compiler) action(act Action) (*Program, error) {
 	off := int16(valOff - prog.Size)
 	switch act.Kind {
 	case CountBy:
-		c.emit(asm.HashIncrement("counts", "counts", off, valOff, "lost", nil)...)
+		prog.MaxKeys, prog.Swap = act.MaxKeys, act.Swap
+		if prog.MaxKeys == 0 {
+			prog.MaxKeys = CountsEntries
+		}
+		if act.Swap {
+			c.emit(asm.SwappedHashIncrement("counts", [2]string{"counts", CountsSwap}, GenMap, off, valOff, "lost")...)
+		} else {
+			c.emit(asm.HashIncrement("counts", "counts", off, valOff, "lost", nil)...)
+		}
 	case Emit:
 		c.emit(
 			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, record, %d)", prog.Size))),
@@ -260,10 +281,15 @@ func Maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
 	case Count:
 		return map[string]*ebpf.MapSpec{"count": perCPU("count", 1)}
 	case CountBy:
-		return map[string]*ebpf.MapSpec{
-			"counts": {Name: "filter_counts", Type: ebpf.Hash, KeySize: uint32(prog.Size), ValueSize: 8, MaxEntries: CountsEntries},
-			"lost":   perCPU("lost", 1),
+		counts := func(name string) *ebpf.MapSpec {
+			return &ebpf.MapSpec{Name: "filter_" + name, Type: ebpf.Hash, KeySize: uint32(prog.Size), ValueSize: 8, MaxEntries: prog.MaxKeys}
 		}
+		m := map[string]*ebpf.MapSpec{"counts": counts("counts"), "lost": perCPU("lost", 1)}
+		if prog.Swap {
+			m[CountsSwap] = counts(CountsSwap)
+			m[GenMap] = &ebpf.MapSpec{Name: "filter_gen", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+		}
+		return m
 	case Hist:
 		m := map[string]*ebpf.MapSpec{"hist": perCPU("hist", slots.Log2)}
 		if prog.Signed {

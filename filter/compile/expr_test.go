@@ -155,6 +155,7 @@ var compileCases = []struct {
 	{"count_by_switch", "switch", ``, "count-by:prev_comm,next_pid"},
 	{"count_by_kopen", "kopen_old", `dfd == -100`, "count-by:filename,dfd,uid"},
 	{"count_by_reason", "kfree", ``, "count-by:reason"},
+	{"count_by_swapped", "openat", `dfd == -100`, "count-by-swapped:comm,flags"},
 	{"hist_len", "netif", `name == "lo"`, "hist:len"},
 	{"hist_signed", "openat", ``, "hist:dfd"},
 	{"hist_walk", "kprobe", ``, "hist:skb->len"},
@@ -200,11 +201,11 @@ func compileCase(t *testing.T, ts map[string]Target, i int) *Program {
 // caseAction turns a case's act into an Action.
 func caseAction(t *testing.T, target Target, act string) Action {
 	kind, list, _ := strings.Cut(act, ":")
-	k, ok := map[string]ActionKind{"": Keep, "count": Count, "count-by": CountBy, "hist": Hist, "fields": Emit, "emit": Emit}[kind]
+	k, ok := map[string]ActionKind{"": Keep, "count": Count, "count-by": CountBy, "count-by-swapped": CountBy, "hist": Hist, "fields": Emit, "emit": Emit}[kind]
 	if !ok {
 		t.Fatalf("unknown act %q", act)
 	}
-	a := Action{Kind: k, Option: "--" + kind, Source: list}
+	a := Action{Kind: k, Option: "--" + kind, Source: list, Swap: kind == "count-by-swapped"}
 	switch {
 	case kind == "emit":
 		a.Columns = target.Event.Columns()
