@@ -91,24 +91,25 @@ func TestServeCount(t *testing.T) {
 }
 
 // --serve drains the kernel's counts every second and at each scrape, so
-// its hash holds a second's keys, not the run's: 300 files opened twice in
-// six phases of 50 (half a second apart) under --max-keys 100 and
-// --serve-top 10 come out as ten series and "other", 600 events in all,
-// none lost. The old binary read the hash in place: it filled at the run's
-// 10,240th key, and "other" stopped growing while the losses did.
+// its hash holds a second's keys, not the run's: 200 files opened twice in
+// five phases of 40, 1.1 s apart (a second holds two phases at most),
+// under --max-keys 100 and --serve-top 10 come out as ten series and
+// "other", 400 events in all, none lost. The old binary read the hash in
+// place: it filled at the run's 10,240th key, and "other" stopped growing
+// while the losses did.
 func TestServeDrainsKeys(t *testing.T) {
 	privtest.Require(t)
 	dir := t.TempDir()
 	var files []tooltest.Open
-	for p := 0; p < 6; p++ {
-		for i := 0; i < 50; i++ {
-			path := fmt.Sprintf("%s/f%d", dir, p*50+i)
+	for p := 0; p < 5; p++ {
+		for i := 0; i < 40; i++ {
+			path := fmt.Sprintf("%s/f%d", dir, p*40+i)
 			if err := os.WriteFile(path, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			files = append(files, tooltest.Open{Path: path, Times: 2})
 		}
-		files = append(files, tooltest.Open{Times: 500})
+		files = append(files, tooltest.Open{Times: 1100})
 	}
 	tool := promtest.Serve(t, "filter", "127.0.0.1:0", "--count-by", "filename", "--max-keys", "100", "--serve-top", "10",
 		"syscalls:sys_enter_openat", "--where", fmt.Sprintf(`filename ~ "%s/*"`, dir))
@@ -132,7 +133,7 @@ func TestServeDrainsKeys(t *testing.T) {
 		}
 	}
 	lost := regexp.MustCompile(`(?m)^tracekit_lost_total\{tool="filter"\} 0$`).Match(body)
-	if series != 10 || sum != 600 || other != 580 || !lost {
-		t.Errorf("%d series, %d events, %d under other, lost 0: %v; want 10, 600, 580, true:\n%s", series, sum, other, lost, body)
+	if series != 10 || sum != 400 || other != 380 || !lost {
+		t.Errorf("%d series, %d events, %d under other, lost 0: %v; want 10, 400, 380, true:\n%s", series, sum, other, lost, body)
 	}
 }

@@ -88,7 +88,7 @@ func (c *compiler) action(act Action) (*Program, error) {
 	}
 	c.option, c.expr = act.Option, act.Source
 	start := len(c.insns)
-	if err := c.columns(act.Columns, prog); err != nil {
+	if err := c.columns(act.Columns, prog, act.Kind == CountBy); err != nil {
 		return nil, err
 	}
 	off := int16(valOff - prog.Size)
@@ -125,8 +125,12 @@ func (c *compiler) action(act Action) (*Program, error) {
 	return prog, nil
 }
 
-// columns lays out the key or record and emits the code that fills it.
-func (c *compiler) columns(ops []Operand, prog *Program) error {
+// columns lays out the key or record and emits the code that fills it. In
+// a key, a string read through a pointer is cleared first: the kernel
+// copies it up to its NUL and leaves the stack's old bytes after it, and
+// two keys of one string would differ there (each taking a slot of the
+// hash: on the 1-CPU guests, 100 slots held 53 files).
+func (c *compiler) columns(ops []Operand, prog *Program, key bool) error {
 	type planned struct {
 		v   value
 		col Column
@@ -166,6 +170,12 @@ func (c *compiler) columns(ops []Operand, prog *Program) error {
 			return err
 		}
 		first := len(c.insns)
+		if key && (v.ptr != nil || v.src == srcDataLoc) {
+			c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment(fmt.Sprintf("column %s at fp%d, cleared first: a string leaves old bytes after its NUL", col.Name, off))))
+			for i := 0; i < col.Size; i += 8 {
+				c.emit(bpf.StoreMem(bpf.RFP, off+int16(i), bpf.R1, bpf.DWord))
+			}
+		}
 		if err := c.store(v, off, col.Size); err != nil {
 			return c.errAt(o.Pos, "%v", err)
 		}
