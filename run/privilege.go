@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -92,22 +93,31 @@ func (s *Session) keepCaps() (uint64, []string) {
 // bpfNeedsCap reports whether this kernel refuses bpf() calls on existing
 // descriptors to a thread with no effective capability: it asks, from a
 // thread of its own that empties its effective set (its permitted set
-// stays, and the thread ends with the goroutine), with a call that can
-// only fail: BPF_MAP_GET_NEXT_KEY on descriptor -1 is EBADF when the call
-// got past the check, EPERM when it did not.
+// stays), with a call that can only fail: BPF_MAP_GET_NEXT_KEY on
+// descriptor -1 is EBADF when the call got past the check, EPERM when it
+// did not. The thread then restores its set, and ends with the goroutine;
+// bpfNeedsCap returns once it is gone. It must be: AllThreadsSyscall runs
+// the drop on every thread, and the Go runtime dies ("results differ
+// between threads") when one thread, lacking CAP_SETPCAP, fails it.
 func bpfNeedsCap() bool {
-	needs := make(chan bool)
+	type answer struct {
+		needs bool
+		tid   int
+	}
+	ch := make(chan answer)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		tid := unix.Gettid()
 		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var data [2]unix.CapUserData
+		var data, empty [2]unix.CapUserData
 		if err := unix.Capget(&hdr, &data[0]); err != nil {
-			needs <- true
+			ch <- answer{true, tid}
 			return
 		}
-		data[0].Effective, data[1].Effective = 0, 0
-		if err := unix.Capset(&hdr, &data[0]); err != nil {
-			needs <- true
+		empty = data
+		empty[0].Effective, empty[1].Effective = 0, 0
+		if err := unix.Capset(&hdr, &empty[0]); err != nil {
+			ch <- answer{true, tid}
 			return
 		}
 		attr := struct {
@@ -116,7 +126,15 @@ func bpfNeedsCap() bool {
 			key, value, flags64 uint64
 		}{fd: ^uint32(0)}
 		_, _, errno := unix.Syscall(unix.SYS_BPF, 4 /* BPF_MAP_GET_NEXT_KEY */, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-		needs <- errno == unix.EPERM
+		unix.Capset(&hdr, &data[0]) // as the other threads, should it linger
+		ch <- answer{errno == unix.EPERM, tid}
 	}()
-	return <-needs
+	a := <-ch
+	task := "/proc/self/task/" + strconv.Itoa(a.tid)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(task); err != nil {
+			break
+		}
+	}
+	return a.needs
 }
