@@ -446,6 +446,34 @@ func openFiles(t *testing.T, paths ...string) {
 	}
 }
 
+// countByReport is a --count-by --json report.
+type countByReport struct {
+	Keys   []string `json:"keys"`
+	Counts []struct {
+		Key   map[string]any `json:"key"`
+		Count int            `json:"count"`
+	} `json:"counts"`
+	Total int `json:"total"`
+	Lost  int `json:"lost"`
+}
+
+// phasedFiles makes phases*per empty files in dir, f0 onwards, and the
+// workload's list that opens each twice, phase by phase, pausing pauseMs
+// after each phase.
+func phasedFiles(t *testing.T, dir string, phases, per, pauseMs int) []tooltest.Open {
+	t.Helper()
+	var files []tooltest.Open
+	for p := 0; p < phases; p++ {
+		for i := 0; i < per; i++ {
+			path := fmt.Sprintf("%s/f%d", dir, p*per+i)
+			openFiles(t, path)
+			files = append(files, tooltest.Open{Path: path, Times: 2})
+		}
+		files = append(files, tooltest.Open{Times: pauseMs})
+	}
+	return files
+}
+
 // --count-by comm and a user string key, in the kernel; bpftrace's
 // @[comm] = count() over the same workload agrees.
 func TestCountBy(t *testing.T) {
@@ -463,15 +491,7 @@ func TestCountBy(t *testing.T) {
 			t.Errorf("--count-by comm: exit %d, got:\n%swant:\n%s%s", r.Status, r.Stdout, want, r.Stderr)
 		}
 		r = filter(t, "--json", "--count-by", "filename,comm", "syscalls:sys_enter_openat", "--where", where, "-c", work)
-		var rep struct {
-			Keys   []string `json:"keys"`
-			Counts []struct {
-				Key   map[string]any `json:"key"`
-				Count int            `json:"count"`
-			} `json:"counts"`
-			Total int `json:"total"`
-			Lost  int `json:"lost"`
-		}
+		var rep countByReport
 		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || r.Status != 0 {
 			t.Fatalf("--json --count-by: exit %d, %v: %q %q", r.Status, err, r.Stdout, r.Stderr)
 		}
@@ -809,34 +829,18 @@ func TestReleasedThreadShowsCommonPid(t *testing.T) {
 func TestMaxKeysPerInterval(t *testing.T) {
 	privtest.Require(t)
 	dir := t.TempDir()
-	var files []tooltest.Open
-	for p := 0; p < 6; p++ {
-		for i := 0; i < 50; i++ {
-			path := fmt.Sprintf("%s/f%d", dir, p*50+i)
-			openFiles(t, path)
-			files = append(files, tooltest.Open{Path: path, Times: 2})
-		}
-		files = append(files, tooltest.Open{Times: 500}) // a pause of 500 ms
-	}
+	files := phasedFiles(t, dir, 6, 50, 500)
 	work := tooltest.Opens(t, "", files...)
 	where := fmt.Sprintf(`filename ~ "%s/*"`, dir)
-	type report struct {
-		Counts []struct {
-			Key   map[string]any `json:"key"`
-			Count int            `json:"count"`
-		} `json:"counts"`
-		Total int `json:"total"`
-		Lost  int `json:"lost"`
-	}
-	reports := func(args ...string) []report {
+	reports := func(args ...string) []countByReport {
 		t.Helper()
 		r := filter(t, append([]string{"--json", "--count-by", "filename", "--max-keys", "100", "syscalls:sys_enter_openat", "--where", where, "-c", work}, args...)...)
 		if r.Status != 0 {
 			t.Fatalf("%q: exit %d: %s", args, r.Status, r.Stderr)
 		}
-		var reps []report
+		var reps []countByReport
 		for _, l := range lines(r.Stdout) {
-			var rep report
+			var rep countByReport
 			if err := json.Unmarshal([]byte(l), &rep); err != nil {
 				t.Fatalf("%q: %v: %q", args, err, l)
 			}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -100,17 +99,7 @@ func TestServeCount(t *testing.T) {
 func TestServeDrainsKeys(t *testing.T) {
 	privtest.Require(t)
 	dir := t.TempDir()
-	var files []tooltest.Open
-	for p := 0; p < 5; p++ {
-		for i := 0; i < 40; i++ {
-			path := fmt.Sprintf("%s/f%d", dir, p*40+i)
-			if err := os.WriteFile(path, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, tooltest.Open{Path: path, Times: 2})
-		}
-		files = append(files, tooltest.Open{Times: 1100})
-	}
+	files := phasedFiles(t, dir, 5, 40, 1100)
 	tool := promtest.Serve(t, "filter", "127.0.0.1:0", "--count-by", "filename", "--max-keys", "100", "--serve-top", "10",
 		"syscalls:sys_enter_openat", "--where", fmt.Sprintf(`filename ~ "%s/*"`, dir))
 	if out, err := exec.Command("/bin/sh", "-c", tooltest.Opens(t, "", files...)).CombinedOutput(); err != nil {
