@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,11 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/unwind"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -408,4 +411,159 @@ func TestIdle(t *testing.T) {
 	if n := idle(profileJSON(t, "-F", "99", "-I", "1", "1")); n < 10 {
 		t.Errorf("with -I: %d samples of the idle task, want 10 or more", n)
 	}
+}
+
+// hostileFrames writes a static x86-64 ELF that spins (jmp .) and has an
+// .eh_frame of 64 MiB: one CIE and 3.3 million FDEs of a row each, far
+// past the parse's FDE limit.
+func hostileFrames(t *testing.T, path string) {
+	const (
+		base     = 0x400000
+		codeOff  = 0x1000
+		frameOff = 0x2000
+		frameAt  = 0x10000000 // the section's address: FDEs point at base
+		size     = 64 << 20
+	)
+	le := binary.LittleEndian
+	var frames []byte
+	frames = le.AppendUint32(frames, 20)
+	frames = append(frames, 0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78, 16, 1, 0x1b, 0x0c, 7, 8, 0x90, 1, 0, 0)
+	for pc := uint32(0); len(frames)+20 <= size; pc++ {
+		at := len(frames)
+		frames = le.AppendUint32(frames, 16)
+		frames = le.AppendUint32(frames, uint32(at+4))
+		frames = le.AppendUint32(frames, base+codeOff+pc-uint32(frameAt+at+8))
+		frames = le.AppendUint32(frames, 1)
+		frames = append(frames, 0, 0, 0, 0)
+	}
+	frames = le.AppendUint32(frames, 0)
+	shstr := []byte("\x00.text\x00.eh_frame\x00.shstrtab\x00")
+	shstrOff := frameOff + len(frames)
+	shOff := (shstrOff + len(shstr) + 7) &^ 7
+	f := make([]byte, shOff+4*64)
+	copy(f, "\x7fELF\x02\x01\x01")
+	le.PutUint16(f[16:], 2)    // ET_EXEC
+	le.PutUint16(f[18:], 0x3e) // EM_X86_64
+	le.PutUint32(f[20:], 1)
+	le.PutUint64(f[24:], base+codeOff) // entry
+	le.PutUint64(f[32:], 64)           // program headers
+	le.PutUint64(f[40:], uint64(shOff))
+	le.PutUint16(f[52:], 64)
+	le.PutUint16(f[54:], 56)
+	le.PutUint16(f[56:], 1)
+	le.PutUint16(f[58:], 64)
+	le.PutUint16(f[60:], 4)
+	le.PutUint16(f[62:], 3) // .shstrtab
+	ph := f[64:]
+	le.PutUint32(ph, 1)     // PT_LOAD
+	le.PutUint32(ph[4:], 5) // R+X
+	le.PutUint64(ph[16:], base)
+	le.PutUint64(ph[24:], base)
+	le.PutUint64(ph[32:], codeOff+2)
+	le.PutUint64(ph[40:], codeOff+2)
+	le.PutUint64(ph[48:], 0x1000)
+	copy(f[codeOff:], []byte{0xeb, 0xfe}) // jmp .
+	copy(f[frameOff:], frames)
+	copy(f[shstrOff:], shstr)
+	section := func(i int, name, typ uint32, flags, addr, off, size uint64) {
+		sh := f[shOff+64*i:]
+		le.PutUint32(sh, name)
+		le.PutUint32(sh[4:], typ)
+		le.PutUint64(sh[8:], flags)
+		le.PutUint64(sh[16:], addr)
+		le.PutUint64(sh[24:], off)
+		le.PutUint64(sh[32:], size)
+		le.PutUint64(sh[48:], 1)
+	}
+	section(1, 1, 1, 6, base+codeOff, codeOff, 2)                 // .text
+	section(2, 7, 1, 2, frameAt, frameOff, uint64(len(frames)))   // .eh_frame
+	section(3, 17, 3, 0, 0, uint64(shstrOff), uint64(len(shstr))) // .shstrtab
+	if err := os.WriteFile(path, f, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostileFrames profiles a process whose .eh_frame is 64 MiB (any
+// user can make one) beside the chain fixture: its table is refused with
+// one line naming the limit, profile's memory stays within its bound, and
+// the chain's samples are as whole as without it.
+func TestHostileFrames(t *testing.T) {
+	privtest.Require(t)
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("the in-kernel unwinder reads x86-64 frames only; on %s no table is read", runtime.GOARCH)
+	}
+	dir := fixtures(t)
+	spin := filepath.Join(t.TempDir(), "bigframes")
+	hostileFrames(t, spin)
+	cmd := spin + " & exec " + filepath.Join(dir, "chain-pie") + " 2 user"
+	tool := exec.Command(tooltest.Tool(t, "profile"), "--json", "-F", "199", "-c", cmd)
+	var stdout, stderr strings.Builder
+	tool.Stdout, tool.Stderr = &stdout, &stderr
+	if err := tool.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Its peak resident memory (VmHWM, which only grows), read until it
+	// exits.
+	var hwm int64
+	done := make(chan error)
+	go func() { done <- tool.Wait() }()
+	var err error
+	for polling := true; polling; {
+		select {
+		case err = <-done:
+			polling = false
+		case <-time.After(20 * time.Millisecond):
+			if kib, ok := procStatus(tool.Process.Pid, "VmHWM"); ok {
+				hwm = kib
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("profile: %v\n%s", err, stderr.String())
+	}
+	var r struct {
+		report
+		Refused []string `json:"refused"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &r); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
+	}
+	share, n := chainShare(r.report, "chain-pie", true)
+	var spun int
+	for _, st := range r.Stacks {
+		if st.Comm == "bigframes" {
+			spun += int(st.Count)
+		}
+	}
+	t.Logf("VmHWM %d KiB; refused %q; %d samples of bigframes; chain: %d samples, %.1f%% whole", hwm, r.Refused, spun, n, 100*share)
+	want := fmt.Sprintf("bigframes: more than %d FDEs", unwind.MaxFDEs)
+	if len(r.Refused) != 1 || r.Refused[0] != want {
+		t.Errorf("refused %q, want [%q]", r.Refused, want)
+	}
+	if spun < 100 {
+		t.Errorf("%d samples of bigframes spinning, want 100 or more", spun)
+	}
+	if n < 100 || share < 0.95 {
+		t.Errorf("%.1f%% of %d samples of the chain have the whole chain, want at least 95%% of 100 or more", 100*share, n)
+	}
+	// The parse's bound, and 64 MiB for the rest of profile (it needs 25
+	// to 40 here), well under the 64 MiB the section would take alone.
+	if limit := int64(unwind.ParseMemory+64<<20) >> 10; hwm == 0 || hwm > limit {
+		t.Errorf("profile's VmHWM reached %d KiB, want 1 to %d", hwm, limit)
+	}
+}
+
+// procStatus reads a "kB" line of /proc/PID/status.
+func procStatus(pid int, name string) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }

@@ -1,15 +1,19 @@
 package profile
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -83,12 +87,20 @@ type processes struct {
 	next              int // its first free row, at a block's start
 	files             map[fileKey]*file
 	procs             map[uint32]*process
-	full              int // files left out: the row table was full
+	full              int      // files left out: the row table was full
+	refused           []string // files past the parse's limits, and why
 	loadTime          time.Duration
+
+	// The background parser: a file at a time, its result on done.
+	queue   []parseJob
+	parsing bool
+	done    chan parseResult
+	closing atomic.Bool
+	parsed  sync.WaitGroup
 }
 
 func newProcesses(rows, fences, lpm *ebpf.Map, capacity int, eager bool) *processes {
-	ps := &processes{rows: rows, fences: fences, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
+	ps := &processes{rows: rows, fences: fences, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}, done: make(chan parseResult, 1)}
 	if fences != nil {
 		ps.fenceCopy = make([]uint32, fences.ValueSize()/4)
 	}
@@ -191,21 +203,7 @@ func (ps *processes) miss(pid uint32, addr uint64) {
 			return
 		}
 	}
-	if m.file.tried {
-		return
-	}
-	ps.load(m.file)
-	if m.file.first < 0 {
-		return
-	}
-	for pid, p := range ps.procs {
-		for _, pm := range p.maps {
-			if pm.file == m.file {
-				ps.point(pid, p)
-				break
-			}
-		}
-	}
+	ps.load(m.file) // once; it points the processes that map the file at its rows
 }
 
 func (ps *processes) mappingAt(pid uint32, addr uint64) *procMapping {
@@ -250,8 +248,10 @@ func (ps *processes) fileOf(pid uint32, m mapping) *file {
 	return f
 }
 
-// close closes every file held open.
+// close ends the background parser and closes every file held open.
 func (ps *processes) close() {
+	ps.closing.Store(true)
+	ps.parsed.Wait()
 	for _, f := range ps.files {
 		if f != nil && f.osf != nil {
 			f.osf.Close()
@@ -259,93 +259,238 @@ func (ps *processes) close() {
 	}
 }
 
-// load reads a file's unwind rows into the table, once.
-func (ps *processes) load(f *file) {
-	if f.tried {
-		return
-	}
-	f.tried = true
-	start := time.Now()
-	f.err = ps.loadRows(f)
-	ps.loadTime += time.Since(start)
+// A frame section larger than this is parsed by the background parser,
+// one file at a time, while the samples of other processes' files go on
+// being read and their tables loaded; a smaller one (libc's is 0.2 MiB,
+// python3.11's 0.6) at once. The parse of any one file allocates at most
+// unwind.ParseMemory (43 MiB), whatever its size; a file past the parse's
+// limits (unwind.MaxFDEs FDEs, unwind.MaxRows rows) is refused and named in
+// the report.
+const (
+	inlineFrames        = 1 << 20
+	maxCompressedFrames = 16 << 20 // a compressed .debug_frame is read whole: at most this
+)
+
+// frameSource is where a file's frame section is read from.
+type frameSource struct {
+	src   io.ReaderAt
+	size  int64
+	addr  uint64
+	debug bool
 }
 
-// loadRows parses a file's .eh_frame (else .debug_frame) and appends its
-// rows to the table.
-func (ps *processes) loadRows(f *file) (err error) {
+// frames finds a file's .eh_frame (else .debug_frame).
+func frames(ef *elf.File) (fs frameSource, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("malformed ELF file (%v)", p)
 		}
 	}()
-	ef := f.elf
 	if ef.Machine != elf.EM_X86_64 {
-		return fmt.Errorf("%v: the unwinder reads x86-64 frames only", ef.Machine)
+		return fs, fmt.Errorf("%v: the unwinder reads x86-64 frames only", ef.Machine)
 	}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD && p.Vaddr+p.Memsz > 1<<32 {
-			return errors.New("addresses above 4 GiB")
+			return fs, errors.New("addresses above 4 GiB")
 		}
 	}
 	sec := ef.Section(".eh_frame")
-	debug := false
 	if sec == nil || sec.Type == elf.SHT_NOBITS {
-		if sec = ef.Section(".debug_frame"); sec == nil {
-			return errors.New("no .eh_frame or .debug_frame")
+		if sec = ef.Section(".debug_frame"); sec == nil || sec.Type == elf.SHT_NOBITS {
+			return fs, errors.New("no .eh_frame or .debug_frame")
 		}
-		debug = true
+		fs.debug = true
 	}
-	data, err := sec.Data()
-	if err != nil {
-		return err
+	fs.addr = sec.Addr
+	if sec.Flags&elf.SHF_COMPRESSED == 0 {
+		fs.src, fs.size = sec.ReaderAt, int64(sec.Size)
+		return fs, nil
 	}
-	fdes, err := unwind.Parse(unwind.Section{Data: data, Addr: sec.Addr, Debug: debug})
-	if err != nil {
-		return err
+	// Compressed (Go's .debug_frame): read whole, within a bound.
+	if sec.Size > maxCompressedFrames {
+		return fs, fmt.Errorf("a compressed %s of %d MiB, more than the %d MiB profile reads", sec.Name, sec.Size>>20, maxCompressedFrames>>20)
 	}
-	entries, err := unwind.Compile(fdes)
-	if err != nil {
-		return err
+	data := make([]byte, sec.Size)
+	if _, err := io.ReadFull(sec.Open(), data); err != nil {
+		return fs, fmt.Errorf("read %s: %w", sec.Name, err)
 	}
-	if len(entries) == 0 {
-		return errors.New("no unwind rows")
-	}
-	rows, fences := unwind.Blocks(entries)
-	if ps.next+len(rows) > ps.capacity {
-		ps.full++
-		return fmt.Errorf("the row table is full (%d of %d rows used)", ps.next, ps.capacity)
-	}
-	if err := ps.store(rows, fences); err != nil {
-		return fmt.Errorf("load unwind rows: %w", err)
-	}
-	f.first, f.rows = ps.next, len(entries)
-	ps.next += len(rows)
-	return nil
+	fs.src, fs.size = bytes.NewReader(data), int64(len(data))
+	return fs, nil
 }
 
-// store writes whole blocks of rows at ps.next, in batches (5.6+) or one
-// at a time, then the fences value whole. (Not through a mapping of the
-// table into memory: every page of a mapped BPF array is resident, the
-// whole table counted in the tool's RSS.)
-func (ps *processes) store(rows []unwind.Entry, fences []uint32) error {
-	block := ps.next / unwind.BlockRows
-	keys := make([]uint32, len(fences))
-	values := make([][unwind.BlockRows]unwind.Entry, len(fences))
-	for i := range keys {
-		keys[i] = uint32(block + i)
-		copy(values[i][:], rows[unwind.BlockRows*i:])
+// load reads a file's unwind rows into the table, once: at once when its
+// frame section is small, else through the background parser.
+func (ps *processes) load(f *file) {
+	if f.tried {
+		return
 	}
-	if _, err := ps.rows.BatchUpdate(keys, values, nil); err != nil {
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return err
+	f.tried = true
+	fs, err := frames(f.elf)
+	if err != nil {
+		f.err = err
+		return
+	}
+	if fs.size <= inlineFrames {
+		start := time.Now()
+		entries, err := readFrames(fs, nil)
+		ps.loadTime += time.Since(start)
+		ps.loaded(f, entries, err)
+		return
+	}
+	ps.queue = append(ps.queue, parseJob{f, fs})
+	ps.startParse()
+}
+
+// parseJob is a file for the background parser.
+type parseJob struct {
+	f  *file
+	fs frameSource
+}
+
+type parseResult struct {
+	f       *file
+	entries []unwind.Entry
+	err     error
+	took    time.Duration
+}
+
+// startParse hands the next queued file to the background parser, if it
+// is idle.
+func (ps *processes) startParse() {
+	if ps.parsing || len(ps.queue) == 0 {
+		return
+	}
+	job := ps.queue[0]
+	ps.queue = ps.queue[1:]
+	ps.parsing = true
+	ps.parsed.Add(1)
+	go func() {
+		defer ps.parsed.Done()
+		start := time.Now()
+		entries, err := readFrames(job.fs, &ps.closing)
+		ps.done <- parseResult{job.f, entries, err, time.Since(start)}
+	}()
+}
+
+// collect takes the background parser's result, if there is one, loads it
+// and starts the next file.
+func (ps *processes) collect() {
+	select {
+	case res := <-ps.done:
+		ps.parsing = false
+		ps.loadTime += res.took
+		ps.loaded(res.f, res.entries, res.err)
+		ps.startParse()
+	default:
+	}
+}
+
+// readFrames parses a frame section; a closing flag set ends it at its
+// next read of the file.
+func readFrames(fs frameSource, closing *atomic.Bool) (entries []unwind.Entry, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("malformed ELF file (%v)", p)
 		}
-		for i := range keys {
-			if err := ps.rows.Put(keys[i], values[i]); err != nil {
-				return err
+	}()
+	src := fs.src
+	if closing != nil {
+		src = stoppable{src, closing}
+	}
+	entries, err = unwind.Read(src, fs.size, fs.addr, fs.debug)
+	if err == nil && len(entries) == 0 {
+		err = errors.New("no unwind rows")
+	}
+	return entries, err
+}
+
+type stoppable struct {
+	io.ReaderAt
+	closing *atomic.Bool
+}
+
+var errClosing = errors.New("profile is exiting")
+
+func (s stoppable) ReadAt(b []byte, off int64) (int, error) {
+	if s.closing.Load() {
+		return 0, errClosing
+	}
+	return s.ReaderAt.ReadAt(b, off)
+}
+
+// loaded puts a file's parsed rows in the table, and points every process
+// that maps the file at them.
+func (ps *processes) loaded(f *file, entries []unwind.Entry, err error) {
+	if err == nil {
+		err = ps.storeRows(f, entries)
+	}
+	if f.err = err; err != nil {
+		var limit *unwind.LimitError
+		if errors.As(err, &limit) {
+			ps.refused = append(ps.refused, fmt.Sprintf("%s: %v", f.name, err))
+		}
+		return
+	}
+	for pid, p := range ps.procs {
+		for _, pm := range p.maps {
+			if pm.file == f {
+				ps.point(pid, p)
+				break
 			}
 		}
 	}
-	copy(ps.fenceCopy[block:], fences)
+}
+
+// storeRows appends a file's rows to the table, from a block's start, its
+// last block padded.
+func (ps *processes) storeRows(f *file, entries []unwind.Entry) error {
+	n := len(entries)
+	padded := (n + unwind.BlockRows - 1) / unwind.BlockRows * unwind.BlockRows
+	if ps.next+padded > ps.capacity {
+		ps.full++
+		return fmt.Errorf("the row table is full (%d of %d rows used)", ps.next, ps.capacity)
+	}
+	for len(entries) < padded {
+		entries = append(entries, unwind.Pad)
+	}
+	if err := ps.store(entries); err != nil {
+		return fmt.Errorf("load unwind rows: %w", err)
+	}
+	f.first, f.rows = ps.next, n
+	ps.next += padded
+	return nil
+}
+
+// storeBatch is how many blocks store writes in one call.
+const storeBatch = 512
+
+// store writes whole blocks of rows at ps.next, storeBatch blocks a call
+// (5.6+) or one at a time, then the fences value whole. (Not through a
+// mapping of the table into memory: every page of a mapped BPF array is
+// resident, the whole table counted in the tool's RSS.)
+func (ps *processes) store(rows []unwind.Entry) error {
+	block := ps.next / unwind.BlockRows
+	blocks := len(rows) / unwind.BlockRows
+	keys := make([]uint32, 0, storeBatch)
+	values := make([][unwind.BlockRows]unwind.Entry, 0, storeBatch)
+	for i := 0; i < blocks; i += storeBatch {
+		keys, values = keys[:0], values[:0]
+		for j := i; j < min(i+storeBatch, blocks); j++ {
+			keys = append(keys, uint32(block+j))
+			values = append(values, [unwind.BlockRows]unwind.Entry(rows[unwind.BlockRows*j:]))
+			ps.fenceCopy[block+j] = rows[unwind.BlockRows*j].PC
+		}
+		if _, err := ps.rows.BatchUpdate(keys, values, nil); err != nil {
+			if !errors.Is(err, ebpf.ErrNotSupported) {
+				return err
+			}
+			for k := range keys {
+				if err := ps.rows.Put(keys[k], values[k]); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	return ps.fences.Put(uint32(0), ps.fenceCopy)
 }
 

@@ -186,6 +186,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		mu.Lock()
 		defer mu.Unlock()
 		rings.Read(handle)
+		ps.collect()
 		ps.refresh()
 		return nil
 	}, s.Stop)
@@ -491,6 +492,9 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 			fmt.Fprintf(w, "; %d files left out: the table is full (--table-mib)", r.ps.full)
 		}
 		w.WriteString("\n")
+		for _, why := range r.ps.refused {
+			fmt.Fprintf(w, "  table refused: %s\n", terminal.Printable(why))
+		}
 	}
 }
 
@@ -510,7 +514,8 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		Samples uint64      `json:"samples"`
 		Lost    uint64      `json:"lost"`
 		Stacks  []jsonStack `json:"stacks"`
-	}{Tool: "profile", Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}}
+		Refused []string    `json:"refused"` // files whose tables were past the parse's limits, and why
+	}{Tool: "profile", Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}, Refused: append([]string{}, r.ps.refused...)}
 	for i := len(stacks) - 1; i >= 0; i-- {
 		st := stacks[i]
 		out.Samples += st.Count

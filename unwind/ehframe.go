@@ -7,9 +7,12 @@
 package unwind
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 )
 
 // DWARF register numbers on x86-64 (System V psABI, figure 3.36).
@@ -79,13 +82,27 @@ type Section struct {
 	Debug bool
 }
 
-// Limits bound the work one section may cause.
+// Limits bound the work and the memory one section may cause, whatever
+// its size: an entry is read whole into a window of the section, never the
+// section itself.
 const (
-	maxRowsPerFDE = 1 << 16
-	maxStates     = 64 // DW_CFA_remember_state depth
+	maxRowsPerFDE = 1 << 14
+	maxStates     = 64      // DW_CFA_remember_state depth
+	maxEntry      = 1 << 20 // bytes of one CIE or FDE
+	maxInitial    = 256     // bytes of a CIE's initial instructions, run for each of its FDEs
+	maxCIEs       = 4096
+	windowSize    = 64 << 10
 )
 
 var errTruncated = errors.New("truncated")
+
+// LimitError is a section refused for a limit of the parse (its size, not
+// a fault in it).
+type LimitError struct{ What string }
+
+func (e *LimitError) Error() string { return e.What }
+
+func limitf(format string, args ...any) error { return &LimitError{fmt.Sprintf(format, args...)} }
 
 type cie struct {
 	codeAlign  uint64
@@ -101,35 +118,95 @@ type cie struct {
 // Parse reads every FDE of the section, with its rows.
 func Parse(s Section) ([]FDE, error) {
 	var fdes []FDE
-	cies := map[uint64]*cie{}
-	for off := uint64(0); off < uint64(len(s.Data)); {
-		start := off
-		r := reader{b: s.Data, off: off}
-		length, err := r.u32()
-		if err != nil {
-			return nil, fmt.Errorf("entry at 0x%x: %w", start, err)
+	err := walk(bytes.NewReader(s.Data), int64(len(s.Data)), s.Addr, s.Debug, func(f FDE) error {
+		if f.End > f.Begin {
+			f.Rows = slices.Clone(f.Rows)
+			fdes = append(fdes, f)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return fdes, nil
+}
+
+// window holds the part of a section last read from src: an entry at a
+// time, read ahead by windowSize.
+type window struct {
+	src  io.ReaderAt
+	size uint64
+	buf  []byte
+	base uint64
+}
+
+// at returns the n bytes at off. They stay valid until the next call.
+func (w *window) at(off, n uint64) ([]byte, error) {
+	if off >= w.base && off-w.base <= uint64(len(w.buf)) && n <= uint64(len(w.buf))-(off-w.base) {
+		return w.buf[off-w.base : off-w.base+n], nil
+	}
+	if off > w.size || n > w.size-off {
+		return nil, errTruncated
+	}
+	want := min(max(n, windowSize), w.size-off)
+	if uint64(cap(w.buf)) < want {
+		w.buf = make([]byte, want)
+	}
+	w.buf = w.buf[:want]
+	got, err := w.src.ReadAt(w.buf, int64(off))
+	if uint64(got) < want {
+		w.buf = w.buf[:0]
+		if err == nil || err == io.EOF {
+			err = errTruncated
+		}
+		return nil, err
+	}
+	w.base = off
+	return w.buf[:n], nil
+}
+
+// walk reads the section's entries in order and calls fn with each FDE.
+// The FDE's rows are valid until fn returns.
+func walk(src io.ReaderAt, size int64, addr uint64, debug bool, fn func(FDE) error) error {
+	if size < 0 {
+		return errTruncated
+	}
+	w := &window{src: src, size: uint64(size)}
+	cw := &window{src: src, size: uint64(size)} // CIEs, read where an FDE points
+	cies := map[uint64]*cie{}
+	var rows []Row // the machine's, reused
+	for off := uint64(0); off < w.size; {
+		start := off
+		b, err := w.at(off, 4)
+		if err != nil {
+			return fmt.Errorf("entry at 0x%x: %w", start, err)
+		}
+		length := binary.LittleEndian.Uint32(b)
 		if length == 0 {
-			if s.Debug {
-				return nil, fmt.Errorf("entry at 0x%x: zero length", start)
+			if debug {
+				return fmt.Errorf("entry at 0x%x: zero length", start)
 			}
 			break // the .eh_frame terminator
 		}
+		head, n := uint64(4), uint64(length)
 		long := length == 0xffffffff
-		var n uint64
 		if long {
-			if n, err = r.u64(); err != nil {
-				return nil, fmt.Errorf("entry at 0x%x: %w", start, err)
+			if b, err = w.at(off+4, 8); err != nil {
+				return fmt.Errorf("entry at 0x%x: %w", start, err)
 			}
-		} else {
-			n = uint64(length)
+			head, n = 12, binary.LittleEndian.Uint64(b)
 		}
-		body := r.off
-		if n > uint64(len(s.Data))-body {
-			return nil, fmt.Errorf("entry at 0x%x: length 0x%x runs past the section", start, n)
+		if n > w.size-start-head {
+			return fmt.Errorf("entry at 0x%x: length 0x%x runs past the section", start, n)
 		}
-		end := body + n
-		r.b = s.Data[:end]
+		if n > maxEntry {
+			return limitf("entry at 0x%x: %d bytes, more than the %d an entry may have", start, n, maxEntry)
+		}
+		entry, err := w.at(start, head+n)
+		if err != nil {
+			return fmt.Errorf("entry at 0x%x: %w", start, err)
+		}
+		r := reader{b: entry, off: head}
 		var id uint64
 		if long {
 			id, err = r.u64()
@@ -137,63 +214,76 @@ func Parse(s Section) ([]FDE, error) {
 			var v uint32
 			v, err = r.u32()
 			id = uint64(v)
-			if s.Debug && v == 0xffffffff {
+			if debug && v == 0xffffffff {
 				id = ^uint64(0)
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("entry at 0x%x: %w", start, err)
+			return fmt.Errorf("entry at 0x%x: %w", start, err)
 		}
-		isCIE := id == 0 && !s.Debug || s.Debug && id == ^uint64(0)
-		if isCIE {
-			c, err := parseCIE(&r, s.Debug)
-			if err != nil {
-				return nil, fmt.Errorf("CIE at 0x%x: %w", start, err)
-			}
-			cies[start] = c
-		} else {
-			cieOff := id // .debug_frame: a section offset
-			if !s.Debug {
-				// .eh_frame: the distance back from the id field.
-				if id > body {
-					return nil, fmt.Errorf("FDE at 0x%x: CIE pointer 0x%x points before the section", start, id)
-				}
-				cieOff = body - id
-			}
-			c, ok := cies[cieOff]
-			if !ok {
-				// A CIE after its FDE is legal; parse it where it is.
-				var err error
-				if c, err = parseCIEAt(s, cieOff); err != nil {
-					return nil, fmt.Errorf("FDE at 0x%x: %w", start, err)
-				}
-				cies[cieOff] = c
-			}
-			f, err := parseFDE(&r, s, c)
-			if err != nil {
-				return nil, fmt.Errorf("FDE at 0x%x: %w", start, err)
-			}
-			if f.End > f.Begin {
-				fdes = append(fdes, f)
-			}
+		off = start + head + n
+		if id == 0 && !debug || debug && id == ^uint64(0) {
+			continue // a CIE: parsed when an FDE points at it
 		}
-		off = end
+		cieOff := id // .debug_frame: a section offset
+		if !debug {
+			// .eh_frame: the distance back from the id field.
+			if id > start+head {
+				return fmt.Errorf("FDE at 0x%x: CIE pointer 0x%x points before the section", start, id)
+			}
+			cieOff = start + head - id
+		}
+		c, ok := cies[cieOff]
+		if !ok {
+			if len(cies) == maxCIEs {
+				return limitf("FDE at 0x%x: more than %d CIEs", start, maxCIEs)
+			}
+			if c, err = parseCIEAt(cw, cieOff, debug); err != nil {
+				return fmt.Errorf("FDE at 0x%x: %w", start, err)
+			}
+			cies[cieOff] = c
+		}
+		f, err := parseFDE(&r, Section{Data: entry, Addr: addr + start, Debug: debug}, c, rows[:0])
+		if err != nil {
+			return fmt.Errorf("FDE at 0x%x: %w", start, err)
+		}
+		rows = f.Rows
+		if err := fn(f); err != nil {
+			return err
+		}
 	}
-	return fdes, nil
+	return nil
 }
 
-func parseCIEAt(s Section, off uint64) (*cie, error) {
-	r := reader{b: s.Data, off: off}
-	length, err := r.u32()
-	if err != nil || length == 0 || length == 0xffffffff || uint64(length) > uint64(len(s.Data))-r.off {
+// parseCIEAt parses the CIE at off, keeping a copy of its initial
+// instructions.
+func parseCIEAt(w *window, off uint64, debug bool) (*cie, error) {
+	b, err := w.at(off, 4)
+	if err != nil {
 		return nil, fmt.Errorf("no CIE at 0x%x", off)
 	}
-	r.b = s.Data[:r.off+uint64(length)]
+	length := uint64(binary.LittleEndian.Uint32(b))
+	if length == 0 || length == 0xffffffff || length > maxEntry {
+		return nil, fmt.Errorf("no CIE at 0x%x", off)
+	}
+	entry, err := w.at(off, 4+length)
+	if err != nil {
+		return nil, fmt.Errorf("no CIE at 0x%x", off)
+	}
+	r := reader{b: entry, off: 4}
 	id, err := r.u32()
-	if err != nil || (!s.Debug && id != 0) || (s.Debug && id != 0xffffffff) {
+	if err != nil || (!debug && id != 0) || (debug && id != 0xffffffff) {
 		return nil, fmt.Errorf("no CIE at 0x%x", off)
 	}
-	return parseCIE(&r, s.Debug)
+	c, err := parseCIE(&r, debug)
+	if err != nil {
+		return nil, fmt.Errorf("CIE at 0x%x: %w", off, err)
+	}
+	if len(c.initial) > maxInitial {
+		return nil, limitf("CIE at 0x%x: %d bytes of initial instructions, more than %d", off, len(c.initial), maxInitial)
+	}
+	c.initial = bytes.Clone(c.initial)
+	return c, nil
 }
 
 func parseCIE(r *reader, debug bool) (*cie, error) {
@@ -289,7 +379,9 @@ func parseCIE(r *reader, debug bool) (*cie, error) {
 	return c, nil
 }
 
-func parseFDE(r *reader, s Section, c *cie) (FDE, error) {
+// parseFDE reads an FDE and runs its instructions, appending its rows to
+// rows. An FDE with an empty range has no rows: its instructions are not run.
+func parseFDE(r *reader, s Section, c *cie, rows []Row) (FDE, error) {
 	var f FDE
 	enc := c.fdeEnc
 	if s.Debug {
@@ -308,6 +400,9 @@ func parseFDE(r *reader, s Section, c *cie) (FDE, error) {
 		return f, fmt.Errorf("range 0x%x+0x%x wraps", begin, rng)
 	}
 	f.Begin, f.End, f.Signal = begin, begin+rng, c.signal
+	if f.End <= f.Begin {
+		return f, nil
+	}
 	if c.hasAugData {
 		n, err := r.uleb()
 		if err != nil {
@@ -318,13 +413,13 @@ func parseFDE(r *reader, s Section, c *cie) (FDE, error) {
 		}
 		r.off += n
 	}
-	m := machine{c: c, s: s, loc: begin, end: f.End}
+	m := machine{c: c, loc: begin, end: f.End, rows: rows}
 	m.row = Row{PC: begin, RBP: Rule{Kind: RuleSame}, RA: Rule{Kind: RuleSame}}
-	if err := m.run(c.initial, true); err != nil {
+	if err := m.run(c.initial, 0, true); err != nil {
 		return f, fmt.Errorf("CIE instructions: %w", err)
 	}
 	m.initial = m.row
-	if err := m.run(r.b[r.off:], false); err != nil {
+	if err := m.run(r.b[r.off:], s.Addr+r.off, false); err != nil {
 		return f, err
 	}
 	m.emit()
@@ -335,7 +430,6 @@ func parseFDE(r *reader, s Section, c *cie) (FDE, error) {
 // machine runs call frame instructions (DWARF 5, section 6.4.2).
 type machine struct {
 	c       *cie
-	s       Section
 	loc     uint64
 	end     uint64
 	row     Row
@@ -353,7 +447,7 @@ func (m *machine) emit() {
 		m.rows[n-1] = m.row
 		return
 	}
-	m.rows = append(m.rows, m.row)
+	m.rows = append(grow(m.rows, maxRowsPerFDE+1), m.row)
 }
 
 func (m *machine) advance(delta uint64) error {
@@ -371,7 +465,7 @@ func (m *machine) setLoc(loc uint64) error {
 		return nil
 	}
 	if len(m.rows) >= maxRowsPerFDE {
-		return errors.New("too many rows")
+		return limitf("more than %d rows", maxRowsPerFDE)
 	}
 	m.emit()
 	m.loc = loc
@@ -397,8 +491,11 @@ func (m *machine) restoreReg(reg uint64) {
 	}
 }
 
-func (m *machine) run(code []byte, initial bool) error {
+// run runs code, whose first byte is at address addr (for DW_CFA_set_loc's
+// pc-relative pointers).
+func (m *machine) run(code []byte, addr uint64, initial bool) error {
 	r := reader{b: code}
+	at := Section{Addr: addr}
 	for r.off < uint64(len(code)) {
 		if m.loc >= m.end && !initial {
 			return nil // anything past the FDE's range never applies
@@ -426,7 +523,7 @@ func (m *machine) run(code []byte, initial bool) error {
 		case 0x00: // nop
 		case 0x01: // set_loc
 			var loc uint64
-			if loc, err = r.pointer(m.c.fdeEnc, m.s, m.c.addrSize); err == nil {
+			if loc, err = r.pointer(m.c.fdeEnc, at, m.c.addrSize); err == nil {
 				err = m.setLoc(loc)
 			}
 		case 0x02, 0x03, 0x04: // advance_loc1, 2, 4

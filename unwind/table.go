@@ -1,8 +1,11 @@
 package unwind
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"io"
+	"slices"
+	"unsafe"
 )
 
 // Entry is one row as the in-kernel unwinder reads it: from PC (the file's
@@ -138,49 +141,158 @@ func Decode(rule uint32) Decoded {
 }
 
 // Compile turns FDEs into sorted entries: identical neighbours merged, a
-// StopNoRow entry wherever no FDE covers the addresses that follow.
+// StopNoRow entry wherever no FDE covers the addresses that follow. Where
+// FDEs overlap, the one that begins later wins.
 func Compile(fdes []FDE) ([]Entry, error) {
-	sorted := append([]FDE(nil), fdes...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Begin < sorted[j].Begin })
-	var out []Entry
-	add := func(pc uint64, rule uint32) {
+	var b builder
+	for _, f := range fdes {
+		if err := b.add(f); err != nil {
+			return nil, err
+		}
+	}
+	return b.compile()
+}
+
+// Read compiles the frame section of size bytes that src holds (at virtual
+// address addr; debug for .debug_frame) as Compile does, within a bound
+// set by the limits, not by the section: see ParseMemory.
+func Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entry, error) {
+	var b builder
+	if err := walk(src, size, addr, debug, b.add); err != nil {
+		return nil, err
+	}
+	return b.compile()
+}
+
+// The most one section may hold while it is read: FDEs with a range, and
+// rows before neighbours are merged across FDEs (within an FDE they are
+// merged as they are read). libLLVM-14 has 95,000 FDEs.
+const (
+	MaxFDEs   = MaxRows / 2
+	maxRaw    = MaxRows + MaxRows/2
+	rawChunk  = 1 << 16 // rows: the raw rows are kept in chunks, never copied
+	rawChunks = (maxRaw + rawChunk - 1) / rawChunk
+)
+
+// ParseMemory is the most memory Read allocates for one section, in bytes,
+// whatever the section holds (every allocation counted, collected or not):
+// the FDEs' records as their slice grows (16 bytes each), the rows before
+// merging (8 bytes each, in chunks), the table (8 bytes a row), the rows of
+// the FDE being run as they grow, and the two windows on the section as
+// they grow to its largest entry; and 1 MiB for the rest.
+const ParseMemory = 2*16*MaxFDEs + 8*rawChunk*rawChunks + 8*(MaxRows+1) +
+	2*maxRowsPerFDE*int(unsafe.Sizeof(Row{})) + 2*2*maxEntry + 1<<20
+
+// builder keeps each FDE's rows, encoded, until all are read.
+type builder struct {
+	fdes []fdeRows
+	raw  [][]Entry // chunks of rawChunk rows
+	n    int       // rows in raw
+}
+
+type fdeRows struct {
+	begin, end uint32
+	first, n   uint32 // its rows: the raw rows first to first+n-1
+}
+
+func (b *builder) row(i uint32) Entry { return b.raw[i/rawChunk][i%rawChunk] }
+
+func (b *builder) add(f FDE) error {
+	if f.End <= f.Begin {
+		return nil
+	}
+	if f.End >= 1<<32 {
+		return fmt.Errorf("an FDE ends at 0x%x, past 4 GiB", f.End)
+	}
+	if len(b.fdes) == MaxFDEs {
+		return limitf("more than %d FDEs", MaxFDEs)
+	}
+	first := b.n
+	var last uint32
+	for _, r := range f.Rows {
+		if r.PC >= f.End {
+			break
+		}
+		rule := encode(r)
+		if b.n > first && last == rule {
+			continue
+		}
+		if b.n == maxRaw {
+			return limitf("more than %d unwind rows", maxRaw)
+		}
+		if b.n%rawChunk == 0 {
+			b.raw = append(b.raw, make([]Entry, rawChunk))
+		}
+		b.raw[b.n/rawChunk][b.n%rawChunk] = Entry{PC: uint32(r.PC), Rule: rule}
+		b.n++
+		last = rule
+	}
+	b.fdes = append(grow(b.fdes, MaxFDEs), fdeRows{begin: uint32(f.Begin), end: uint32(f.End), first: uint32(first), n: uint32(b.n - first)})
+	return nil
+}
+
+// grow makes room for one more element, doubling the capacity up to
+// limit, never past it (append would grow a full slice of limit elements
+// by a quarter more).
+func grow[T any](s []T, limit int) []T {
+	if len(s) < cap(s) {
+		return s
+	}
+	bigger := make([]T, len(s), min(max(2*cap(s), 256), limit))
+	copy(bigger, s)
+	return bigger
+}
+
+// compile sorts the FDEs by address (those with one address in the order
+// they were read, but for ones without rows) and lays their rows out.
+func (b *builder) compile() ([]Entry, error) {
+	slices.SortFunc(b.fdes, func(x, y fdeRows) int {
+		return cmp.Or(cmp.Compare(x.begin, y.begin), cmp.Compare(x.first, y.first), cmp.Compare(x.n, y.n), cmp.Compare(x.end, y.end))
+	})
+	out := make([]Entry, 0, min(b.n+2*len(b.fdes), MaxRows+1))
+	add := func(pc uint32, rule uint32) error {
 		if n := len(out); n > 0 {
-			if out[n-1].PC == uint32(pc) {
+			if out[n-1].PC == pc {
 				out[n-1].Rule = rule
 				if n > 1 && out[n-2].Rule == rule {
 					out = out[:n-1]
 				}
-				return
+				return nil
 			}
 			if out[n-1].Rule == rule {
-				return
+				return nil
 			}
 		}
-		out = append(out, Entry{PC: uint32(pc), Rule: rule})
+		if len(out) == MaxRows {
+			return limitf("more than %d unwind rows, the most the unwinder searches", MaxRows)
+		}
+		out = append(out, Entry{PC: pc, Rule: rule})
+		return nil
 	}
-	for i, f := range sorted {
-		if f.End > 1<<32 {
-			return nil, fmt.Errorf("address 0x%x is above 4 GiB", f.End)
+	for i, f := range b.fdes {
+		end := f.end
+		if i+1 < len(b.fdes) && b.fdes[i+1].begin < end {
+			end = b.fdes[i+1].begin // overlapping FDEs: the next one wins
 		}
-		end := f.End
-		if i+1 < len(sorted) && sorted[i+1].Begin < end {
-			end = sorted[i+1].Begin // overlapping FDEs: the next one wins
-		}
-		for _, r := range f.Rows {
+		for i := f.first; i < f.first+f.n; i++ {
+			r := b.row(i)
 			if r.PC >= end {
 				break
 			}
-			add(r.PC, encode(r))
+			if err := add(r.PC, r.Rule); err != nil {
+				return nil, err
+			}
 		}
-		if len(f.Rows) == 0 && f.Begin < end {
-			add(f.Begin, stop(StopUnsupported))
+		if f.n == 0 && f.begin < end {
+			if err := add(f.begin, stop(StopUnsupported)); err != nil {
+				return nil, err
+			}
 		}
-		if end > f.Begin && (i+1 == len(sorted) || sorted[i+1].Begin > end) {
-			add(end, stop(StopNoRow))
+		if end > f.begin && (i+1 == len(b.fdes) || b.fdes[i+1].begin > end) {
+			if err := add(end, stop(StopNoRow)); err != nil {
+				return nil, err
+			}
 		}
-	}
-	if len(out) > MaxRows {
-		return nil, fmt.Errorf("%d unwind rows, more than the %d the unwinder searches", len(out), MaxRows)
 	}
 	return out, nil
 }
