@@ -111,6 +111,7 @@ func TestReadBounded(t *testing.T) {
 		{"CIEs", ciePairs, fmt.Sprintf("more than %d CIEs", maxCIEs), 0},
 		{"initial instructions", bigCIE, "initial instructions", 0},
 		{"an entry", bigEntry, "more than the 1048576 an entry may have", 0},
+		{"a section", &frames{b: make([]byte, MaxSection+1)}, "a section of 256 MiB, more than 256", 0},
 		// Just under: every FDE's rows and its end's stop row.
 		{"under", many(MaxRows/maxRowsPerFDE-1, maxRowsPerFDE), "", (MaxRows/maxRowsPerFDE - 1) * maxRowsPerFDE},
 	} {

@@ -157,6 +157,10 @@ func Compile(fdes []FDE) ([]Entry, error) {
 // address addr; debug for .debug_frame) as Compile does, within a bound
 // set by the limits, not by the section: see ParseMemory.
 func Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entry, error) {
+	if size > MaxSection {
+		// The time a parse takes grows with the section.
+		return nil, limitf("a section of %d MiB, more than %d", size>>20, MaxSection>>20)
+	}
 	var b builder
 	if err := walk(src, size, addr, debug, b.add); err != nil {
 		return nil, err
@@ -168,10 +172,11 @@ func Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entry, error)
 // rows before neighbours are merged across FDEs (within an FDE they are
 // merged as they are read). libLLVM-14 has 95,000 FDEs.
 const (
-	MaxFDEs   = MaxRows / 2
-	maxRaw    = MaxRows + MaxRows/2
-	rawChunk  = 1 << 16 // rows: the raw rows are kept in chunks, never copied
-	rawChunks = (maxRaw + rawChunk - 1) / rawChunk
+	MaxSection = 256 << 20 // bytes
+	MaxFDEs    = MaxRows / 2
+	maxRaw     = MaxRows + MaxRows/2
+	rawChunk   = 1 << 16 // rows: the raw rows are kept in chunks, never copied
+	rawChunks  = (maxRaw + rawChunk - 1) / rawChunk
 )
 
 // ParseMemory is the most memory Read allocates for one section, in bytes,

@@ -34,13 +34,47 @@ type note struct {
 	loc, base, sem       uint64
 }
 
+// The most a file's USDT notes may cost: filter reads at most MaxSites
+// stapsdt notes (libjvm has about 500), from a section of at most
+// maxNoteSection bytes; names and argument specs repeated across sites are
+// kept once.
+const (
+	MaxSites       = 1 << 16
+	maxNoteSection = 16 << 20
+)
+
 // parseNotes reads the notes of a .note.stapsdt section: for each, namesz,
 // descsz and type (4 bytes each), the name ("stapsdt") and the description
 // (three address-sized words: location, base, semaphore; then provider,
 // name and arguments, each NUL-terminated), both padded to 4 bytes.
 // Notes of other names or types are skipped.
 func parseNotes(data []byte, order binary.ByteOrder, addrSize int) ([]note, error) {
-	var notes []note
+	// Counted first, so that the notes take one allocation of their size.
+	count := 0
+	for rest := data; len(rest) >= 12; {
+		namesz, descsz := order.Uint32(rest), order.Uint32(rest[4:])
+		end := 12 + align4(uint64(namesz)) + align4(uint64(descsz))
+		if end > uint64(len(rest)) {
+			break // reported below
+		}
+		if namesz == 8 && string(rest[12:20]) == "stapsdt\x00" && order.Uint32(rest[8:]) == 3 {
+			count++
+		}
+		rest = rest[end:]
+	}
+	if count > MaxSites {
+		return nil, fmt.Errorf("%d USDT sites, more than the %d filter reads", count, MaxSites)
+	}
+	notes := make([]note, 0, count)
+	strs := map[string]string{} // each provider, name and argument spec once
+	intern := func(b []byte) string {
+		if s, ok := strs[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		strs[s] = s
+		return s
+	}
 	for len(data) > 0 {
 		if len(data) < 12 {
 			return nil, fmt.Errorf("a truncated note header")
@@ -51,10 +85,10 @@ func parseNotes(data []byte, order binary.ByteOrder, addrSize int) ([]note, erro
 		if descEnd > uint64(len(data)) || nameEnd < uint64(namesz) {
 			return nil, fmt.Errorf("a note of %d+%d bytes overruns the section", namesz, descsz)
 		}
-		name := string(bytes.TrimRight(data[:namesz], "\x00"))
+		name := bytes.TrimRight(data[:namesz], "\x00")
 		desc := data[nameEnd : nameEnd+uint64(descsz)]
 		data = data[descEnd:]
-		if name != "stapsdt" || typ != 3 {
+		if string(name) != "stapsdt" || typ != 3 {
 			continue
 		}
 		if len(desc) < 3*addrSize {
@@ -67,11 +101,16 @@ func parseNotes(data []byte, order binary.ByteOrder, addrSize int) ([]note, erro
 			return order.Uint64(desc[i*8:])
 		}
 		n := note{loc: word(0), base: word(1), sem: word(2)}
-		strs := bytes.Split(desc[3*addrSize:], []byte{0})
-		if len(strs) < 3 {
-			return nil, fmt.Errorf("a stapsdt note without provider, name and arguments")
+		rest := desc[3*addrSize:]
+		var fields [3]string
+		for i := range fields {
+			end := bytes.IndexByte(rest, 0)
+			if end < 0 {
+				return nil, fmt.Errorf("a stapsdt note without provider, name and arguments")
+			}
+			fields[i], rest = intern(rest[:end]), rest[end+1:]
 		}
-		n.provider, n.name, n.args = string(strs[0]), string(strs[1]), string(strs[2])
+		n.provider, n.name, n.args = fields[0], fields[1], fields[2]
 		if n.provider == "" || n.name == "" {
 			return nil, fmt.Errorf("a stapsdt note with an empty provider or name")
 		}
@@ -94,6 +133,9 @@ func (f *File) USDT() (probes []Probe, err error) {
 	if sec == nil {
 		return nil, nil
 	}
+	if sec.Size > maxNoteSection {
+		return nil, fmt.Errorf("%s: a .note.stapsdt of %d MiB, more than the %d MiB filter reads", f.Path, sec.Size>>20, maxNoteSection>>20)
+	}
 	data, err := sec.Data()
 	if err != nil {
 		return nil, fmt.Errorf("%s: read .note.stapsdt: %w", f.Path, err)
@@ -114,6 +156,7 @@ func (f *File) USDT() (probes []Probe, err error) {
 	}
 	byName := map[string]*Probe{}
 	var order []string
+	parsed := map[string][]Arg{} // sites with the same spec share its arguments
 	for _, n := range notes {
 		loc := n.loc
 		if baseAddr != 0 && n.base != 0 {
@@ -123,22 +166,12 @@ func (f *File) USDT() (probes []Probe, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%s: %w", n.provider, n.name, err)
 		}
-		args, err := ParseArgs(n.args, f.elf.Machine)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%s: %w", n.provider, n.name, err)
-		}
-		for i, a := range args {
-			if a.Sym == "" {
-				continue
+		args, ok := parsed[n.args]
+		if !ok {
+			if args, err = f.resolveArgs(n); err != nil {
+				return nil, err
 			}
-			if a.Kind != ArgGlobal && f.elf.Type != elf.ET_EXEC {
-				return nil, fmt.Errorf("%s:%s: argument %s: an absolute address in a position-independent file", n.provider, n.name, a.Text)
-			}
-			v, ok := f.symbolValue(a.Sym)
-			if !ok {
-				return nil, fmt.Errorf("%s:%s: argument %s: no symbol %s in the file", n.provider, n.name, a.Text, a.Sym)
-			}
-			args[i].SymAddr = v
+			parsed[n.args] = args
 		}
 		var sem uint64
 		if n.sem != 0 {
@@ -162,6 +195,29 @@ func (f *File) USDT() (probes []Probe, err error) {
 		probes = append(probes, *byName[k])
 	}
 	return probes, nil
+}
+
+// resolveArgs parses a note's argument specs and finds the symbols they
+// name in the file.
+func (f *File) resolveArgs(n note) ([]Arg, error) {
+	args, err := ParseArgs(n.args, f.elf.Machine)
+	if err != nil {
+		return nil, fmt.Errorf("%s:%s: %w", n.provider, n.name, err)
+	}
+	for i, a := range args {
+		if a.Sym == "" {
+			continue
+		}
+		if a.Kind != ArgGlobal && f.elf.Type != elf.ET_EXEC {
+			return nil, fmt.Errorf("%s:%s: argument %s: an absolute address in a position-independent file", n.provider, n.name, a.Text)
+		}
+		v, ok := f.symbolValue(a.Sym)
+		if !ok {
+			return nil, fmt.Errorf("%s:%s: argument %s: no symbol %s in the file", n.provider, n.name, a.Text, a.Sym)
+		}
+		args[i].SymAddr = v
+	}
+	return args, nil
 }
 
 // FindUSDT finds a probe by name, and provider when not "". A miss lists
