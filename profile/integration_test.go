@@ -165,6 +165,28 @@ func TestChainWithoutFramePointers(t *testing.T) {
 	}
 }
 
+// TestCommandChildFromFirstSample runs the chain as a child of -c's shell
+// (the shell forks it: a command follows): its exec is announced, its
+// tables are loaded while it first sleeps, and every sample taken in c has
+// the whole chain. A child used to be read at its first sample only, and
+// the samples taken until its tables loaded fell back to frame pointers,
+// garbage here: one to eleven a run.
+func TestCommandChildFromFirstSample(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	r := profileJSON(t, "-F", "199", "-c", filepath.Join(dir, "chain-pie")+" 1.5 user; true")
+	share, n := chainShare(r, "chain-pie", true)
+	t.Logf("%d samples of chain-pie, %.1f%% whole chain", n, 100*share)
+	if n < 100 || share != 1 {
+		t.Errorf("%.1f%% of %d samples have the whole chain, want all of 100 or more", 100*share, n)
+		for _, st := range r.Stacks {
+			if st.Comm == "chain-pie" {
+				t.Logf("%d %s %v | %v", st.Count, st.End, st.User, st.Kernel)
+			}
+		}
+	}
+}
+
 // TestKernelModeBefore515 takes the pre-5.15 way to a kernel-mode
 // sample's user registers (the top of the task's kernel stack, found
 // through BTF, checked by the user code segment) on this kernel: c spinning
@@ -577,6 +599,11 @@ func TestHostileFrames(t *testing.T) {
 	}
 	if n < 100 || share < 0.95 {
 		t.Errorf("%.1f%% of %d samples of the chain have the whole chain, want at least 95%% of 100 or more", 100*share, n)
+		for _, st := range r.Stacks {
+			if st.Comm == "chain-pie" && !((st.End == "complete" || st.End == "frame pointers") && hasChain(st.User)) {
+				t.Logf("  %d (%s) %q", st.Count, st.End, st.User)
+			}
+		}
 	}
 	// The parse's bound, and 64 MiB for the rest of profile (it needs 25
 	// to 40 here), well under the 64 MiB the section would take alone.

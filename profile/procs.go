@@ -495,12 +495,12 @@ func (ps *processes) store(rows []unwind.Entry) error {
 }
 
 // point replaces the process's prefixes in the mappings trie with those of
-// its mappings whose files have rows.
+// its mappings whose files have rows: the new ones first (a key already
+// there is replaced in place), then the stale ones deleted, so that the
+// unwinder never misses a mapping that stays.
 func (ps *processes) point(pid uint32, p *process) {
-	for _, k := range p.prefixes {
-		_ = ps.lpm.Delete(k)
-	}
-	p.prefixes = p.prefixes[:0]
+	var keep []lpmKey
+	kept := map[lpmKey]bool{}
 	for _, m := range p.maps {
 		if m.file.first < 0 || m.End-m.bias > 1<<32 || m.Start < m.bias {
 			continue
@@ -508,10 +508,17 @@ func (ps *processes) point(pid uint32, p *process) {
 		v := lpmValue{First: uint32(m.file.first), Count: uint32(m.file.rows), Bias: m.bias}
 		for _, k := range prefixes(pid, m.Start, m.End) {
 			if ps.lpm.Put(k, v) == nil {
-				p.prefixes = append(p.prefixes, k)
+				keep = append(keep, k)
+				kept[k] = true
 			}
 		}
 	}
+	for _, k := range p.prefixes {
+		if !kept[k] {
+			_ = ps.lpm.Delete(k)
+		}
+	}
+	p.prefixes = keep
 }
 
 // prefixes covers [start, end) of a process with aligned power-of-two

@@ -175,7 +175,7 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
 	}
-	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg(cfg.NS)}
+	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg(cfg)}
 	if cfg.Tree != nil {
 		if err := proctree.Add(spec, cfg.Tree); err != nil {
 			return nil, err
@@ -604,19 +604,38 @@ func miss(cfg Config, p, next string) bpf.Instructions {
 	)
 }
 
-// execProg tells user space that a sampled process exec'd: its mappings
-// are new, and user space reads them at once (the libraries the loader
-// maps next are found when the unwinder first misses in them).
-func execProg(ns *asm.PidNS) bpf.Instructions {
+// execProg tells user space that a process exec'd whose mappings it must
+// read at once (the libraries the loader maps next are found when the
+// unwinder first misses in them, or at the next rescan): a process sampled
+// before, or (-c) any process of the command's tree, which is marked seen.
+// Without that, a child of the command was first read at its first sample,
+// and the samples taken until its tables were loaded fell back to frame
+// pointers, which a program built without them turns to garbage.
+func execProg(cfg Config) bpf.Instructions {
 	insns := bpf.Instructions{bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord)}
-	if ns != nil {
-		insns = append(insns, asm.CurrentNsPid(*ns, fpRead)...)
-	} else {
-		insns = append(insns, asm.CurrentPid()...)
+	insns = append(insns, asm.CurrentPid()...)
+	if cfg.Tree != nil {
+		insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+		insns = append(insns, asm.Note(asm.MapLookup(proctree.PidsMap, fpTgid), "r8 = in the command's tree (the kernel's pid)")...)
+		insns = append(insns, bpf.Mov.Reg(bpf.R8, bpf.R0))
+	}
+	if cfg.NS != nil {
+		insns = append(insns, asm.CurrentNsPid(*cfg.NS, fpRead)...)
 	}
 	insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
 	insns = append(insns, asm.Note(asm.MapLookup("seen", fpTgid), "exec of a process seen before: tell user space")...)
-	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	if cfg.Tree == nil {
+		insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	} else {
+		insns = append(insns,
+			bpf.JNE.Imm(bpf.R0, 0, "tell"),
+			bpf.JEq.Imm(bpf.R8, 0, "exit"),
+			bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("a process of the tree: seen now (its first sample tells nothing new)")),
+			bpf.StoreMem(bpf.RFP, fpNow, bpf.R1, bpf.DWord),
+		)
+		insns = append(insns, asm.MapUpdate("seen", fpTgid, fpNow, asm.UpdateNoExist)...)
+		insns = append(insns, asm.Nop().WithSymbol("tell"))
+	}
 	insns = append(insns, notify(EventNew)...)
 	return append(insns, asm.Return("exit", 0)...)
 }
