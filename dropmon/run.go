@@ -247,7 +247,8 @@ func (r *reporter) resolve(rows []row) error {
 	return r.syms.Resolve(addrs)
 }
 
-// frames symbolizes a kernel stack, innermost first.
+// frames symbolizes a kernel stack, innermost first, from the traced code's
+// first frame.
 func (r *reporter) frames(id int32) []string {
 	if id < 0 {
 		return []string{fmt.Sprintf("[stack lost: error %d]", id)}
@@ -267,7 +268,9 @@ func (r *reporter) frames(id int32) []string {
 			out = append(out, fmt.Sprintf("0x%x", pc))
 		}
 	}
-	return out
+	// On the raw and BTF hooks the stack is taken inside the program:
+	// its first frames are the tracer's (the program, bpf_trace_run4).
+	return procfs.TrimTracer(out)
 }
 
 func (r *reporter) report(now time.Time) error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 // Symbols maps kernel addresses to the nearest preceding symbol, from
@@ -290,4 +291,32 @@ func parseHex(b []byte) (uint64, bool) {
 		v = v<<4 | uint64(c)
 	}
 	return v, true
+}
+
+// TracerFrame reports whether a symbolized kernel frame ("name+0xoff",
+// maybe " [module]") is the tracer's own, not the traced code's: a BPF
+// program (bpf_prog_TAG_NAME in [bpf]), its trampoline, or the way a raw
+// or BTF tracepoint calls it (__traceiter_EVENT, __bpf_trace_EVENT,
+// bpf_trace_runN, __bpf_trace_run). A stack taken inside such a program
+// (bpf_get_stackid on a raw tracepoint) starts with them.
+func TracerFrame(frame string) bool {
+	name, _, _ := strings.Cut(frame, "+")
+	name, _, _ = strings.Cut(name, " ")
+	for _, p := range []string{"bpf_prog_", "bpf_trampoline_", "__traceiter_", "__bpf_trace_", "bpf_trace_run", "__bpf_prog_enter", "__bpf_prog_exit"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// TrimTracer drops a kernel stack's leading tracer frames (innermost
+// first, see TracerFrame); a stack of nothing else is kept whole.
+func TrimTracer(frames []string) []string {
+	for i, f := range frames {
+		if !TracerFrame(f) {
+			return frames[i:]
+		}
+	}
+	return frames
 }

@@ -3,6 +3,7 @@ package procfs
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,4 +127,20 @@ func TestLazyKallsyms(t *testing.T) {
 		t.Error("an address never resolved was named")
 	}
 	t.Logf("%d addresses checked", len(addrs))
+}
+
+func TestTrimTracer(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{
+			[]string{"bpf_prog_6deef7357e7b4530_dropmon+0x4b [bpf]", "bpf_trace_run4+0x80", "__bpf_trace_kfree_skb+0x9", "__traceiter_kfree_skb+0x2f", "sk_skb_reason_drop+0x7e", "udp_queue_rcv_one_skb+0x1c"},
+			[]string{"sk_skb_reason_drop+0x7e", "udp_queue_rcv_one_skb+0x1c"},
+		},
+		{[]string{"kfree_skb_reason+0x4e", "bpf_prog_run+0x1"}, []string{"kfree_skb_reason+0x4e", "bpf_prog_run+0x1"}},
+		{[]string{"bpf_prog_aa_x+0x1 [bpf]"}, []string{"bpf_prog_aa_x+0x1 [bpf]"}},
+		{nil, nil},
+	} {
+		if got := TrimTracer(c.in); !slices.Equal(got, c.want) {
+			t.Errorf("TrimTracer(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
 }
