@@ -1,9 +1,13 @@
 package profile
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"html"
 	"io"
+	"io/fs"
+	"os"
 	"sort"
 	"strings"
 )
@@ -158,4 +162,69 @@ func color(name string) string {
 		return fmt.Sprintf("rgb(%d,%d,40)", 220+h%35, 120+h%60)
 	}
 	return fmt.Sprintf("rgb(%d,%d,%d)", 205+h%50, 80+(h>>8)%130, 40+(h>>16)%50)
+}
+
+// outFile is a file the final report writes whole (--svg, --pprof). It is
+// created at the start, so that a path that cannot be written fails before
+// the run, and removed if the run ends without writing it (an error first,
+// a full disk): no empty or cut file is left behind, unless it is no
+// regular file (/dev/stdout).
+type outFile struct {
+	path    string
+	f       *os.File
+	written bool
+}
+
+func createOut(path string) (*outFile, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &outFile{path: path, f: f}, nil
+}
+
+// write writes the file through fn, once, and closes it; on an error it
+// removes it and says which file and why, once ("write F: no space left
+// on device").
+func (o *outFile) write(fn func(io.Writer) error) error {
+	if o.f == nil {
+		return fmt.Errorf("write %s: already closed", o.path)
+	}
+	w := bufio.NewWriterSize(o.f, 64<<10)
+	err := fn(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := o.f.Close(); err == nil {
+		err = cerr
+	}
+	o.f = nil
+	if err != nil {
+		o.remove()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is said once, here
+		}
+		return fmt.Errorf("write %s: %w", o.path, err)
+	}
+	o.written = true
+	return nil
+}
+
+// close closes the file, and removes it if it was never written.
+func (o *outFile) close() error {
+	if o.f != nil {
+		o.f.Close()
+		o.f = nil
+	}
+	if !o.written {
+		o.remove()
+	}
+	return nil
+}
+
+func (o *outFile) remove() {
+	if st, err := os.Lstat(o.path); err == nil && st.Mode().IsRegular() {
+		os.Remove(o.path)
+	}
 }

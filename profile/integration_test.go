@@ -626,3 +626,32 @@ func procStatus(pid int, name string) (int64, bool) {
 	}
 	return 0, false
 }
+
+// TestOutputOnFullDisk writes --svg and --pprof to a full file system: one
+// line that names the file once, exit 1, and no empty or cut file left.
+// (The path was said twice, "write F: write F: no space left on device",
+// and an empty file stayed.)
+func TestOutputOnFullDisk(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4k"); err != nil {
+		t.Fatalf("mount a tmpfs of 4 KiB: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, 0) })
+	// Fill its one page.
+	if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--svg", "--pprof"} {
+		out := filepath.Join(dir, "out")
+		res := tooltest.Run(t, tooltest.Tool(t, "profile"), flag, out, "-c", "sleep 0.2")
+		want := fmt.Sprintf("profile: write %s: no space left on device\n", out)
+		if res.Status != 1 || !strings.HasSuffix(res.Stderr, want) || strings.Count(res.Stderr, out) != 1 {
+			t.Errorf("%s on a full disk: exit %d, stderr %q; want 1 and a last line %q", flag, res.Status, res.Stderr, want)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s on a full disk left %s behind (%v)", flag, out, err)
+		}
+		os.Remove(out)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -215,17 +214,17 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	// an error before the run, not after it.
 	for _, out := range []struct {
 		path string
-		f    **os.File
+		f    **outFile
 	}{{o.Pprof, &r.pprof}, {o.SVG, &r.svg}} {
 		if out.path == "" {
 			continue
 		}
-		f, err := os.Create(out.path)
+		f, err := createOut(out.path)
 		if err != nil {
 			return err
 		}
 		*out.f = f
-		s.OnClose("", f.Close)
+		s.OnClose("", f.close)
 	}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
 	return s.Loop(ctx, "on-CPU stacks", func(final bool) error {
@@ -244,8 +243,8 @@ type reporter struct {
 	kernel      map[uint64]string // kernel function names, resolved at report time
 	kernelDepth int
 	warned      bool
-	pprof       *os.File // --pprof, created at the start
-	svg         *os.File // --svg
+	pprof       *outFile // --pprof, created at the start
+	svg         *outFile // --svg
 	counts      counts.KeyedDeltas[stackKey]
 	lost        counts.Deltas
 	start       time.Time
@@ -379,14 +378,16 @@ func (r *reporter) report(now time.Time, final bool) error {
 	if final {
 		// The files hold the whole run, whatever the interval reports showed.
 		if r.pprof != nil {
-			if err := writePprof(r.pprof, all, r.o.Frequency, r.start, now.Sub(r.start)); err != nil {
-				return fmt.Errorf("write %s: %w", r.o.Pprof, err)
+			if err := r.pprof.write(func(w io.Writer) error {
+				return writePprof(w, all, r.o.Frequency, r.start, now.Sub(r.start))
+			}); err != nil {
+				return err
 			}
 		}
 		if r.svg != nil {
 			title := fmt.Sprintf("profile: %d Hz, %s", r.o.Frequency, now.Sub(r.start).Round(time.Millisecond))
-			if err := writeSVG(r.svg, all, title); err != nil {
-				return fmt.Errorf("write %s: %w", r.o.SVG, err)
+			if err := r.svg.write(func(w io.Writer) error { return writeSVG(w, all, title) }); err != nil {
+				return err
 			}
 		}
 	}
