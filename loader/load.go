@@ -54,6 +54,9 @@ func Load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
 		}
 		return coll, nil
 	}
+	if fe := fdError(err); fe != nil {
+		return nil, fe // the programs passed: no verifier log to show
+	}
 	var ve *ebpf.VerifierError
 	if errors.As(err, &ve) {
 		if !verbose {
@@ -84,4 +87,29 @@ func firstLineInfo(insns asm.Instructions) {
 			return
 		}
 	}
+}
+
+// lowFiles is an open-files limit low enough to explain a failed feature
+// probe (a few maps and programs, per-CPU perf events on a large machine).
+const lowFiles = 256
+
+// fdError is the one line for a load that ran out of file descriptors (a
+// map's or a program's): EMFILE is no verifier rejection, though the
+// verifier's log of a program that passed comes with it. nil for any other
+// error.
+func fdError(err error) error {
+	var lim unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
+	switch {
+	case errors.Is(err, unix.EMFILE):
+		return fmt.Errorf("load BPF programs: too many open files: the limit is %d (ulimit -n); each map and program takes one, raise it", lim.Cur)
+	case errors.Is(err, ebpf.ErrNotSupported) && lim.Cur < lowFiles:
+		// cilium/ebpf's feature probes take a descriptor too: out of them,
+		// they conclude the kernel lacks a feature every kernel we run on
+		// has.
+		return fmt.Errorf("load BPF programs: %w: with %d open files allowed (ulimit -n), most likely out of them: raise the limit", err, lim.Cur)
+	case errors.Is(err, unix.ENFILE):
+		return errors.New("load BPF programs: the system's open files are at their limit (fs.file-max)")
+	}
+	return nil
 }

@@ -114,6 +114,9 @@ func Tracing(p *ebpf.ProgramSpec, maps map[string]*ebpf.Map, verbose bool) (*ebp
 		}
 		return nil, fmt.Errorf("load BPF program %s: %w (needs root, or CAP_BPF and CAP_PERFMON)", p.Name, err)
 	}
+	if fe := fdError(err); fe != nil {
+		return nil, fe
+	}
 	// Again with the verifier's log, which says why.
 	log := make([]byte, 1<<20)
 	for {

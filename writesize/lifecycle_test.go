@@ -17,6 +17,7 @@ import (
 	"github.com/tracekit/tracekit/internal/pgroup"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/slots"
+	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
 )
@@ -284,5 +285,27 @@ func TestEnvironmentCannotAimTheGuard(t *testing.T) {
 	case <-exited:
 		t.Errorf("the tool ended process group %d, which it did not start", victim.Process.Pid)
 	case <-time.After(run.StopGrace + 500*time.Millisecond):
+	}
+}
+
+// TestFewOpenFiles runs writesize under open-file limits from 8 to 40:
+// each run either works or ends with one line and exit 1, and the load
+// that runs out of descriptors says so and names the limit. (EMFILE was
+// shown as a verifier rejection, with the log of a program that passed.)
+func TestFewOpenFiles(t *testing.T) {
+	privtest.Require(t)
+	said := false
+	for n := 8; n <= 40; n++ {
+		r := tooltest.Run(t, "sh", "-c", fmt.Sprintf("ulimit -n %d && exec %s -c true", n, tool(t)))
+		if r.Status == 0 {
+			continue
+		}
+		if r.Status != 1 || strings.Count(r.Stderr, "\n") != 1 || strings.Contains(r.Stderr, "verifier") {
+			t.Errorf("ulimit -n %d: exit %d, stderr %q; want 0, or 1 and one line", n, r.Status, r.Stderr)
+		}
+		said = said || strings.Contains(r.Stderr, fmt.Sprintf("too many open files: the limit is %d (ulimit -n)", n))
+	}
+	if !said {
+		t.Errorf("no limit from 8 to 40 stopped the load with %q", "too many open files: the limit is N (ulimit -n)")
 	}
 }
