@@ -328,7 +328,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	ev, _ := parseEvent(o.Lead(), o.Info)
 	if o.Info {
 		if ev.user() {
-			return userInfo(s, ev, o.Pid)
+			return userErr(userInfo(s, ev, o.Pid))
 		}
 		return info(s, ev)
 	}
@@ -467,9 +467,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 	}
 	sites, err := userSites(&ev, o.Pid)
 	if err != nil {
-		// No such file, symbol or probe, or not an ELF file: the command
-		// line is wrong, as with an unknown tracepoint field.
-		return usage.Errorf("%v", err)
+		return userErr(err)
 	}
 	if act.Kind == compile.Keep {
 		// A uprobe's record in the kernel holds no arguments: always our own.

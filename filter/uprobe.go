@@ -3,6 +3,7 @@ package filter
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/internal/lazy"
+	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
@@ -110,7 +112,7 @@ func resolveFile(name string, pid int) (string, error) {
 			}
 		}
 		if path == "" {
-			return "", fmt.Errorf("%s: not found on $PATH or in the library directories (%s)", name, strings.Join(libDirs, ", "))
+			return "", uprobe.NoSuch("%s: not found on $PATH or in the library directories (%s)", name, strings.Join(libDirs, ", "))
 		}
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -151,7 +153,7 @@ func resolveIn(name, root string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: not found in the process's root (%s)", name, root)
+	return "", uprobe.NoSuch("%s: not found in the process's root (%s)", name, root)
 }
 
 // site is one place a user-space probe goes, and what the program there
@@ -210,6 +212,19 @@ func userSites(ev *event, pid int) ([]site, error) {
 		return nil, err
 	}
 	return []site{{probe: tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: off, Ret: ev.kind == "uretprobe"}, addr: addr}}, nil
+}
+
+// userErr is how a failure to find a uprobe's or USDT probe's sites ends
+// the run, in a trace as in --info: a name that matches nothing (no such
+// file, function or probe) is the command line's mistake (exit 2), as an
+// unknown tracepoint is; a file that cannot be read, or is no valid ELF
+// file, is the file's (exit 1).
+func userErr(err error) error {
+	var ns *uprobe.NoSuchError
+	if errors.As(err, &ns) || errors.Is(err, fs.ErrNotExist) {
+		return usage.Errorf("%v", err)
+	}
+	return err
 }
 
 // userTarget is what a site's program compiles against: USDT arguments

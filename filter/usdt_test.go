@@ -146,7 +146,8 @@ func TestUSDTSharedLibrary(t *testing.T) {
 	}
 }
 
-// Refused before anything is attached, with one clear line.
+// Refused before anything is attached, with one clear line and the status
+// of whose mistake it is.
 func TestUserProbeErrors(t *testing.T) {
 	privtest.Require(t)
 	dir := fixtures(t)
@@ -164,8 +165,14 @@ func TestUserProbeErrors(t *testing.T) {
 		{[]string{"--count", "usdt:" + bin + ":tk:args", "--where", `arg0 == "x"`}, 2, "arg0 is a number: compare it with a number"},
 		{[]string{"--count", "usdt:" + bin + ":tk:nosuch"}, 2, "has no USDT probe tk:nosuch (probes: tk:args, tk:constant, tk:global, tk:guarded, tk:indexed, tk:many, tk:plain, tk:sites)"},
 		{[]string{"--count", "uprobe:" + bin + ":tk_ad"}, 2, `has no function "tk_ad" (near: tk_add)`},
-		{[]string{"--count", "uprobe:" + script + ":main"}, 2, script + " is not an ELF file"},
+		// A name that matches nothing is the command line's mistake (2); a
+		// file that is no ELF file is the file's (1), in --info as in a
+		// trace (--info said 1, a trace 2).
+		{[]string{"--count", "uprobe:" + script + ":main"}, 1, script + " is not an ELF file"},
+		{[]string{"--info", "uprobe:" + script + ":*"}, 1, script + " is not an ELF file"},
+		{[]string{"--info", "usdt:" + script}, 1, script + " is not an ELF file"},
 		{[]string{"--count", "uprobe:/nonexistent/x:main"}, 2, "/nonexistent/x: no such file or directory"},
+		{[]string{"--info", "uprobe:/nonexistent/x:*"}, 2, "/nonexistent/x: no such file or directory"},
 		{[]string{"--count", "usdt:" + bin}, 2, "want usdt:PATH:[PROVIDER:]NAME"},
 		{[]string{"--count", "uretprobe:" + bin + ":tk_add+4"}, 2, "a uretprobe goes on a function's entry"},
 	} {

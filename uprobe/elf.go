@@ -50,6 +50,18 @@ func Open(path string) (f *File, err error) {
 	return &File{Path: path, elf: ef, osf: osf}, nil
 }
 
+// NoSuchError is a name the file lacks (a function, a USDT probe), or one
+// that matches several: the caller named it wrong, unlike a file that
+// cannot be read or is no valid ELF file.
+type NoSuchError struct{ msg string }
+
+func (e *NoSuchError) Error() string { return e.msg }
+
+// NoSuch is a NoSuchError of that message.
+func NoSuch(format string, args ...any) error {
+	return &NoSuchError{fmt.Sprintf(format, args...)}
+}
+
 // Close closes the file.
 func (f *File) Close() error { return f.osf.Close() }
 
@@ -134,7 +146,7 @@ func (f *File) Function(name string) (Sym, error) {
 	if len(syms) == 0 {
 		hint = " (the file has no symbol table)"
 	}
-	return Sym{}, fmt.Errorf("%s has no function %q%s", f.Path, name, hint)
+	return Sym{}, NoSuch("%s has no function %q%s", f.Path, name, hint)
 }
 
 // Glob lists the function symbols matching a shell pattern ("" for all).

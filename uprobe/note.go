@@ -237,9 +237,9 @@ func (f *File) FindUSDT(provider, name string) (Probe, error) {
 	case len(found) == 1:
 		return found[0], nil
 	case len(found) > 1:
-		return Probe{}, fmt.Errorf("%s: %d providers have a probe %s (%s, %s): name the provider", f.Path, len(found), name, found[0], found[1])
+		return Probe{}, NoSuch("%s: %d providers have a probe %s (%s, %s): name the provider", f.Path, len(found), name, found[0], found[1])
 	case len(probes) == 0:
-		return Probe{}, fmt.Errorf("%s has no USDT probes (no .note.stapsdt section)", f.Path)
+		return Probe{}, NoSuch("%s has no USDT probes (no .note.stapsdt section)", f.Path)
 	}
 	var names []string
 	for _, p := range probes {
@@ -252,5 +252,5 @@ func (f *File) FindUSDT(provider, name string) (Probe, error) {
 	if provider != "" {
 		want = provider + ":" + name
 	}
-	return Probe{}, fmt.Errorf("%s has no USDT probe %s (probes: %s)", f.Path, want, strings.Join(names, ", "))
+	return Probe{}, NoSuch("%s has no USDT probe %s (probes: %s)", f.Path, want, strings.Join(names, ", "))
 }
