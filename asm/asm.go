@@ -227,7 +227,8 @@ func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string,
 // while the other counts: it flips the u32, waits for the programs running
 // to end, and then reads and empties the other map, which no program
 // writes any more. The labels are prefix_0_* and prefix_1_*.
-func SwappedHashIncrement(prefix string, maps [2]string, genMap string, keyOff, valOff int16, lostMap string) bpf.Instructions {
+// onInsert runs before a new key is inserted, in either map.
+func SwappedHashIncrement(prefix string, maps [2]string, genMap string, keyOff, valOff int16, lostMap string, onInsert bpf.Instructions) bpf.Instructions {
 	second := prefix + "_1"
 	insns := bpf.Instructions{
 		bpf.LoadMapValue(bpf.R1, 0, 0).WithReference(genMap).WithSource(bpf.Comment(fmt.Sprintf(
@@ -235,9 +236,9 @@ func SwappedHashIncrement(prefix string, maps [2]string, genMap string, keyOff, 
 		bpf.LoadMem(bpf.R1, bpf.R1, 0, bpf.Word),
 		bpf.JNE.Imm(bpf.R1, 0, second),
 	}
-	insns = append(insns, HashIncrement(prefix+"_0", maps[0], keyOff, valOff, lostMap, nil)...)
+	insns = append(insns, HashIncrement(prefix+"_0", maps[0], keyOff, valOff, lostMap, onInsert)...)
 	insns = append(insns, bpf.Ja.Label(second+"_done"))
-	one := HashIncrement(second, maps[1], keyOff, valOff, lostMap, nil)
+	one := HashIncrement(second, maps[1], keyOff, valOff, lostMap, onInsert)
 	one[0] = one[0].WithSymbol(second)
 	return append(insns, one...)
 }

@@ -20,29 +20,6 @@ import (
 // the keys of about a second, whatever the interval.
 const drainEvery = time.Second
 
-// drainEverySecond drains table every drainEvery until the session closes
-// (before the maps are: it was registered after them).
-func drainEverySecond(s *run.Session, table *keyTable) {
-	stop, done := make(chan struct{}), make(chan struct{})
-	s.Go("drain the counts", func() {
-		defer close(done)
-		tick := time.NewTicker(drainEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if err := table.drain(); err != nil {
-					s.Stop(err)
-					return
-				}
-			}
-		}
-	})
-	s.OnClose("", func() error { close(stop); <-done; return nil })
-}
-
 // keyTable is --count-by's table when the counts are swapped (a report per
 // interval that clears, or --serve): the program counts in one of two
 // hashes while the other is drained here, so the kernel never keeps a key

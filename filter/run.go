@@ -428,7 +428,7 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 			return err
 		}
 		s.OnClose("", table.Close)
-		drainEverySecond(s, table)
+		s.Every("drain the counts", drainEvery, table.drain)
 	}
 	if o.Serve != "" {
 		c := &collector{ev: ev.String(), coll: coll, prog: prog, act: act, table: table}

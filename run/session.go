@@ -450,3 +450,27 @@ func (t *trackedWriter) blockedFor(now time.Time) time.Duration {
 	}
 	return 0
 }
+
+// Every runs fn every d until the session closes (before what was
+// registered with OnClose earlier: the maps fn reads). An error from fn
+// stops the session with it.
+func (s *Session) Every(what string, d time.Duration, fn func() error) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	s.Go(what, func() {
+		defer close(done)
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if err := fn(); err != nil {
+					s.Stop(err)
+					return
+				}
+			}
+		}
+	})
+	s.OnClose("", func() error { close(stop); <-done; return nil })
+}

@@ -330,3 +330,42 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("--help: exit %d, stdout %q", r.Status, r.Stdout)
 	}
 }
+
+// TestPerProcessDrained: three waves of 30 processes, 1.5 s apart, each
+// process one write, under -P --max-keys 70. With a report every 0.5 s,
+// every process is counted once, exactly, none lost: the kernel's counts
+// are drained every second (two hashes, one counting while the other is
+// emptied), so no second holds more than 60 processes. One report at the
+// end holds 70 processes, and the other 20 processes' writes are lost,
+// exactly. The old binary kept every process of the run in the kernel
+// (it had no --max-keys).
+func TestPerProcessDrained(t *testing.T) {
+	privtest.Require(t)
+	work := `for w in 1 2 3; do i=0; while [ $i -lt 30 ]; do ( echo x > /dev/null ) & i=$((i+1)); done; wait; sleep 1.5; done`
+	reports := func(args ...string) (procs, total, lost int, n int) {
+		t.Helper()
+		r := runTool(t, append([]string{"-P", "--json", "--max-keys", "70", "-c", work}, args...)...)
+		if r.Status != 0 {
+			t.Fatalf("%q: exit %d: %s", args, r.Status, r.Stderr)
+		}
+		seen := map[string]bool{}
+		for _, rep := range parseJSON(t, r.Stdout) {
+			n++
+			lost += int(rep.Lost)
+			for _, h := range rep.Histograms {
+				if seen[h.Label] {
+					t.Errorf("%q: %s counted in two reports", args, h.Label)
+				}
+				seen[h.Label] = true
+				total += int(h.Total)
+			}
+		}
+		return len(seen), total, lost, n
+	}
+	if procs, total, lost, n := reports("0.5"); procs != 90 || total != 90 || lost != 0 {
+		t.Errorf("every 0.5 s: %d processes, %d writes, %d lost over %d reports; want 90, 90, 0 lost", procs, total, lost, n)
+	}
+	if procs, total, lost, n := reports(); n != 1 || procs != 70 || total != 70 || lost != 20 {
+		t.Errorf("one report: %d reports of %d processes, %d writes, %d lost; want one of 70, 70 writes, 20 lost", n, procs, total, lost)
+	}
+}

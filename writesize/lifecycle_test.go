@@ -179,21 +179,23 @@ func TestHangupEndsWithAReport(t *testing.T) {
 	}
 }
 
-// TestFullNameMapIsReported: with the name map lowered to 8 entries
-// (--max-comms 8), 20 processes that wrote and exited leave 12 labelled
-// "?", and the run says why instead of staying silent.
+// TestFullNameMapIsReported: with the name map lowered to 4 entries
+// (--max-comms 4), 40 processes that write and exit leave some labelled
+// "?" (the names of exited processes leave the map at each drain, every
+// second: how many depends on how the drains split the run), and the run
+// says how many and why instead of staying silent.
 func TestFullNameMapIsReported(t *testing.T) {
 	privtest.Require(t)
-	r := runTool(t, "-P", "--max-comms", "8", "-c", fmt.Sprintf("i=0; while [ $i -lt 20 ]; do %s; i=$((i+1)); done", writer(t, 3, 1)))
+	r := runTool(t, "-P", "--max-comms", "4", "-c", fmt.Sprintf("i=0; while [ $i -lt 40 ]; do %s; i=$((i+1)); done", writer(t, 3, 1)))
 	if r.Status != 0 {
 		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 	}
 	unnamed := regexp.MustCompile(`(?m)^process = \? \d+$`).FindAllString(r.Stdout, -1)
-	if len(unnamed) != 12 {
-		t.Errorf("%d processes labelled '?', want 12:\n%s", len(unnamed), r.Stdout)
+	if len(unnamed) == 0 {
+		t.Errorf("no process labelled '?':\n%s", r.Stdout)
 	}
-	if !strings.Contains(r.Stderr, "12 processes print as '?': their names did not fit in the name map (8 entries)") {
-		t.Errorf("stderr %q", r.Stderr)
+	if want := fmt.Sprintf("%d processes print as '?': their names did not fit in the name map (4 entries)", len(unnamed)); !strings.Contains(r.Stderr, want) {
+		t.Errorf("stderr %q, want %q", r.Stderr, want)
 	}
 }
 

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/counts"
@@ -57,6 +55,12 @@ func validate(o *options) error {
 	}
 	if o.MaxComms < 1 || o.MaxComms > prog.MaxCommsLimit {
 		return usage.Errorf("--max-comms %d: from 1 to %d", o.MaxComms, prog.MaxCommsLimit)
+	}
+	if o.MaxKeys < 1 || o.MaxKeys > prog.MaxKeysLimit {
+		return usage.Errorf("invalid --max-keys %d: want from 1 to %d", o.MaxKeys, prog.MaxKeysLimit)
+	}
+	if o.MaxKeys != prog.MaxKeys && !o.PerProcess {
+		return usage.Errorf("--max-keys goes with -P: without it writesize keeps one histogram")
 	}
 	if o.Legacy && o.Kprobe == "" {
 		return usage.Errorf("--legacy goes with --kprobe")
@@ -149,7 +153,7 @@ func kprobeFor(choice string) (*prog.Kprobe, error) {
 }
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
-	cfg := prog.Config{Pid: uint32(o.Pid), PerProcess: o.PerProcess, Comms: o.MaxComms}
+	cfg := prog.Config{Pid: uint32(o.Pid), PerProcess: o.PerProcess, Comms: o.MaxComms, MaxKeys: o.MaxKeys}
 	if o.Kprobe != "" {
 		k, err := kprobeFor(o.Kprobe)
 		if err != nil {
@@ -204,9 +208,12 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	r := &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil, deltas: counts.Deltas{Cumulative: o.Cumulative}}
+	if o.PerProcess {
+		return perProcess(ctx, s, o, coll, cfg.NS != nil)
+	}
+	r := &reader{coll: coll, deltas: counts.Deltas{Cumulative: o.Cumulative}}
 	if o.Serve != "" {
-		c := &collector{r: &reader{coll: coll, perProcess: o.PerProcess, inNS: cfg.NS != nil}, series: run.StickySeries[string]{Max: maxCommSeries}}
+		c := &collector{r: &reader{coll: coll}}
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
 			return err
 		}
@@ -216,94 +223,48 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		if err != nil {
 			return err
 		}
+		return s.WriteHist(rep, time.Now())
+	})
+}
+
+// perProcess reports -P's histograms from the drained table.
+func perProcess(ctx context.Context, s *run.Session, o *options, coll *ebpf.Collection, inNS bool) error {
+	table, err := newProcTable(coll, int(o.MaxKeys), inNS, o.Cumulative, o.Serve != "")
+	if err != nil {
+		return err
+	}
+	s.OnClose("", table.Close)
+	s.Every("drain the counts", time.Second, table.drain)
+	if o.Serve != "" {
+		if err := s.ServeMetrics(o.Serve, table.families); err != nil {
+			return err
+		}
+	}
+	return s.Loop(ctx, "write(2) sizes", func(final bool) error {
+		rep, unnamed, err := table.take()
+		if err != nil {
+			return err
+		}
 		if err := s.WriteHist(rep, time.Now()); err != nil {
 			return err
 		}
-		if final && r.unnamed > 0 && r.commsFull() {
-			fmt.Fprintf(s.Stderr, "writesize: %d processes print as '?': their names did not fit in the name map (%d entries) and they exited before the report; --max-comms sets its size\n", r.unnamed, o.MaxComms)
+		if final && unnamed > 0 {
+			fmt.Fprintf(s.Stderr, "writesize: %d processes print as '?': their names did not fit in the name map (%d entries) and they exited before the report; --max-comms sets its size\n", unnamed, o.MaxComms)
 		}
 		return nil
 	})
 }
 
-// reader turns the kernel's maps into reports.
+// reader turns the kernel's histogram into reports (without -P).
 type reader struct {
-	coll       *ebpf.Collection
-	perProcess bool
-	inNS       bool // pids are this pid namespace's, 0 for processes outside it
-	deltas     counts.Deltas
-	comms      map[uint32]string
-	unnamed    int // processes of the last report labelled "?"
-}
-
-// commsFull reports whether the name map holds as many names as it can.
-func (r *reader) commsFull() bool {
-	var pid uint32
-	var n uint32
-	it := r.coll.Maps["comms"].Iterate()
-	var name [16]byte
-	for it.Next(&pid, &name) {
-		n++
-	}
-	return n >= r.coll.Maps["comms"].MaxEntries()
+	coll   *ebpf.Collection
+	deltas counts.Deltas
 }
 
 func (r *reader) report() (*run.HistReport, error) {
-	rep := &run.HistReport{Unit: "bytes"}
-	if !r.perProcess {
-		h, err := counts.ReadLog2Array(r.coll.Maps["hist"])
-		if err != nil {
-			return nil, err
-		}
-		rep.Hists = []*terminal.Log2Hist{r.deltas.Hist(0, &h)}
-		return rep, nil
-	}
-	rep.LabelKind = "process"
-	hists, err := counts.ReadLog2Hash(r.coll.Maps["hist"])
+	h, err := counts.ReadLog2Array(r.coll.Maps["hist"])
 	if err != nil {
 		return nil, err
 	}
-	lost, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
-	if err != nil {
-		return nil, err
-	}
-	rep.Lost = r.deltas.Counter(lost)
-	pids := make([]uint32, 0, len(hists))
-	for pid := range hists {
-		pids = append(pids, pid)
-	}
-	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
-	r.unnamed = 0
-	for _, pid := range pids {
-		h := r.deltas.Hist(pid, hists[pid])
-		if h.Total() == 0 {
-			continue // nothing from this process in this interval
-		}
-		if pid == 0 && r.inNS {
-			h.Label = "[outside this pid namespace] -"
-			rep.Hists = append(rep.Hists, h)
-			continue
-		}
-		comm := r.comm(pid)
-		if comm == "?" {
-			r.unnamed++
-		}
-		h.Label = fmt.Sprintf("%s %d", comm, pid)
-		rep.Hists = append(rep.Hists, h)
-	}
-	return rep, nil
-}
-
-// comm returns the task name the kernel recorded for pid, else /proc's, else "?".
-func (r *reader) comm(pid uint32) string {
-	var name [16]byte
-	if err := r.coll.Maps["comms"].Lookup(pid, &name); err == nil {
-		if s := unix.ByteSliceToString(name[:]); s != "" {
-			return s
-		}
-	}
-	if c := procfs.Comm(pid); c != "" {
-		return c
-	}
-	return "?"
+	return &run.HistReport{Unit: "bytes", Hists: []*terminal.Log2Hist{r.deltas.Hist(0, &h)}}, nil
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
-	"github.com/tracekit/tracekit/run"
 )
 
 // TestExpositionGoldens serves fixed map contents: the histogram of all
@@ -27,6 +26,8 @@ func TestExpositionGoldens(t *testing.T) {
 
 	per := tooltest.Maps(t, map[string]*ebpf.MapSpec{
 		"hist":  {Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},
+		"hist1": {Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},
+		"gen":   {Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1},
 		"comms": {Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: 64},
 		"lost":  {Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 	})
@@ -49,6 +50,11 @@ func TestExpositionGoldens(t *testing.T) {
 		}
 	}
 	tooltest.PutPerCPU(t, per.Maps["lost"], uint32(0), 6)
-	c = &collector{r: &reader{coll: per, perProcess: true}, series: run.StickySeries[string]{Max: 3}}
-	golden.Check(t, "expo_per_process", tooltest.Exposition(t, c.families()))
+	table, err := newProcTable(per, 10, false, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	table.serve.series.Max = 3
+	golden.Check(t, "expo_per_process", tooltest.Exposition(t, table.families()))
 }

@@ -99,7 +99,7 @@ func (c *compiler) action(act Action) (*Program, error) {
 			prog.MaxKeys = CountsEntries
 		}
 		if act.Swap {
-			c.emit(asm.SwappedHashIncrement("counts", [2]string{"counts", CountsSwap}, GenMap, off, valOff, "lost")...)
+			c.emit(asm.SwappedHashIncrement("counts", [2]string{"counts", CountsSwap}, GenMap, off, valOff, "lost", nil)...)
 		} else {
 			c.emit(asm.HashIncrement("counts", "counts", off, valOff, "lost", nil)...)
 		}

@@ -15,9 +15,21 @@ import (
 	"github.com/tracekit/tracekit/tracefs"
 )
 
-// Map sizes. One process needs at most 64 entries (one per slot), so 10240
-// entries hold 160 busy processes; more are counted as lost, never dropped.
-const maxProcEntries = 10240
+// MaxKeys is the per-process hashes' size unless Config.MaxKeys says
+// otherwise: {pid, slot} pairs, a second's worth (one process needs at
+// most 64); more in one second are counted as lost, never dropped.
+// MaxKeysLimit bounds what a user may ask for.
+const (
+	MaxKeys      = 10240
+	MaxKeysLimit = 1 << 20
+)
+
+// HistSwap is the per-process program's second hash, GenMap the array
+// whose u32 says which of the two it counts in.
+const (
+	HistSwap = "hist1"
+	GenMap   = "gen"
+)
 
 // MaxComms is the name map's size unless Config.Comms says otherwise: a
 // process beyond it that has exited by the report prints as "?".
@@ -34,6 +46,7 @@ type Config struct {
 	Tree       *proctree.Tree // only the processes in proctree.PidsMap (-c)
 	PerProcess bool           // one histogram per process
 	Comms      uint32         // PerProcess: the name map's size; 0 is MaxComms
+	MaxKeys    uint32         // PerProcess: each hash's size; 0 is MaxKeys
 	// NS: this runs in a pid namespace of its own; Pid and the
 	// per-process keys are that namespace's pids (the tree holds the
 	// kernel's, see proctree.Add).
@@ -126,7 +139,11 @@ func Program(cfg Config) (bpf.Instructions, error) {
 			asm.StoreKey(keyOff, asm.RegPid, bpf.Word),
 			asm.StoreKey(keyOff+4, bpf.R3, bpf.Word),
 		)
-		insns = append(insns, asm.HashIncrement("count", "hist", keyOff, valOff, "lost",
+		// Two hashes, one counting while user space drains the other
+		// every second: the kernel holds a second's processes, whatever
+		// the run's length. A process's name is stored when it enters
+		// either.
+		insns = append(insns, asm.SwappedHashIncrement("count", [2]string{"hist", HistSwap}, GenMap, keyOff, valOff, "lost",
 			asm.StoreComm("comms", keyOff, commOff))...)
 	} else {
 		insns = append(insns, asm.StoreKey(-4, bpf.R3, bpf.Word))
@@ -183,7 +200,15 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		if comms == 0 {
 			comms = MaxComms
 		}
-		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: maxProcEntries}
+		keys := cfg.MaxKeys
+		if keys == 0 {
+			keys = MaxKeys
+		}
+		maps["hist"] = &ebpf.MapSpec{Name: "writesize_hist", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: keys}
+		maps[HistSwap] = &ebpf.MapSpec{Name: "writesize_hist1", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: keys}
+		maps[GenMap] = &ebpf.MapSpec{Name: "writesize_gen", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+		// A process's name, stored when it enters a hash; user space
+		// deletes the names of the processes it drained that have exited.
 		maps["comms"] = &ebpf.MapSpec{Name: "writesize_comm", Type: ebpf.Hash, KeySize: 4, ValueSize: 16, MaxEntries: comms}
 		maps["lost"] = &ebpf.MapSpec{Name: "writesize_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	} else {
