@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -32,10 +31,7 @@ const drainEvery = time.Second
 // series of their own and "other".
 type keyTable struct {
 	mu      sync.Mutex
-	maps    [2]*ebpf.Map
-	gen     *ebpf.Map
-	cur     uint32
-	wait    *loader.Quiescer
+	swap    *loader.Swapped
 	cols    []compile.Column
 	max     int
 	kernel  counts.Deltas // the program's lost count (a full hash), per report
@@ -59,13 +55,12 @@ type serveTotals struct {
 // newKeyTable makes the table of a swapped program's maps in coll; with
 // serveTop > 0 it keeps --serve's series too. Close frees what it made.
 func newKeyTable(coll *ebpf.Collection, prog *compile.Program, serveTop int, cumulative bool) (*keyTable, error) {
-	q, err := loader.NewQuiescer()
+	swap, err := loader.NewSwapped(coll.Maps["counts"], coll.Maps[compile.CountsSwap], coll.Maps[compile.GenMap])
 	if err != nil {
 		return nil, err
 	}
 	t := &keyTable{
-		maps: [2]*ebpf.Map{coll.Maps["counts"], coll.Maps[compile.CountsSwap]}, gen: coll.Maps[compile.GenMap],
-		wait: q, cols: prog.Columns, max: int(prog.MaxKeys), lostMap: coll.Maps["lost"],
+		swap: swap, cols: prog.Columns, max: int(prog.MaxKeys), lostMap: coll.Maps["lost"],
 		report: map[string]*keyCount{}, cumulative: cumulative,
 	}
 	if serveTop > 0 {
@@ -75,7 +70,7 @@ func newKeyTable(coll *ebpf.Collection, prog *compile.Program, serveTop int, cum
 }
 
 // Close frees the Quiescer's maps.
-func (t *keyTable) Close() error { return t.wait.Close() }
+func (t *keyTable) Close() error { return t.swap.Close() }
 
 // drain moves the counts of the hash the program counts in to the table.
 func (t *keyTable) drain() error {
@@ -85,27 +80,16 @@ func (t *keyTable) drain() error {
 }
 
 func (t *keyTable) drainLocked() error {
-	old := t.maps[t.cur]
-	next := t.cur ^ 1
-	if err := t.gen.Put(uint32(0), next); err != nil {
-		return fmt.Errorf("swap the counts: %w", err)
-	}
-	t.cur = next
-	if err := t.wait.Wait(); err != nil {
+	old, err := t.swap.Flip()
+	if err != nil {
 		return err
 	}
 	keys, rows, err := readRaw(old, t.cols)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, k := range keys {
-		if err := old.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("empty the drained counts: %w", err)
+	if err := loader.Empty(old, keys); err != nil {
+		return err
 	}
 	for _, r := range rows {
 		k := rowKey(r)

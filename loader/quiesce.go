@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -45,5 +46,56 @@ func (q *Quiescer) Wait() error {
 func (q *Quiescer) Close() error {
 	q.outer.Close()
 	q.inner.Close()
+	return nil
+}
+
+// Swapped is a pair of maps a program counts in one at a time, as the u32
+// in Gen's first value says (asm.SwappedHashIncrement), so that user space
+// can drain one while the other counts.
+type Swapped struct {
+	maps [2]*ebpf.Map
+	gen  *ebpf.Map
+	cur  uint32
+	wait *Quiescer
+}
+
+// NewSwapped makes the pair of a and b (the program counts in a first).
+func NewSwapped(a, b, gen *ebpf.Map) (*Swapped, error) {
+	q, err := NewQuiescer()
+	if err != nil {
+		return nil, err
+	}
+	return &Swapped{maps: [2]*ebpf.Map{a, b}, gen: gen, wait: q}, nil
+}
+
+// Flip makes the program count in the other map, waits for the programs
+// running to end, and returns the map it counted in, which nothing writes
+// any more: read it, then Empty it.
+func (s *Swapped) Flip() (*ebpf.Map, error) {
+	old := s.maps[s.cur]
+	if err := s.gen.Put(uint32(0), s.cur^1); err != nil {
+		return nil, fmt.Errorf("swap the counts: %w", err)
+	}
+	s.cur ^= 1
+	if err := s.wait.Wait(); err != nil {
+		return nil, err
+	}
+	return old, nil
+}
+
+// Close frees the Quiescer's maps.
+func (s *Swapped) Close() error { return s.wait.Close() }
+
+// Empty deletes the keys read from a map Flip returned.
+func Empty[K any](m *ebpf.Map, keys []K) error {
+	var errs []error
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("empty the drained counts: %w", err)
+	}
 	return nil
 }

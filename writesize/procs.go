@@ -1,7 +1,6 @@
 package writesize
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -29,10 +28,7 @@ import (
 // counted as lost); --serve's series are cumulative by task name.
 type procTable struct {
 	mu    sync.Mutex
-	maps  [2]*ebpf.Map
-	gen   *ebpf.Map
-	cur   uint32
-	wait  *loader.Quiescer
+	swap  *loader.Swapped
 	comms *ebpf.Map
 	inNS  bool
 	max   int
@@ -60,13 +56,12 @@ type procSeries struct {
 }
 
 func newProcTable(coll *ebpf.Collection, max int, inNS, cumulative, serve bool) (*procTable, error) {
-	q, err := loader.NewQuiescer()
+	swap, err := loader.NewSwapped(coll.Maps["hist"], coll.Maps[prog.HistSwap], coll.Maps[prog.GenMap])
 	if err != nil {
 		return nil, err
 	}
 	t := &procTable{
-		maps: [2]*ebpf.Map{coll.Maps["hist"], coll.Maps[prog.HistSwap]}, gen: coll.Maps[prog.GenMap],
-		wait: q, comms: coll.Maps["comms"], inNS: inNS, max: max, lostMap: coll.Maps["lost"],
+		swap: swap, comms: coll.Maps["comms"], inNS: inNS, max: max, lostMap: coll.Maps["lost"],
 		report: map[uint32]*procHist{}, cumul: cumulative,
 	}
 	if serve {
@@ -76,7 +71,7 @@ func newProcTable(coll *ebpf.Collection, max int, inNS, cumulative, serve bool) 
 }
 
 // Close frees the Quiescer's maps.
-func (t *procTable) Close() error { return t.wait.Close() }
+func (t *procTable) Close() error { return t.swap.Close() }
 
 func (t *procTable) drain() error {
 	t.mu.Lock()
@@ -85,13 +80,8 @@ func (t *procTable) drain() error {
 }
 
 func (t *procTable) drainLocked() error {
-	old := t.maps[t.cur]
-	next := t.cur ^ 1
-	if err := t.gen.Put(uint32(0), next); err != nil {
-		return fmt.Errorf("swap the counts: %w", err)
-	}
-	t.cur = next
-	if err := t.wait.Wait(); err != nil {
+	old, err := t.swap.Flip()
+	if err != nil {
 		return err
 	}
 	var keys [][2]uint32
@@ -114,14 +104,8 @@ func (t *procTable) drainLocked() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read histograms: %w", err)
 	}
-	var errs []error
-	for _, k := range keys {
-		if err := old.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("empty the drained counts: %w", err)
+	if err := loader.Empty(old, keys); err != nil {
+		return err
 	}
 	byComm := map[string]*[slots.Log2]uint64{}
 	for pid, h := range drained {
