@@ -99,3 +99,20 @@ func Empty[K any](m *ebpf.Map, keys []K) error {
 	}
 	return nil
 }
+
+// Misses is how many times the kernel skipped prog instead of running it
+// (bpf_prog_info.recursion_misses, 5.12+; 0 before, or when it cannot be
+// read). Where programs run with preemption on (fentry and raw
+// tracepoints under a preemptible kernel's RCU: the 7.x kernels), a
+// program preempted mid-run makes the next task on that CPU skip it: an
+// event not counted, which a tool must count as lost.
+func Misses(prog *ebpf.Program) uint64 {
+	if prog == nil {
+		return 0
+	}
+	st, err := prog.Stats()
+	if err != nil {
+		return 0
+	}
+	return st.RecursionMisses
+}

@@ -34,6 +34,7 @@ type procTable struct {
 	max   int
 
 	lostMap  *ebpf.Map
+	prog     *ebpf.Program // its skipped runs are lost writes (loader.Misses)
 	kernel   counts.Deltas // the program's lost count (a full hash), per report
 	report   map[uint32]*procHist
 	overflow uint64 // writes of processes that did not fit report
@@ -55,13 +56,13 @@ type procSeries struct {
 	other  [slots.Log2]uint64
 }
 
-func newProcTable(coll *ebpf.Collection, max int, inNS, cumulative, serve bool) (*procTable, error) {
+func newProcTable(coll *ebpf.Collection, program *ebpf.Program, max int, inNS, cumulative, serve bool) (*procTable, error) {
 	swap, err := loader.NewSwapped(coll.Maps["hist"], coll.Maps[prog.HistSwap], coll.Maps[prog.GenMap])
 	if err != nil {
 		return nil, err
 	}
 	t := &procTable{
-		swap: swap, comms: coll.Maps["comms"], inNS: inNS, max: max, lostMap: coll.Maps["lost"],
+		swap: swap, prog: program, comms: coll.Maps["comms"], inNS: inNS, max: max, lostMap: coll.Maps["lost"],
 		report: map[uint32]*procHist{}, cumul: cumulative,
 	}
 	if serve {
@@ -196,8 +197,8 @@ func (st *procSeries) add(byComm map[string]*[slots.Log2]uint64) {
 }
 
 // take drains, and returns a report: a histogram per process (by pid),
-// the lost writes (the program's, a full hash; and the table's, max
-// processes held already), and how many processes print as "?". Unless
+// the lost writes (the program's, a full hash; the kernel's, runs of the
+// program it skipped; and the table's, max processes held already), and how many processes print as "?". Unless
 // cumulative, the report starts again empty.
 func (t *procTable) take() (*run.HistReport, int, error) {
 	t.mu.Lock()
@@ -209,6 +210,7 @@ func (t *procTable) take() (*run.HistReport, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	kernelLost += loader.Misses(t.prog)
 	rep := &run.HistReport{Unit: "bytes", LabelKind: "process", Lost: t.kernel.Counter(kernelLost) + t.overflow}
 	if t.cumul {
 		rep.Lost = kernelLost + t.overflow
@@ -247,6 +249,7 @@ func (t *procTable) families() []metrics.Family {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lost, _ := counts.ReadPerCPUCounter(t.lostMap) // a full hash (the report's overflow is served)
+	lost += loader.Misses(t.prog)
 	if err := t.drainLocked(); err != nil {
 		return []metrics.Family{sizes, run.LostFamily("writesize", lost)}
 	}

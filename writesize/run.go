@@ -14,6 +14,7 @@ import (
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/proctree"
@@ -208,12 +209,25 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if o.PerProcess {
-		return perProcess(ctx, s, o, coll, cfg.NS != nil)
+	// The runs of the program the kernel skipped (loader.Misses) are lost
+	// writes, each a write, except on the raw hook, where the program runs
+	// for every system call: there the end of the run says how many.
+	counted := prog
+	if cfg.Raw != nil {
+		counted = nil
+		s.OnClose("", func() error {
+			if n := loader.Misses(prog); n > 0 {
+				fmt.Fprintf(s.Stderr, "writesize: the kernel skipped the program %d times (preempted on a CPU that another task's system call then reached): the writes among them are not counted; TRACEKIT_ATTACH=perf or fentry counts them as lost\n", n)
+			}
+			return nil
+		})
 	}
-	r := &reader{coll: coll, deltas: counts.Deltas{Cumulative: o.Cumulative}}
+	if o.PerProcess {
+		return perProcess(ctx, s, o, coll, counted, cfg.NS != nil)
+	}
+	r := &reader{coll: coll, prog: counted, deltas: counts.Deltas{Cumulative: o.Cumulative}}
 	if o.Serve != "" {
-		c := &collector{r: &reader{coll: coll}}
+		c := &collector{r: &reader{coll: coll, prog: counted}}
 		if err := s.ServeMetrics(o.Serve, c.families); err != nil {
 			return err
 		}
@@ -228,8 +242,8 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 }
 
 // perProcess reports -P's histograms from the drained table.
-func perProcess(ctx context.Context, s *run.Session, o *options, coll *ebpf.Collection, inNS bool) error {
-	table, err := newProcTable(coll, int(o.MaxKeys), inNS, o.Cumulative, o.Serve != "")
+func perProcess(ctx context.Context, s *run.Session, o *options, coll *ebpf.Collection, prog *ebpf.Program, inNS bool) error {
+	table, err := newProcTable(coll, prog, int(o.MaxKeys), inNS, o.Cumulative, o.Serve != "")
 	if err != nil {
 		return err
 	}
@@ -258,6 +272,7 @@ func perProcess(ctx context.Context, s *run.Session, o *options, coll *ebpf.Coll
 // reader turns the kernel's histogram into reports (without -P).
 type reader struct {
 	coll   *ebpf.Collection
+	prog   *ebpf.Program // its skipped runs are lost writes (loader.Misses)
 	deltas counts.Deltas
 }
 
@@ -266,5 +281,5 @@ func (r *reader) report() (*run.HistReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &run.HistReport{Unit: "bytes", Hists: []*terminal.Log2Hist{r.deltas.Hist(0, &h)}}, nil
+	return &run.HistReport{Unit: "bytes", Hists: []*terminal.Log2Hist{r.deltas.Hist(0, &h)}, Lost: r.deltas.Counter(loader.Misses(r.prog))}, nil
 }

@@ -2,6 +2,7 @@ package writesize
 
 import (
 	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/run"
 )
@@ -24,5 +25,5 @@ func (c *collector) families() []metrics.Family {
 	if err == nil {
 		sizes.Metrics = []metrics.Metric{{Hist: run.Log2Hist(h.Counts[:], lastSlot, 1, false)}}
 	}
-	return []metrics.Family{sizes, run.LostFamily("writesize", 0)}
+	return []metrics.Family{sizes, run.LostFamily("writesize", loader.Misses(c.r.prog))}
 }

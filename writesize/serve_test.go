@@ -50,7 +50,7 @@ func TestExpositionGoldens(t *testing.T) {
 		}
 	}
 	tooltest.PutPerCPU(t, per.Maps["lost"], uint32(0), 6)
-	table, err := newProcTable(per, 10, false, false, true)
+	table, err := newProcTable(per, nil, 10, false, false, true)
 	if err != nil {
 		t.Fatal(err)
 	}
