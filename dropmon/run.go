@@ -17,6 +17,7 @@ import (
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
@@ -102,11 +103,19 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if err := s.AttachHook(coll.Programs[prog.Name], cfg.Hook, "skb", "kfree_skb"); err != nil {
+	program := coll.Programs[prog.Name]
+	if err := s.AttachHook(program, cfg.Hook, "skb", "kfree_skb"); err != nil {
 		return err
 	}
 
 	r := &reporter{s: s, o: o, coll: coll, syms: syms, reasons: format.Symbolic["reason"], hasReason: l.Reason != nil}
+	// Each run of the program is a drop, and a run the kernel skipped a
+	// lost one; with --protocol, not each: those the end of the run tells.
+	if o.proto >= 0 {
+		s.ReportSkips("the drops of this protocol among them are not counted", program)
+	} else {
+		r.prog = program
+	}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
 	if o.Serve != "" {
 		c := &collector{r: r, series: run.StickySeries[uint64]{Max: o.ServeTop}}
@@ -153,6 +162,7 @@ type reporter struct {
 	hasReason bool
 	counts    counts.KeyedDeltas[dropKey]
 	lost      counts.Deltas
+	prog      *ebpf.Program // its skipped runs are lost drops (loader.Misses); nil with --protocol
 }
 
 // counts reads the drops since the start, and the drops that could not be
@@ -169,7 +179,7 @@ func (r *reporter) readCounts() (map[dropKey]uint64, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return cur, lost, nil
+	return cur, lost + loader.Misses(r.prog), nil
 }
 
 // rows reads the drops map into rows sorted by count, largest first.
@@ -331,7 +341,11 @@ func (r *reporter) writeText(now time.Time, rows []row, total, lost uint64) erro
 	writeTable(&b, rows, r.syms, r.reasonName, r.frames)
 	fmt.Fprintf(&b, "%d drops", total)
 	if lost > 0 {
-		fmt.Fprintf(&b, ", %d more lost (map full)", lost)
+		why := "map full"
+		if r.prog != nil {
+			why += "; or " + run.SkippedWhy
+		}
+		fmt.Fprintf(&b, ", %d more lost (%s)", lost, why)
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(r.s.Stdout, b.String())

@@ -417,6 +417,13 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 // report runs an action's loop: the maps read per interval, or the output
 // rings printed.
 func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebpf.Collection, prog *compile.Program, act compile.Action) error {
+	// A run the kernel skipped is an event, passing --where or not, in
+	// filter's own process or not: not a count, but said at the end.
+	progs := make([]*ebpf.Program, 0, len(coll.Programs))
+	for _, p := range coll.Programs {
+		progs = append(progs, p)
+	}
+	s.ReportSkips("the events among them that would have passed are missing from the output", progs...)
 	var table *keyTable
 	if prog.Swap {
 		top := 0

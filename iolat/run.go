@@ -163,11 +163,17 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if cfg.Insert != nil {
 		order = append(order, "insert")
 	}
+	var progs []*ebpf.Program
 	for _, p := range order {
 		if err := s.AttachHook(coll.Programs[p], h, "block", "block_rq_"+p); err != nil {
 			return err
 		}
+		progs = append(progs, coll.Programs[p])
 	}
+	// A skipped run costs the measure of at most one IO, and none where
+	// it was another disk's (-d) or where -Q's issue program had a start
+	// from the insert already: said at the end, not counted.
+	s.ReportSkips("up to as many IOs are not measured", progs...)
 
 	r := &reader{coll: coll, o: o, names: procfs.Disks{}}
 	r.deltas.Cumulative = o.Cumulative
@@ -259,12 +265,15 @@ func (r *reader) sortedIDs(m map[uint32][]uint64) []uint32 {
 	return ids
 }
 
+// lostWhy names the causes of the IOs counted as lost.
+const lostWhy = "in-flight map full or negative delta"
+
 func (r *reader) histReport() (*run.HistReport, error) {
 	per, lost, err := r.slots(slots.Log2)
 	if err != nil {
 		return nil, err
 	}
-	rep := &run.HistReport{Unit: "usecs", Lost: lost}
+	rep := &run.HistReport{Unit: "usecs", Lost: lost, LostWhy: lostWhy}
 	if r.o.Millis {
 		rep.Unit = "msecs"
 	}
@@ -329,7 +338,7 @@ func (r *reader) heatmap(ctx context.Context, s *run.Session) error {
 			return nil
 		}
 		if lost > 0 {
-			fmt.Fprintf(s.Stderr, "iolat: %d IOs could not be measured (in-flight map full or negative delta)\n", lost)
+			fmt.Fprintf(s.Stderr, "iolat: %d IOs could not be measured (%s)\n", lost, lostWhy)
 		}
 		return stream.Write(rows...)
 	})

@@ -287,6 +287,11 @@ exit, even SIGKILL of the tool), every process of the command's tree, those
 that left its process group or session included, gets SIGTERM, and SIGKILL
 a second later.
 
+Where the kernel skips a program instead of running it (on 7.x kernels a
+program can be preempted mid-run; the next event on that CPU finds it busy),
+the event is counted as lost where each run is one; elsewhere, a line at the
+end says how many runs the kernel skipped.
+
 Exit status: 0 success, also when the reader of stdout goes away (as in
 '| head -1'); 1 runtime error; 2 usage error. With -c, the command's status
 when it fails on its own (128+N when signal N ends it), unless the tool

@@ -16,6 +16,9 @@ type HistReport struct {
 	LabelKind string
 	Hists     []*terminal.Log2Hist
 	Lost      uint64
+	// LostWhy says in text output what makes an event lost ("map full"
+	// if empty).
+	LostWhy string
 	// Below, if set, counts values below zero: a signed value's negative
 	// side has no log2 slot.
 	Below *uint64
@@ -69,7 +72,11 @@ func (s *Session) WriteHist(r *HistReport, now time.Time) error {
 		fmt.Fprintf(&b, "below zero: %d (no log2 slot; not in the histogram)\n", *r.Below)
 	}
 	if r.Lost > 0 {
-		fmt.Fprintf(&b, "lost: %d events could not be counted (map full)\n", r.Lost)
+		why := r.LostWhy
+		if why == "" {
+			why = "map full"
+		}
+		fmt.Fprintf(&b, "lost: %d events could not be counted (%s)\n", r.Lost, why)
 	}
 	_, err := fmt.Fprint(s.Stdout, b.String())
 	return err

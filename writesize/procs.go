@@ -198,8 +198,21 @@ func (st *procSeries) add(byComm map[string]*[slots.Log2]uint64) {
 
 // take drains, and returns a report: a histogram per process (by pid),
 // the lost writes (the program's, a full hash; the kernel's, runs of the
-// program it skipped; and the table's, max processes held already), and how many processes print as "?". Unless
-// cumulative, the report starts again empty.
+// program it skipped; and the table's, max processes held already), and
+// how many processes print as "?". Unless cumulative, the report starts
+// again empty.
+// lostWhy names the causes of the lost writes in a text report.
+func (t *procTable) lostWhy() string {
+	why := fmt.Sprintf("more than %d processes in an interval: --max-keys raises it", t.max)
+	if t.cumul {
+		why = fmt.Sprintf("more than %d processes in the run: --max-keys raises it", t.max)
+	}
+	if t.prog != nil {
+		why += "; or " + run.SkippedWhy
+	}
+	return why
+}
+
 func (t *procTable) take() (*run.HistReport, int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -211,7 +224,7 @@ func (t *procTable) take() (*run.HistReport, int, error) {
 		return nil, 0, err
 	}
 	kernelLost += loader.Misses(t.prog)
-	rep := &run.HistReport{Unit: "bytes", LabelKind: "process", Lost: t.kernel.Counter(kernelLost) + t.overflow}
+	rep := &run.HistReport{Unit: "bytes", LabelKind: "process", Lost: t.kernel.Counter(kernelLost) + t.overflow, LostWhy: t.lostWhy()}
 	if t.cumul {
 		rep.Lost = kernelLost + t.overflow
 	}

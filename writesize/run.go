@@ -210,17 +210,17 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return err
 	}
 	// The runs of the program the kernel skipped (loader.Misses) are lost
-	// writes, each a write, except on the raw hook, where the program runs
-	// for every system call: there the end of the run says how many.
+	// writes where each run is one: not on the raw hook (every system
+	// call runs it) nor with -p or -c (every process's writes do); there
+	// the end of the run says how many.
 	counted := prog
-	if cfg.Raw != nil {
+	if cfg.Raw != nil || cfg.Pid != 0 || cfg.Tree != nil {
 		counted = nil
-		s.OnClose("", func() error {
-			if n := loader.Misses(prog); n > 0 {
-				fmt.Fprintf(s.Stderr, "writesize: the kernel skipped the program %d times (preempted on a CPU that another task's system call then reached): the writes among them are not counted; TRACEKIT_ATTACH=perf or fentry counts them as lost\n", n)
-			}
-			return nil
-		})
+		what := "the traced writes among them are not counted"
+		if cfg.Pid == 0 && cfg.Tree == nil {
+			what += " (--attach perf or fentry counts them as lost)"
+		}
+		s.ReportSkips(what, prog)
 	}
 	if o.PerProcess {
 		return perProcess(ctx, s, o, coll, counted, cfg.NS != nil)
@@ -281,5 +281,5 @@ func (r *reader) report() (*run.HistReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &run.HistReport{Unit: "bytes", Hists: []*terminal.Log2Hist{r.deltas.Hist(0, &h)}, Lost: r.deltas.Counter(loader.Misses(r.prog))}, nil
+	return &run.HistReport{Unit: "bytes", Hists: []*terminal.Log2Hist{r.deltas.Hist(0, &h)}, Lost: r.deltas.Counter(loader.Misses(r.prog)), LostWhy: run.SkippedWhy}, nil
 }
