@@ -40,7 +40,10 @@ func (r *Rings) Drain(tick time.Duration, fn func() error, fail func(error)) (st
 		}()
 		for {
 			_, err := unix.Poll(pfds, timeout)
-			if err != nil && !errors.Is(err, unix.EINTR) {
+			if errors.Is(err, unix.EINTR) {
+				continue // a signal (the runtime's preemption): nothing to read
+			}
+			if err != nil {
 				fail(fmt.Errorf("poll the rings of %s: %w", r.what, err))
 				return
 			}
