@@ -223,6 +223,9 @@ func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *S
 // probes left by killed runs, and the -c command held at its gate (so that
 // its pid is known while the programs are built); then the tool's own Run.
 func run(ctx context.Context, t Tool, s *Session) error {
+	if err := checkAddressSpace(); err != nil {
+		return err
+	}
 	if err := kernel.CheckPrivileges(t.Name); err != nil {
 		return err
 	}
