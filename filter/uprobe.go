@@ -93,7 +93,11 @@ var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/l
 // directories.
 func resolveFile(name string, pid int) (string, error) {
 	if pid != 0 {
-		return resolveIn(name, fmt.Sprintf("/proc/%d/root", pid))
+		root := fmt.Sprintf("/proc/%d/root", pid)
+		if _, err := os.Stat(root + "/"); err != nil {
+			return "", procfs.Denied(pid, err)
+		}
+		return resolveIn(name, root)
 	}
 	path := name
 	if !strings.HasPrefix(name, "/") {
@@ -313,7 +317,10 @@ func userInfo(s *run.Session, ev event, pid int) error {
 // /proc/PID/maps names them, read through the process's root.
 func mappedInfo(s *run.Session, pid int) error {
 	maps, err := procfs.ReadMaps(pid)
-	if err != nil {
+	var denied *procfs.DeniedError
+	if errors.As(err, &denied) {
+		return err
+	} else if err != nil {
 		return fmt.Errorf("read the mappings of pid %d: %w", pid, err)
 	}
 	seen := map[string]bool{}
@@ -325,6 +332,9 @@ func mappedInfo(s *run.Session, pid int) error {
 		seen[m.Path] = true
 		path := fmt.Sprintf("/proc/%d/root%s", pid, m.Path)
 		f, err := uprobe.Open(path)
+		if errors.Is(err, fs.ErrPermission) {
+			return procfs.Denied(pid, err) // its root: the ptrace check
+		}
 		if err != nil {
 			continue // deleted, not ELF, gone: nothing to list
 		}

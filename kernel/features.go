@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -30,16 +31,14 @@ var readers = sync.OnceValue(func() asm.Readers {
 func Readers() asm.Readers { return readers() }
 
 // HashKeyFits reports whether a hash map takes keys of size bytes: 5.10
-// refuses keys above MAX_BPF_STACK (512 bytes), 6.1 takes them.
+// refuses keys above MAX_BPF_STACK (512 bytes) with E2BIG, 6.1 takes them.
+// Any other refusal (no permission, no memory) is not about the key: it
+// fits, and the tool's own load says what is wrong.
 func HashKeyFits(size int) bool {
-	return probeMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: uint32(size), ValueSize: 8, MaxEntries: 1})
-}
-
-func probeMap(spec *ebpf.MapSpec) bool {
 	_ = loader.RemoveMemlock() // before 5.11 map memory counts against RLIMIT_MEMLOCK
-	m, err := ebpf.NewMap(spec)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: uint32(size), ValueSize: 8, MaxEntries: 1})
 	if err != nil {
-		return false
+		return !errors.Is(err, unix.E2BIG) && !errors.Is(err, unix.EINVAL)
 	}
 	m.Close()
 	return true

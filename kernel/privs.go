@@ -2,15 +2,10 @@ package kernel
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
-	"golang.org/x/sys/unix"
-)
-
-// Capability numbers (linux/capability.h); CAP_BPF and CAP_PERFMON are 5.8+.
-const (
-	capSysAdmin = 21
-	capPerfmon  = 38
-	capBPF      = 39
+	"github.com/tracekit/tracekit/internal/caps"
 )
 
 // PrivilegeError is a missing privilege: the tools exit 1 with its message.
@@ -18,23 +13,32 @@ type PrivilegeError struct{ msg string }
 
 func (e *PrivilegeError) Error() string { return e.msg }
 
+// InitialUserNS tells from /proc/self/uid_map whether the process is in
+// the initial user namespace, whose map is the identity over every uid:
+// "0 0 4294967295". A nested namespace maps a range, or nothing yet.
+func InitialUserNS(uidMap []byte) bool {
+	f := strings.Fields(string(uidMap))
+	return len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295"
+}
+
 // CheckPrivileges fails with a one-line explanation unless the process may
 // load tracing programs: CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (5.8+).
 func CheckPrivileges(tool string) error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
+	if b, err := os.ReadFile("/proc/self/uid_map"); err == nil && !InitialUserNS(b) {
+		return &PrivilegeError{fmt.Sprintf("this process is in a user namespace of its own (a rootless container, unshare -U), and the kernel does not count capabilities held there for BPF and perf events: run %s as root in the host's user namespace", tool)}
+	}
+	has, err := caps.Effective()
+	if err != nil {
 		return fmt.Errorf("read capabilities: %w", err)
 	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	if has(capSysAdmin) || (has(capBPF) && has(capPerfmon)) {
+	if has(caps.SysAdmin) || (has(caps.BPF) && has(caps.Perfmon)) {
 		return nil
 	}
 	var missing string
 	switch {
-	case !has(capBPF) && !has(capPerfmon):
+	case !has(caps.BPF) && !has(caps.Perfmon):
 		missing = "CAP_BPF and CAP_PERFMON"
-	case !has(capBPF):
+	case !has(caps.BPF):
 		missing = "CAP_BPF"
 	default:
 		missing = "CAP_PERFMON"

@@ -3,6 +3,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -69,10 +70,24 @@ func Load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
 		return nil, fmt.Errorf("load BPF programs: the kernel's verifier rejected them: %w\nverifier log:\n%+v\n%s", err, ve, progs)
 	}
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-		return nil, fmt.Errorf("load BPF programs: %w (needs root, or CAP_BPF and CAP_PERFMON)", err)
+		return nil, fmt.Errorf("load BPF programs: %w%s", noMemlockHint{err}, permissionHint)
 	}
 	return nil, fmt.Errorf("load BPF programs: %w", err)
 }
+
+// permissionHint follows a refusal to load.
+const permissionHint = " (needs root, or CAP_BPF and CAP_PERFMON; with them, kernel lockdown, a security module or a seccomp filter can still forbid BPF)"
+
+// memlockHint is what cilium/ebpf adds to every EPERM from creating a map
+// or loading a program. RemoveMemlock has raised the limit wherever the
+// kernel charges it (before 5.11); elsewhere the hint is false.
+const memlockHint = " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)"
+
+// noMemlockHint is an error without memlockHint in its text.
+type noMemlockHint struct{ err error }
+
+func (e noMemlockHint) Error() string { return strings.ReplaceAll(e.err.Error(), memlockHint, "") }
+func (e noMemlockHint) Unwrap() error { return e.err }
 
 // firstLineInfo gives the first instruction a comment when any other has
 // one: comments become BTF line info, and the kernel rejects line info that

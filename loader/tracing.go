@@ -112,7 +112,7 @@ func Tracing(p *ebpf.ProgramSpec, maps map[string]*ebpf.Map, verbose bool) (*ebp
 			// Kernels without BPF trampolines refuse fentry so, even to root.
 			return nil, fmt.Errorf("load BPF program %s (%s %s): %w, even to root: this kernel does not allow it", p.Name, p.AttachType, p.AttachTo, err)
 		}
-		return nil, fmt.Errorf("load BPF program %s: %w (needs root, or CAP_BPF and CAP_PERFMON)", p.Name, err)
+		return nil, fmt.Errorf("load BPF program %s: %w%s", p.Name, noMemlockHint{err}, permissionHint)
 	}
 	if fe := fdError(err); fe != nil {
 		return nil, fe

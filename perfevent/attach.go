@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/internal/caps"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -82,6 +83,11 @@ func privilegeHint(err error) string {
 		if level, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && level > 2 {
 			return fmt.Sprintf(" (kernel.perf_event_paranoid is %d: only root opens perf events here; at 2 or below, CAP_PERFMON and CAP_BPF do)", level)
 		}
+	}
+	if caps.LeastTracer() {
+		// A probe on a file under another process's /proc/PID/root
+		// fails the ptrace check, for one.
+		return " (CAP_BPF and CAP_PERFMON, which this process has, are not enough here: another process's files need CAP_SYS_PTRACE; else run as root)"
 	}
 	return " (needs root, or CAP_PERFMON and CAP_BPF)"
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -58,11 +59,35 @@ func ParseMaps(r io.Reader) ([]Mapping, error) {
 	return out, sc.Err()
 }
 
-// ReadMaps reads a process's mappings.
+// ReadMaps reads a process's mappings. A process the tool may not read
+// gives a *DeniedError.
 func ReadMaps(pid int) ([]Mapping, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
-		return nil, err
+		return nil, Denied(pid, err)
 	}
 	return ParseMaps(bytes.NewReader(b))
+}
+
+// DeniedError is a process whose files in /proc (maps, root, map_files)
+// the tool may not read: the kernel's ptrace access check, which
+// CAP_BPF and CAP_PERFMON do not pass.
+type DeniedError struct {
+	Pid int
+	Err error
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("cannot read process %d's memory maps and files: %v (it is another user's, or holds capabilities this tool lacks: reading it needs CAP_SYS_PTRACE, or root; CAP_BPF and CAP_PERFMON do not give it)", e.Pid, e.Err)
+}
+
+func (e *DeniedError) Unwrap() error { return e.Err }
+
+// Denied turns a permission error reading pid's files in /proc into a
+// *DeniedError, and returns any other error as it is.
+func Denied(pid int, err error) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return &DeniedError{Pid: pid, Err: fs.ErrPermission}
+	}
+	return err
 }

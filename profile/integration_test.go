@@ -655,3 +655,30 @@ func TestOutputOnFullDisk(t *testing.T) {
 		os.Remove(out)
 	}
 }
+
+// TestUnreadableProcessSaid: with CAP_BPF and CAP_PERFMON (and
+// CAP_DAC_READ_SEARCH for tracefs), profile samples a root process whose
+// files it may not open (the ptrace check): the report says so, with the
+// capability that reads them, instead of an empty table and no word. The
+// binary before said nothing.
+func TestUnreadableProcessSaid(t *testing.T) {
+	privtest.Require(t)
+	paranoid, _ := os.ReadFile("/proc/sys/kernel/perf_event_paranoid")
+	if level, _ := strconv.Atoi(strings.TrimSpace(string(paranoid))); level > 2 {
+		t.Skipf("perf_event_paranoid is %d: perf events are root's (writesize's TestCapBPFWithoutTracefsAccess checks the message)", level)
+	}
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { busy.Process.Kill(); busy.Wait() }()
+	caps := []uintptr{tooltest.CapBPF, tooltest.CapPerfmon, tooltest.CapDacReadSearch}
+	r := tooltest.RunAs(t, caps, tooltest.Tool(t, "profile"), "-p", strconv.Itoa(busy.Process.Pid), "1", "1")
+	if r.Status != 0 || !strings.Contains(r.Stdout, "  1 process unreadable: another user's, or holding capabilities profile lacks (CAP_SYS_PTRACE, or root, reads them)") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want the unreadable process said", r.Status, r.Stdout, r.Stderr)
+	}
+	r = tooltest.RunAs(t, append(caps, tooltest.CapSysPtrace), tooltest.Tool(t, "profile"), "-p", strconv.Itoa(busy.Process.Pid), "1", "1")
+	if r.Status != 0 || strings.Contains(r.Stdout, "unreadable") || !strings.Contains(r.Stdout, "unwind tables: ") || strings.Contains(r.Stdout, "unwind tables: 0 files") {
+		t.Errorf("with CAP_SYS_PTRACE: exit %d, stdout %q, stderr %q; want its files' tables read", r.Status, r.Stdout, r.Stderr)
+	}
+}

@@ -3,8 +3,10 @@ package profile
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -50,11 +52,15 @@ func openMapped(pid uint32, m mapping) (*elf.File, *os.File, error) {
 		ef, err := newELF(bytes.NewReader(b))
 		return ef, nil, err
 	}
+	denied := 0
 	for _, p := range []string{
 		fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End),
 		fmt.Sprintf("/proc/%d/root%s", pid, strings.TrimSuffix(m.Path, " (deleted)")),
 	} {
 		osf, err := regular.Open(p) // a FIFO named like a deleted mapping: never opened
+		if errors.Is(err, fs.ErrPermission) {
+			denied++ // map_files: CAP_SYS_ADMIN; root: the ptrace check
+		}
 		if err != nil {
 			continue
 		}
@@ -64,6 +70,9 @@ func openMapped(pid uint32, m mapping) (*elf.File, *os.File, error) {
 			return nil, nil, err
 		}
 		return ef, osf, nil
+	}
+	if denied == 2 {
+		return nil, nil, procfs.Denied(int(pid), fs.ErrPermission)
 	}
 	return nil, nil, fmt.Errorf("open %s of pid %d: not reachable", m.Path, pid)
 }

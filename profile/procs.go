@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tracekit/tracekit/internal/regular"
+	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/unwind"
 )
 
@@ -59,6 +60,7 @@ type process struct {
 	scanned  time.Time
 	every    time.Duration // the least time to the next rescan
 	gone     bool
+	denied   bool // its files (or maps) are not ours to read: counted once
 }
 
 // lpmKey and lpmValue are the mappings trie's: {pid, address} big-endian,
@@ -88,6 +90,7 @@ type processes struct {
 	files             map[fileKey]*file
 	procs             map[uint32]*process
 	full              int      // files left out: the row table was full
+	denied            int      // processes whose maps the kernel would not let us read
 	refused           []string // files past the parse's limits, and why
 	loadTime          time.Duration
 
@@ -129,7 +132,11 @@ func (ps *processes) scan(pid uint32, force bool) {
 			p = &process{comm: "?"}
 			ps.procs[pid] = p
 		}
-		p.gone = true // exited: keep what an earlier scan recorded
+		var denied *procfs.DeniedError
+		if errors.As(err, &denied) {
+			ps.markDenied(p)
+		}
+		p.gone = true // exited (or not ours to read): keep what an earlier scan recorded
 		return
 	}
 	if p == nil {
@@ -145,7 +152,11 @@ func (ps *processes) scan(pid uint32, force bool) {
 		if !m.Exec() || m.Path == "" || strings.HasPrefix(m.Path, "[") && m.Path != "[vdso]" {
 			continue
 		}
-		f := ps.fileOf(pid, m)
+		f, err := ps.fileOf(pid, m)
+		var denied *procfs.DeniedError
+		if errors.As(err, &denied) {
+			ps.markDenied(p)
+		}
 		if f == nil {
 			continue
 		}
@@ -233,19 +244,31 @@ func sameMappings(a, b []procMapping) bool {
 
 // fileOf opens a mapped file once (its program headers only; the rest is
 // read when needed).
-func (ps *processes) fileOf(pid uint32, m mapping) *file {
+func (ps *processes) fileOf(pid uint32, m mapping) (*file, error) {
 	key := keyOf(m)
 	if f, ok := ps.files[key]; ok {
-		return f
+		return f, nil
 	}
 	ef, osf, err := openMapped(pid, m)
-	if err != nil {
+	var denied *procfs.DeniedError
+	if errors.As(err, &denied) {
+		return nil, err // not remembered: another process may reach the file
+	} else if err != nil {
 		ps.files[key] = nil
-		return nil
+		return nil, err
 	}
 	f := &file{name: filepath.Base(m.Path), elf: ef, osf: osf, progs: ef.Progs, first: -1}
 	ps.files[key] = f
-	return f
+	return f, nil
+}
+
+// markDenied counts a process whose maps or files the kernel would not let
+// us read, once.
+func (ps *processes) markDenied(p *process) {
+	if !p.denied {
+		p.denied = true
+		ps.denied++
+	}
 }
 
 // close ends the background parser and closes every file held open.

@@ -493,6 +493,13 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 			fmt.Fprintf(w, "; %d files left out: the table is full (--table-mib)", r.ps.full)
 		}
 		w.WriteString("\n")
+		if r.ps.denied > 0 {
+			n := fmt.Sprintf("%d processes", r.ps.denied)
+			if r.ps.denied == 1 {
+				n = "1 process"
+			}
+			fmt.Fprintf(w, "  %s unreadable: another user's, or holding capabilities profile lacks (CAP_SYS_PTRACE, or root, reads them): user stacks by frame pointers, unnamed\n", n)
+		}
 		for _, why := range r.ps.refused {
 			fmt.Fprintf(w, "  table refused: %s\n", terminal.Printable(why))
 		}

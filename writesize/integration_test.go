@@ -244,6 +244,28 @@ func TestUnprivilegedGetsOneLine(t *testing.T) {
 	}
 }
 
+// TestUserNamespaceGetsOneLine: in a user namespace of its own (a rootless
+// container) a tool holds every capability, which the kernel does not
+// count for BPF: each tool says so in one line, and nothing false (the
+// binary before blamed RLIMIT_MEMLOCK, and profile the kernel's hash keys).
+func TestUserNamespaceGetsOneLine(t *testing.T) {
+	privtest.Require(t)
+	for _, name := range []string{"writesize", "dropmon", "iolat", "filter", "profile"} {
+		args := map[string][]string{"filter": {"--count", "syscalls:sys_enter_write"}}[name]
+		cmd := exec.Command(tooltest.Tool(t, name), append(args, "0.01", "1")...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}}}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		msg := errb.String()
+		if st := cmd.ProcessState.ExitCode(); st != 1 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "user namespace of its own") || out.Len() != 0 {
+			t.Errorf("%s in a user namespace: exit %d, stderr %q, stdout %q; want 1 and one line naming the user namespace", name, st, msg, out.String())
+		}
+	}
+}
+
 // With CAP_BPF and CAP_PERFMON but not root, tracefs (mode 0700) is what
 // keeps the tracepoint out of reach: the error says which capability opens
 // it, and with that one added the run works. fentry (auto, where the

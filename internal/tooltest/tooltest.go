@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -482,10 +483,30 @@ type Result struct {
 	Status         int
 }
 
+// Capability numbers (linux/capability.h) for RunAs.
+const (
+	CapDacReadSearch = 2
+	CapSysPtrace     = 19
+	CapPerfmon       = 38
+	CapBPF           = 39
+)
+
+// RunAs runs a binary to completion as nobody holding only caps.
+func RunAs(t testing.TB, caps []uintptr, bin string, args ...string) Result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, AmbientCaps: caps}
+	return run(t, cmd)
+}
+
 // Run runs a binary to completion.
 func Run(t testing.TB, bin string, args ...string) Result {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	return run(t, exec.Command(bin, args...))
+}
+
+func run(t testing.TB, cmd *exec.Cmd) Result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
