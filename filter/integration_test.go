@@ -919,12 +919,13 @@ func TestUprobeLeastPrivilege(t *testing.T) {
 	level, _ := strconv.Atoi(strings.TrimSpace(string(paranoid)))
 	ran := func(what string, r tooltest.Result) {
 		t.Helper()
-		switch {
-		case level <= 2 && (r.Status != 0 || !strings.Contains(r.Stdout, "events of uprobe:")):
-			t.Errorf("%s: exit %d, %q %q; want a run", what, r.Status, r.Stdout, r.Stderr)
-		case level > 2 && (r.Status != 1 || !strings.Contains(r.Stderr, fmt.Sprintf("kernel.perf_event_paranoid is %d", level))):
-			// Debian's level 3 keeps perf events for root.
-			t.Errorf("%s (perf_event_paranoid %d): exit %d, %q; want 1 and the level named", what, level, r.Status, r.Stderr)
+		if r.Status == 0 && strings.Contains(r.Stdout, "events of uprobe:") {
+			return
+		}
+		// Debian's level 3 keeps perf events for root on 5.10 and 6.1
+		// (6.12 and 7.2 let CAP_PERFMON through): then the level is named.
+		if level <= 2 || r.Status != 1 || !strings.Contains(r.Stderr, fmt.Sprintf("kernel.perf_event_paranoid is %d", level)) {
+			t.Errorf("%s (perf_event_paranoid %d): exit %d, %q %q; want a run, or 1 and the level named above 2", what, level, r.Status, r.Stdout, r.Stderr)
 		}
 	}
 	ran("system-wide", tooltest.RunAs(t, least, bin, "--count", "uprobe:libc.so.6:malloc", "0.01", "1"))
