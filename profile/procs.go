@@ -132,10 +132,7 @@ func (ps *processes) scan(pid uint32, force bool) {
 			p = &process{comm: "?"}
 			ps.procs[pid] = p
 		}
-		var denied *procfs.DeniedError
-		if errors.As(err, &denied) {
-			ps.markDenied(p)
-		}
+		ps.noteDenied(p, err)
 		p.gone = true // exited (or not ours to read): keep what an earlier scan recorded
 		return
 	}
@@ -153,10 +150,7 @@ func (ps *processes) scan(pid uint32, force bool) {
 			continue
 		}
 		f, err := ps.fileOf(pid, m)
-		var denied *procfs.DeniedError
-		if errors.As(err, &denied) {
-			ps.markDenied(p)
-		}
+		ps.noteDenied(p, err)
 		if f == nil {
 			continue
 		}
@@ -262,10 +256,11 @@ func (ps *processes) fileOf(pid uint32, m mapping) (*file, error) {
 	return f, nil
 }
 
-// markDenied counts a process whose maps or files the kernel would not let
-// us read, once.
-func (ps *processes) markDenied(p *process) {
-	if !p.denied {
+// noteDenied counts p, once, where err says the kernel would not let us
+// read its maps or files.
+func (ps *processes) noteDenied(p *process, err error) {
+	var denied *procfs.DeniedError
+	if errors.As(err, &denied) && !p.denied {
 		p.denied = true
 		ps.denied++
 	}
