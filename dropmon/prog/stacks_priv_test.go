@@ -21,7 +21,11 @@ func TestMain(m *testing.M) { tooltest.Main(m) }
 // bucket in the stacks map, the first stack takes it and every other
 // distinct stack overflows: UDP drops over IPv4 and over IPv6 are two
 // distinct stacks at least, so one of them must come back from the
-// overflow map, and none may be lost.
+// overflow map. Two overflowed stacks can share a bucket of the overflow
+// map too (one chance in about 2048 per pair: arm64's drops gave five
+// distinct stacks, and one run in CI drew it); the program then keeps
+// -EEXIST as the id and the report counts that stack as lost. Every other
+// id must read back.
 func TestStackOverflowMap(t *testing.T) {
 	privtest.Require(t)
 	if !hook.HaveRawTracepoints() {
@@ -74,6 +78,10 @@ func TestStackOverflowMap(t *testing.T) {
 	}
 	overflowed := 0
 	for _, id := range ids {
+		if id == eexist {
+			t.Logf("stack id %d: collided in the overflow map as well", id)
+			continue
+		}
 		pcs, err := Stack(coll, id)
 		if err != nil || pcs[0] == 0 {
 			t.Errorf("stack id %d: %v, first frame 0x%x", id, err, pcs[0])
