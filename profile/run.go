@@ -207,7 +207,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	s.OnClose("", clock.Close)
+	s.OnDetach("", clock.Close)
 
 	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}, kernelDepth: cfg.KernelDepth}
 	// The output files are created now: a path that cannot be written is

@@ -290,6 +290,10 @@ exit, even SIGKILL of the tool), every process of the command's tree, those
 that left its process group or session included, gets SIGTERM, and SIGKILL
 a second later.
 
+The tracing ends before the final report: programs detached, probe events
+removed, the command's processes ended. A report that waits on its reader
+(a pager) holds nothing in the kernel meanwhile.
+
 Where the kernel skips a program instead of running it (on 7.x kernels a
 program can be preempted mid-run; the next event on that CPU finds it busy),
 the event is counted as lost where each run is one; elsewhere, a line at the

@@ -39,6 +39,12 @@ type Session struct {
 	closers   []closer
 	closed    bool
 	closeDone chan struct{} // closed when the closing is over
+	detachErr error         // what Detach's closers returned, for Close
+
+	// ending is held while Detach or the closing runs closers: a closing
+	// that comes during Detach (the watchdog's) waits for its probe events
+	// to be removed before the tool may exit.
+	ending sync.Mutex
 
 	tracefsEvents bool // probe events registered in tracefs, removed at the end
 
@@ -57,6 +63,9 @@ type Session struct {
 type closer struct {
 	what  string
 	close func() error
+	// detach marks what ends the tracing (an attachment, a probe event):
+	// Detach runs it before the final report.
+	detach bool
 }
 
 // NewSession starts a run of tool writing to the process's stdout and
@@ -86,14 +95,52 @@ func (s *Session) Go(what string, fn func()) {
 // it. what names it in an error, "" where close's errors name it already.
 // Registered after Close (a goroutine late to the end), it runs at once.
 func (s *Session) OnClose(what string, close func() error) {
+	s.register(closer{what: what, close: close})
+}
+
+// OnDetach registers the undoing of something that traces (an attachment
+// of a program, a probe event): Detach runs it before the final report,
+// Close if Detach did not. Maps and programs are OnClose's: the final
+// report reads them.
+func (s *Session) OnDetach(what string, close func() error) {
+	s.register(closer{what: what, close: close, detach: true})
+}
+
+func (s *Session) register(c closer) {
 	s.mu.Lock()
 	if !s.closed {
-		s.closers = append(s.closers, closer{what, close})
+		s.closers = append(s.closers, c)
 		s.mu.Unlock()
 		return
 	}
 	s.mu.Unlock()
-	_ = close()
+	_ = c.close()
+}
+
+// Detach ends the tracing before the final report: every attachment
+// closed and every probe event removed (OnDetach), last first, the maps
+// kept for the report to read. A report that then waits on a slow reader
+// of stdout (a pager, a full pipe) keeps nothing of ours in the kernel's
+// paths, and counts nothing that happened after the run's end. Close
+// returns its errors. Twice, or after Close, is harmless.
+func (s *Session) Detach() {
+	s.ending.Lock()
+	defer s.ending.Unlock()
+	s.mu.Lock()
+	var ds, keep []closer
+	for _, c := range s.closers {
+		if c.detach {
+			ds = append(ds, c)
+		} else {
+			keep = append(keep, c)
+		}
+	}
+	s.closers = keep
+	s.mu.Unlock()
+	errs := runClosers(ds)
+	s.mu.Lock()
+	s.detachErr = errors.Join(s.detachErr, errs)
+	s.mu.Unlock()
 }
 
 // Close undoes everything registered, last first, each once, and joins
@@ -113,11 +160,24 @@ func (s *Session) close() (first bool, err error) {
 		<-done
 		return false, nil
 	}
-	cs := s.closers
-	s.closers, s.closed = nil, true
+	s.closed = true
 	s.closeDone = make(chan struct{})
 	defer close(s.closeDone)
 	s.mu.Unlock()
+	// A Detach under way finishes first (its closers are no longer in the
+	// list); then nothing else can take closers from it.
+	s.ending.Lock()
+	defer s.ending.Unlock()
+	s.mu.Lock()
+	cs, detachErr := s.closers, s.detachErr
+	s.closers = nil
+	s.mu.Unlock()
+	return true, errors.Join(detachErr, runClosers(cs))
+}
+
+// runClosers runs cs last first, each once, and joins their errors: one
+// failure never keeps the rest open.
+func runClosers(cs []closer) error {
 	var errs []error
 	for i := len(cs) - 1; i >= 0; i-- {
 		if err := cs[i].close(); err != nil {
@@ -127,7 +187,7 @@ func (s *Session) close() (first bool, err error) {
 			errs = append(errs, err)
 		}
 	}
-	return true, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Load loads spec (see loader.Load) and closes the collection with the run.
@@ -146,7 +206,7 @@ func (s *Session) AttachTracepoint(prog *ebpf.Program, group, name string) error
 	if err != nil {
 		return err
 	}
-	s.OnClose("", a.Close) // "detach tracepoint x:y: ..."
+	s.OnDetach("", a.Close) // "detach tracepoint x:y: ..."
 	return nil
 }
 
@@ -188,7 +248,7 @@ func (s *Session) AttachHook(prog *ebpf.Program, h hook.Hook, group, name string
 	if err != nil {
 		return err
 	}
-	s.OnClose("", a.Close) // "detach ..."
+	s.OnDetach("", a.Close) // "detach ..."
 	return nil
 }
 
@@ -200,7 +260,7 @@ func (s *Session) AttachProbe(prog *ebpf.Program, p tracefs.Probe, legacy bool) 
 		return err
 	}
 	s.tracefsEvents = s.tracefsEvents || legacy
-	s.OnClose("", a.Close) // "detach tracepoint x:y: ..."
+	s.OnDetach("", a.Close) // "detach tracepoint x:y: ..."
 	return nil
 }
 
@@ -234,9 +294,9 @@ func (s *Session) AttachUprobes(sets []ProbeSet, multi bool) error {
 		}
 	}
 	if multi {
-		s.OnClose("", func() error { return perfevent.CloseAll(cs) })
+		s.OnDetach("", func() error { return perfevent.CloseAll(cs) })
 	} else {
-		s.OnClose("", func() error { return s.closeProbes(cs) })
+		s.OnDetach("", func() error { return s.closeProbes(cs) })
 	}
 	return nil
 }
@@ -267,7 +327,7 @@ func (s *Session) ProbeEvent(p tracefs.Probe) (*perfevent.ProbeEvent, error) {
 		return nil, err
 	}
 	s.tracefsEvents = true
-	s.OnClose("remove "+e.Name(), e.Close)
+	s.OnDetach("remove "+e.Name(), e.Close)
 	return e, nil
 }
 
@@ -345,8 +405,9 @@ func stdoutClosed(fd int) bool {
 
 // Loop releases the -c command and prints reports until ctx is done, the
 // command exits, Stop is called, stdout is closed, or count reports were
-// printed; then it prints the final report. report(final) writes one
-// report; final is true for the last one.
+// printed; then it ends the command's tree and the tracing (Detach) and
+// prints the final report. report(final) writes one report; final is true
+// for the last one.
 func (s *Session) Loop(ctx context.Context, what string, report func(final bool) error) error {
 	// Collect the garbage of the setup (kallsyms, BTF, formats) and hand
 	// the memory back now, not while the programs run: a collection, or the
@@ -389,12 +450,16 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 	}
 	watch := time.NewTicker(stdoutPoll)
 	defer watch.Stop()
+	// The final report: the command's tree ended while it is still
+	// traced, then the tracing ended (Detach), then the report, which may
+	// wait on its reader (a pager) as long as the reader likes.
 	final := func() error {
 		if s.cmd != nil {
 			if err := s.cmd.Stop(); err != nil {
 				return err
 			}
 		}
+		s.Detach()
 		return report(true)
 	}
 	for n := 0; ; {
@@ -408,7 +473,7 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 			return final()
 		case <-done:
 			s.commandStatus = s.cmd.Status()
-			return report(true)
+			return final() // what the command left running ends too
 		case <-watch.C:
 			if stdoutClosed(s.stdoutFD) {
 				return ErrStdoutClosed

@@ -41,6 +41,43 @@ func TestSessionClosesInReverseEvenWhenOneFails(t *testing.T) {
 	}
 }
 
+// The final report comes after Detach, which undoes what traces (last
+// first, each once) and keeps the rest for Close; Close returns Detach's
+// errors with its own.
+func TestFinalReportAfterDetach(t *testing.T) {
+	s := NewSession("t", &Common{})
+	s.Quiet, s.stdoutFD = true, -1
+	var order []string
+	add := func(name string, detach bool, err error) {
+		fn := func() error { order = append(order, name); return err }
+		if detach {
+			s.OnDetach(name, fn)
+		} else {
+			s.OnClose(name, fn)
+		}
+	}
+	add("load", false, nil)
+	add("probe event", true, nil)
+	add("attach", true, errors.New("detach failed"))
+	add("rings", false, nil)
+	go s.Stop(nil)
+	err := s.Loop(context.Background(), "x", func(final bool) error {
+		order = append(order, "report")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Detach() // again: nothing left to run
+	err = s.Close()
+	if got := strings.Join(order, ","); got != "attach,probe event,report,rings,load" {
+		t.Errorf("order %s", got)
+	}
+	if err == nil || !strings.Contains(err.Error(), "attach: detach failed") {
+		t.Errorf("Close: %v, want Detach's error", err)
+	}
+}
+
 // Stop(nil) ends the loop with the final report; Stop(err) returns err.
 func TestSessionStop(t *testing.T) {
 	for _, stopErr := range []error{nil, errors.New("boom")} {

@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/internal/pgroup"
 	"github.com/tracekit/tracekit/internal/privtest"
@@ -310,4 +314,86 @@ func TestFewOpenFiles(t *testing.T) {
 	if !said {
 		t.Errorf("no limit from 8 to 40 stopped the load with %q", "too many open files: the limit is N (ulimit -n)")
 	}
+}
+
+// After the -c command ends, the final report may wait on its reader (a
+// pager; here a pipe left full) as long as the reader likes, but the
+// tracing ends first: while the write waits, the tool holds no attachment
+// (perf event, BPF link), and the report, read at last, is exact.
+func TestFinalReportWaitsDetached(t *testing.T) {
+	privtest.Require(t)
+	tooltest.ForEachHook(t, "", func(t *testing.T) {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		r, w := os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+		defer r.Close()
+		room, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(make([]byte, room)); err != nil { // full: the tool's first write waits
+			t.Fatal(err)
+		}
+		const n = 25
+		cmd := exec.Command(tool(t), "--json", "-c", writer(t, 300, n))
+		var stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = w, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		ended := make(chan error, 1)
+		go func() { ended <- cmd.Wait() }()
+		wchans, blocked := "", false
+		for deadline := time.Now().Add(10 * time.Second); !blocked && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+			wchans = taskWchans(cmd.Process.Pid)
+			blocked = strings.Contains(wchans, "pipe_write")
+		}
+		held := attachmentFDs(cmd.Process.Pid)
+		out, _ := io.ReadAll(r)
+		<-ended
+		if !blocked {
+			t.Fatalf("the tool never waited in a write to its full stdout (its threads wait in %s); stderr %q", wchans, stderr.String())
+		}
+		if len(held) > 0 {
+			t.Errorf("while its final report waited on stdout, the tool still held %v: the tracing must end before the report", held)
+		}
+		if st := cmd.ProcessState.ExitCode(); st != 0 {
+			t.Fatalf("exit %d, stderr %q", st, stderr.String())
+		}
+		reps := parseJSON(t, string(out[room:]))
+		lo, hi := terminal.SlotRange(slots.Log2Of(300))
+		want := []terminal.Bucket{{Low: lo, High: hi, Count: n}}
+		if len(reps) != 1 || len(reps[0].Histograms) != 1 || !slices.Equal(nonEmpty(reps[0].Histograms[0].Buckets), want) {
+			t.Errorf("report %+v, want one histogram of exactly %+v", reps, want)
+		}
+	})
+}
+
+// taskWchans lists where each thread of pid waits in the kernel.
+func taskWchans(pid int) string {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/wchan", pid))
+	var ws []string
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		ws = append(ws, string(b))
+	}
+	return strings.Join(ws, " ")
+}
+
+// attachmentFDs lists pid's descriptors that attach a program: perf
+// events and BPF links (the maps and programs stay for the report).
+func attachmentFDs(pid int) []string {
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	var held []string
+	for _, fd := range fds {
+		target, _ := os.Readlink(fd)
+		if strings.Contains(target, "perf_event") || strings.Contains(target, "link") || strings.Contains(target, "raw-tracepoint") {
+			held = append(held, target)
+		}
+	}
+	return held
 }
