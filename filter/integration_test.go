@@ -888,10 +888,7 @@ func TestSkippedRunsAccounted(t *testing.T) {
 		if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); r.Status != 0 || err != nil {
 			t.Fatalf("exit %d (%v): %s%s", r.Status, err, r.Stdout, r.Stderr)
 		}
-		var skipped uint64
-		if m := regexp.MustCompile(`filter: the kernel skipped its programs (\d+) times .*: the events among them`).FindStringSubmatch(r.Stderr); m != nil {
-			skipped, _ = strconv.ParseUint(m[1], 10, 64)
-		}
+		skipped := tooltest.SkippedRuns("filter", r.Stderr)
 		const want = n * writers
 		if rep.Count > want || rep.Count+skipped < want {
 			t.Errorf("%d writes counted, %d runs said skipped; want %d counted, or the missing ones among the skipped: %s", rep.Count, skipped, want, r.Stderr)

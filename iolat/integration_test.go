@@ -244,8 +244,13 @@ func TestWholeMachine(t *testing.T) {
 			if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil || len(rep.Histograms) != 1 {
 				t.Fatalf("%v: %v: %q %s", q, err, r.Stdout, r.Stderr)
 			}
-			if got := rep.Histograms[0].Total; got < n || rep.Lost != 0 {
-				t.Errorf("%v: %d IOs, lost %d; want at least %d, none lost", q, got, rep.Lost, n)
+			// A run of a program that interrupts itself on one CPU (the
+			// loop device's completion in its worker, the backing disk's in
+			// an interrupt) is skipped, and said at the end: the IO is
+			// then not measured.
+			skipped := tooltest.SkippedRuns("iolat", r.Stderr)
+			if got := rep.Histograms[0].Total; got+skipped < n || rep.Lost != 0 {
+				t.Errorf("%v: %d IOs, lost %d, %d runs skipped; want at least %d, none lost: %s", q, got, rep.Lost, skipped, n, r.Stderr)
 			}
 		}
 	})

@@ -382,7 +382,7 @@ func TestPerProcessDrained(t *testing.T) {
 				total += int(h.Total)
 			}
 		}
-		return len(seen), total, lost, skippedRuns(t, r.Stderr), n
+		return len(seen), total, lost, int(tooltest.SkippedRuns("writesize", r.Stderr)), n
 	}
 	// A write the kernel did not count (it skipped the program: preempted
 	// mid-run on a 7.x kernel, another task's write on that CPU) is said
@@ -393,16 +393,4 @@ func TestPerProcessDrained(t *testing.T) {
 	if procs, total, lost, skipped, n := reports(); n != 1 || procs != 70 || total != 70 || lost > 20 || lost+skipped < 20 {
 		t.Errorf("one report: %d reports of %d processes, %d writes, %d lost, %d runs skipped; want one of 70, 70 writes, 20 lost or among the skipped", n, procs, total, lost, skipped)
 	}
-}
-
-// skippedRuns is the count of the runs the kernel skipped, as the end of
-// the run says it (0 where it says nothing).
-func skippedRuns(t *testing.T, stderr string) int {
-	t.Helper()
-	m := regexp.MustCompile(`writesize: the kernel skipped its programs (\d+) times`).FindStringSubmatch(stderr)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -752,4 +753,20 @@ func Exposition(t testing.TB, families []metrics.Family) string {
 		b.WriteString(out)
 	}
 	return b.String()
+}
+
+// skipsRE is the line a run ends with when the kernel skipped its
+// programs (run.Session.ReportSkips).
+var skipsRE = regexp.MustCompile(`(?m)^([a-z]+): the kernel skipped its programs (\d+) times`)
+
+// SkippedRuns is how many runs of tool's programs the kernel skipped, as
+// the end of the run says on stderr (0 where it says nothing).
+func SkippedRuns(tool, stderr string) uint64 {
+	for _, m := range skipsRE.FindAllStringSubmatch(stderr, -1) {
+		if m[1] == tool {
+			n, _ := strconv.ParseUint(m[2], 10, 64)
+			return n
+		}
+	}
+	return 0
 }
