@@ -2,6 +2,7 @@ package kbtf
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf/btf"
 )
@@ -22,6 +23,30 @@ func MemberOffset(structName, member string) (int, error) {
 		return off, nil
 	}
 	return 0, fmt.Errorf("kernel BTF: struct %s has no member %s", structName, member)
+}
+
+// MemberPathOffset is the byte offset of a member path ("thread.fsbase")
+// of a kernel struct, from the running kernel's BTF.
+func MemberPathOffset(structName, path string) (int, error) {
+	spec, err := Kernel()
+	if err != nil {
+		return 0, fmt.Errorf("read kernel BTF: %w", err)
+	}
+	var st *btf.Struct
+	if err := spec.TypeByName(structName, &st); err != nil {
+		return 0, fmt.Errorf("kernel BTF: struct %s: %w", structName, err)
+	}
+	var t btf.Type = st
+	total := 0
+	for _, name := range strings.Split(path, ".") {
+		off, m, ok := Member(t, name)
+		if !ok {
+			return 0, fmt.Errorf("kernel BTF: struct %s has no member %s", structName, path)
+		}
+		total += off
+		t = m.Type
+	}
+	return total, nil
 }
 
 // Members are the members of t when it is a struct or a union (through

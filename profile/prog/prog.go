@@ -82,6 +82,7 @@ const (
 	fpNow     = -88  // u64: the value of a new seen entry
 	fpOne     = -104 // u64: 1, the value of a new count
 	fpEvent   = -120 // 16 bytes: {u32 tgid; u32 kind; u64 address} sent to user space
+	fpTP      = -128 // u64: the sampled thread's thread pointer (labels)
 	EventNew  = 1    // a process seen for the first time
 	EventMiss = 2    // an address in no loaded table: user space loads the file there
 
@@ -123,6 +124,11 @@ type Config struct {
 	// user registers are at the top of the task's kernel stack. 0: unknown.
 	TaskStack int
 	Readers   asm.Readers
+	// Labels are read at each sample into the key (see labels.go);
+	// ThreadPointer is the offset of the thread pointer in task_struct
+	// (x86-64 thread.fsbase, arm64 thread.uw.tp_value), for thread-locals.
+	Labels        []Label
+	ThreadPointer int
 }
 
 // fences is how many block addresses the fences map holds: one for each
@@ -138,8 +144,9 @@ func (c Config) fences() int {
 
 func (c Config) keyUser() int { return keyKernel + 8*c.KernelDepth }
 
-// KeySize is the counts key's size: pid, stop, kernel error, then the frames.
-func (c Config) KeySize() int     { return 8 + 8*(c.KernelDepth+c.UserDepth) }
+// KeySize is the counts key's size: pid, stop, kernel error, the label
+// bits, the frames, then the labels.
+func (c Config) KeySize() int     { return 8 + 8*(c.KernelDepth+c.UserDepth) + c.labelsSize() }
 func (c Config) scratchSize() int { return keyBase + c.KeySize() }
 
 // Collection builds the sampling program (and, unwinding by tables, the
@@ -155,9 +162,15 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		},
 		Programs: map[string]*ebpf.ProgramSpec{},
 	}
+	if len(cfg.Labels) > 0 {
+		spec.Maps["labels"] = &ebpf.MapSpec{Name: "profile_labels", Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(LabelLocSize * len(cfg.Labels)), MaxEntries: maxSeen}
+	}
 	if cfg.LazyHashes {
-		spec.Maps["counts"].Flags |= unix.BPF_F_NO_PREALLOC
-		spec.Maps["seen"].Flags |= unix.BPF_F_NO_PREALLOC
+		for _, m := range []string{"counts", "seen", "labels"} {
+			if spec.Maps[m] != nil {
+				spec.Maps[m].Flags |= unix.BPF_F_NO_PREALLOC
+			}
+		}
 	}
 	entry, err := sampleProg(cfg)
 	if err != nil {
@@ -244,6 +257,7 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns = append(insns, bpf.JNE.Imm(bpf.R0, 0, "known"))
 	insns = append(insns, notify(EventNew)...)
 	insns = append(insns, asm.Nop().WithSymbol("known"))
+	insns = append(insns, labels(cfg)...)
 
 	if cfg.Mode == UnwindFP {
 		insns = append(insns,

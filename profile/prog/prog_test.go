@@ -29,9 +29,25 @@ func variants(t *testing.T) map[string]Config {
 		"auto_small_keys": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames},
 		"eh_tree_ns":      {Mode: UnwindEH, Tree: tooltest.Tree(t, 2, ns), NS: ns, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"auto_lazy":       {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		// One label of each kind, and the most labels, each a string.
+		"fp_labels":  {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: everyKind},
+		"eh_labels8": {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: mostLabels},
+		"auto_labels_small_keys": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames,
+			UserDepth: SmallUserFrames - (8+8+64+64)/8, ThreadPointer: 8 * 330, Labels: everyKind},
 	}
 	return v
 }
+
+var (
+	everyKind  = []Label{{Kind: LabelInt, Size: 8}, {Kind: LabelInt, Size: 4}, {Kind: LabelStr}, {Kind: LabelChars}}
+	mostLabels = func() []Label {
+		l := make([]Label, MaxLabels)
+		for i := range l {
+			l[i].Kind = LabelStr
+		}
+		return l
+	}()
+)
 
 func TestProgramGoldens(t *testing.T) {
 	for name, cfg := range variants(t) {
