@@ -682,3 +682,91 @@ func TestUnreadableProcessSaid(t *testing.T) {
 		t.Errorf("with CAP_SYS_PTRACE: exit %d, stdout %q, stderr %q; want its files' tables read", r.Status, r.Stdout, r.Stderr)
 	}
 }
+
+// --label reads each sampled thread's own values: the fixture's main
+// thread in two phases, its second thread all along, each with its own
+// thread-locals (an integer, a char *, a char array) and a global. Every
+// sample carries one thread's values, never a mix of two threads'; each
+// phase gets its share of the main thread's samples; the pprof file
+// carries them as sample labels.
+func TestLabelsPerThread(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	pb := filepath.Join(t.TempDir(), "cpu.pb.gz")
+	r := profileJSON(t, "-F", "199", "--pprof", pb, "-c", filepath.Join(dir, "tls")+" 0.5",
+		"--label", "req=tls:tk_req:int", "--label", "ep=tls:tk_ep:str", "--label", "tenant=tls:tk_tenant:chars", "--label", "phase=var:tk_phase:int")
+	type values struct{ req, ep, tenant string }
+	threads := map[values]string{
+		{"101", "/alpha", "t-a"}:     "alpha",
+		{"202", "/beta", "t-b"}:      "beta",
+		{"999", "/other", "t-other"}: "other",
+	}
+	by := map[string]int{}
+	total := 0
+	for _, st := range r.Stacks {
+		if st.Comm != "tls" {
+			continue
+		}
+		total += int(st.Count)
+		v := values{fmt.Sprint(st.Labels["req"]), fmt.Sprint(st.Labels["ep"]), fmt.Sprint(st.Labels["tenant"])}
+		name, ok := threads[v]
+		if !ok {
+			// A thread's first instants, before it set its values (its
+			// thread-locals are zero), or the few instructions that switch
+			// the main thread's phase.
+			name = "between"
+		}
+		// A process's first samples, before profile placed its labels,
+		// have none.
+		if ph, ok := st.Labels["phase"]; ok && (name == "beta" && ph != float64(2) || ph != float64(1) && ph != float64(2)) {
+			t.Errorf("phase %v with %v: the global is 1, then 2 before the beta values", ph, v)
+		}
+		by[name] += int(st.Count)
+	}
+	t.Logf("%d samples of the fixture: %v", total, by)
+	if main := by["alpha"] + by["beta"]; by["alpha"] < main/4 || by["beta"] < main/4 || by["other"] < total/5 {
+		t.Errorf("samples per thread and phase %v of %d: want each phase a quarter of the main thread's at least, and the other thread a fifth", by, total)
+	}
+	if by["between"] > total/20+2 {
+		t.Errorf("%d of %d samples carry no thread's values", by["between"], total)
+	}
+
+	f, err := os.Open(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagged := map[string]int64{}
+	for _, s := range p.Sample {
+		if eps := s.Label["ep"]; len(eps) == 1 && len(s.NumLabel["req"]) == 1 {
+			tagged[fmt.Sprintf("%s %d", eps[0], s.NumLabel["req"][0])] += s.Value[0]
+		}
+	}
+	if tagged["/alpha 101"] == 0 || tagged["/beta 202"] == 0 || tagged["/other 999"] == 0 {
+		t.Errorf("pprof samples by ep and req: %v; want /alpha 101, /beta 202 and /other 999", tagged)
+	}
+}
+
+// A label's symbol that is not of its kind, or not in the file named, is
+// a usage error before anything is attached.
+func TestLabelUsageErrors(t *testing.T) {
+	dir := fixtures(t)
+	exe := filepath.Join(dir, "tls")
+	for _, c := range []struct{ label, says string }{
+		{"x=tls:" + exe + ":tk_phase:int", "tk_phase is not a thread-local (use var:)"},
+		{"x=var:" + exe + ":tk_req:int", "tk_req is a thread-local (use tls:)"},
+		{"x=tls:" + exe + ":nope:int", "defines no such symbol"},
+		{"x=tls:tk_req:float", `unknown TYPE "float"`},
+		{"x=tk_req", "want a SOURCE of"},
+		{"1x=tls:tk_req:int", "a name is a letter"},
+	} {
+		r := tooltest.Run(t, tooltest.Tool(t, "profile"), "--label", c.label, "-c", "true")
+		if r.Status != 2 || !strings.Contains(r.Stderr, c.says) {
+			t.Errorf("--label %s: exit %d, stderr %q; want 2 and %q", c.label, r.Status, r.Stderr, c.says)
+		}
+	}
+}

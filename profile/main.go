@@ -14,15 +14,18 @@ import (
 type options struct {
 	run.Common
 	run.TreeOption
-	Frequency int    `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
-	Pid       int    `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
-	Unwind    string `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
-	Folded    bool   `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
-	SVG       string `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
-	Pprof     string `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
-	Budget    int    `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
-	Idle      bool   `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
-	Missing   string `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
+	Frequency int      `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
+	Pid       int      `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
+	Unwind    string   `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
+	Folded    bool     `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
+	SVG       string   `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
+	Pprof     string   `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
+	Budget    int      `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
+	Idle      bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
+	Labels    []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *) or chars (a char array). See below"`
+	Missing   string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
+
+	labels []labelSpec // --label, parsed
 }
 
 const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event
@@ -48,6 +51,20 @@ pointers elsewhere (JIT code); fp uses only frame pointers. The unwinder
 reads x86-64 frames only: on other architectures auto means fp, and eh is
 refused.
 
+--label reads the sampled thread's own memory at each sample (the idea of
+strobemeta): a request id, the endpoint being served, a tenant. A stack
+sampled under two values of a label is two stacks. The symbol is looked up
+in FILE (a path, or a base name among the mapped files) or else in the
+executable, then each library, of every sampled process; a global (var:) is
+read anywhere, a thread-local (tls:) in the executable's own TLS block
+(local-exec and initial-exec; thread-locals of shared libraries are not read
+yet). Strings keep 63 bytes. A value that cannot be read at that instant (a
+thread before its TLS is set up, a NULL string, a page not present) is
+left out of that sample's labels. The text report prints the labels above
+each stack's "- comm (pid)" line, --folded as frames after the process
+name ("comm;[req=101];[ep=/alpha];main;..."), --json as "labels", and
+--pprof as sample labels (numbers as numeric labels: go tool pprof -tags).
+
 A stack that ends before _start is marked by why:
   [unwind error: no unwind row]  the address is in no FDE of its file
   [unwind error: no table]       the address is in no file with a loaded table
@@ -68,6 +85,8 @@ Examples:
   profile --svg fg.svg --pprof cpu.pb.gz 10 1
                                  # 10 s: a flame graph and a pprof file
   go tool pprof -top cpu.pb.gz
+  profile -c ./server --label req=tls:request_id:int --label ep=tls:endpoint:str
+                                 # stacks per request id and endpoint
 
 `
 

@@ -145,6 +145,16 @@ func writePprof(w io.Writer, stacks []stack, hz int, start time.Time, d time.Dur
 		pid.int64(labelKey, str("pid"))
 		pid.int64(labelNum, int64(st.Pid))
 		s.bytes(sampleLabel, pid.b)
+		for _, l := range st.Labels {
+			var lb pb
+			lb.int64(labelKey, str(l.Name))
+			if l.Num != nil {
+				lb.int64(labelNum, *l.Num)
+			} else {
+				lb.int64(labelStr, str(l.Value))
+			}
+			s.bytes(sampleLabel, lb.b)
+		}
 		out.bytes(profSample, s.b)
 	}
 	out.b = append(out.b, funcs.b...)

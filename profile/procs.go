@@ -20,6 +20,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/unwind"
 )
 
@@ -39,6 +40,8 @@ type file struct {
 	rows  int
 	tried bool  // loading its rows was tried
 	err   error // why its rows are not loaded
+
+	labelSyms map[string]symbolLookup // --label symbols looked up in it
 }
 
 type symbol struct {
@@ -93,6 +96,10 @@ type processes struct {
 	denied            int      // processes whose maps the kernel would not let us read
 	refused           []string // files past the parse's limits, and why
 	loadTime          time.Duration
+
+	labels     []labelSpec // --label
+	labelMap   *ebpf.Map   // pid -> the labels' locations in it
+	labelNotes []string    // why labels are unset, once each
 
 	// The background parser: a file at a time, its result on done.
 	queue   []parseJob
@@ -169,6 +176,9 @@ func (ps *processes) scan(pid uint32, force bool) {
 	}
 	p.every = rescanFirst
 	p.maps = found
+	if ps.labelMap != nil {
+		ps.placeLabels(pid, p)
+	}
 	if ps.lpm == nil {
 		return
 	}
@@ -699,4 +709,19 @@ func (ps *processes) tableStats() (files, rows, used int) {
 		}
 	}
 	return files, rows, ps.next
+}
+
+// placeLabels writes where process pid keeps the labels for the sampler.
+func (ps *processes) placeLabels(pid uint32, p *process) {
+	locs := ps.labelLocations(pid, p)
+	b := make([]byte, 0, prog.LabelLocSize*len(locs))
+	for _, l := range locs {
+		b = binary.LittleEndian.AppendUint32(b, l.Mode)
+		b = binary.LittleEndian.AppendUint32(b, 0)
+		b = binary.LittleEndian.AppendUint64(b, l.A)
+		b = binary.LittleEndian.AppendUint64(b, l.B)
+	}
+	if err := ps.labelMap.Put(pid, b); err != nil && len(ps.labelNotes) < 32 {
+		ps.labelNotes = append(ps.labelNotes, fmt.Sprintf("labels of pid %d: %v", pid, err))
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -59,6 +60,14 @@ func validate(o *options) error {
 		// are the most an array value may hold before 6.x (KMALLOC_MAX_SIZE).
 		return usage.Errorf("invalid --table-mib %d: want 1 to 512", o.Budget)
 	}
+	labels, err := parseLabels(o.Labels)
+	if err != nil {
+		return err
+	}
+	if err := checkLabelFiles(labels); err != nil {
+		return err
+	}
+	o.labels = labels
 	if o.Pid != 0 {
 		if o.Command != "" {
 			return usage.Errorf("-p and -c cannot be used together: -c samples the command and its children")
@@ -82,7 +91,8 @@ type decodedKey struct {
 	User    []uint64
 }
 
-func (k stackKey) decode(kernelDepth int) decodedKey {
+func (k stackKey) decode(cfg prog.Config) decodedKey {
+	kernelDepth := cfg.KernelDepth
 	b := []byte(k)
 	d := decodedKey{Pid: binary.LittleEndian.Uint32(b), Stop: b[4], KernErr: b[5]}
 	frames := func(b []byte) []uint64 {
@@ -97,7 +107,7 @@ func (k stackKey) decode(kernelDepth int) decodedKey {
 		return out
 	}
 	d.Kernel = frames(b[8 : 8+8*kernelDepth])
-	d.User = frames(b[8+8*kernelDepth:])
+	d.User = frames(b[8+8*kernelDepth : min(len(b), 8+8*(kernelDepth+cfg.UserDepth))])
 	return d
 }
 
@@ -114,10 +124,22 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			return err
 		}
 	}
+	for _, l := range o.labels {
+		cfg.Labels = append(cfg.Labels, l.Label)
+		if l.TLS && cfg.ThreadPointer == 0 {
+			if cfg.ThreadPointer, err = threadPointer(); err != nil {
+				return err
+			}
+		}
+	}
 	if !haveBigKeys() {
 		// Older kernels (5.10 here) take hash keys of MAX_BPF_STACK, 512
-		// bytes, at most.
+		// bytes, at most; labels take user frames' room.
 		cfg.KernelDepth, cfg.UserDepth = prog.SmallKernelFrames, prog.SmallUserFrames
+		cfg.UserDepth -= (cfg.KeySize() - prog.Config{KernelDepth: cfg.KernelDepth, UserDepth: cfg.UserDepth}.KeySize() + 7) / 8
+		if cfg.UserDepth < 8 {
+			return usage.Errorf("this kernel takes hash keys of 512 bytes at most, and these labels leave room for %d user frames: use fewer string labels", cfg.UserDepth)
+		}
 		fmt.Fprintf(s.Stderr, "profile: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", cfg.KernelDepth, cfg.UserDepth)
 	}
 	cfg.TaskRegs, cfg.LazyHashes = kernel.HaveTaskPtRegs() && !o.assumeMissing("task_pt_regs"), kernel.HaveLazyHashes()
@@ -138,6 +160,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	defer ps.close()
+	ps.labels, ps.labelMap = o.labels, coll.Maps["labels"]
 	if cfg.Mode != prog.UnwindFP {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
 			return fmt.Errorf("install the unwinder: %w", err)
@@ -209,7 +232,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	s.OnDetach("", clock.Close)
 
-	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}, kernelDepth: cfg.KernelDepth}
+	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg}
 	// The output files are created now: a path that cannot be written is
 	// an error before the run, not after it.
 	for _, out := range []struct {
@@ -236,18 +259,18 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 }
 
 type reporter struct {
-	s           *run.Session
-	o           *options
-	coll        *ebpf.Collection
-	ps          *processes
-	kernel      map[uint64]string // kernel function names, resolved at report time
-	kernelDepth int
-	warned      bool
-	pprof       *outFile // --pprof, created at the start
-	svg         *outFile // --svg
-	counts      counts.KeyedDeltas[stackKey]
-	lost        counts.Deltas
-	start       time.Time
+	s      *run.Session
+	o      *options
+	coll   *ebpf.Collection
+	ps     *processes
+	kernel map[uint64]string // kernel function names, resolved at report time
+	cfg    prog.Config       // the key's layout
+	warned bool
+	pprof  *outFile // --pprof, created at the start
+	svg    *outFile // --svg
+	counts counts.KeyedDeltas[stackKey]
+	lost   counts.Deltas
+	start  time.Time
 }
 
 // stack is one counted stack, named.
@@ -258,6 +281,7 @@ type stack struct {
 	User   []string // leaf first
 	Kernel []string // leaf first
 	End    string   // why the user stack ends: "" when complete (or unknown, with frame pointers)
+	Labels []labelValue
 }
 
 // ends names each stop reason as the report shows it.
@@ -297,7 +321,7 @@ func (r *reporter) resolveKernel(cur map[stackKey]uint64) error {
 	var todo []uint64
 	seen := map[uint64]bool{}
 	for k := range cur {
-		for _, pc := range k.decode(r.kernelDepth).Kernel {
+		for _, pc := range k.decode(r.cfg).Kernel {
 			if _, ok := r.kernel[pc]; !ok && !seen[pc] {
 				seen[pc] = true
 				todo = append(todo, pc)
@@ -330,8 +354,8 @@ func (r *reporter) named(counts map[stackKey]uint64) []stack {
 		if n == 0 {
 			continue
 		}
-		k := raw.decode(r.kernelDepth)
-		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: ends[int32(k.Stop)]}
+		k := raw.decode(r.cfg)
+		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: ends[int32(k.Stop)], Labels: decodeLabels(r.o.labels, r.cfg, []byte(raw))}
 		for _, pc := range k.User {
 			st.User = append(st.User, r.ps.symbolize(k.Pid, pc))
 		}
@@ -346,7 +370,7 @@ func (r *reporter) named(counts map[stackKey]uint64) []stack {
 		if k.KernErr != 0 {
 			st.Kernel = append(st.Kernel, "[kernel stack lost]")
 		}
-		name := fmt.Sprint(st.Pid, st.User, st.Kernel, st.End)
+		name := fmt.Sprint(st.Pid, st.User, st.Kernel, st.End, st.Labels)
 		if have := byName[name]; have != nil {
 			have.Count += n
 			continue
@@ -423,6 +447,17 @@ func writeStacks(w *strings.Builder, stacks []stack) {
 		if st.End != "" {
 			fmt.Fprintf(w, "    %s\n", st.End)
 		}
+		if len(st.Labels) > 0 {
+			var ls []string
+			for _, l := range st.Labels {
+				v := l.Value
+				if l.Num == nil {
+					v = strconv.Quote(v)
+				}
+				ls = append(ls, l.Name+"="+v)
+			}
+			fmt.Fprintf(w, "    [%s]\n", terminal.Printable(strings.Join(ls, " ")))
+		}
 		fmt.Fprintf(w, "    %-16s %s (%d)\n        %d\n\n", "-", terminal.Printable(st.Comm), st.Pid, st.Count)
 	}
 }
@@ -433,6 +468,9 @@ func writeStacks(w *strings.Builder, stacks []stack) {
 func writeFolded(w *strings.Builder, stacks []stack) {
 	for _, st := range stacks {
 		frames := []string{foldName(st.Comm)}
+		for _, l := range st.Labels {
+			frames = append(frames, foldName("["+l.Name+"="+l.Value+"]"))
+		}
 		if st.End != "" {
 			frames = append(frames, st.End)
 		}
@@ -485,6 +523,9 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 	for _, e := range names {
 		fmt.Fprintf(w, "  %s: %d\n", e, byEnd[e])
 	}
+	for _, why := range r.ps.labelNotes {
+		fmt.Fprintf(w, "  unset: %s\n", terminal.Printable(why))
+	}
 	if r.o.Unwind != prog.UnwindFP {
 		files, rows, used := r.ps.tableStats()
 		fmt.Fprintf(w, "unwind tables: %d files, %d rows (%.1f of %d MiB), read in %d ms",
@@ -513,6 +554,9 @@ type jsonStack struct {
 	User   []string `json:"user"`
 	Kernel []string `json:"kernel"`
 	End    string   `json:"end"`
+	// Labels are the --label values the stack was sampled under: numbers
+	// for integers, strings for strings; unset ones are left out.
+	Labels map[string]any `json:"labels,omitempty"`
 }
 
 func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
@@ -534,7 +578,18 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 				end = "frame pointers"
 			}
 		}
-		out.Stacks = append(out.Stacks, jsonStack{Pid: st.Pid, Comm: st.Comm, Count: st.Count, User: nonNil(st.User), Kernel: nonNil(st.Kernel), End: end})
+		js := jsonStack{Pid: st.Pid, Comm: st.Comm, Count: st.Count, User: nonNil(st.User), Kernel: nonNil(st.Kernel), End: end}
+		if len(r.o.labels) > 0 {
+			js.Labels = map[string]any{}
+			for _, l := range st.Labels {
+				if l.Num != nil {
+					js.Labels[l.Name] = *l.Num
+				} else {
+					js.Labels[l.Name] = l.Value
+				}
+			}
+		}
+		out.Stacks = append(out.Stacks, js)
 	}
 	return r.s.WriteJSON(out)
 }
@@ -550,4 +605,18 @@ func nonNil(s []string) []string {
 // 5.10 limits hash keys to MAX_BPF_STACK, 512 bytes).
 func haveBigKeys() bool {
 	return kernel.HashKeyFits(prog.Config{KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}.KeySize())
+}
+
+// threadPointer is the offset of the thread pointer in task_struct, from
+// the kernel's BTF: the base of the thread-locals.
+func threadPointer() (int, error) {
+	path := map[string]string{"amd64": "thread.fsbase", "arm64": "thread.uw.tp_value"}[runtime.GOARCH]
+	if path == "" {
+		return 0, fmt.Errorf("--label tls: thread-locals are read on x86-64 and arm64 only")
+	}
+	off, err := kbtf.MemberPathOffset("task_struct", path)
+	if err != nil {
+		return 0, fmt.Errorf("--label tls: the thread pointer's place in task_struct: %w", err)
+	}
+	return off, nil
 }

@@ -16,3 +16,6 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
+# tls: thread-locals and a global in phases, for --label (a PIE, its TLS
+# local-exec; pthreads).
+"${CC:-gcc}" -O2 -fPIE -pie -pthread -o "$out/tls" "$src/tls.c"

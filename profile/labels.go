@@ -1,0 +1,314 @@
+package profile
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/profile/prog"
+)
+
+// labelSpec is one --label NAME=SOURCE: a value the sampled thread keeps
+// in its memory, read at each sample (seed 000).
+type labelSpec struct {
+	Name   string
+	TLS    bool   // tls: a thread-local; else var: a global
+	File   string // the file that defines Symbol, "" for the first that does
+	Symbol string
+	Type   string
+	Label  prog.Label
+	Signed bool // an integer read as signed
+}
+
+var labelNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]{0,31}$`)
+
+// labelTypes are the TYPEs of a SOURCE.
+var labelTypes = map[string]struct {
+	label  prog.Label
+	signed bool
+}{
+	"int":    {prog.Label{Kind: prog.LabelInt, Size: 8}, true},
+	"int8":   {prog.Label{Kind: prog.LabelInt, Size: 1}, true},
+	"int16":  {prog.Label{Kind: prog.LabelInt, Size: 2}, true},
+	"int32":  {prog.Label{Kind: prog.LabelInt, Size: 4}, true},
+	"int64":  {prog.Label{Kind: prog.LabelInt, Size: 8}, true},
+	"uint8":  {prog.Label{Kind: prog.LabelInt, Size: 1}, false},
+	"uint16": {prog.Label{Kind: prog.LabelInt, Size: 2}, false},
+	"uint32": {prog.Label{Kind: prog.LabelInt, Size: 4}, false},
+	"uint64": {prog.Label{Kind: prog.LabelInt, Size: 8}, false},
+	"str":    {prog.Label{Kind: prog.LabelStr}, false},
+	"chars":  {prog.Label{Kind: prog.LabelChars}, false},
+}
+
+const labelTypeList = "int, int8, int16, int32, int64, uint8, uint16, uint32, uint64, str, chars"
+
+// parseLabels reads the --label arguments.
+func parseLabels(args []string) ([]labelSpec, error) {
+	if len(args) > prog.MaxLabels {
+		return nil, usage.Errorf("%d labels: at most %d", len(args), prog.MaxLabels)
+	}
+	var out []labelSpec
+	names := map[string]bool{}
+	for _, a := range args {
+		name, src, ok := strings.Cut(a, "=")
+		if !ok {
+			return nil, usage.Errorf("--label %q: want NAME=SOURCE, as req=tls:request_id:int", a)
+		}
+		if !labelNameRE.MatchString(name) {
+			return nil, usage.Errorf("--label %q: a name is a letter or _, then up to 31 letters, digits, _ or .", a)
+		}
+		if names[name] {
+			return nil, usage.Errorf("--label %q: %s is named twice", a, name)
+		}
+		names[name] = true
+		parts := strings.Split(src, ":")
+		if len(parts) != 3 && len(parts) != 4 || parts[0] != "tls" && parts[0] != "var" {
+			return nil, usage.Errorf("--label %q: want a SOURCE of tls:[FILE:]SYMBOL:TYPE or var:[FILE:]SYMBOL:TYPE", a)
+		}
+		l := labelSpec{Name: name, TLS: parts[0] == "tls", Symbol: parts[len(parts)-2], Type: parts[len(parts)-1]}
+		if len(parts) == 4 {
+			l.File = parts[1]
+			if l.File == "" {
+				return nil, usage.Errorf("--label %q: the FILE is empty", a)
+			}
+		}
+		if l.Symbol == "" {
+			return nil, usage.Errorf("--label %q: the SYMBOL is empty", a)
+		}
+		t, ok := labelTypes[l.Type]
+		if !ok {
+			return nil, usage.Errorf("--label %q: unknown TYPE %q: one of %s", a, l.Type, labelTypeList)
+		}
+		l.Label, l.Signed = t.label, t.signed
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// checkLabelFiles looks up the symbol of each label that names its file,
+// before the run: a symbol that is not there, or not of the label's kind,
+// is a usage error.
+func checkLabelFiles(labels []labelSpec) error {
+	for _, l := range labels {
+		if l.File == "" {
+			continue
+		}
+		ef, err := elf.Open(l.File)
+		if err != nil {
+			return usage.Errorf("--label %s: %v", l.Name, err)
+		}
+		_, err = findLabelSymbol(ef, l)
+		ef.Close()
+		if err != nil {
+			return usage.Errorf("--label %s: %s: %v", l.Name, l.File, err)
+		}
+	}
+	return nil
+}
+
+// errNoSymbol: the file does not define the symbol (another may).
+var errNoSymbol = fmt.Errorf("defines no such symbol")
+
+// findLabelSymbol finds l's symbol among ef's definitions: a thread-local
+// for tls:, anything else for var:.
+func findLabelSymbol(ef *elf.File, l labelSpec) (sym elf.Symbol, err error) {
+	defer func() {
+		if recover() != nil {
+			err = fmt.Errorf("unreadable symbol table")
+		}
+	}()
+	for _, read := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
+		all, _ := read()
+		for _, s := range all {
+			name, _, _ := strings.Cut(s.Name, "@")
+			if name != l.Symbol || s.Section == elf.SHN_UNDEF {
+				continue
+			}
+			tls := elf.ST_TYPE(s.Info) == elf.STT_TLS
+			switch {
+			case l.TLS && !tls:
+				return s, fmt.Errorf("%s is not a thread-local (use var:)", l.Symbol)
+			case !l.TLS && tls:
+				return s, fmt.Errorf("%s is a thread-local (use tls:)", l.Symbol)
+			}
+			return s, nil
+		}
+	}
+	return elf.Symbol{}, errNoSymbol
+}
+
+// labelLocations finds where process pid keeps each label: in the file
+// the label names, else the first of its mapped files (the executable
+// first) that defines the symbol. A label it cannot place is LocUnset;
+// why, once per label and file, goes to note.
+func (ps *processes) labelLocations(pid uint32, p *process) []prog.LabelLoc {
+	locs := make([]prog.LabelLoc, len(ps.labels))
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	order := make([]*procMapping, 0, len(p.maps))
+	for i := range p.maps {
+		if strings.TrimSuffix(p.maps[i].Path, " (deleted)") == exe {
+			order = append([]*procMapping{&p.maps[i]}, order...)
+		} else {
+			order = append(order, &p.maps[i])
+		}
+	}
+	for i, l := range ps.labels {
+		seen := map[*file]bool{}
+		for _, m := range order {
+			if seen[m.file] || m.file.osf == nil || l.File != "" && !sameFile(m.Path, l.File) {
+				continue
+			}
+			seen[m.file] = true
+			sym, err := m.file.labelSymbol(l)
+			if err == errNoSymbol {
+				continue
+			}
+			if err != nil {
+				ps.noteLabel(l, m.file, err.Error())
+				break
+			}
+			if !l.TLS {
+				locs[i] = prog.LabelLoc{Mode: prog.LocAbs, A: m.bias + sym.Value}
+				break
+			}
+			if strings.TrimSuffix(m.Path, " (deleted)") != exe {
+				ps.noteLabel(l, m.file, "thread-locals of shared libraries are not read yet: only the executable's")
+				break
+			}
+			off, err := tpOffset(m.file.elf, sym.Value)
+			if err != nil {
+				ps.noteLabel(l, m.file, err.Error())
+				break
+			}
+			locs[i] = prog.LabelLoc{Mode: prog.LocTP, A: uint64(off)}
+			break
+		}
+	}
+	return locs
+}
+
+// sameFile reports whether a mapped path is the file a label names: the
+// same path, or the same base name when the label gives no directory.
+func sameFile(path, name string) bool {
+	path = strings.TrimSuffix(path, " (deleted)")
+	if strings.Contains(name, "/") {
+		return path == name
+	}
+	return path[strings.LastIndex(path, "/")+1:] == name
+}
+
+// noteLabel records once why a label is unset in a file's processes.
+func (ps *processes) noteLabel(l labelSpec, f *file, why string) {
+	msg := fmt.Sprintf("label %s: %s: %s", l.Name, f.name, why)
+	for _, have := range ps.labelNotes {
+		if have == msg {
+			return
+		}
+	}
+	if len(ps.labelNotes) < 32 {
+		ps.labelNotes = append(ps.labelNotes, msg)
+	}
+}
+
+// labelSymbol looks up a label's symbol in the file once.
+func (f *file) labelSymbol(l labelSpec) (elf.Symbol, error) {
+	key := fmt.Sprint(l.TLS, l.Symbol)
+	if r, ok := f.labelSyms[key]; ok {
+		return r.sym, r.err
+	}
+	sym, err := findLabelSymbol(f.elf, l)
+	if f.labelSyms == nil {
+		f.labelSyms = map[string]symbolLookup{}
+	}
+	f.labelSyms[key] = symbolLookup{sym, err}
+	return sym, err
+}
+
+type symbolLookup struct {
+	sym elf.Symbol
+	err error
+}
+
+// tpOffset is where the executable's thread-local at value (its offset in
+// the PT_TLS block) sits from the thread pointer, for the static TLS
+// block of the executable, module 1, as glibc and musl place it: below the
+// thread pointer on x86-64 (TLS variant II), above a 16-byte TCB on arm64
+// (variant I).
+func tpOffset(ef *elf.File, value uint64) (int64, error) {
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_TLS {
+			continue
+		}
+		align := max(p.Align, 1)
+		if align&(align-1) != 0 || align > 1<<20 || p.Memsz > 1<<30 {
+			return 0, fmt.Errorf("a PT_TLS segment of alignment %d and %d bytes", p.Align, p.Memsz)
+		}
+		firstbyte := -p.Vaddr & (align - 1)
+		switch runtime.GOARCH {
+		case "amd64":
+			block := (p.Memsz+firstbyte+align-1)&^(align-1) - firstbyte
+			return int64(value) - int64(block), nil
+		case "arm64":
+			const tcb = 16
+			block := (tcb-firstbyte+align-1)&^(align-1) + firstbyte
+			return int64(block + value), nil
+		}
+		return 0, fmt.Errorf("thread-locals are read on x86-64 and arm64 only")
+	}
+	return 0, fmt.Errorf("no PT_TLS segment")
+}
+
+// labelValue is a label as a sample had it.
+type labelValue struct {
+	Name  string
+	Value string
+	Num   *int64 // integers: the number (pprof's NumLabel)
+}
+
+// decodeLabels reads the labels from a key: the set ones, in order.
+func decodeLabels(labels []labelSpec, cfg prog.Config, key []byte) []labelValue {
+	if len(labels) == 0 || len(key) < cfg.KeySize() {
+		return nil
+	}
+	mask := key[6]
+	var out []labelValue
+	for i, l := range labels {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		b := key[cfg.LabelOffset(i):]
+		v := labelValue{Name: l.Name}
+		if l.Label.Kind == prog.LabelInt {
+			n := binary.LittleEndian.Uint64(b)
+			bits := uint(8 * l.Label.Size)
+			if bits < 64 {
+				n &= 1<<bits - 1
+			}
+			if l.Signed && bits < 64 && n&(1<<(bits-1)) != 0 {
+				n |= ^uint64(0) << bits
+			}
+			num := int64(n)
+			if l.Signed {
+				v.Value = strconv.FormatInt(num, 10)
+			} else {
+				v.Value = strconv.FormatUint(n, 10)
+			}
+			v.Num = &num
+		} else {
+			s := b[:prog.LabelStrLen]
+			if i := strings.IndexByte(string(s), 0); i >= 0 {
+				s = s[:i]
+			}
+			v.Value = string(s)
+		}
+		out = append(out, v)
+	}
+	return out
+}
