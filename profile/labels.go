@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/profile/prog"
 )
@@ -99,12 +100,15 @@ func checkLabelFiles(labels []labelSpec) error {
 		if l.File == "" {
 			continue
 		}
-		ef, err := elf.Open(l.File)
+		f, err := regular.Open(l.File) // never a FIFO's open that blocks
 		if err != nil {
 			return usage.Errorf("--label %s: %v", l.Name, err)
 		}
-		_, err = findLabelSymbol(ef, l)
-		ef.Close()
+		ef, err := newELF(f)
+		if err == nil {
+			_, err = findLabelSymbol(ef, l)
+		}
+		f.Close()
 		if err != nil {
 			return usage.Errorf("--label %s: %s: %v", l.Name, l.File, err)
 		}
@@ -263,6 +267,15 @@ func tpOffset(ef *elf.File, value uint64) (int64, error) {
 		return 0, fmt.Errorf("thread-locals are read on x86-64 and arm64 only")
 	}
 	return 0, fmt.Errorf("no PT_TLS segment")
+}
+
+// labelsName is the labels as one string, for grouping stacks.
+func labelsName(ls []labelValue) string {
+	var b strings.Builder
+	for _, l := range ls {
+		fmt.Fprintf(&b, "%s=%q ", l.Name, l.Value)
+	}
+	return b.String()
 }
 
 // labelValue is a label as a sample had it.

@@ -370,7 +370,7 @@ func (r *reporter) named(counts map[stackKey]uint64) []stack {
 		if k.KernErr != 0 {
 			st.Kernel = append(st.Kernel, "[kernel stack lost]")
 		}
-		name := fmt.Sprint(st.Pid, st.User, st.Kernel, st.End, st.Labels)
+		name := fmt.Sprint(st.Pid, st.User, st.Kernel, st.End, labelsName(st.Labels))
 		if have := byName[name]; have != nil {
 			have.Count += n
 			continue
