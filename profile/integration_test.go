@@ -716,10 +716,14 @@ func TestLabelsPerThread(t *testing.T) {
 			// the main thread's phase.
 			name = "between"
 		}
-		// A process's first samples, before profile placed its labels,
-		// have none.
-		if ph, ok := st.Labels["phase"]; ok && (name == "beta" && ph != float64(2) || ph != float64(1) && ph != float64(2)) {
-			t.Errorf("phase %v with %v: the global is 1, then 2 before the beta values", ph, v)
+		// The global is 0 until main sets it to 1 (the loader's time, and
+		// the second thread's first instants), then 2 before the beta
+		// values. A process's first samples, before profile placed its
+		// labels, have none.
+		ph, ok := st.Labels["phase"]
+		want := map[string][]any{"alpha": {1.0, 2.0}, "beta": {2.0}, "other": {0.0, 1.0, 2.0}, "between": {0.0, 1.0, 2.0}}[name]
+		if ok && !slices.Contains(want, ph) {
+			t.Errorf("phase %v with %v (%s): want one of %v", ph, v, name, want)
 		}
 		by[name] += int(st.Count)
 	}
@@ -727,7 +731,9 @@ func TestLabelsPerThread(t *testing.T) {
 	if main := by["alpha"] + by["beta"]; by["alpha"] < main/4 || by["beta"] < main/4 || by["other"] < total/5 {
 		t.Errorf("samples per thread and phase %v of %d: want each phase a quarter of the main thread's at least, and the other thread a fifth", by, total)
 	}
-	if by["between"] > total/20+2 {
+	// The loader's time before main: an eighth of the run at most, even
+	// under emulation (7 to 11 of about 200 samples in the matrix).
+	if by["between"] > total/8 {
 		t.Errorf("%d of %d samples carry no thread's values", by["between"], total)
 	}
 
