@@ -11,22 +11,11 @@ import (
 // running kernel's BTF, looking through anonymous structs and unions
 // (sk_buff's protocol sits in one from 5.17 on).
 func MemberOffset(structName, member string) (int, error) {
-	spec, err := Kernel()
-	if err != nil {
-		return 0, fmt.Errorf("read kernel BTF: %w", err)
-	}
-	var st *btf.Struct
-	if err := spec.TypeByName(structName, &st); err != nil {
-		return 0, fmt.Errorf("kernel BTF: struct %s: %w", structName, err)
-	}
-	if off, _, ok := Member(st, member); ok {
-		return off, nil
-	}
-	return 0, fmt.Errorf("kernel BTF: struct %s has no member %s", structName, member)
+	return MemberPathOffset(structName, member)
 }
 
-// MemberPathOffset is the byte offset of a member path ("thread.fsbase")
-// of a kernel struct, from the running kernel's BTF.
+// MemberPathOffset is MemberOffset through nested members: the byte
+// offset of a path ("thread.fsbase") in a kernel struct.
 func MemberPathOffset(structName, path string) (int, error) {
 	spec, err := Kernel()
 	if err != nil {

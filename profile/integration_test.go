@@ -348,15 +348,7 @@ func TestPprofAndSVGFiles(t *testing.T) {
 	if res.Status != 0 {
 		t.Fatalf("status %d\n%s", res.Status, res.Stderr)
 	}
-	f, err := os.Open(pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatalf("the pprof package cannot read the file: %v", err)
-	}
+	p := readPprof(t, pb)
 	// c is the top function, with most of the samples taken in the chain
 	// (main, a, b or c on the stack; the others are the process's start,
 	// slow and long under emulation: a third of the samples in a 5.10
@@ -737,15 +729,7 @@ func TestLabelsPerThread(t *testing.T) {
 		t.Errorf("%d of %d samples carry no thread's values", by["between"], total)
 	}
 
-	f, err := os.Open(pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := readPprof(t, pb)
 	tagged := map[string]int64{}
 	for _, s := range p.Sample {
 		if eps := s.Label["ep"]; len(eps) == 1 && len(s.NumLabel["req"]) == 1 {
@@ -775,4 +759,19 @@ func TestLabelUsageErrors(t *testing.T) {
 			t.Errorf("--label %s: exit %d, stderr %q; want 2 and %q", c.label, r.Status, r.Stderr, c.says)
 		}
 	}
+}
+
+// readPprof reads a pprof file back with google/pprof's package.
+func readPprof(t *testing.T, path string) *profile.Profile {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatalf("the pprof package cannot read %s: %v", path, err)
+	}
+	return p
 }

@@ -716,10 +716,7 @@ func (ps *processes) placeLabels(pid uint32, p *process) {
 	locs := ps.labelLocations(pid, p)
 	b := make([]byte, 0, prog.LabelLocSize*len(locs))
 	for _, l := range locs {
-		b = binary.LittleEndian.AppendUint32(b, l.Mode)
-		b = binary.LittleEndian.AppendUint32(b, 0)
-		b = binary.LittleEndian.AppendUint64(b, l.A)
-		b = binary.LittleEndian.AppendUint64(b, l.B)
+		b = l.AppendTo(b)
 	}
 	if err := ps.labelMap.Put(pid, b); err != nil && len(ps.labelNotes) < 32 {
 		ps.labelNotes = append(ps.labelNotes, fmt.Sprintf("labels of pid %d: %v", pid, err))

@@ -1,6 +1,7 @@
 package prog
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	bpf "github.com/cilium/ebpf/asm"
@@ -54,11 +55,19 @@ const (
 	LabelLocSize = 24
 )
 
-// LabelLoc is one label's location in a process: {u32 mode; u32 0; u64
-// A; u64 B (0, kept for the DTV's module)}.
+// LabelLoc is one label's location in a process.
 type LabelLoc struct {
 	Mode uint32
-	A, B uint64
+	A, B uint64 // B: 0, kept for the DTV's module
+}
+
+// AppendTo appends l as the labels map's value holds it, LabelLocSize
+// bytes: {u32 mode; u32 0; u64 A; u64 B}, as labels() reads it.
+func (l LabelLoc) AppendTo(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, l.Mode)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, l.A)
+	return binary.LittleEndian.AppendUint64(b, l.B)
 }
 
 // keyMask is the key's byte of label bits: bit i set when label i was read.
