@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,11 +29,12 @@ func TestMain(m *testing.M) { tooltest.Main(m) }
 // fixtures is the directory of the chain fixtures (testdata/build.sh):
 // prebuilt in testdata/build (the kernel matrix ships them), else built
 // here once with gcc.
-func fixtures(t *testing.T) string {
+func fixtures(t testing.TB) string {
 	t.Helper()
-	return tooltest.Fixtures(t, "testdata/build", "testdata/build.sh", "gcc", func() bool {
+	return tooltest.Fixtures(t, "testdata/build", "testdata/build.sh", "gcc musl-tools", func() bool {
 		_, err := exec.LookPath("gcc")
-		return err == nil
+		_, errMusl := exec.LookPath("musl-gcc")
+		return err == nil && errMusl == nil
 	})
 }
 
@@ -684,8 +686,16 @@ func TestUnreadableProcessSaid(t *testing.T) {
 func TestLabelsPerThread(t *testing.T) {
 	privtest.Require(t)
 	dir := fixtures(t)
+	// glibc's dynamic executable, musl's static one.
+	for _, exe := range []string{"tls", "musl/tls-static"} {
+		t.Run(exe, func(t *testing.T) { labelsPerThread(t, filepath.Join(dir, exe)) })
+	}
+}
+
+func labelsPerThread(t *testing.T, exe string) {
+	haveFixture(t, exe)
 	pb := filepath.Join(t.TempDir(), "cpu.pb.gz")
-	r := profileJSON(t, "-F", "199", "--pprof", pb, "-c", filepath.Join(dir, "tls")+" 0.5",
+	r := profileJSON(t, "-F", "199", "--pprof", pb, "-c", exe+" 0.5",
 		"--label", "req=tls:tk_req:int", "--label", "ep=tls:tk_ep:str", "--label", "tenant=tls:tk_tenant:chars", "--label", "phase=var:tk_phase:int")
 	type values struct{ req, ep, tenant string }
 	threads := map[values]string{
@@ -695,8 +705,16 @@ func TestLabelsPerThread(t *testing.T) {
 	}
 	by := map[string]int{}
 	total := 0
+	rows := map[string]bool{}
 	for _, st := range r.Stacks {
-		if st.Comm != "tls" {
+		// One row per stack and labels: a stack sampled under the same
+		// values is counted once, never split (nor merged across values).
+		row := fmt.Sprint(st.Pid, st.Comm, st.User, st.Kernel, st.End, st.Labels)
+		if rows[row] {
+			t.Errorf("two rows of one stack and labels: %s", row)
+		}
+		rows[row] = true
+		if st.Comm != filepath.Base(exe) {
 			continue
 		}
 		total += int(st.Count)
@@ -720,6 +738,9 @@ func TestLabelsPerThread(t *testing.T) {
 		by[name] += int(st.Count)
 	}
 	t.Logf("%d samples of the fixture: %v", total, by)
+	if total < 100 {
+		t.Fatalf("%d samples of the fixture: want 2 threads' 199 a second for a second", total)
+	}
 	if main := by["alpha"] + by["beta"]; by["alpha"] < main/4 || by["beta"] < main/4 || by["other"] < total/5 {
 		t.Errorf("samples per thread and phase %v of %d: want each phase a quarter of the main thread's at least, and the other thread a fifth", by, total)
 	}
@@ -738,6 +759,94 @@ func TestLabelsPerThread(t *testing.T) {
 	}
 	if tagged["/alpha 101"] == 0 || tagged["/beta 202"] == 0 || tagged["/other 999"] == 0 {
 		t.Errorf("pprof samples by ep and req: %v; want /alpha 101, /beta 202 and /other 999", tagged)
+	}
+}
+
+// The thread-locals of shared libraries, by each access model, on glibc
+// and on musl: general-dynamic (tk_gd_req) and local-dynamic (the static
+// tk_gd_local) through the thread's DTV, initial-exec (tk_ie_*), TLSDESC
+// (tk_desc_*), and a library opened by dlopen (tk_dl_req) whose
+// thread-locals the second thread never touches. Every sample carries its
+// own thread's values, never another thread's; the untouched ones are
+// unset (glibc: not allocated) or zero (musl allocates every thread's
+// block at dlopen).
+func TestLabelsLibraries(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	// Each label's value is req + its offset (tls.c).
+	offsets := map[string]float64{"gd": 0, "gdl": 1, "ie": 10, "iel": 11, "desc": 20, "descl": 21, "dl": 30}
+	args := []string{"-F", "199", "--label", "req=tls:tk_req:int"}
+	for _, name := range slices.Sorted(maps.Keys(offsets)) {
+		sym := "tk_" + name + "_req"
+		if lib, ok := strings.CutSuffix(name, "l"); ok && name != "dl" {
+			sym = "tk_" + lib + "_local"
+		}
+		args = append(args, "--label", name+"=tls:"+sym+":int")
+	}
+	threadOf := func(req float64) string {
+		return map[float64]string{101: "main", 202: "main", 999: "other"}[req]
+	}
+	for _, exe := range []string{"tls", "musl/tls"} {
+		t.Run(exe, func(t *testing.T) {
+			haveFixture(t, filepath.Join(dir, exe))
+			r := profileJSON(t, append(args, "-c", filepath.Join(dir, exe)+" 0.5")...)
+			by := map[string]int{}
+			total := 0
+			for _, st := range r.Stacks {
+				if st.Comm != filepath.Base(exe) {
+					continue
+				}
+				total += int(st.Count)
+				req, _ := st.Labels["req"].(float64)
+				whole := threadOf(req) != ""
+				for name, off := range offsets {
+					v, ok := st.Labels[name]
+					if name == "dl" && threadOf(req) == "other" {
+						if ok && v != 0.0 {
+							t.Errorf("dl=%v in the thread that never touched it (req=%v): want unset or 0", v, req)
+						}
+						continue
+					}
+					if ok && v == req+off {
+						continue
+					}
+					whole = false
+					// Not yet set (zero), or the main thread's other phase
+					// in the instants that switch them; never another
+					// thread's.
+					if n, _ := v.(float64); ok && n != 0 && threadOf(n-off) != threadOf(req) {
+						t.Errorf("%s=%v with req=%v: another thread's value (%v)", name, v, req, st.Labels)
+					}
+				}
+				name := map[float64]string{101: "alpha", 202: "beta", 999: "other"}[req]
+				if !whole {
+					name = "between"
+				}
+				by[name] += int(st.Count)
+			}
+			t.Logf("%d samples of the fixture: %v", total, by)
+			if total < 100 {
+				t.Fatalf("%d samples of the fixture: want 2 threads' 199 a second for a second", total)
+			}
+			if main := by["alpha"] + by["beta"]; by["alpha"] < main/4 || by["beta"] < main/4 || by["other"] < total/5 {
+				t.Errorf("samples per thread and phase %v of %d: want each phase a quarter of the main thread's at least, and the other thread a fifth", by, total)
+			}
+			if by["between"] > total/8 {
+				t.Errorf("%d of %d samples carry not all of their thread's values", by["between"], total)
+			}
+		})
+	}
+}
+
+// haveFixture skips a test of a fixture this architecture's build has
+// not: the musl ones are built on x86-64 only (Debian's musl-tools).
+func haveFixture(t *testing.T, path string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		if !strings.Contains(path, "/musl/") || runtime.GOARCH == "amd64" {
+			t.Fatalf("fixture %s: %v", path, err)
+		}
+		t.Skipf("no %s: the musl fixtures are built for x86-64 only (Debian's musl-tools)", path)
 	}
 }
 

@@ -150,9 +150,11 @@ func findLabelSymbol(ef *elf.File, l labelSpec) (sym elf.Symbol, err error) {
 // labelLocations finds where process pid keeps each label: in the file
 // the label names, else the first of its mapped files (the executable
 // first) that defines the symbol. A label it cannot place is LocUnset;
-// why, once per label and file, goes to note.
-func (ps *processes) labelLocations(pid uint32, p *process) []prog.LabelLoc {
-	locs := make([]prog.LabelLoc, len(ps.labels))
+// why, once per label and file, goes to note. late: a label's slot was
+// not filled in by the loader yet (place them again later); missing: a
+// label's symbol is in none of the files mapped yet.
+func (ps *processes) labelLocations(pid uint32, p *process) (locs []prog.LabelLoc, late, missing bool) {
+	locs = make([]prog.LabelLoc, len(ps.labels))
 	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	exe = strings.TrimSuffix(exe, " (deleted)")
 	order := make([]*procMapping, 0, len(p.maps))
@@ -163,8 +165,13 @@ func (ps *processes) labelLocations(pid uint32, p *process) []prog.LabelLoc {
 			order = append(order, &p.maps[i])
 		}
 	}
+	mem := &procMem{pid: pid}
+	defer mem.Close()
+	var others []tlsReloc // the relocations of all files, at their addresses in the process
+	othersRead := false
 	for i, l := range ps.labels {
 		seen := map[*file]bool{}
+		defined := false
 		for _, m := range order {
 			if seen[m.file] || m.file.osf == nil || l.File != "" && !sameFile(m.Path, l.File) {
 				continue
@@ -174,6 +181,7 @@ func (ps *processes) labelLocations(pid uint32, p *process) []prog.LabelLoc {
 			if err == errNoSymbol {
 				continue
 			}
+			defined = true
 			if err != nil {
 				ps.noteLabel(l, m.file, err.Error())
 				break
@@ -182,20 +190,55 @@ func (ps *processes) labelLocations(pid uint32, p *process) []prog.LabelLoc {
 				locs[i] = prog.LabelLoc{Mode: prog.LocAbs, A: m.bias + sym.Value}
 				break
 			}
-			if strings.TrimSuffix(m.Path, " (deleted)") != exe {
-				ps.noteLabel(l, m.file, "thread-locals of shared libraries are not read yet: only the executable's")
+			if strings.TrimSuffix(m.Path, " (deleted)") == exe {
+				off, err := tpOffset(m.file.elf, sym.Value)
+				if err != nil {
+					ps.noteLabel(l, m.file, err.Error())
+					break
+				}
+				locs[i] = prog.LabelLoc{Mode: prog.LocTP, A: uint64(off)}
 				break
 			}
-			off, err := tpOffset(m.file.elf, sym.Value)
+			relocs, err := m.file.tlsRelocs()
 			if err != nil {
 				ps.noteLabel(l, m.file, err.Error())
 				break
 			}
-			locs[i] = prog.LabelLoc{Mode: prog.LocTP, A: uint64(off)}
+			if !othersRead {
+				others, othersRead = processRelocs(order), true
+			}
+			locs[i], err = libraryTLS(mem, m.bias, sym.Value, l.Symbol, relocs, others, func() (dtvLayout, error) { return libcOf(p.maps) })
+			if err == errNotYet {
+				late = true
+			} else if err != nil {
+				ps.noteLabel(l, m.file, err.Error())
+			}
 			break
 		}
+		missing = missing || !defined
 	}
-	return locs
+	return locs, late, missing
+}
+
+// processRelocs is the thread-local relocations of a process's files, each
+// at its address in the process.
+func processRelocs(order []*procMapping) []tlsReloc {
+	var out []tlsReloc
+	seen := map[*file]bool{}
+	for _, m := range order {
+		if seen[m.file] || m.file.osf == nil {
+			continue
+		}
+		seen[m.file] = true
+		relocs, _ := m.file.tlsRelocs()
+		for _, r := range relocs {
+			if !r.local {
+				r.got += m.bias
+				out = append(out, r)
+			}
+		}
+	}
+	return out
 }
 
 // sameFile reports whether a mapped path is the file a label names: the

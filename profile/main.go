@@ -56,11 +56,14 @@ strobemeta): a request id, the endpoint being served, a tenant. A stack
 sampled under two values of a label is two stacks. The symbol is looked up
 in FILE (a path, or a base name among the mapped files) or else in the
 executable, then each library, of every sampled process; a global (var:) is
-read anywhere, a thread-local (tls:) in the executable's own TLS block
-(local-exec and initial-exec; thread-locals of shared libraries are not read
-yet). Strings keep 63 bytes. A value that cannot be read at that instant (a
-thread before its TLS is set up, a NULL string, a page not present) is
-left out of that sample's labels. The text report prints the labels above
+read anywhere, a thread-local (tls:) in the executable or a library by any
+access model (local-exec, initial-exec, general- and local-dynamic,
+TLSDESC), on glibc and musl: a library's is found through what the loader
+wrote in its GOT, an offset from the thread pointer or a module read
+through the thread's DTV. Strings keep 63 bytes. A
+value that cannot be read at that instant (a thread before its TLS is set
+up, a library's thread-locals the thread never touched, a NULL string, a
+page not present) is left out of that sample's labels. The text report prints the labels above
 each stack's "- comm (pid)" line, --folded as frames after the process
 name ("comm;[req=101];[ep=/alpha];main;..."), --json as "labels", and
 --pprof as sample labels (numbers as numeric labels: go tool pprof -tags).

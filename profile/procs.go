@@ -42,6 +42,9 @@ type file struct {
 	err   error // why its rows are not loaded
 
 	labelSyms map[string]symbolLookup // --label symbols looked up in it
+	tls       []tlsReloc              // its dynamic relocations of thread-locals
+	tlsErr    error                   // why they are not read
+	tlsRead   bool
 }
 
 type symbol struct {
@@ -64,6 +67,11 @@ type process struct {
 	every    time.Duration // the least time to the next rescan
 	gone     bool
 	denied   bool // its files (or maps) are not ours to read: counted once
+	// labelsLate: a label's GOT slot was not filled in yet at the last
+	// placing: place them again at the next scan. labelsMissing: a label's
+	// symbol is in none of its files yet (a library the loader, or a
+	// dlopen, has not mapped yet): rescan it as a process asked for is.
+	labelsLate, labelsMissing bool
 }
 
 // lpmKey and lpmValue are the mappings trie's: {pid, address} big-endian,
@@ -172,6 +180,9 @@ func (ps *processes) scan(pid uint32, force bool) {
 	}
 	if !force && sameMappings(p.maps, found) {
 		p.every = min(2*p.every, rescanMost)
+		if p.labelsLate {
+			ps.placeLabels(pid, p)
+		}
 		return
 	}
 	p.every = rescanFirst
@@ -193,12 +204,14 @@ func (ps *processes) scan(pid uint32, force bool) {
 // refresh rescans the processes asked for (-p, -c) as their backoff
 // allows: the libraries the loader maps after an exec get their tables
 // before the process first runs code in them.
+//
+// Other processes are rescanned while their labels wait for the loader:
+// a slot not filled in yet, or a symbol not mapped yet (until the backoff
+// reaches its longest, some 6 s of rescans: a library opened later is
+// found at the next scan a miss or an exec makes).
 func (ps *processes) refresh() {
-	if !ps.eager {
-		return
-	}
 	for pid, p := range ps.procs {
-		if !p.gone {
+		if !p.gone && (ps.eager || p.labelsLate || p.labelsMissing && p.every < rescanMost) {
 			ps.scan(pid, false)
 		}
 	}
@@ -713,7 +726,8 @@ func (ps *processes) tableStats() (files, rows, used int) {
 
 // placeLabels writes where process pid keeps the labels for the sampler.
 func (ps *processes) placeLabels(pid uint32, p *process) {
-	locs := ps.labelLocations(pid, p)
+	locs, late, missing := ps.labelLocations(pid, p)
+	p.labelsLate, p.labelsMissing = late, missing
 	b := make([]byte, 0, prog.LabelLocSize*len(locs))
 	for _, l := range locs {
 		b = l.AppendTo(b)

@@ -19,6 +19,7 @@ command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
 command -v cpio >/dev/null || need+=(cpio)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v gcc >/dev/null || need+=(gcc)
+command -v musl-gcc >/dev/null || need+=(musl-tools)
 [ -f /usr/include/x86_64-linux-gnu/sys/sdt.h ] || [ -f /usr/include/sys/sdt.h ] || need+=(systemtap-sdt-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-vm: installing ${need[*]}" >&2
@@ -138,6 +139,8 @@ make_stage() { # make_stage ARCH
       mkdir -p "$stage$(dirname "$lib")"
       cp -L "$lib" "$stage$lib"
     done
+    # musl's loader (and C library), for profile's musl fixtures.
+    cp -L /lib/ld-musl-x86_64.so.1 "$stage/lib/"
     cp /bin/busybox "$stage/bin/busybox"
   fi
   cp vmtest/init.sh "$stage/init"

@@ -51,23 +51,34 @@ const (
 	LocUnset = 0 // not in this process (or not found)
 	LocAbs   = 1 // at the address A (a global)
 	LocTP    = 2 // at the thread pointer + A (a thread-local of static TLS)
+	LocDTV   = 3 // in the thread's block of module Module, through its DTV
 
-	LabelLocSize = 24
+	LabelLocSize = 40
 )
 
-// LabelLoc is one label's location in a process.
+// LabelLoc is one label's location in a process. For LocDTV (a shared
+// library's thread-local reached through the dynamic thread vector): the
+// DTV is the pointer at the thread pointer + DTV; it holds at least
+// Module entries when the count at DTV's address + Count does; the
+// module's block is the pointer at the DTV's address + A (the entry of
+// Module), unset while it is 0 or -1 (not allocated); the value is at
+// the block + B. The C library decides DTV, Count and the entries' size.
 type LabelLoc struct {
-	Mode uint32
-	A, B uint64 // B: 0, kept for the DTV's module
+	Mode, Module uint32
+	A, B         uint64
+	DTV, Count   int64
 }
 
 // AppendTo appends l as the labels map's value holds it, LabelLocSize
-// bytes: {u32 mode; u32 0; u64 A; u64 B}, as labels() reads it.
+// bytes: {u32 mode; u32 module; u64 A; u64 B; s64 dtv; s64 count}, as
+// labels() reads it.
 func (l LabelLoc) AppendTo(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint32(b, l.Mode)
-	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, l.Module)
 	b = binary.LittleEndian.AppendUint64(b, l.A)
-	return binary.LittleEndian.AppendUint64(b, l.B)
+	b = binary.LittleEndian.AppendUint64(b, l.B)
+	b = binary.LittleEndian.AppendUint64(b, uint64(l.DTV))
+	return binary.LittleEndian.AppendUint64(b, uint64(l.Count))
 }
 
 // keyMask is the key's byte of label bits: bit i set when label i was read.
@@ -118,10 +129,14 @@ func labels(cfg Config) bpf.Instructions {
 			bpf.LoadMem(bpf.R1, bpf.R7, loc, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("label %d: its address, by the location's mode", i))),
 			bpf.LoadMem(bpf.R3, bpf.R7, loc+8, bpf.DWord),
 			bpf.JEq.Imm(bpf.R1, LocAbs, p+"_read"),
-			bpf.JNE.Imm(bpf.R1, LocTP, p+"_next"),
 			bpf.LoadMem(bpf.R2, bpf.RFP, fpTP, bpf.DWord),
 			bpf.JEq.Imm(bpf.R2, 0, p+"_next"),
-			bpf.Add.Reg(bpf.R3, bpf.R2),
+			bpf.JEq.Imm(bpf.R1, LocTP, p+"_tp"),
+			bpf.JNE.Imm(bpf.R1, LocDTV, p+"_next"),
+		)
+		insns = append(insns, dtvBlock(p, loc, cfg)...)
+		insns = append(insns,
+			bpf.Add.Reg(bpf.R3, bpf.R2).WithSymbol(p+"_tp"),
 			bpf.Mov.Reg(bpf.R1, bpf.R8).WithSymbol(p+"_read"),
 			bpf.Add.Imm(bpf.R1, int32(keyBase+cfg.LabelOffset(i))),
 		)
@@ -161,4 +176,50 @@ func labels(cfg Config) bpf.Instructions {
 		)
 	}
 	return append(insns, asm.Nop().WithSymbol("labels_done"))
+}
+
+// dtvBlock finds, in R2, the block of a LocDTV label's module in the
+// sampled thread (the thread pointer in R2), and its offset in R3, then
+// falls through to p+"_tp" (block + offset); goes to p+"_next" when the thread's DTV
+// is unreadable, too short for the module (a thread that has not caught up
+// with a dlopen), or the block not allocated yet. Three reads of user
+// memory: the DTV, its count, the module's entry.
+func dtvBlock(p string, loc int16, cfg Config) bpf.Instructions {
+	read := func(note string) bpf.Instructions {
+		return bpf.Instructions{
+			bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment(note)),
+			bpf.Add.Imm(bpf.R1, fpRead),
+			bpf.Mov.Imm(bpf.R2, 8),
+			cfg.Readers.User.Call(),
+			bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
+		}
+	}
+	insns := bpf.Instructions{
+		bpf.LoadMem(bpf.R3, bpf.R7, loc+24, bpf.DWord),
+		bpf.Add.Reg(bpf.R3, bpf.R2),
+	}
+	insns = append(insns, read("the DTV: the pointer at the thread pointer + dtv")...)
+	insns = append(insns,
+		bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
+		bpf.JEq.Imm(bpf.R3, 0, p+"_next"),
+		bpf.StoreMem(bpf.RFP, fpRead+8, bpf.R3, bpf.DWord),
+		bpf.LoadMem(bpf.R1, bpf.R7, loc+32, bpf.DWord),
+		bpf.Add.Reg(bpf.R3, bpf.R1),
+	)
+	insns = append(insns, read("its count: the module's entry must be in it")...)
+	insns = append(insns,
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord),
+		bpf.LoadMem(bpf.R2, bpf.R7, loc+4, bpf.Word),
+		bpf.JLT.Reg(bpf.R1, bpf.R2, p+"_next"),
+		bpf.LoadMem(bpf.R3, bpf.RFP, fpRead+8, bpf.DWord),
+		bpf.LoadMem(bpf.R1, bpf.R7, loc+8, bpf.DWord),
+		bpf.Add.Reg(bpf.R3, bpf.R1),
+	)
+	insns = append(insns, read("the module's entry: its block, 0 or -1 while not allocated")...)
+	return append(insns,
+		bpf.LoadMem(bpf.R2, bpf.RFP, fpRead, bpf.DWord),
+		bpf.JEq.Imm(bpf.R2, 0, p+"_next"),
+		bpf.JEq.Imm(bpf.R2, -1, p+"_next"),
+		bpf.LoadMem(bpf.R3, bpf.R7, loc+16, bpf.DWord),
+	)
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the profile fixtures into $1, all gcc -O2 -fomit-frame-pointer (a
+# Builds the profile fixtures into $1 (the tls ones also with musl-gcc,
+# from Debian's musl-tools, on x86-64), all gcc -O2 -fomit-frame-pointer (a
 # chain main -> a -> b -> c whose functions keep no frame pointer): a PIE,
 # a non-PIE, and a PIE whose a, b and c are in a shared library
 # (libchain.so, found through its rpath). Needs gcc; CC=aarch64-linux-gnu-gcc
@@ -17,5 +18,28 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
 # tls: thread-locals and a global in phases, for --label (a PIE, its TLS
-# local-exec; pthreads).
-"${CC:-gcc}" -O2 -fPIE -pie -pthread -o "$out/tls" "$src/tls.c"
+# local-exec; pthreads), and its libraries' thread-locals, one library per
+# access model: libtkgd.so general- and local-dynamic (the traditional
+# dialect), libtkie.so initial-exec, libtkdesc.so TLSDESC, and libtkdl.so
+# (general-dynamic) opened by dlopen.
+case $("${CC:-gcc}" -dumpmachine) in
+aarch64*) trad=-mtls-dialect=trad desc=-mtls-dialect=desc ;;
+*) trad=-mtls-dialect=gnu desc=-mtls-dialect=gnu2 ;;
+esac
+tls() { # tls CC DIR: the libraries and the executable into DIR
+  local cc=$1 dir=$2
+  mkdir -p "$dir"
+  lib() { "$cc" -O2 -fPIC -shared -DLIB=tk_$1 -o "$dir/libtk$1.so" "${@:2}" "$src/tlslib.c"; }
+  lib gd $trad
+  lib ie -ftls-model=initial-exec
+  lib desc $desc
+  lib dl $trad
+  "$cc" -O2 -fPIE -pie -pthread -o "$dir/tls" "$src/tls.c" -L"$dir" -ltkgd -ltkie -ltkdesc -Wl,-rpath,'$ORIGIN'
+}
+tls "${CC:-gcc}" "$out"
+# The same on musl (x86-64, where Debian's musl-tools has it): in musl/,
+# and a static executable without the libraries, tls-static.
+if [ "$(uname -m)" = x86_64 ] && [[ $("${CC:-gcc}" -dumpmachine) == x86_64* ]]; then
+  tls musl-gcc "$out/musl"
+  musl-gcc -O2 -static -pthread -DNOLIB -o "$out/musl/tls-static" "$src/tls.c"
+fi
