@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -702,6 +703,7 @@ func labelsPerThread(t *testing.T, exe string) {
 		{"101", "/alpha", "t-a"}:     "alpha",
 		{"202", "/beta", "t-b"}:      "beta",
 		{"999", "/other", "t-other"}: "other",
+		{"1", "<nil>", "t-w"}:        "warmup", // a NULL char *: unset
 	}
 	by := map[string]int{}
 	total := 0
@@ -731,7 +733,7 @@ func labelsPerThread(t *testing.T, exe string) {
 		// values. A process's first samples, before profile placed its
 		// labels, have none.
 		ph, ok := st.Labels["phase"]
-		want := map[string][]any{"alpha": {1.0, 2.0}, "beta": {2.0}, "other": {0.0, 1.0, 2.0}, "between": {0.0, 1.0, 2.0}}[name]
+		want := map[string][]any{"warmup": {0.0}, "alpha": {1.0, 2.0}, "beta": {2.0}, "other": {0.0, 1.0, 2.0}, "between": {0.0, 1.0, 2.0}}[name]
 		if ok && !slices.Contains(want, ph) {
 			t.Errorf("phase %v with %v (%s): want one of %v", ph, v, name, want)
 		}
@@ -784,7 +786,7 @@ func TestLabelsLibraries(t *testing.T) {
 		args = append(args, "--label", name+"=tls:"+sym+":int")
 	}
 	threadOf := func(req float64) string {
-		return map[float64]string{101: "main", 202: "main", 999: "other"}[req]
+		return map[float64]string{1: "main", 101: "main", 202: "main", 999: "other"}[req]
 	}
 	for _, exe := range []string{"tls", "musl/tls"} {
 		t.Run(exe, func(t *testing.T) {
@@ -818,7 +820,13 @@ func TestLabelsLibraries(t *testing.T) {
 						t.Errorf("%s=%v with req=%v: another thread's value (%v)", name, v, req, st.Labels)
 					}
 				}
-				name := map[float64]string{101: "alpha", 202: "beta", 999: "other"}[req]
+				// The warm-up's samples are checked, not counted: before
+				// the second thread, profile places the libraries' labels
+				// as the loader maps and fills them in.
+				name := map[float64]string{1: "warmup", 101: "alpha", 202: "beta", 999: "other"}[req]
+				if name == "warmup" {
+					continue
+				}
 				if !whole {
 					name = "between"
 				}
@@ -835,6 +843,59 @@ func TestLabelsLibraries(t *testing.T) {
 				t.Errorf("%d of %d samples carry not all of their thread's values", by["between"], total)
 			}
 		})
+	}
+}
+
+// The seed's strobe layouts: an int set by its header's len (the second
+// thread leaves it 0: unset though its value is written), a string (the
+// second thread's 100 characters kept to 63, the warm-up's NULL unset), a
+// map's id, tag (NULL: none) and first three entries, no more than its cnt
+// (the second thread's 1), as labels NAME.id, NAME.tag, NAME.KEY.
+func TestLabelsStrobe(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	// The map's id is the thread's req. No more labels: on kernels of
+	// 512-byte keys these leave room for 8 user frames.
+	r := profileJSON(t, "-F", "199", "-c", filepath.Join(dir, "tls")+" 0.5", "--label", "si=tls:tk_strobe_int:strobe-int", "--label", "ss=tls:tk_strobe_str:strobe-str", "--label", "m=tls:tk_strobe_map:strobe-map")
+	phase := func(req float64, ep, tenant string) map[string]any {
+		return map[string]any{"si": req, "ss": ep, "m.id": req, "m.tag": "phase", "m.ep": ep, "m.tenant": tenant, "m.k3": "v3"}
+	}
+	want := map[float64]map[string]any{
+		1:   {"si": 1.0, "m.id": 1.0, "m.tag": "warmup", "m.ep": "", "m.tenant": "t-w", "m.k3": "v3"},
+		101: phase(101, "/alpha", "t-a"),
+		202: phase(202, "/beta", "t-b"),
+		999: {"ss": strings.Repeat("x", 63), "m.id": 999.0, "m.ep": "/other"},
+	}
+	by := map[string]int{}
+	total := 0
+	for _, st := range r.Stacks {
+		if st.Comm != "tls" {
+			continue
+		}
+		total += int(st.Count)
+		req, _ := st.Labels["m.id"].(float64)
+		if _, ok := st.Labels["m.k4"]; ok {
+			t.Errorf("%v: the map's fourth entry, beyond the three kept", st.Labels)
+		}
+		if req == 999 {
+			for _, name := range []string{"si", "m.tag", "m.tenant", "m.k3"} {
+				if v, ok := st.Labels[name]; ok {
+					t.Errorf("%s=%v in the second thread (%v): want unset", name, v, st.Labels)
+				}
+			}
+		}
+		name := fmt.Sprint(req)
+		if !reflect.DeepEqual(st.Labels, want[req]) {
+			name = "between"
+		}
+		by[name] += int(st.Count)
+	}
+	t.Logf("%d samples of the fixture: %v", total, by)
+	if total < 100 {
+		t.Fatalf("%d samples of the fixture: want 2 threads' 199 a second for a second", total)
+	}
+	if by["101"] < total/8 || by["202"] < total/8 || by["999"] < total/5 || by["between"] > total/8 {
+		t.Errorf("samples by values %v of %d: want each phase an eighth at least, the second thread a fifth, and an eighth at most between", by, total)
 	}
 }
 

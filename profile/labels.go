@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
@@ -45,9 +46,13 @@ var labelTypes = map[string]struct {
 	"uint64": {prog.Label{Kind: prog.LabelInt, Size: 8}, false},
 	"str":    {prog.Label{Kind: prog.LabelStr}, false},
 	"chars":  {prog.Label{Kind: prog.LabelChars}, false},
+
+	"strobe-int": {prog.Label{Kind: prog.LabelStrobeInt, Size: 8}, true},
+	"strobe-str": {prog.Label{Kind: prog.LabelStrobeStr}, false},
+	"strobe-map": {prog.Label{Kind: prog.LabelStrobeMap}, false},
 }
 
-const labelTypeList = "int, int8, int16, int32, int64, uint8, uint16, uint32, uint64, str, chars"
+const labelTypeList = "int, int8, int16, int32, int64, uint8, uint16, uint32, uint64, str, chars, strobe-int, strobe-str, strobe-map"
 
 // parseLabels reads the --label arguments.
 func parseLabels(args []string) ([]labelSpec, error) {
@@ -341,7 +346,8 @@ func decodeLabels(labels []labelSpec, cfg prog.Config, key []byte) []labelValue 
 		}
 		b := key[cfg.LabelOffset(i):]
 		v := labelValue{Name: l.Name}
-		if l.Label.Kind == prog.LabelInt {
+		switch l.Label.Kind {
+		case prog.LabelInt, prog.LabelStrobeInt:
 			n := binary.LittleEndian.Uint64(b)
 			bits := uint(8 * l.Label.Size)
 			if bits < 64 {
@@ -357,14 +363,45 @@ func decodeLabels(labels []labelSpec, cfg prog.Config, key []byte) []labelValue 
 				v.Value = strconv.FormatUint(n, 10)
 			}
 			v.Num = &num
-		} else {
-			s := b[:prog.LabelStrLen]
-			if i := strings.IndexByte(string(s), 0); i >= 0 {
-				s = s[:i]
-			}
-			v.Value = string(s)
+		case prog.LabelStrobeMap:
+			out = append(out, strobeMapLabels(l.Name, b[:prog.StrobeMapSlot])...)
+			continue
+		default:
+			v.Value = cString(b[:prog.LabelStrLen])
 		}
 		out = append(out, v)
+	}
+	return out
+}
+
+// cString is b up to its terminator.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// strobeMapLabels are a strobe map's labels from its slot in a key:
+// NAME.id, NAME.tag when it has one, and NAME.KEY for each entry read
+// (the entries with an empty key are left out; a key given twice keeps
+// its first value).
+func strobeMapLabels(name string, b []byte) []labelValue {
+	id := int64(binary.LittleEndian.Uint64(b))
+	out := []labelValue{{Name: name + ".id", Value: strconv.FormatInt(id, 10), Num: &id}}
+	const n = prog.StrobeMapStrLen
+	if tag := cString(b[8 : 8+n]); tag != "" {
+		out = append(out, labelValue{Name: name + ".tag", Value: tag})
+	}
+	seen := map[string]bool{"id": true, "tag": true}
+	for e := 0; e < prog.StrobeMapEntries; e++ {
+		at := 8 + n + 2*n*e
+		key := cString(b[at : at+n])
+		if key == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		out = append(out, labelValue{Name: name + "." + key, Value: cString(b[at+n : at+2*n])})
 	}
 	return out
 }

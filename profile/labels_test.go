@@ -48,3 +48,29 @@ func TestTPOffset(t *testing.T) {
 		t.Error("no PT_TLS: no error")
 	}
 }
+
+// A strobe map's slot gives NAME.id, NAME.tag when it has one, and
+// NAME.KEY per entry with a key, the first of a key given twice.
+func TestStrobeMapLabels(t *testing.T) {
+	b := make([]byte, prog.StrobeMapSlot)
+	binary.LittleEndian.PutUint64(b, uint64(0xffffffffffffffff))
+	const n = prog.StrobeMapStrLen
+	entry := func(e int, key, val string) {
+		clear(b[8+n+2*n*e : 8+n+2*n*(e+1)])
+		copy(b[8+n+2*n*e:], key)
+		copy(b[8+n+2*n*e+n:], val)
+	}
+	entry(0, "ep", "/alpha")
+	entry(1, "", "lost")
+	entry(2, "ep", "/second")
+	got := labelsName(strobeMapLabels("m", b))
+	if want := `m.id="-1" m.ep="/alpha" `; got != want {
+		t.Errorf("labels %s, want %s", got, want)
+	}
+	copy(b[8:], "tag1")
+	entry(1, "tenant", "t-a")
+	got = labelsName(strobeMapLabels("m", b))
+	if want := `m.id="-1" m.tag="tag1" m.ep="/alpha" m.tenant="t-a" `; got != want {
+		t.Errorf("labels %s, want %s", got, want)
+	}
+}

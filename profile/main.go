@@ -22,7 +22,7 @@ type options struct {
 	Pprof     string   `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
 	Budget    int      `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
 	Idle      bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
-	Labels    []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *) or chars (a char array). See below"`
+	Labels    []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *), chars (a char array), or strobemeta's strobe-int, strobe-str, strobe-map. See below"`
 	Missing   string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
 
 	labels []labelSpec // --label, parsed
@@ -63,7 +63,11 @@ wrote in its GOT, an offset from the thread pointer or a module read
 through the thread's DTV. Strings keep 63 bytes. A
 value that cannot be read at that instant (a thread before its TLS is set
 up, a library's thread-locals the thread never touched, a NULL string, a
-page not present) is left out of that sample's labels. The text report prints the labels above
+page not present) is left out of that sample's labels. The strobe types
+read strobemeta's layouts (an 8-byte header, then the value): strobe-int
+is set while its header's len is not 0; a strobe-map becomes the labels
+NAME.id, NAME.tag and NAME.KEY for its first 3 entries, their strings
+kept to 31 bytes. The text report prints the labels above
 each stack's "- comm (pid)" line, --folded as frames after the process
 name ("comm;[req=101];[ep=/alpha];main;..."), --json as "labels", and
 --pprof as sample labels (numbers as numeric labels: go tool pprof -tags).

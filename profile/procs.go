@@ -72,7 +72,12 @@ type process struct {
 	// symbol is in none of its files yet (a library the loader, or a
 	// dlopen, has not mapped yet): rescan it as a process asked for is.
 	labelsLate, labelsMissing bool
+	labelTries                int // rescans at the first pace for them
 }
+
+// labelTriesFast is how many rescans at the first pace labels that wait
+// for the loader get: a second of ticks.
+const labelTriesFast = int(time.Second / rescanFirst)
 
 // lpmKey and lpmValue are the mappings trie's: {pid, address} big-endian,
 // the longest prefix wins.
@@ -179,9 +184,17 @@ func (ps *processes) scan(pid uint32, force bool) {
 		return // an exec in progress, or a zombie: keep what we had
 	}
 	if !force && sameMappings(p.maps, found) {
-		p.every = min(2*p.every, rescanMost)
 		if p.labelsLate {
 			ps.placeLabels(pid, p)
+		}
+		// Labels waiting for the loader are looked for at every tick for
+		// a second, then as the backoff allows (symbols not mapped yet:
+		// in the processes asked for only, not in every process of the
+		// machine).
+		if (p.labelsLate || p.labelsMissing && ps.eager) && p.labelTries < labelTriesFast {
+			p.labelTries++
+		} else {
+			p.every = min(2*p.every, rescanMost)
 		}
 		return
 	}

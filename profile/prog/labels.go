@@ -23,6 +23,11 @@ const (
 	LabelInt   LabelKind = iota // Size bytes (1, 2, 4 or 8), in an 8-byte slot
 	LabelStr                    // a char * at the location: the string it points to
 	LabelChars                  // a char[] at the location
+	// The seed's layouts (strobemeta.h): a strobe_value_header {u16 len;
+	// u8 reserved[6]}, then an int64, a char * or a strobe_map_raw *.
+	LabelStrobeInt // set while the header's len is not 0
+	LabelStrobeStr
+	LabelStrobeMap // {int64 id; int64 cnt; char *tag; {char *key, *val} entries[]}
 )
 
 // Label is one value read at each sample.
@@ -32,15 +37,24 @@ type Label struct {
 }
 
 // The limits of labels: how many, and the bytes of a string kept (its
-// terminator included: 63 characters).
+// terminator included: 63 characters). A strobe map keeps its id, its
+// tag and its first StrobeMapEntries entries, their strings in
+// StrobeMapStrLen bytes (31 characters): StrobeMapSlot bytes of the key,
+// {int64 id; char tag[32]; {char key[32], val[32]} entries[3]}.
 const (
-	MaxLabels   = 8
-	LabelStrLen = 64
+	MaxLabels        = 8
+	LabelStrLen      = 64
+	StrobeMapEntries = 3
+	StrobeMapStrLen  = 32
+	StrobeMapSlot    = 8 + StrobeMapStrLen + StrobeMapEntries*2*StrobeMapStrLen
 )
 
 func (l Label) slot() int {
-	if l.Kind == LabelInt {
+	switch l.Kind {
+	case LabelInt, LabelStrobeInt:
 		return 8
+	case LabelStrobeMap:
+		return StrobeMapSlot
 	}
 	return LabelStrLen
 }
@@ -140,14 +154,32 @@ func labels(cfg Config) bpf.Instructions {
 			bpf.Mov.Reg(bpf.R1, bpf.R8).WithSymbol(p+"_read"),
 			bpf.Add.Imm(bpf.R1, int32(keyBase+cfg.LabelOffset(i))),
 		)
+		slot := int32(keyBase + cfg.LabelOffset(i))
 		switch l.Kind {
+		case LabelStrobeInt:
+			insns = append(insns,
+				bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("a strobe_value_int: header and value in one read")),
+				bpf.Add.Imm(bpf.R1, fpRead),
+				bpf.Mov.Imm(bpf.R2, 16),
+				cfg.Readers.User.Call(),
+				bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
+				bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.Half),
+				bpf.JEq.Imm(bpf.R1, 0, p+"_next"),
+				bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord),
+				bpf.StoreMem(bpf.R8, int16(slot), bpf.R1, bpf.DWord),
+			)
+		case LabelStrobeMap:
+			insns = append(insns, strobeMap(p, slot, cfg)...)
 		case LabelInt:
 			insns = append(insns,
 				bpf.Mov.Imm(bpf.R2, int32(l.Size)).WithSource(bpf.Comment(fmt.Sprintf("an integer of %d bytes", l.Size))),
 				cfg.Readers.User.Call(),
 				bpf.JEq.Imm(bpf.R0, 0, p+"_set"),
 			)
-		case LabelStr:
+		case LabelStr, LabelStrobeStr:
+			if l.Kind == LabelStrobeStr {
+				insns = append(insns, bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_str: its char * after the header")))
+			}
 			insns = append(insns,
 				bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("a char *: the pointer, then the string")),
 				bpf.Add.Imm(bpf.R1, fpRead),
@@ -167,8 +199,10 @@ func labels(cfg Config) bpf.Instructions {
 				bpf.JSGT.Imm(bpf.R0, 0, p+"_set"),
 			)
 		}
+		if l.Kind != LabelStrobeInt && l.Kind != LabelStrobeMap { // those go on to _set
+			insns = append(insns, bpf.Ja.Label(p+"_next"))
+		}
 		insns = append(insns,
-			bpf.Ja.Label(p+"_next"),
 			bpf.LoadMem(bpf.R1, bpf.R8, keyMask, bpf.Byte).WithSymbol(p+"_set"),
 			bpf.Or.Imm(bpf.R1, 1<<i),
 			bpf.StoreMem(bpf.R8, keyMask, bpf.R1, bpf.Byte),
@@ -222,4 +256,60 @@ func dtvBlock(p string, loc int16, cfg Config) bpf.Instructions {
 		bpf.JEq.Imm(bpf.R2, -1, p+"_next"),
 		bpf.LoadMem(bpf.R3, bpf.R7, loc+16, bpf.DWord),
 	)
+}
+
+// strobeMap reads a strobe_value_map at R3 into the key's slot: the map's
+// id, its tag, and its first StrobeMapEntries entries (no more than its
+// cnt), each string cut to StrobeMapStrLen; a NULL or unreadable string is
+// left empty. Unset when the map's pointer is NULL or the map unreadable.
+// Reads: the pointer, the map's head, the tag, and per entry its two
+// pointers and two strings.
+func strobeMap(p string, slot int32, cfg Config) bpf.Instructions {
+	readStr := func(ptr int16, to int32, skip string) bpf.Instructions {
+		return bpf.Instructions{
+			bpf.LoadMem(bpf.R3, bpf.RFP, ptr, bpf.DWord),
+			bpf.JEq.Imm(bpf.R3, 0, skip),
+			bpf.Mov.Reg(bpf.R1, bpf.R8),
+			bpf.Add.Imm(bpf.R1, to),
+			bpf.Mov.Imm(bpf.R2, StrobeMapStrLen),
+			cfg.Readers.UserStr.Call(),
+			asm.Nop().WithSymbol(skip),
+		}
+	}
+	insns := bpf.Instructions{
+		bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_map: its strobe_map_raw * after the header")),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, fpMap),
+		bpf.Mov.Imm(bpf.R2, 8),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
+		bpf.LoadMem(bpf.R3, bpf.RFP, fpMap, bpf.DWord),
+		bpf.JEq.Imm(bpf.R3, 0, p+"_next"),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("the map's {id, cnt, tag}")),
+		bpf.Add.Imm(bpf.R1, fpMapHead),
+		bpf.Mov.Imm(bpf.R2, 24),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead, bpf.DWord),
+		bpf.StoreMem(bpf.R8, int16(slot), bpf.R1, bpf.DWord),
+	}
+	insns = append(insns, readStr(fpMapHead+16, slot+8, p+"_tag")...)
+	for e := 0; e < StrobeMapEntries; e++ {
+		to := slot + 8 + StrobeMapStrLen + int32(2*StrobeMapStrLen*e)
+		q := fmt.Sprintf("%s_e%d", p, e)
+		insns = append(insns,
+			bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead+8, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("entry %d, when the map has it: its key and value", e))),
+			bpf.JSLE.Imm(bpf.R1, int32(e), p+"_set"),
+			bpf.LoadMem(bpf.R3, bpf.RFP, fpMap, bpf.DWord),
+			bpf.Add.Imm(bpf.R3, int32(24+16*e)),
+			bpf.Mov.Reg(bpf.R1, bpf.RFP),
+			bpf.Add.Imm(bpf.R1, fpRead),
+			bpf.Mov.Imm(bpf.R2, 16),
+			cfg.Readers.User.Call(),
+			bpf.JNE.Imm(bpf.R0, 0, p+"_set"),
+		)
+		insns = append(insns, readStr(fpRead, to, q+"_key")...)
+		insns = append(insns, readStr(fpRead+8, to+StrobeMapStrLen, q+"_val")...)
+	}
+	return insns // on to p+"_set"
 }

@@ -83,6 +83,8 @@ const (
 	fpOne     = -104 // u64: 1, the value of a new count
 	fpEvent   = -120 // 16 bytes: {u32 tgid; u32 kind; u64 address} sent to user space
 	fpTP      = -128 // u64: the sampled thread's thread pointer (labels)
+	fpMapHead = -152 // 24 bytes: a strobe map's {id, cnt, tag} (labels)
+	fpMap     = -160 // u64: a strobe map's address (labels)
 	EventNew  = 1    // a process seen for the first time
 	EventMiss = 2    // an address in no loaded table: user space loads the file there
 

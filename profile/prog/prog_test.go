@@ -2,6 +2,7 @@ package prog
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -34,13 +35,19 @@ func variants(t *testing.T) map[string]Config {
 		"eh_labels8": {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: mostLabels},
 		"auto_labels_small_keys": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames,
 			UserDepth: SmallUserFrames - (8+8+64+64)/8, ThreadPointer: 8 * 330, Labels: everyKind},
+		// The seed's strobe layouts; the most of the largest (the longest
+		// program); and on a kernel of small keys.
+		"fp_labels_strobe":  {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: strobeKinds},
+		"eh_strobe_maps8":   {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: slices.Repeat([]Label{{Kind: LabelStrobeMap}}, MaxLabels)},
+		"auto_strobe_small": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames - (8+64+StrobeMapSlot)/8, ThreadPointer: 8 * 330, Labels: strobeKinds},
 	}
 	return v
 }
 
 var (
-	everyKind  = []Label{{Kind: LabelInt, Size: 8}, {Kind: LabelInt, Size: 4}, {Kind: LabelStr}, {Kind: LabelChars}}
-	mostLabels = func() []Label {
+	everyKind   = []Label{{Kind: LabelInt, Size: 8}, {Kind: LabelInt, Size: 4}, {Kind: LabelStr}, {Kind: LabelChars}}
+	strobeKinds = []Label{{Kind: LabelStrobeInt, Size: 8}, {Kind: LabelStrobeStr}, {Kind: LabelStrobeMap}}
+	mostLabels  = func() []Label {
 		l := make([]Label, MaxLabels)
 		for i := range l {
 			l[i].Kind = LabelStr

@@ -3,11 +3,14 @@
 // a char *, a char array), of a global, and of its libraries' thread-locals
 // (tlslib.c, set from the phase's tk_req: tk_gd_* = req, tk_ie_* = req +
 // 10, tk_desc_* = req + 20, each _local one more); a second thread spins
-// all along with values of its own. libtkdl.so, opened by dlopen, gets
+// all along with values of its own (after a warm-up of the main thread, req
+// 1 and a NULL tk_ep, half a phase). The strobe_* thread-locals carry the
+// same values in the seed's layouts. libtkdl.so, opened by dlopen, gets
 // tk_dl_* = req + 30 in the main thread only: the second thread never
 // touches its thread-locals. "tls SECS" spins SECS per phase. -DNOLIB:
 // without the libraries (a static build).
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +21,57 @@ __thread char tk_tenant[16];
 long tk_phase;
 
 static volatile unsigned long sink;
+
+// The seed's strobe layouts (strobemeta.h), thread-locals of the
+// executable: strobe_set writes them all from the thread's values; a
+// thread that says set=0 leaves its int's header len 0 (unset).
+struct strobe_value_header {
+	uint16_t len;
+	uint8_t _reserved[6];
+};
+struct strobe_value_int {
+	struct strobe_value_header header;
+	int64_t value;
+};
+struct strobe_value_str {
+	struct strobe_value_header header;
+	const char *value;
+};
+struct strobe_map_entry {
+	const char *key, *val;
+};
+struct strobe_map_raw {
+	int64_t id, cnt;
+	const char *tag;
+	struct strobe_map_entry entries[4];
+};
+struct strobe_value_map {
+	struct strobe_value_header header;
+	const struct strobe_map_raw *value;
+};
+__thread struct strobe_value_int tk_strobe_int;
+__thread struct strobe_value_str tk_strobe_str;
+__thread struct strobe_value_map tk_strobe_map;
+static __thread struct strobe_map_raw tk_strobe_raw;
+
+static void strobe_set(long req, const char *str, const char *tag, int cnt, int set) {
+	tk_strobe_int.header.len = set;
+	tk_strobe_int.value = req;
+	tk_strobe_str.header.len = 1;
+	tk_strobe_str.value = str;
+	tk_strobe_raw.id = req;
+	tk_strobe_raw.cnt = cnt;
+	tk_strobe_raw.tag = tag;
+	tk_strobe_raw.entries[0] = (struct strobe_map_entry){"ep", tk_ep};
+	tk_strobe_raw.entries[1] = (struct strobe_map_entry){"tenant", tk_tenant};
+	tk_strobe_raw.entries[2] = (struct strobe_map_entry){"k3", "v3"};
+	tk_strobe_raw.entries[3] = (struct strobe_map_entry){"k4", "v4"};
+	tk_strobe_map.header.len = 1;
+	tk_strobe_map.value = &tk_strobe_raw;
+}
+
+// long: 100 characters, more than a label keeps.
+static const char long_str[] = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
 
 #ifdef NOLIB
 static void libs_set(long n) { (void)n; }
@@ -66,6 +120,7 @@ static void *other(void *arg) {
 	libs_set(tk_req);
 	tk_ep = "/other";
 	strcpy(tk_tenant, "t-other");
+	strobe_set(tk_req, long_str, NULL, 1, 0);
 	spin(2 * phase);
 	return NULL;
 }
@@ -75,18 +130,28 @@ int main(int argc, char **argv) {
 	if (argc > 1)
 		phase = atof(argv[1]);
 	libs_open();
+	// A warm-up, before the second thread: profile places the labels of
+	// the libraries as it sees them mapped and filled in.
+	tk_ep = NULL;
+	tk_req = 1;
+	libs_set(tk_req);
+	strcpy(tk_tenant, "t-w");
+	strobe_set(tk_req, NULL, "warmup", 4, 1);
+	spin(phase / 2);
 	pthread_create(&t, NULL, other, NULL);
 	tk_phase = 1;
 	tk_ep = "/alpha";
 	tk_req = 101;
 	libs_set(tk_req);
 	strcpy(tk_tenant, "t-a");
+	strobe_set(tk_req, tk_ep, "phase", 4, 1);
 	spin(phase);
 	tk_phase = 2;
 	tk_ep = "/beta";
 	tk_req = 202;
 	libs_set(tk_req);
 	strcpy(tk_tenant, "t-b");
+	strobe_set(tk_req, tk_ep, "phase", 4, 1);
 	spin(phase);
 	pthread_join(t, NULL);
 	return 0;
