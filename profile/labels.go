@@ -97,12 +97,13 @@ func parseLabels(args []string) ([]labelSpec, error) {
 	return out, nil
 }
 
-// checkLabelFiles looks up the symbol of each label that names its file,
-// before the run: a symbol that is not there, or not of the label's kind,
-// is a usage error.
+// checkLabelFiles looks up the symbol of each label that names its file
+// by a path, before the run: a symbol that is not there, or not of the
+// label's kind, is a usage error. A base name (libfoo.so) names a file
+// among each process's mapped ones, found as they are scanned.
 func checkLabelFiles(labels []labelSpec) error {
 	for _, l := range labels {
-		if l.File == "" {
+		if !strings.Contains(l.File, "/") {
 			continue
 		}
 		f, err := regular.Open(l.File) // never a FIFO's open that blocks

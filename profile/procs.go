@@ -184,16 +184,18 @@ func (ps *processes) scan(pid uint32, force bool) {
 		return // an exec in progress, or a zombie: keep what we had
 	}
 	if !force && sameMappings(p.maps, found) {
-		if p.labelsLate {
-			ps.placeLabels(pid, p)
-		}
 		// Labels waiting for the loader are looked for at every tick for
 		// a second, then as the backoff allows (symbols not mapped yet:
 		// in the processes asked for only, not in every process of the
 		// machine).
-		if (p.labelsLate || p.labelsMissing && ps.eager) && p.labelTries < labelTriesFast {
+		waiting := p.labelsLate || p.labelsMissing && ps.eager
+		if waiting {
 			p.labelTries++
-		} else {
+		}
+		if p.labelsLate {
+			ps.placeLabels(pid, p)
+		}
+		if !waiting || p.labelTries > labelTriesFast {
 			p.every = min(2*p.every, rescanMost)
 		}
 		return
@@ -740,6 +742,9 @@ func (ps *processes) tableStats() (files, rows, used int) {
 // placeLabels writes where process pid keeps the labels for the sampler.
 func (ps *processes) placeLabels(pid uint32, p *process) {
 	locs, late, missing := ps.labelLocations(pid, p)
+	if late && p.labelTries == labelTriesFast+1 && len(ps.labelNotes) < 32 {
+		ps.labelNotes = append(ps.labelNotes, fmt.Sprintf("labels of %s (%d): a library's GOT slot not filled in after %v (still tried as the backoff allows)", p.comm, pid, time.Duration(labelTriesFast)*rescanFirst))
+	}
 	p.labelsLate, p.labelsMissing = late, missing
 	b := make([]byte, 0, prog.LabelLocSize*len(locs))
 	for _, l := range locs {
