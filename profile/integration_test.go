@@ -739,18 +739,9 @@ func labelsPerThread(t *testing.T, exe string) {
 		}
 		by[name] += int(st.Count)
 	}
-	t.Logf("%d samples of the fixture: %v", total, by)
-	if total < 100 {
-		t.Fatalf("%d samples of the fixture: want 2 threads' 199 a second for a second", total)
-	}
-	if main := by["alpha"] + by["beta"]; by["alpha"] < main/4 || by["beta"] < main/4 || by["other"] < total/5 {
-		t.Errorf("samples per thread and phase %v of %d: want each phase a quarter of the main thread's at least, and the other thread a fifth", by, total)
-	}
 	// The loader's time before main: an eighth of the run at most, even
 	// under emulation (7 to 11 of about 200 samples in the matrix).
-	if by["between"] > total/8 {
-		t.Errorf("%d of %d samples carry no thread's values", by["between"], total)
-	}
+	checkPhases(t, by, total)
 
 	p := readPprof(t, pb)
 	tagged := map[string]int64{}
@@ -761,6 +752,24 @@ func labelsPerThread(t *testing.T, exe string) {
 	}
 	if tagged["/alpha 101"] == 0 || tagged["/beta 202"] == 0 || tagged["/other 999"] == 0 {
 		t.Errorf("pprof samples by ep and req: %v; want /alpha 101, /beta 202 and /other 999", tagged)
+	}
+}
+
+// checkPhases checks the tls fixture's samples by thread and phase (of
+// total): each phase a quarter of the main thread's at least, the second
+// thread a fifth, and an eighth at most "between" (not all of a thread's
+// values: the instants that switch them).
+func checkPhases(t *testing.T, by map[string]int, total int) {
+	t.Helper()
+	t.Logf("%d samples of the fixture: %v", total, by)
+	if total < 100 {
+		t.Fatalf("%d samples of the fixture: want 2 threads' 199 a second for a second", total)
+	}
+	if main := by["alpha"] + by["beta"]; by["alpha"] < main/4 || by["beta"] < main/4 || by["other"] < total/5 {
+		t.Errorf("samples per thread and phase %v of %d: want each phase a quarter of the main thread's at least, and the other thread a fifth", by, total)
+	}
+	if by["between"] > total/8 {
+		t.Errorf("%d of %d samples carry not all of their thread's values", by["between"], total)
 	}
 }
 
@@ -835,16 +844,7 @@ func TestLabelsLibraries(t *testing.T) {
 				}
 				by[name] += int(st.Count)
 			}
-			t.Logf("%d samples of the fixture: %v", total, by)
-			if total < 100 {
-				t.Fatalf("%d samples of the fixture: want 2 threads' 199 a second for a second", total)
-			}
-			if main := by["alpha"] + by["beta"]; by["alpha"] < main/4 || by["beta"] < main/4 || by["other"] < total/5 {
-				t.Errorf("samples per thread and phase %v of %d: want each phase a quarter of the main thread's at least, and the other thread a fifth", by, total)
-			}
-			if by["between"] > total/8 {
-				t.Errorf("%d of %d samples carry not all of their thread's values", by["between"], total)
-			}
+			checkPhases(t, by, total)
 		})
 	}
 }

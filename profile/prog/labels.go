@@ -139,6 +139,7 @@ func labels(cfg Config) bpf.Instructions {
 	for i, l := range cfg.Labels {
 		p := fmt.Sprintf("label%d", i)
 		loc := int16(LabelLocSize * i)
+		slot := int32(keyBase + cfg.LabelOffset(i))
 		insns = append(insns,
 			bpf.LoadMem(bpf.R1, bpf.R7, loc, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("label %d: its address, by the location's mode", i))),
 			bpf.LoadMem(bpf.R3, bpf.R7, loc+8, bpf.DWord),
@@ -152,17 +153,12 @@ func labels(cfg Config) bpf.Instructions {
 		insns = append(insns,
 			bpf.Add.Reg(bpf.R3, bpf.R2).WithSymbol(p+"_tp"),
 			bpf.Mov.Reg(bpf.R1, bpf.R8).WithSymbol(p+"_read"),
-			bpf.Add.Imm(bpf.R1, int32(keyBase+cfg.LabelOffset(i))),
+			bpf.Add.Imm(bpf.R1, slot),
 		)
-		slot := int32(keyBase + cfg.LabelOffset(i))
 		switch l.Kind {
 		case LabelStrobeInt:
+			insns = append(insns, readUser(cfg, fpRead, 16, p+"_next", "a strobe_value_int: header and value in one read")...)
 			insns = append(insns,
-				bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("a strobe_value_int: header and value in one read")),
-				bpf.Add.Imm(bpf.R1, fpRead),
-				bpf.Mov.Imm(bpf.R2, 16),
-				cfg.Readers.User.Call(),
-				bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
 				bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.Half),
 				bpf.JEq.Imm(bpf.R1, 0, p+"_next"),
 				bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord),
@@ -180,16 +176,12 @@ func labels(cfg Config) bpf.Instructions {
 			if l.Kind == LabelStrobeStr {
 				insns = append(insns, bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_str: its char * after the header")))
 			}
+			insns = append(insns, readUser(cfg, fpRead, 8, p+"_next", "a char *: the pointer, then the string")...)
 			insns = append(insns,
-				bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("a char *: the pointer, then the string")),
-				bpf.Add.Imm(bpf.R1, fpRead),
-				bpf.Mov.Imm(bpf.R2, 8),
-				cfg.Readers.User.Call(),
-				bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
 				bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
 				bpf.JEq.Imm(bpf.R3, 0, p+"_next"),
 				bpf.Mov.Reg(bpf.R1, bpf.R8),
-				bpf.Add.Imm(bpf.R1, int32(keyBase+cfg.LabelOffset(i))),
+				bpf.Add.Imm(bpf.R1, slot),
 			)
 			fallthrough
 		case LabelChars:
@@ -212,6 +204,22 @@ func labels(cfg Config) bpf.Instructions {
 	return append(insns, asm.Nop().WithSymbol("labels_done"))
 }
 
+// readUser reads size bytes of user memory at R3 into the stack at off;
+// to fail when the read fails.
+func readUser(cfg Config, off int16, size int32, fail, note string) bpf.Instructions {
+	first := bpf.Mov.Reg(bpf.R1, bpf.RFP)
+	if note != "" {
+		first = first.WithSource(bpf.Comment(note))
+	}
+	return bpf.Instructions{
+		first,
+		bpf.Add.Imm(bpf.R1, int32(off)),
+		bpf.Mov.Imm(bpf.R2, size),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, fail),
+	}
+}
+
 // dtvBlock finds, in R2, the block of a LocDTV label's module in the
 // sampled thread (the thread pointer in R2), and its offset in R3, then
 // falls through to p+"_tp" (block + offset); goes to p+"_next" when the thread's DTV
@@ -219,15 +227,7 @@ func labels(cfg Config) bpf.Instructions {
 // with a dlopen), or the block not allocated yet. Three reads of user
 // memory: the DTV, its count, the module's entry.
 func dtvBlock(p string, loc int16, cfg Config) bpf.Instructions {
-	read := func(note string) bpf.Instructions {
-		return bpf.Instructions{
-			bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment(note)),
-			bpf.Add.Imm(bpf.R1, fpRead),
-			bpf.Mov.Imm(bpf.R2, 8),
-			cfg.Readers.User.Call(),
-			bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
-		}
-	}
+	read := func(note string) bpf.Instructions { return readUser(cfg, fpRead, 8, p+"_next", note) }
 	insns := bpf.Instructions{
 		bpf.LoadMem(bpf.R3, bpf.R7, loc+24, bpf.DWord),
 		bpf.Add.Reg(bpf.R3, bpf.R2),
@@ -276,23 +276,17 @@ func strobeMap(p string, slot int32, cfg Config) bpf.Instructions {
 			asm.Nop().WithSymbol(skip),
 		}
 	}
-	insns := bpf.Instructions{
-		bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_map: its strobe_map_raw * after the header")),
-		bpf.Mov.Reg(bpf.R1, bpf.RFP),
-		bpf.Add.Imm(bpf.R1, fpMap),
-		bpf.Mov.Imm(bpf.R2, 8),
-		cfg.Readers.User.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
+	insns := bpf.Instructions{bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_map: its strobe_map_raw * after the header"))}
+	insns = append(insns, readUser(cfg, fpMap, 8, p+"_next", "")...)
+	insns = append(insns,
 		bpf.LoadMem(bpf.R3, bpf.RFP, fpMap, bpf.DWord),
 		bpf.JEq.Imm(bpf.R3, 0, p+"_next"),
-		bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSource(bpf.Comment("the map's {id, cnt, tag}")),
-		bpf.Add.Imm(bpf.R1, fpMapHead),
-		bpf.Mov.Imm(bpf.R2, 24),
-		cfg.Readers.User.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, p+"_next"),
+	)
+	insns = append(insns, readUser(cfg, fpMapHead, 24, p+"_next", "the map's {id, cnt, tag}")...)
+	insns = append(insns,
 		bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead, bpf.DWord),
 		bpf.StoreMem(bpf.R8, int16(slot), bpf.R1, bpf.DWord),
-	}
+	)
 	insns = append(insns, readStr(fpMapHead+16, slot+8, p+"_tag")...)
 	for e := 0; e < StrobeMapEntries; e++ {
 		to := slot + 8 + StrobeMapStrLen + int32(2*StrobeMapStrLen*e)
@@ -302,12 +296,8 @@ func strobeMap(p string, slot int32, cfg Config) bpf.Instructions {
 			bpf.JSLE.Imm(bpf.R1, int32(e), p+"_set"),
 			bpf.LoadMem(bpf.R3, bpf.RFP, fpMap, bpf.DWord),
 			bpf.Add.Imm(bpf.R3, int32(24+16*e)),
-			bpf.Mov.Reg(bpf.R1, bpf.RFP),
-			bpf.Add.Imm(bpf.R1, fpRead),
-			bpf.Mov.Imm(bpf.R2, 16),
-			cfg.Readers.User.Call(),
-			bpf.JNE.Imm(bpf.R0, 0, p+"_set"),
 		)
+		insns = append(insns, readUser(cfg, fpRead, 16, p+"_set", "")...)
 		insns = append(insns, readStr(fpRead, to, q+"_key")...)
 		insns = append(insns, readStr(fpRead+8, to+StrobeMapStrLen, q+"_val")...)
 	}
