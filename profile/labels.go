@@ -175,6 +175,12 @@ func (ps *processes) labelLocations(pid uint32, p *process) (locs []prog.LabelLo
 	defer mem.Close()
 	var others []tlsReloc // the relocations of all files, at their addresses in the process
 	othersRead := false
+	readOthers := func() []tlsReloc {
+		if !othersRead {
+			others, othersRead = processRelocs(order), true
+		}
+		return others
+	}
 	for i, l := range ps.labels {
 		seen := map[*file]bool{}
 		defined := false
@@ -210,10 +216,7 @@ func (ps *processes) labelLocations(pid uint32, p *process) (locs []prog.LabelLo
 				ps.noteLabel(l, m.file, err.Error())
 				break
 			}
-			if !othersRead {
-				others, othersRead = processRelocs(order), true
-			}
-			locs[i], err = libraryTLS(mem, m.bias, sym.Value, l.Symbol, relocs, others, func() (dtvLayout, error) { return libcOf(p.maps) })
+			locs[i], err = libraryTLS(mem, m.bias, sym.Value, l.Symbol, relocs, readOthers, func() (dtvLayout, error) { return libcOf(p.maps) })
 			if err == errNotYet {
 				late = true
 			} else if err != nil {

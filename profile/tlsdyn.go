@@ -189,8 +189,9 @@ const maxModule = 1 << 16
 // wrote for one of the library's own relocations (relocs), the cheapest
 // to read at each sample: initial-exec, then TLSDESC, then the module id.
 // A library with none is reached through the other files' relocations of
-// the symbol by name (others, at their addresses in the process).
-func libraryTLS(mem memory, bias, value uint64, name string, relocs, others []tlsReloc, layout func() (dtvLayout, error)) (prog.LabelLoc, error) {
+// the symbol by name (others: theirs, at their addresses in the process,
+// read only then).
+func libraryTLS(mem memory, bias, value uint64, name string, relocs []tlsReloc, others func() []tlsReloc, layout func() (dtvLayout, error)) (prog.LabelLoc, error) {
 	var best *tlsReloc
 	for i := range relocs {
 		// Any of the module's own: initial-exec first, the cheapest read.
@@ -200,8 +201,9 @@ func libraryTLS(mem memory, bias, value uint64, name string, relocs, others []tl
 	}
 
 	if best == nil {
-		for i := range others {
-			if r := &others[i]; !r.local && r.name == name && (best == nil || r.kind < best.kind) {
+		all := others()
+		for i := range all {
+			if r := &all[i]; !r.local && r.name == name && (best == nil || r.kind < best.kind) {
 				best = r
 			}
 		}

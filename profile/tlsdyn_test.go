@@ -100,7 +100,7 @@ func TestLibraryTLS(t *testing.T) {
 			prog.LabelLoc{Mode: prog.LocTP, A: neg(-0x100 - 0x4)}, ""},
 		{"none", nil, []tlsReloc{{kind: tlsTPOff, got: 0x55550000, name: "tk_other"}}, fakeMemory{}, prog.LabelLoc{}, "no relocation locates"},
 	} {
-		got, err := libraryTLS(c.mem, bias, value, "tk_req", c.relocs, c.others, glibc)
+		got, err := libraryTLS(c.mem, bias, value, "tk_req", c.relocs, func() []tlsReloc { return c.others }, glibc)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%s: %+v, %v; want an error %q", c.name, got, err, c.err)

@@ -125,6 +125,17 @@ static void *other(void *arg) {
 	return NULL;
 }
 
+// main_phase sets the main thread's values of a phase, then spins.
+static void main_phase(long n, const char *ep, long req, const char *tenant) {
+	tk_phase = n;
+	tk_ep = ep;
+	tk_req = req;
+	libs_set(tk_req);
+	strcpy(tk_tenant, tenant);
+	strobe_set(tk_req, tk_ep, "phase", 4, 1);
+	spin(phase);
+}
+
 int main(int argc, char **argv) {
 	pthread_t t;
 	if (argc > 1)
@@ -139,20 +150,8 @@ int main(int argc, char **argv) {
 	strobe_set(tk_req, NULL, "warmup", 4, 1);
 	spin(phase / 2);
 	pthread_create(&t, NULL, other, NULL);
-	tk_phase = 1;
-	tk_ep = "/alpha";
-	tk_req = 101;
-	libs_set(tk_req);
-	strcpy(tk_tenant, "t-a");
-	strobe_set(tk_req, tk_ep, "phase", 4, 1);
-	spin(phase);
-	tk_phase = 2;
-	tk_ep = "/beta";
-	tk_req = 202;
-	libs_set(tk_req);
-	strcpy(tk_tenant, "t-b");
-	strobe_set(tk_req, tk_ep, "phase", 4, 1);
-	spin(phase);
+	main_phase(1, "/alpha", 101, "t-a");
+	main_phase(2, "/beta", 202, "t-b");
 	pthread_join(t, NULL);
 	return 0;
 }
