@@ -932,6 +932,44 @@ func TestLabelUsageErrors(t *testing.T) {
 			t.Errorf("--label %s: exit %d, stderr %q; want 2 and %q", c.label, r.Status, r.Stderr, c.says)
 		}
 	}
+
+	// With no FILE, the symbol is looked up in the files known before the
+	// run: the -c command's executable, the -p process's mapped files.
+	for _, c := range []struct{ label, says string }{
+		{"x=tls:tk_phase:int", "tk_phase is not a thread-local (use var:)"},
+		{"x=var:tk_req:int", "tk_req is a thread-local (use tls:)"},
+	} {
+		for _, line := range []string{exe + " 0.1", "TK_X=1 exec " + exe + " 0.1"} {
+			r := tooltest.Run(t, tooltest.Tool(t, "profile"), "--label", c.label, "-c", line)
+			if r.Status != 2 || !strings.Contains(r.Stderr, c.says) || !strings.Contains(r.Stderr, exe) {
+				t.Errorf("--label %s -c %q: exit %d, stderr %q; want 2 and %q", c.label, line, r.Status, r.Stderr, c.says)
+			}
+		}
+	}
+	cmd := exec.Command(exe, "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid))
+		if strings.Contains(string(maps), "libtkgd.so") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	for _, c := range []struct{ label, says string }{
+		{"x=var:tk_gd_req:int", "libtkgd.so: tk_gd_req is a thread-local (use tls:)"},
+		{"x=var:libtkgd.so:tk_gd_req:int", "tk_gd_req is a thread-local (use tls:)"},
+		{"x=tls:tk_phase:int", "tk_phase is not a thread-local (use var:)"},
+	} {
+		r := tooltest.Run(t, tooltest.Tool(t, "profile"), "--label", c.label, "-p", pid, "0.1", "1")
+		if r.Status != 2 || !strings.Contains(r.Stderr, c.says) {
+			t.Errorf("--label %s -p: exit %d, stderr %q; want 2 and %q", c.label, r.Status, r.Stderr, c.says)
+		}
+	}
 }
 
 // readPprof reads a pprof file back with google/pprof's package.

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -122,8 +125,108 @@ func checkLabelFiles(labels []labelSpec) error {
 	return nil
 }
 
+// checkLabelKinds looks up, before the run, the labels that do not name
+// their file by a path, in the files known before it starts: the -p
+// process's mapped files (its executable first), or the -c command's
+// executable when the command line starts with one. The first of those
+// files that defines a label's symbol is the one the run would read: a
+// symbol of the other kind there (a global asked as tls:) is a usage
+// error. Files that cannot be read are left to the run.
+func checkLabelKinds(labels []labelSpec, pid int, command string) error {
+	type candidate struct {
+		path string
+		open func() (*elf.File, io.Closer, error)
+	}
+	var files []candidate
+	switch {
+	case pid != 0:
+		maps, _ := readMaps(uint32(pid))
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		exe = strings.TrimSuffix(exe, " (deleted)")
+		seen := map[fileKey]bool{}
+		for _, m := range maps {
+			if m.Inode == 0 || seen[keyOf(m)] {
+				continue
+			}
+			seen[keyOf(m)] = true
+			c := candidate{m.Path, func() (*elf.File, io.Closer, error) {
+				ef, osf, err := openMapped(uint32(pid), m)
+				return ef, osf, err
+			}}
+			if strings.TrimSuffix(m.Path, " (deleted)") == exe {
+				files = append([]candidate{c}, files...)
+			} else {
+				files = append(files, c)
+			}
+		}
+	case command != "":
+		if path := commandExecutable(command); path != "" {
+			files = append(files, candidate{path, func() (*elf.File, io.Closer, error) {
+				f, err := regular.Open(path)
+				if err != nil {
+					return nil, nil, err
+				}
+				ef, err := newELF(f)
+				return ef, f, err
+			}})
+		}
+	}
+	for _, l := range labels {
+		if strings.Contains(l.File, "/") {
+			continue // checkLabelFiles
+		}
+		for _, c := range files {
+			if l.File != "" && !sameFile(c.path, l.File) {
+				continue
+			}
+			ef, closer, err := c.open()
+			if err != nil {
+				continue
+			}
+			_, err = findLabelSymbol(ef, l)
+			closer.Close()
+			if err == errNoSymbol {
+				continue
+			}
+			var kind wrongKind
+			if errors.As(err, &kind) {
+				return usage.Errorf("--label %s: %s: %v", l.Name, c.path, err)
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// commandExecutable is the file a -c command line runs, when its first
+// word (after VAR=value assignments and exec) is a plain word: a path,
+// or a name found in PATH; "" when the line starts with anything the
+// shell would expand or treat specially.
+func commandExecutable(line string) string {
+	words := strings.Fields(line)
+	for len(words) > 0 && (words[0] == "exec" || assignmentRE.MatchString(words[0])) {
+		words = words[1:]
+	}
+	if len(words) == 0 || strings.ContainsAny(words[0], "$`'\"\\(){}[]*?~;&|<>!#=") {
+		return ""
+	}
+	path, err := exec.LookPath(words[0])
+	if err != nil {
+		return ""
+	}
+	return path
+}
+
+var assignmentRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
 // errNoSymbol: the file does not define the symbol (another may).
 var errNoSymbol = fmt.Errorf("defines no such symbol")
+
+// wrongKind: the file defines the symbol, of the other kind than the
+// label's.
+type wrongKind string
+
+func (w wrongKind) Error() string { return string(w) }
 
 // findLabelSymbol finds l's symbol among ef's definitions: a thread-local
 // for tls:, anything else for var:.
@@ -143,9 +246,9 @@ func findLabelSymbol(ef *elf.File, l labelSpec) (sym elf.Symbol, err error) {
 			tls := elf.ST_TYPE(s.Info) == elf.STT_TLS
 			switch {
 			case l.TLS && !tls:
-				return s, fmt.Errorf("%s is not a thread-local (use var:)", l.Symbol)
+				return s, wrongKind(l.Symbol + " is not a thread-local (use var:)")
 			case !l.TLS && tls:
-				return s, fmt.Errorf("%s is a thread-local (use tls:)", l.Symbol)
+				return s, wrongKind(l.Symbol + " is a thread-local (use tls:)")
 			}
 			return s, nil
 		}

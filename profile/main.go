@@ -55,7 +55,10 @@ refused.
 strobemeta): a request id, the endpoint being served, a tenant. A stack
 sampled under two values of a label is two stacks. The symbol is looked up
 in FILE (a path, or a base name among the mapped files) or else in the
-executable, then each library, of every sampled process; a global (var:) is
+executable, then each library, of every sampled process (a symbol of the
+other kind, a global asked as tls:, is refused before the run when it is
+in FILE, the -c command's executable or a file the -p process maps). A
+global (var:) is
 read anywhere, a thread-local (tls:) in the executable or a library by any
 access model (local-exec, initial-exec, general- and local-dynamic,
 TLSDESC), on glibc and musl: a library's is found through what the loader

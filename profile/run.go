@@ -76,7 +76,7 @@ func validate(o *options) error {
 			return err
 		}
 	}
-	return nil
+	return checkLabelKinds(labels, o.Pid, o.Command)
 }
 
 // stackKey is a counts map key, raw (its depths are the run's), and
