@@ -101,6 +101,9 @@ const keyMask = keyBase + 6
 // labelsSize is the bytes the labels take in the key.
 func (c Config) labelsSize() int {
 	n := 0
+	if c.Context {
+		n = 8 // the context's id
+	}
 	for _, l := range c.Labels {
 		n += l.slot()
 	}
@@ -121,7 +124,7 @@ func (c Config) LabelOffset(i int) int {
 // process, no thread pointer yet, a NULL string, a page not present) is
 // left unset: its bit clear, its bytes zero. Uses R7.
 func labels(cfg Config) bpf.Instructions {
-	if len(cfg.Labels) == 0 {
+	if len(cfg.Labels) == 0 && !cfg.Context {
 		return nil
 	}
 	insns := asm.Note(asm.MapLookup("labels", fpTgid), "user context: r7 = where this process keeps the labels (none yet: unset)")
@@ -140,18 +143,8 @@ func labels(cfg Config) bpf.Instructions {
 		p := fmt.Sprintf("label%d", i)
 		loc := int16(LabelLocSize * i)
 		slot := int32(keyBase + cfg.LabelOffset(i))
+		insns = append(insns, locate(p, loc, fmt.Sprintf("label %d: its address, by the location's mode", i), false, cfg)...)
 		insns = append(insns,
-			bpf.LoadMem(bpf.R1, bpf.R7, loc, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("label %d: its address, by the location's mode", i))),
-			bpf.LoadMem(bpf.R3, bpf.R7, loc+8, bpf.DWord),
-			bpf.JEq.Imm(bpf.R1, LocAbs, p+"_read"),
-			bpf.LoadMem(bpf.R2, bpf.RFP, fpTP, bpf.DWord),
-			bpf.JEq.Imm(bpf.R2, 0, p+"_next"),
-			bpf.JEq.Imm(bpf.R1, LocTP, p+"_tp"),
-			bpf.JNE.Imm(bpf.R1, LocDTV, p+"_next"),
-		)
-		insns = append(insns, dtvBlock(p, loc, cfg)...)
-		insns = append(insns,
-			bpf.Add.Reg(bpf.R3, bpf.R2).WithSymbol(p+"_tp"),
 			bpf.Mov.Reg(bpf.R1, bpf.R8).WithSymbol(p+"_read"),
 			bpf.Add.Imm(bpf.R1, slot),
 		)
@@ -201,7 +194,33 @@ func labels(cfg Config) bpf.Instructions {
 			asm.Nop().WithSymbol(p+"_next"),
 		)
 	}
+	if cfg.Context {
+		insns = append(insns, context(cfg)...)
+	}
 	return append(insns, asm.Nop().WithSymbol("labels_done"))
+}
+
+// locate computes, in R3, the address of the location at loc in R7's
+// value (the thread pointer at fpTP), and goes on to the instruction
+// named p+"_read" the caller appends; to p+"_next" when this thread has
+// none. flags: the mode carries flags above its low byte.
+func locate(p string, loc int16, note string, flags bool, cfg Config) bpf.Instructions {
+	insns := bpf.Instructions{
+		bpf.LoadMem(bpf.R1, bpf.R7, loc, bpf.Word).WithSource(bpf.Comment(note)),
+		bpf.LoadMem(bpf.R3, bpf.R7, loc+8, bpf.DWord),
+	}
+	if flags {
+		insns = append(insns, bpf.And.Imm(bpf.R1, 0xff))
+	}
+	insns = append(insns,
+		bpf.JEq.Imm(bpf.R1, LocAbs, p+"_read"),
+		bpf.LoadMem(bpf.R2, bpf.RFP, fpTP, bpf.DWord),
+		bpf.JEq.Imm(bpf.R2, 0, p+"_next"),
+		bpf.JEq.Imm(bpf.R1, LocTP, p+"_tp"),
+		bpf.JNE.Imm(bpf.R1, LocDTV, p+"_next"),
+	)
+	insns = append(insns, dtvBlock(p, loc, cfg)...)
+	return append(insns, bpf.Add.Reg(bpf.R3, bpf.R2).WithSymbol(p+"_tp"))
 }
 
 // readUser reads size bytes of user memory at R3 into the stack at off;

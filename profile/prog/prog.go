@@ -85,6 +85,8 @@ const (
 	fpTP      = -128 // u64: the sampled thread's thread pointer (labels)
 	fpMapHead = -152 // 24 bytes: a strobe map's {id, cnt, tag} (labels)
 	fpMap     = -160 // u64: a strobe map's address (labels)
+	fpRecord  = -192 // 32 bytes: a context record's header, or a custom label (labels)
+	fpCtxID   = -200 // u64: a context's id (labels)
 	EventNew  = 1    // a process seen for the first time
 	EventMiss = 2    // an address in no loaded table: user space loads the file there
 
@@ -131,6 +133,9 @@ type Config struct {
 	// (x86-64 thread.fsbase, arm64 thread.uw.tp_value), for thread-locals.
 	Labels        []Label
 	ThreadPointer int
+	// Context: the OpenTelemetry thread context and custom labels are read
+	// at each sample too (see context.go).
+	Context bool
 }
 
 // fences is how many block addresses the fences map holds: one for each
@@ -149,7 +154,12 @@ func (c Config) keyUser() int { return keyKernel + 8*c.KernelDepth }
 // KeySize is the counts key's size: pid, stop, kernel error, the label
 // bits, the frames, then the labels.
 func (c Config) KeySize() int     { return 8 + 8*(c.KernelDepth+c.UserDepth) + c.labelsSize() }
-func (c Config) scratchSize() int { return keyBase + c.KeySize() }
+func (c Config) scratchSize() int {
+	if c.Context {
+		return keyBase + c.KeySize() + ContextSize // the context read, after the key
+	}
+	return keyBase + c.KeySize()
+}
 
 // Collection builds the sampling program (and, unwinding by tables, the
 // unwinder it tail-calls) with the maps they share.
@@ -164,11 +174,15 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		},
 		Programs: map[string]*ebpf.ProgramSpec{},
 	}
-	if len(cfg.Labels) > 0 {
-		spec.Maps["labels"] = &ebpf.MapSpec{Name: "profile_labels", Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(LabelLocSize * len(cfg.Labels)), MaxEntries: maxSeen}
+	if len(cfg.Labels) > 0 || cfg.Context {
+		spec.Maps["labels"] = &ebpf.MapSpec{Name: "profile_labels", Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(LabelLocSize * cfg.Locations()), MaxEntries: maxSeen}
+	}
+	if cfg.Context {
+		spec.Maps["contexts"] = &ebpf.MapSpec{Name: "profile_contexts", Type: ebpf.Hash, KeySize: ContextSize, ValueSize: 8, MaxEntries: maxContexts}
+		spec.Maps["context_ids"] = &ebpf.MapSpec{Name: "profile_ctx_ids", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	}
 	if cfg.LazyHashes {
-		for _, m := range []string{"counts", "seen", "labels"} {
+		for _, m := range []string{"counts", "seen", "labels", "contexts"} {
 			if spec.Maps[m] != nil {
 				spec.Maps[m].Flags |= unix.BPF_F_NO_PREALLOC
 			}

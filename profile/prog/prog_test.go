@@ -40,6 +40,12 @@ func variants(t *testing.T) map[string]Config {
 		"fp_labels_strobe":  {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: strobeKinds},
 		"eh_strobe_maps8":   {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: slices.Repeat([]Label{{Kind: LabelStrobeMap}}, MaxLabels)},
 		"auto_strobe_small": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames - (8+64+StrobeMapSlot)/8, ThreadPointer: 8 * 330, Labels: strobeKinds},
+		// The OpenTelemetry thread context and custom labels, alone (the
+		// default), with labels, and on a kernel of small keys.
+		"fp_context":         {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Context: true},
+		"eh_labels8_context": {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: mostLabels, Context: true},
+		"auto_context_small": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames - 1, ThreadPointer: 8 * 330, Context: true},
+		"auto_context_lazy":  {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Context: true},
 	}
 	return v
 }
