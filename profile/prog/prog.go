@@ -153,7 +153,7 @@ func (c Config) keyUser() int { return keyKernel + 8*c.KernelDepth }
 
 // KeySize is the counts key's size: pid, stop, kernel error, the label
 // bits, the frames, then the labels.
-func (c Config) KeySize() int     { return 8 + 8*(c.KernelDepth+c.UserDepth) + c.labelsSize() }
+func (c Config) KeySize() int { return 8 + 8*(c.KernelDepth+c.UserDepth) + c.labelsSize() }
 func (c Config) scratchSize() int {
 	if c.Context {
 		return keyBase + c.KeySize() + ContextSize // the context read, after the key
