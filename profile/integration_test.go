@@ -986,3 +986,95 @@ func readPprof(t *testing.T, path string) *profile.Profile {
 	}
 	return p
 }
+
+// The context processes publish for profilers, read with no flag: the
+// OpenTelemetry thread context (trace and span ids, attributes named by
+// the process context) and custom labels, ABI v1 (a TLSDESC library) and
+// v0 (the executable). Every sample carries its own thread's context as
+// it was: never another thread's, never a record in the middle of an
+// update (valid 0), never a label set's label with no key or a key's
+// second value. --no-context reads none.
+func TestContext(t *testing.T) {
+	privtest.Require(t)
+	dir := fixtures(t)
+	ids := func(trace, span string) map[string]any {
+		return map[string]any{"trace_id": strings.Repeat(trace, 16), "span_id": strings.Repeat(span, 8)}
+	}
+	with := func(m map[string]any, kv ...string) map[string]any {
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	tenant := func(v string) map[string]any { return map[string]any{"tenant": v} }
+	for _, c := range []struct {
+		fixture string
+		want    map[string]map[string]any // phase: its labels
+		share   map[string]int            // phase: the least share of the fixture's samples, 1/n
+	}{
+		{"otelctx", map[string]map[string]any{
+			"alpha":  with(ids("11", "21"), "http.method", "GET", "http.route", "/alpha"),
+			"beta":   with(ids("11", "22"), "http.method", "POST", "http.route", "/beta", "attr.7", "x"),
+			"thread": with(ids("99", "98"), "http.route", "/thread"),
+		}, map[string]int{"alpha": 10, "beta": 10, "thread": 5, "none": 20}},
+		{"customlabels", map[string]map[string]any{
+			"acme":   {"tenant": "acme", "user": "u1"},
+			"globex": tenant("globex"),
+			"thread": tenant("thread"),
+		}, map[string]int{"acme": 8, "globex": 8, "thread": 5}},
+		{"customlabels-v0", map[string]map[string]any{
+			"acme":   {"tenant": "acme", "user": "u1"},
+			"globex": tenant("globex"),
+			"thread": tenant("thread"),
+		}, map[string]int{"acme": 8, "globex": 8, "thread": 5}},
+	} {
+		t.Run(c.fixture, func(t *testing.T) {
+			r := profileJSON(t, "-F", "199", "-c", filepath.Join(dir, c.fixture)+" 0.5")
+			by := map[string]int{}
+			total := 0
+			for _, st := range r.Stacks {
+				if st.Comm != c.fixture[:min(len(c.fixture), 15)] {
+					continue
+				}
+				total += int(st.Count)
+				phase := "other"
+				if len(st.Labels) == 0 {
+					phase = "none"
+				}
+				for name, want := range c.want {
+					if reflect.DeepEqual(st.Labels, want) {
+						phase = name
+					}
+				}
+				if phase == "other" {
+					t.Errorf("%d samples with labels %v: want one phase's %v, or none", st.Count, st.Labels, c.want)
+				}
+				by[phase] += int(st.Count)
+			}
+			t.Logf("%d samples of the fixture: %v", total, by)
+			if total < 100 {
+				t.Fatalf("%d samples of the fixture: want 2 threads' 199 a second for a second", total)
+			}
+			for phase, n := range c.share {
+				if by[phase] < total/n {
+					t.Errorf("%d of %d samples in phase %s: want 1/%d at least", by[phase], total, phase, n)
+				}
+			}
+		})
+	}
+	t.Run("no-context", func(t *testing.T) {
+		r := profileJSON(t, "-F", "199", "--no-context", "-c", filepath.Join(dir, "otelctx")+" 0.2")
+		n := 0
+		for _, st := range r.Stacks {
+			if st.Comm == "otelctx" {
+				n += int(st.Count)
+				if len(st.Labels) != 0 {
+					t.Errorf("--no-context: a stack with labels %v", st.Labels)
+				}
+			}
+		}
+		if n == 0 {
+			t.Error("--no-context: no samples of the fixture")
+		}
+	})
+}

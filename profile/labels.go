@@ -230,40 +230,61 @@ func (w wrongKind) Error() string { return string(w) }
 
 // findLabelSymbol finds l's symbol among ef's definitions: a thread-local
 // for tls:, anything else for var:.
-func findLabelSymbol(ef *elf.File, l labelSpec) (sym elf.Symbol, err error) {
+func findLabelSymbol(ef *elf.File, l labelSpec) (elf.Symbol, error) {
+	syms, err := indexSymbols(ef, map[string]bool{l.Symbol: true})
+	if err != nil {
+		return elf.Symbol{}, err
+	}
+	return kindOf(syms, l)
+}
+
+// indexSymbols is the definitions in ef of the names wanted, in one pass
+// over its symbol tables: the first of each, .symtab's before .dynsym's.
+func indexSymbols(ef *elf.File, wanted map[string]bool) (out map[string]elf.Symbol, err error) {
 	defer func() {
 		if recover() != nil {
-			err = fmt.Errorf("unreadable symbol table")
+			out, err = nil, fmt.Errorf("unreadable symbol table")
 		}
 	}()
+	out = map[string]elf.Symbol{}
 	for _, read := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
 		all, _ := read()
 		for _, s := range all {
 			name, _, _ := strings.Cut(s.Name, "@")
-			if name != l.Symbol || s.Section == elf.SHN_UNDEF {
+			if _, have := out[name]; have || !wanted[name] || s.Section == elf.SHN_UNDEF {
 				continue
 			}
-			tls := elf.ST_TYPE(s.Info) == elf.STT_TLS
-			switch {
-			case l.TLS && !tls:
-				return s, wrongKind(l.Symbol + " is not a thread-local (use var:)")
-			case !l.TLS && tls:
-				return s, wrongKind(l.Symbol + " is a thread-local (use tls:)")
-			}
-			return s, nil
+			out[name] = s
 		}
 	}
-	return elf.Symbol{}, errNoSymbol
+	return out, nil
+}
+
+// kindOf is l's symbol among syms, when it is of l's kind.
+func kindOf(syms map[string]elf.Symbol, l labelSpec) (elf.Symbol, error) {
+	s, ok := syms[l.Symbol]
+	if !ok {
+		return s, errNoSymbol
+	}
+	tls := elf.ST_TYPE(s.Info) == elf.STT_TLS
+	switch {
+	case l.TLS && !tls:
+		return s, wrongKind(l.Symbol + " is not a thread-local (use var:)")
+	case !l.TLS && tls:
+		return s, wrongKind(l.Symbol + " is a thread-local (use tls:)")
+	}
+	return s, nil
 }
 
 // labelLocations finds where process pid keeps each label: in the file
 // the label names, else the first of its mapped files (the executable
-// first) that defines the symbol. A label it cannot place is LocUnset;
+// first) that defines the symbol; then, reading the context, where it
+// keeps its OpenTelemetry record and its custom labels. A label it cannot place is LocUnset;
 // why, once per label and file, goes to note. late: a label's slot was
 // not filled in by the loader yet (place them again later); missing: a
 // label's symbol is in none of the files mapped yet.
 func (ps *processes) labelLocations(pid uint32, p *process) (locs []prog.LabelLoc, late, missing bool) {
-	locs = make([]prog.LabelLoc, len(ps.labels))
+	locs = make([]prog.LabelLoc, len(ps.labels), len(ps.labels)+2)
 	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	exe = strings.TrimSuffix(exe, " (deleted)")
 	order := make([]*procMapping, 0, len(p.maps))
@@ -284,52 +305,90 @@ func (ps *processes) labelLocations(pid uint32, p *process) (locs []prog.LabelLo
 		}
 		return others
 	}
-	for i, l := range ps.labels {
+	// place finds where the process keeps l: LocUnset when nowhere;
+	// defined: a file defines its symbol.
+	place := func(l labelSpec) (loc prog.LabelLoc, defined bool) {
 		seen := map[*file]bool{}
-		defined := false
 		for _, m := range order {
 			if seen[m.file] || m.file.osf == nil || l.File != "" && !sameFile(m.Path, l.File) {
 				continue
 			}
 			seen[m.file] = true
-			sym, err := m.file.labelSymbol(l)
+			sym, err := m.file.labelSymbol(l, ps.symbolsWanted())
 			if err == errNoSymbol {
 				continue
 			}
-			defined = true
 			if err != nil {
 				ps.noteLabel(l, m.file, err.Error())
-				break
+				return loc, true
 			}
 			if !l.TLS {
-				locs[i] = prog.LabelLoc{Mode: prog.LocAbs, A: m.bias + sym.Value}
-				break
+				return prog.LabelLoc{Mode: prog.LocAbs, A: m.bias + sym.Value}, true
 			}
 			if strings.TrimSuffix(m.Path, " (deleted)") == exe {
 				off, err := tpOffset(m.file.elf, sym.Value)
 				if err != nil {
 					ps.noteLabel(l, m.file, err.Error())
-					break
+					return loc, true
 				}
-				locs[i] = prog.LabelLoc{Mode: prog.LocTP, A: uint64(off)}
-				break
+				return prog.LabelLoc{Mode: prog.LocTP, A: uint64(off)}, true
 			}
 			relocs, err := m.file.tlsRelocs()
 			if err != nil {
 				ps.noteLabel(l, m.file, err.Error())
-				break
+				return loc, true
 			}
-			locs[i], err = libraryTLS(mem, m.bias, sym.Value, l.Symbol, relocs, readOthers, func() (dtvLayout, error) { return libcOf(p.maps) })
+			loc, err = libraryTLS(mem, m.bias, sym.Value, l.Symbol, relocs, readOthers, func() (dtvLayout, error) { return libcOf(p.maps) })
 			if err == errNotYet {
 				late = true
 			} else if err != nil {
 				ps.noteLabel(l, m.file, err.Error())
 			}
-			break
+			return loc, true
 		}
+		return loc, false
+	}
+	for i, l := range ps.labels {
+		var defined bool
+		locs[i], defined = place(l)
 		missing = missing || !defined
 	}
+	if ps.context {
+		// A context's symbols missing is the common case: not waited for.
+		otel, _ := place(labelSpec{Name: "otel", TLS: true, Symbol: otelSymbol})
+		locs = append(locs, otel, ps.customLabels(mem, place))
+		if otel.Mode != prog.LocUnset && p.otelKeys == nil {
+			p.otelKeys, _ = readOTelKeys(pid)
+			p.otelKeysWait = p.otelKeys == nil
+		}
+	}
 	return locs, late, missing
+}
+
+// customLabels is where a process keeps its custom label set: by the ABI
+// version its custom_labels_abi_version says, v0's in place, v1's
+// through a pointer (LocIndirect). Other versions are not read.
+func (ps *processes) customLabels(mem *procMem, place func(labelSpec) (prog.LabelLoc, bool)) prog.LabelLoc {
+	version, _ := place(labelSpec{Name: "custom labels", Symbol: customVersionSym})
+	if version.Mode != prog.LocAbs {
+		return prog.LabelLoc{}
+	}
+	var b [4]byte
+	if mem.read(version.A, b[:]) != nil {
+		return prog.LabelLoc{}
+	}
+	switch binary.LittleEndian.Uint32(b[:]) {
+	case 0:
+		loc, _ := place(labelSpec{Name: "custom labels", TLS: true, Symbol: customV0Symbol})
+		return loc
+	case 1:
+		loc, _ := place(labelSpec{Name: "custom labels", TLS: true, Symbol: customV1Symbol})
+		if loc.Mode != prog.LocUnset {
+			loc.Mode |= prog.LocIndirect
+		}
+		return loc
+	}
+	return prog.LabelLoc{}
 }
 
 // processRelocs is the thread-local relocations of a process's files, each
@@ -377,22 +436,33 @@ func (ps *processes) noteLabel(l labelSpec, f *file, why string) {
 }
 
 // labelSymbol looks up a label's symbol in the file once.
-func (f *file) labelSymbol(l labelSpec) (elf.Symbol, error) {
-	key := fmt.Sprint(l.TLS, l.Symbol)
-	if r, ok := f.labelSyms[key]; ok {
-		return r.sym, r.err
-	}
-	sym, err := findLabelSymbol(f.elf, l)
+// labelSymbol looks up a label's symbol in the file: the symbols of every
+// label and of the context are indexed on the first lookup.
+func (f *file) labelSymbol(l labelSpec, wanted map[string]bool) (elf.Symbol, error) {
 	if f.labelSyms == nil {
-		f.labelSyms = map[string]symbolLookup{}
+		f.labelSyms, f.labelSymsErr = indexSymbols(f.elf, wanted)
 	}
-	f.labelSyms[key] = symbolLookup{sym, err}
-	return sym, err
+	if f.labelSymsErr != nil {
+		return elf.Symbol{}, f.labelSymsErr
+	}
+	return kindOf(f.labelSyms, l)
 }
 
-type symbolLookup struct {
-	sym elf.Symbol
-	err error
+// symbolsWanted is the names labelSymbol indexes: the labels', and the
+// context's when it is read.
+func (ps *processes) symbolsWanted() map[string]bool {
+	if ps.wanted == nil {
+		ps.wanted = map[string]bool{}
+		for _, l := range ps.labels {
+			ps.wanted[l.Symbol] = true
+		}
+		if ps.context {
+			for _, s := range []string{otelSymbol, customVersionSym, customV0Symbol, customV1Symbol} {
+				ps.wanted[s] = true
+			}
+		}
+	}
+	return ps.wanted
 }
 
 // tpOffset is where the executable's thread-local at value (its offset in

@@ -23,6 +23,7 @@ type options struct {
 	Budget    int      `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
 	Idle      bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
 	Labels    []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *), chars (a char array), or strobemeta's strobe-int, strobe-str, strobe-map. See below"`
+	NoContext bool     `long:"no-context" description:"Do not read the context processes publish for profilers (the OpenTelemetry thread context, custom labels: see below)"`
 	Missing   string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
 
 	labels []labelSpec // --label, parsed
@@ -74,6 +75,22 @@ kept to 31 bytes. The text report prints the labels above
 each stack's "- comm (pid)" line, --folded as frames after the process
 name ("comm;[req=101];[ep=/alpha];main;..."), --json as "labels", and
 --pprof as sample labels (numbers as numeric labels: go tool pprof -tags).
+
+The context a process publishes for profilers is read too, with no flag
+(--no-context: not): its stacks carry it as labels.
+  OpenTelemetry thread context, v1 (OTEP 4947): the thread-local
+    otel_thread_ctx_v1 points at the thread's record; a valid one gives
+    trace_id and span_id (hex, left out when zero) and its attributes, named
+    by the threadlocal.attribute_key_map of the process context (OTEP 4719,
+    version 2: a mapping named OTEL_CTX; schema tlsdesc_v1), attr.N where
+    none names them; the first 100 bytes of attributes are kept.
+  Custom labels, ABI v0 and v1 (github.com/polarsignals/custom-labels):
+    custom_labels_abi_version says which; the thread's label set, through
+    custom_labels_current_set (v1) or custom_labels_thread_local_data (v0),
+    gives its first 4 labels as KEY=VALUE (keys cut at 16 bytes, values at
+    40; the first of a key kept).
+Each distinct context read has an id in a kernel table of 4096: a stack's
+key grows by 8 bytes, whatever the context holds.
 
 A stack that ends before _start is marked by why:
   [unwind error: no unwind row]  the address is in no FDE of its file

@@ -41,10 +41,11 @@ type file struct {
 	tried bool  // loading its rows was tried
 	err   error // why its rows are not loaded
 
-	labelSyms map[string]symbolLookup // --label symbols looked up in it
-	tls       []tlsReloc              // its dynamic relocations of thread-locals
-	tlsErr    error                   // why they are not read
-	tlsRead   bool
+	labelSyms    map[string]elf.Symbol // the --label and context symbols it defines
+	labelSymsErr error                 // why its symbols are unreadable
+	tls          []tlsReloc            // its dynamic relocations of thread-locals
+	tlsErr       error                 // why they are not read
+	tlsRead      bool
 }
 
 type symbol struct {
@@ -72,7 +73,10 @@ type process struct {
 	// symbol is in none of its files yet (a library the loader, or a
 	// dlopen, has not mapped yet): rescan it as a process asked for is.
 	labelsLate, labelsMissing bool
-	labelTries                int // rescans at the first pace for them
+	labelTries                int       // rescans at the first pace for them
+	otelKeys                  []string  // its OpenTelemetry attributes' key names
+	otelKeysTried             time.Time // when they were last looked for at a report
+	otelKeysWait              bool      // it has a record and no key names yet: looked for at each rescan
 }
 
 // labelTriesFast is how many rescans at the first pace labels that wait
@@ -110,9 +114,11 @@ type processes struct {
 	refused           []string // files past the parse's limits, and why
 	loadTime          time.Duration
 
-	labels     []labelSpec // --label
-	labelMap   *ebpf.Map   // pid -> the labels' locations in it
-	labelNotes []string    // why labels are unset, once each
+	labels     []labelSpec     // --label
+	context    bool            // not --no-context: the OpenTelemetry context and custom labels
+	wanted     map[string]bool // the symbols of the labels and the context
+	labelMap   *ebpf.Map       // pid -> the labels' locations in it
+	labelNotes []string        // why labels are unset, once each
 
 	// The background parser: a file at a time, its result on done.
 	queue   []parseJob
@@ -188,6 +194,10 @@ func (ps *processes) scan(pid uint32, force bool) {
 		// a second, then as the backoff allows (symbols not mapped yet:
 		// in the processes asked for only, not in every process of the
 		// machine).
+		if p.otelKeysWait {
+			p.otelKeys, _ = readOTelKeys(pid)
+			p.otelKeysWait = p.otelKeys == nil
+		}
 		waiting := p.labelsLate || p.labelsMissing && ps.eager
 		if waiting {
 			p.labelTries++
@@ -221,12 +231,13 @@ func (ps *processes) scan(pid uint32, force bool) {
 // before the process first runs code in them.
 //
 // Other processes are rescanned while their labels wait for the loader:
-// a slot not filled in yet, or a symbol not mapped yet (until the backoff
+// a slot not filled in yet, or a symbol not mapped yet, or the key names
+// of an OpenTelemetry record not published yet (until the backoff
 // reaches its longest, some 6 s of rescans: a library opened later is
 // found at the next scan a miss or an exec makes).
 func (ps *processes) refresh() {
 	for pid, p := range ps.procs {
-		if !p.gone && (ps.eager || p.labelsLate || p.labelsMissing && p.every < rescanMost) {
+		if !p.gone && (ps.eager || p.labelsLate || (p.labelsMissing || p.otelKeysWait) && p.every < rescanMost) {
 			ps.scan(pid, false)
 		}
 	}
@@ -747,8 +758,14 @@ func (ps *processes) placeLabels(pid uint32, p *process) {
 	}
 	p.labelsLate, p.labelsMissing = late, missing
 	b := make([]byte, 0, prog.LabelLocSize*len(locs))
+	unset := true
 	for _, l := range locs {
 		b = l.AppendTo(b)
+		unset = unset && l.Mode == prog.LocUnset
+	}
+	if unset {
+		ps.labelMap.Delete(pid) // none: the program does not even read the thread pointer
+		return
 	}
 	if err := ps.labelMap.Put(pid, b); err != nil && len(ps.labelNotes) < 32 {
 		ps.labelNotes = append(ps.labelNotes, fmt.Sprintf("labels of pid %d: %v", pid, err))

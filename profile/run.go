@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -132,6 +133,14 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			}
 		}
 	}
+	if !o.NoContext && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64") {
+		if cfg.ThreadPointer == 0 {
+			if cfg.ThreadPointer, err = threadPointer(); err != nil {
+				fmt.Fprintf(s.Stderr, "profile: the OpenTelemetry context and custom labels are not read: %v\n", err)
+			}
+		}
+		cfg.Context = cfg.ThreadPointer != 0
+	}
 	if !haveBigKeys() {
 		// Older kernels (5.10 here) take hash keys of MAX_BPF_STACK, 512
 		// bytes, at most; labels take user frames' room.
@@ -160,7 +169,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	defer ps.close()
-	ps.labels, ps.labelMap = o.labels, coll.Maps["labels"]
+	ps.labels, ps.labelMap, ps.context = o.labels, coll.Maps["labels"], cfg.Context
 	if cfg.Mode != prog.UnwindFP {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
 			return fmt.Errorf("install the unwinder: %w", err)
@@ -232,7 +241,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	s.OnDetach("", clock.Close)
 
-	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg}
+	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
 	// The output files are created now: a path that cannot be written is
 	// an error before the run, not after it.
 	for _, out := range []struct {
@@ -271,6 +280,34 @@ type reporter struct {
 	counts counts.KeyedDeltas[stackKey]
 	lost   counts.Deltas
 	start  time.Time
+	// contexts: the contexts table, by id, as read so far (its entries
+	// are never deleted: an id names one context for the whole run).
+	contexts map[uint64][]byte
+}
+
+// contextLabels are the labels of the context a key carries.
+func (r *reporter) contextLabels(pid uint32, raw []byte) []labelValue {
+	if !r.cfg.Context {
+		return nil
+	}
+	id := binary.LittleEndian.Uint64(raw[r.cfg.ContextOffset():])
+	if id == 0 {
+		return nil
+	}
+	c, ok := r.contexts[id]
+	if !ok {
+		// New ids: read the table again.
+		var k []byte
+		var v uint64
+		it := r.coll.Maps["contexts"].Iterate()
+		for it.Next(&k, &v) {
+			r.contexts[v] = bytes.Clone(k)
+		}
+		if c, ok = r.contexts[id]; !ok {
+			return nil
+		}
+	}
+	return contextLabels(c, r.ps.otelKeyNames(pid))
 }
 
 // stack is one counted stack, named.
@@ -355,7 +392,8 @@ func (r *reporter) named(counts map[stackKey]uint64) []stack {
 			continue
 		}
 		k := raw.decode(r.cfg)
-		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: ends[int32(k.Stop)], Labels: decodeLabels(r.o.labels, r.cfg, []byte(raw))}
+		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: ends[int32(k.Stop)],
+			Labels: append(decodeLabels(r.o.labels, r.cfg, []byte(raw)), r.contextLabels(k.Pid, []byte(raw))...)}
 		for _, pc := range k.User {
 			st.User = append(st.User, r.ps.symbolize(k.Pid, pc))
 		}
@@ -554,8 +592,9 @@ type jsonStack struct {
 	User   []string `json:"user"`
 	Kernel []string `json:"kernel"`
 	End    string   `json:"end"`
-	// Labels are the --label values the stack was sampled under: numbers
-	// for integers, strings for strings; unset ones are left out.
+	// Labels are the --label values the stack was sampled under, and its
+	// context's: numbers for integers, strings for strings; unset ones are
+	// left out.
 	Labels map[string]any `json:"labels,omitempty"`
 }
 
@@ -579,7 +618,7 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 			}
 		}
 		js := jsonStack{Pid: st.Pid, Comm: st.Comm, Count: st.Count, User: nonNil(st.User), Kernel: nonNil(st.Kernel), End: end}
-		if len(r.o.labels) > 0 {
+		if len(st.Labels) > 0 {
 			js.Labels = map[string]any{}
 			for _, l := range st.Labels {
 				if l.Num != nil {

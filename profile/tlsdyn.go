@@ -278,20 +278,28 @@ type procMem struct {
 }
 
 func (m *procMem) u64(addr uint64) (uint64, error) {
+	var b [8]byte
+	if err := m.read(addr, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// read reads len(b) bytes of the process's memory at addr.
+func (m *procMem) read(addr uint64, b []byte) error {
 	if m.f == nil && m.err == nil {
 		m.f, m.err = os.Open(fmt.Sprintf("/proc/%d/mem", m.pid))
 	}
 	if m.err != nil {
-		return 0, m.err
+		return m.err
 	}
-	var b [8]byte
 	if addr > 1<<63 {
-		return 0, fmt.Errorf("address %#x", addr)
+		return fmt.Errorf("address %#x", addr)
 	}
-	if _, err := m.f.ReadAt(b[:], int64(addr)); err != nil {
-		return 0, fmt.Errorf("reading its memory at %#x: %v", addr, err)
+	if _, err := m.f.ReadAt(b, int64(addr)); err != nil {
+		return fmt.Errorf("reading its memory at %#x: %v", addr, err)
 	}
-	return binary.LittleEndian.Uint64(b[:]), nil
+	return nil
 }
 
 func (m *procMem) Close() {

@@ -43,3 +43,11 @@ if [ "$(uname -m)" = x86_64 ] && [[ $("${CC:-gcc}" -dumpmachine) == x86_64* ]]; 
   tls musl-gcc "$out/musl"
   musl-gcc -O2 -static -pthread -DNOLIB -o "$out/musl/tls-static" "$src/tls.c"
 fi
+# The context processes publish for profilers, written by the public
+# layouts: otelctx (the OpenTelemetry thread context, exported by the
+# executable), customlabels (custom labels ABI v1 in a TLSDESC library)
+# and customlabels-v0 (ABI v0 in the executable).
+"${CC:-gcc}" -O2 -fPIE -pie -pthread -rdynamic -o "$out/otelctx" "$src/otelctx.c"
+"${CC:-gcc}" -O2 -fPIC -shared -DLIBRARY $desc -o "$out/libcustomlabels.so" "$src/customlabels.c"
+"${CC:-gcc}" -O2 -fPIE -pie -pthread -o "$out/customlabels" "$src/customlabels.c" -L"$out" -lcustomlabels -Wl,-rpath,'$ORIGIN'
+"${CC:-gcc}" -O2 -fPIE -pie -pthread -rdynamic -DV0 -o "$out/customlabels-v0" "$src/customlabels.c"
