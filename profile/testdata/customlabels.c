@@ -49,20 +49,7 @@ static void use(cl_set *s) { cl_use(s); }
 #include <pthread.h>
 #include <time.h>
 
-static volatile unsigned long sink;
-
-static double now(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void spin(double secs) {
-	double end = now() + secs;
-	while (now() < end)
-		for (int i = 0; i < 10000; i++)
-			sink += i;
-}
+#include "spin.h"
 
 #define S(s) {sizeof(s) - 1, (const unsigned char *)(s)}
 

@@ -30,20 +30,7 @@ struct record {
 
 __thread void *otel_thread_ctx_v1;
 
-static volatile unsigned long sink;
-
-static double now(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void spin(double secs) {
-	double end = now() + secs;
-	while (now() < end)
-		for (int i = 0; i < 10000; i++)
-			sink += i;
-}
+#include "spin.h"
 
 // set writes a record: ids of one repeated byte, attributes as "i=value"
 // strings.

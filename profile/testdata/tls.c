@@ -20,8 +20,6 @@ __thread const char *tk_ep;
 __thread char tk_tenant[16];
 long tk_phase;
 
-static volatile unsigned long sink;
-
 // The seed's strobe layouts (strobemeta.h), thread-locals of the
 // executable: strobe_set writes them all from the thread's values; a
 // thread that says set=0 leaves its int's header len 0 (unset).
@@ -99,18 +97,7 @@ static void libs_open(void) {
 }
 #endif
 
-static double now(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void spin(double secs) {
-	double end = now() + secs;
-	while (now() < end)
-		for (int i = 0; i < 10000; i++)
-			sink += i;
-}
+#include "spin.h"
 
 static double phase = 0.5;
 
