@@ -144,8 +144,18 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if !haveBigKeys() {
 		// Older kernels (5.10 here) take hash keys of MAX_BPF_STACK, 512
 		// bytes, at most; labels take user frames' room.
-		cfg.KernelDepth, cfg.UserDepth = prog.SmallKernelFrames, prog.SmallUserFrames
-		cfg.UserDepth -= (cfg.KeySize() - prog.Config{KernelDepth: cfg.KernelDepth, UserDepth: cfg.UserDepth}.KeySize() + 7) / 8
+		depth := func() int {
+			small := prog.Config{KernelDepth: prog.SmallKernelFrames, UserDepth: prog.SmallUserFrames}
+			c := cfg
+			c.KernelDepth, c.UserDepth = small.KernelDepth, small.UserDepth
+			return small.UserDepth - (c.KeySize()-small.KeySize()+7)/8
+		}
+		if depth() < 8 && cfg.Context {
+			// The labels asked for come first: the context's id takes 8 bytes.
+			cfg.Context = false
+			fmt.Fprintf(s.Stderr, "profile: the OpenTelemetry context and custom labels are not read: these labels fill this kernel's 512-byte hash keys\n")
+		}
+		cfg.KernelDepth, cfg.UserDepth = prog.SmallKernelFrames, depth()
 		if cfg.UserDepth < 8 {
 			return usage.Errorf("this kernel takes hash keys of 512 bytes at most, and these labels leave room for %d user frames: use fewer string labels", cfg.UserDepth)
 		}
