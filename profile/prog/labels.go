@@ -131,14 +131,8 @@ func labels(cfg Config) bpf.Instructions {
 	insns = append(insns,
 		bpf.JEq.Imm(bpf.R0, 0, "labels_done"),
 		bpf.Mov.Reg(bpf.R7, bpf.R0),
-		bpf.FnGetCurrentTask.Call().WithSource(bpf.Comment(fmt.Sprintf("the thread pointer: *(current + %d), 0 when unreadable", cfg.ThreadPointer))),
-		bpf.Mov.Reg(bpf.R3, bpf.R0),
-		bpf.Add.Imm(bpf.R3, int32(cfg.ThreadPointer)),
-		bpf.Mov.Reg(bpf.R1, bpf.RFP),
-		bpf.Add.Imm(bpf.R1, fpTP),
-		bpf.Mov.Imm(bpf.R2, 8),
-		cfg.Readers.Kernel.Call(),
 	)
+	insns = append(insns, currentU64(cfg, cfg.ThreadPointer, fpTP, fmt.Sprintf("the thread pointer: *(current + %d), 0 when unreadable", cfg.ThreadPointer))...)
 	for i, l := range cfg.Labels {
 		p := fmt.Sprintf("label%d", i)
 		loc := int16(LabelLocSize * i)
@@ -221,6 +215,20 @@ func locate(p string, loc int16, note string, flags bool, cfg Config) bpf.Instru
 	)
 	insns = append(insns, dtvBlock(p, loc, cfg)...)
 	return append(insns, bpf.Add.Reg(bpf.R3, bpf.R2).WithSymbol(p+"_tp"))
+}
+
+// currentU64 reads the u64 at the current task + off into the stack at
+// slot (zero when unreadable); R0 is the read's result.
+func currentU64(cfg Config, off int, slot int16, note string) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.FnGetCurrentTask.Call().WithSource(bpf.Comment(note)),
+		bpf.Mov.Reg(bpf.R3, bpf.R0),
+		bpf.Add.Imm(bpf.R3, int32(off)),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, int32(slot)),
+		bpf.Mov.Imm(bpf.R2, 8),
+		cfg.Readers.Kernel.Call(),
+	}
 }
 
 // readUser reads size bytes of user memory at R3 into the stack at off;

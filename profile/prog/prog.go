@@ -321,14 +321,10 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		// kernel stack (task_pt_regs: stack + THREAD_SIZE - sizeof(pt_regs),
 		// less 16 bytes of padding on FRED kernels). The user code segment
 		// checks each guess.
+		read := currentU64(cfg, cfg.TaskStack, fpRead, "kernel mode, before 5.15: the pt_regs at the top of current->stack")
+		read[0] = read[0].WithSymbol("kernel_mode")
+		insns = append(insns, read...)
 		insns = append(insns,
-			bpf.FnGetCurrentTask.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode, before 5.15: the pt_regs at the top of current->stack")),
-			bpf.Mov.Reg(bpf.R3, bpf.R0),
-			bpf.Add.Imm(bpf.R3, int32(cfg.TaskStack)),
-			bpf.Mov.Reg(bpf.R1, bpf.RFP),
-			bpf.Add.Imm(bpf.R1, fpRead),
-			bpf.Mov.Imm(bpf.R2, 8),
-			cfg.Readers.Kernel.Call(),
 			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
 			bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
 			bpf.JEq.Imm(bpf.R3, 0, "no_regs"),
