@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -133,10 +132,7 @@ func checkLabelFiles(labels []labelSpec) error {
 // symbol of the other kind there (a global asked as tls:) is a usage
 // error. Files that cannot be read are left to the run.
 func checkLabelKinds(labels []labelSpec, pid int, command string) error {
-	type candidate struct {
-		path string
-		open func() (*elf.File, io.Closer, error)
-	}
+	type candidate struct{ name, path string } // as the run names it; where to open it
 	var files []candidate
 	switch {
 	case pid != 0:
@@ -149,11 +145,9 @@ func checkLabelKinds(labels []labelSpec, pid int, command string) error {
 				continue
 			}
 			seen[keyOf(m)] = true
-			c := candidate{m.Path, func() (*elf.File, io.Closer, error) {
-				ef, osf, err := openMapped(uint32(pid), m)
-				return ef, osf, err
-			}}
-			if strings.TrimSuffix(m.Path, " (deleted)") == exe {
+			name := strings.TrimSuffix(m.Path, " (deleted)")
+			c := candidate{name, fmt.Sprintf("/proc/%d/root%s", pid, name)}
+			if name == exe {
 				files = append([]candidate{c}, files...)
 			} else {
 				files = append(files, c)
@@ -161,38 +155,37 @@ func checkLabelKinds(labels []labelSpec, pid int, command string) error {
 		}
 	case command != "":
 		if path := commandExecutable(command); path != "" {
-			files = append(files, candidate{path, func() (*elf.File, io.Closer, error) {
-				f, err := regular.Open(path)
-				if err != nil {
-					return nil, nil, err
-				}
-				ef, err := newELF(f)
-				return ef, f, err
-			}})
+			files = append(files, candidate{path, path})
 		}
 	}
+	wanted := map[string]bool{}
 	for _, l := range labels {
-		if strings.Contains(l.File, "/") {
-			continue // checkLabelFiles
+		wanted[l.Symbol] = true
+	}
+	decided := make([]bool, len(labels)) // a file defines the symbol: the one the run would read
+	for _, c := range files {
+		f, err := regular.Open(c.path) // never a FIFO's open that blocks
+		if err != nil {
+			continue
 		}
-		for _, c := range files {
-			if l.File != "" && !sameFile(c.path, l.File) {
-				continue
+		var syms map[string]elf.Symbol
+		if ef, err := newELF(f); err == nil {
+			syms, _ = indexSymbols(ef, wanted)
+		}
+		f.Close()
+		for i, l := range labels {
+			if decided[i] || strings.Contains(l.File, "/") || l.File != "" && !sameFile(c.name, l.File) {
+				continue // checkLabelFiles has those with a path
 			}
-			ef, closer, err := c.open()
-			if err != nil {
-				continue
-			}
-			_, err = findLabelSymbol(ef, l)
-			closer.Close()
+			_, err := kindOf(syms, l)
 			if err == errNoSymbol {
 				continue
 			}
+			decided[i] = true
 			var kind wrongKind
 			if errors.As(err, &kind) {
-				return usage.Errorf("--label %s: %s: %v", l.Name, c.path, err)
+				return usage.Errorf("--label %s: %s: %v", l.Name, c.name, err)
 			}
-			break
 		}
 	}
 	return nil
