@@ -220,12 +220,14 @@ func contextID(ctx int32, cfg Config) bpf.Instructions {
 		bpf.JEq.Imm(bpf.R0, 0, "context_store"),
 	)
 	insns = append(insns, lookup("another CPU inserted it first, or the table is full (no id)")...)
+	slot := int16(keyBase + cfg.ContextOffset())
 	return append(insns,
 		bpf.JEq.Imm(bpf.R0, 0, "context_done"),
 		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSymbol("context_found"),
-		bpf.StoreMem(bpf.RFP, fpCtxID, bpf.R1, bpf.DWord),
+		bpf.StoreMem(bpf.R8, slot, bpf.R1, bpf.DWord),
+		bpf.Ja.Label("context_done"),
 		bpf.LoadMem(bpf.R1, bpf.RFP, fpCtxID, bpf.DWord).WithSymbol("context_store"),
-		bpf.StoreMem(bpf.R8, int16(keyBase+cfg.ContextOffset()), bpf.R1, bpf.DWord),
+		bpf.StoreMem(bpf.R8, slot, bpf.R1, bpf.DWord),
 		asm.Nop().WithSymbol("context_done"),
 	)
 }
