@@ -124,10 +124,9 @@ func LoadField(dst bpf.Register, name string, offset, size int, signed bool) (bp
 // and tmp are clobbered. No loops (bounded loops are 5.3+): a binary search
 // over 32, 16, 8, 4 and 2 bits, then the last bit without a branch.
 func Log2Slot(prefix string, v, tmp, out bpf.Register) bpf.Instructions {
-	insns := bpf.Instructions{
-		bpf.Or.Imm(v, 1).WithSource(bpf.Comment(fmt.Sprintf("%s = log2 slot of %s: bit length of %s|1", out, v, v))),
-		bpf.Mov.Imm(out, 1),
-	}
+	var insns Seq
+	insns.Add(bpf.Or.Imm(v, 1).WithSource(bpf.Comment(fmt.Sprintf("%s = log2 slot of %s: bit length of %s|1", out, v, v))))
+	insns.Add(bpf.Mov.Imm(out, 1))
 	label := func(shift int32) string { return fmt.Sprintf("%s_bits%d", prefix, shift) }
 	shifts := []int32{32, 16, 8, 4, 2}
 	for i, shift := range shifts {
@@ -139,20 +138,17 @@ func Log2Slot(prefix string, v, tmp, out bpf.Register) bpf.Instructions {
 		if i > 0 {
 			first = first.WithSymbol(label(shift))
 		}
-		insns = append(insns,
-			first,
-			bpf.RSh.Imm(tmp, shift),
-			bpf.JEq.Imm(tmp, 0, next),
-			bpf.Mov.Reg(v, tmp),
-			bpf.Add.Imm(out, shift),
-		)
+		insns.Add(first)
+		insns.Add(bpf.RSh.Imm(tmp, shift))
+		insns.Add(bpf.JEq.Imm(tmp, 0, next))
+		insns.Add(bpf.Mov.Reg(v, tmp))
+		insns.Add(bpf.Add.Imm(out, shift))
 	}
 	// v is now 1, 2 or 3: its second bit is the last one to count.
-	return append(insns,
-		bpf.Mov.Reg(tmp, v).WithSymbol(label(1)),
-		bpf.RSh.Imm(tmp, 1),
-		bpf.Add.Reg(out, tmp),
-	)
+	insns.Add(bpf.Mov.Reg(tmp, v).WithSymbol(label(1)))
+	insns.Add(bpf.RSh.Imm(tmp, 1))
+	insns.Add(bpf.Add.Reg(out, tmp))
+	return insns.Instructions
 }
 
 // StoreKey stores the 32-bit register src at fp+off, building a map key.
@@ -190,12 +186,12 @@ func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string,
 		bpf.StoreXAdd(bpf.R0, bpf.R1, bpf.DWord),
 		bpf.Ja.Label(done),
 	}
-	var insns bpf.Instructions
+	var insns Seq
 	first := lookup()
 	first[0] = first[0].WithSource(bpf.Comment(fmt.Sprintf("%s[key]++ (insert if new, count a full map as lost)", mapName)))
-	insns = append(insns, first...)
-	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, insert))
-	insns = append(insns, atomicAdd...)
+	insns.Append(first)
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, insert))
+	insns.Append(atomicAdd)
 	ins := append(bpf.Instructions{}, onInsert...)
 	ins = append(ins,
 		bpf.Mov.Imm(bpf.R1, 1),
@@ -204,21 +200,21 @@ func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string,
 	ins = append(ins, MapUpdate(mapName, keyOff, valOff, UpdateNoExist)...)
 	ins = append(ins, bpf.JEq.Imm(bpf.R0, 0, done))
 	ins[0] = ins[0].WithSymbol(insert)
-	insns = append(insns, ins...)
+	insns.Append(ins)
 	again := lookup()
 	again[0] = again[0].WithSymbol(retry).WithSource(bpf.Comment("insert failed: another CPU won the race, or the map is full"))
-	insns = append(insns, again...)
-	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, lost))
-	insns = append(insns, atomicAdd...)
+	insns.Append(again)
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, lost))
+	insns.Append(atomicAdd)
 	lostInsns := bpf.Instructions{
 		bpf.Mov.Imm(bpf.R1, 0),
 		StoreKey(valOff, bpf.R1, bpf.Word),
 	}
 	lostInsns[0] = lostInsns[0].WithSymbol(lost).WithSource(bpf.Comment(lostMap + "[0]++: the map is full"))
-	insns = append(insns, lostInsns...)
-	insns = append(insns, PerCPUArrayIncrement(prefix+"_lost", lostMap, valOff)...)
-	insns = append(insns, bpf.Mov.Imm(bpf.R0, 0).WithSymbol(done))
-	return insns
+	insns.Append(lostInsns)
+	insns.Append(PerCPUArrayIncrement(prefix+"_lost", lostMap, valOff))
+	insns.Add(bpf.Mov.Imm(bpf.R0, 0).WithSymbol(done))
+	return insns.Instructions
 }
 
 // SwappedHashIncrement is HashIncrement into one of two hashes of the same
@@ -341,36 +337,34 @@ func ForgetExits(mapName string, pidOff int) (bpf.Instructions, error) {
 // count minus one (a power of two).
 func CacheIncrement(prefix, cacheMap string, keyOff, idxOff int16, mask int32, miss, done string) bpf.Instructions {
 	claim := prefix + "_claim"
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.DWord).
-			WithSource(bpf.Comment(fmt.Sprintf("slot = %s[(key0 ^ key0>>8) & %d] (per-CPU)", cacheMap, mask))),
-		bpf.Mov.Reg(bpf.R2, bpf.R1),
-		bpf.RSh.Imm(bpf.R2, 8),
-		bpf.Xor.Reg(bpf.R1, bpf.R2),
-		bpf.And.Imm(bpf.R1, mask),
-		StoreKey(idxOff, bpf.R1, bpf.Word),
-	}
-	insns = append(insns, MapLookup(cacheMap, idxOff)...)
-	return append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, miss),
-		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("free slot: claim it; another key's: take the hash path")),
-		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.DWord),
-		bpf.JEq.Imm(bpf.R1, 0, claim),
-		bpf.JNE.Reg(bpf.R1, bpf.R2, miss),
-		bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord),
-		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff+8, bpf.DWord),
-		bpf.JNE.Reg(bpf.R1, bpf.R2, miss),
-		bpf.LoadMem(bpf.R1, bpf.R0, 16, bpf.DWord).WithSource(bpf.Comment("hit: this CPU's count++, no atomic needed")),
-		bpf.Add.Imm(bpf.R1, 1),
-		bpf.StoreMem(bpf.R0, 16, bpf.R1, bpf.DWord),
-		bpf.Ja.Label(done),
-		bpf.StoreMem(bpf.R0, 0, bpf.R2, bpf.DWord).WithSymbol(claim),
-		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff+8, bpf.DWord),
-		bpf.StoreMem(bpf.R0, 8, bpf.R1, bpf.DWord),
-		bpf.Mov.Imm(bpf.R1, 1),
-		bpf.StoreMem(bpf.R0, 16, bpf.R1, bpf.DWord),
-		bpf.Ja.Label(done),
-	)
+	var insns Seq
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.DWord).
+		WithSource(bpf.Comment(fmt.Sprintf("slot = %s[(key0 ^ key0>>8) & %d] (per-CPU)", cacheMap, mask))))
+	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R1))
+	insns.Add(bpf.RSh.Imm(bpf.R2, 8))
+	insns.Add(bpf.Xor.Reg(bpf.R1, bpf.R2))
+	insns.Add(bpf.And.Imm(bpf.R1, mask))
+	insns.Add(StoreKey(idxOff, bpf.R1, bpf.Word))
+	insns.Append(MapLookup(cacheMap, idxOff))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, miss))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("free slot: claim it; another key's: take the hash path")))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R1, 0, claim))
+	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff+8, bpf.DWord))
+	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 16, bpf.DWord).WithSource(bpf.Comment("hit: this CPU's count++, no atomic needed")))
+	insns.Add(bpf.Add.Imm(bpf.R1, 1))
+	insns.Add(bpf.StoreMem(bpf.R0, 16, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Ja.Label(done))
+	insns.Add(bpf.StoreMem(bpf.R0, 0, bpf.R2, bpf.DWord).WithSymbol(claim))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff+8, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R0, 8, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Mov.Imm(bpf.R1, 1))
+	insns.Add(bpf.StoreMem(bpf.R0, 16, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Ja.Label(done))
+	return insns.Instructions
 }
 
 // Ktime puts bpf_ktime_get_ns() into dst (clobbers R0-R5).
@@ -452,3 +446,19 @@ func CmpXchg(dst, src bpf.Register, size bpf.Size, off int16) bpf.Instruction {
 	ins.Constant = int64(bpf.CmpXchg >> 8)
 	return ins
 }
+
+// Seq is a program built one instruction per call, for the long ones. A
+// composite literal of instructions, or an append of several, gives each
+// its own stack slot, live until the slice is built, and every call in
+// between carries a map of those slots: the cost grows faster than the
+// program. One call per instruction is flat, and writing the programs
+// this way made the binary 36 KB smaller (12 MiB budget).
+type Seq struct{ bpf.Instructions }
+
+// Add appends one instruction.
+//
+//go:noinline
+func (s *Seq) Add(i bpf.Instruction) { s.Instructions = append(s.Instructions, i) }
+
+// Append appends a snippet.
+func (s *Seq) Append(insns bpf.Instructions) { s.Instructions = append(s.Instructions, insns...) }

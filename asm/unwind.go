@@ -27,70 +27,58 @@ import (
 // n are clobbered. keyOff is a 4-byte stack slot for the block's key;
 // fail is jumped to if the block is outside the map. R0-R5 are clobbered.
 func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n bpf.Register, keyOff int16, fail string) bpf.Instructions {
-	insns := bpf.Instructions{
-		bpf.RSh.Imm(lo, unwind.BlockSteps).WithSymbol(prefix).WithSource(bpf.Comment(fmt.Sprintf(
-			"%s = the last block starting at or below %s among the file's (%s+%d)/%d from %s/%d: %d steps of lo += (fence[lo+n/2] <= %s) * n/2; n -= n/2",
-			lo, target, n, unwind.BlockRows-1, unwind.BlockRows, lo, unwind.BlockRows, unwind.FenceSteps, target))),
-		bpf.Add.Imm(n, unwind.BlockRows-1),
-		bpf.RSh.Imm(n, unwind.BlockSteps),
-		bpf.LoadMapValue(bpf.R4, 0, 0).WithReference(fencesMap),
-	}
+	var insns Seq
+	insns.Add(bpf.RSh.Imm(lo, unwind.BlockSteps).WithSymbol(prefix).WithSource(bpf.Comment(fmt.Sprintf(
+		"%s = the last block starting at or below %s among the file's (%s+%d)/%d from %s/%d: %d steps of lo += (fence[lo+n/2] <= %s) * n/2; n -= n/2",
+		lo, target, n, unwind.BlockRows-1, unwind.BlockRows, lo, unwind.BlockRows, unwind.FenceSteps, target))))
+	insns.Add(bpf.Add.Imm(n, unwind.BlockRows-1))
+	insns.Add(bpf.RSh.Imm(n, unwind.BlockSteps))
+	insns.Add(bpf.LoadMapValue(bpf.R4, 0, 0).WithReference(fencesMap))
 	for i := 0; i < unwind.FenceSteps; i++ {
-		insns = append(insns,
-			bpf.Mov.Reg(bpf.R1, n).WithSymbol(fmt.Sprintf("%s_fence%d", prefix, i)),
-			bpf.RSh.Imm(bpf.R1, 1),
-			bpf.Mov.Reg(bpf.R2, lo),
-			bpf.Add.Reg(bpf.R2, bpf.R1),
-			bpf.And.Imm(bpf.R2, fenceMask),
-			bpf.LSh.Imm(bpf.R2, 2),
-			bpf.Mov.Reg(bpf.R3, bpf.R4),
-			bpf.Add.Reg(bpf.R3, bpf.R2),
-			bpf.LoadMem(bpf.R3, bpf.R3, 0, bpf.Word),
-		)
-		insns = append(insns, atOrBelow(bpf.R2, bpf.R3, target)...)
-		insns = append(insns,
-			bpf.Mul.Reg(bpf.R2, bpf.R1),
-			bpf.Add.Reg(lo, bpf.R2),
-			bpf.Sub.Reg(n, bpf.R1),
-		)
+		insns.Add(bpf.Mov.Reg(bpf.R1, n).WithSymbol(fmt.Sprintf("%s_fence%d", prefix, i)))
+		insns.Add(bpf.RSh.Imm(bpf.R1, 1))
+		insns.Add(bpf.Mov.Reg(bpf.R2, lo))
+		insns.Add(bpf.Add.Reg(bpf.R2, bpf.R1))
+		insns.Add(bpf.And.Imm(bpf.R2, fenceMask))
+		insns.Add(bpf.LSh.Imm(bpf.R2, 2))
+		insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R4))
+		insns.Add(bpf.Add.Reg(bpf.R3, bpf.R2))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.R3, 0, bpf.Word))
+		insns.Append(atOrBelow(bpf.R2, bpf.R3, target))
+		insns.Add(bpf.Mul.Reg(bpf.R2, bpf.R1))
+		insns.Add(bpf.Add.Reg(lo, bpf.R2))
+		insns.Add(bpf.Sub.Reg(n, bpf.R1))
 	}
-	insns = append(insns,
-		bpf.StoreMem(bpf.RFP, keyOff, lo, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("r0 = the block; %s = the last row at or below %s in it: %d steps", lo, target, unwind.BlockSteps))),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference(rowsMap),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, int32(keyOff)),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, fail),
-		bpf.Mov.Imm(lo, 0),
-	)
+	insns.Add(bpf.StoreMem(bpf.RFP, keyOff, lo, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("r0 = the block; %s = the last row at or below %s in it: %d steps", lo, target, unwind.BlockSteps))))
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference(rowsMap))
+	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R2, int32(keyOff)))
+	insns.Add(bpf.FnMapLookupElem.Call())
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, fail))
+	insns.Add(bpf.Mov.Imm(lo, 0))
 	for half := int32(unwind.BlockRows / 2); half > 0; half >>= 1 {
-		insns = append(insns,
-			bpf.Mov.Reg(bpf.R1, lo).WithSymbol(fmt.Sprintf("%s_row%d", prefix, half)),
-			bpf.Add.Imm(bpf.R1, half),
-			bpf.LSh.Imm(bpf.R1, 3),
-			bpf.Mov.Reg(bpf.R2, bpf.R0),
-			bpf.Add.Reg(bpf.R2, bpf.R1),
-			bpf.LoadMem(bpf.R2, bpf.R2, 0, bpf.Word),
-		)
-		insns = append(insns, atOrBelow(bpf.R3, bpf.R2, target)...)
-		insns = append(insns,
-			bpf.Mul.Imm(bpf.R3, half),
-			bpf.Add.Reg(lo, bpf.R3),
-		)
+		insns.Add(bpf.Mov.Reg(bpf.R1, lo).WithSymbol(fmt.Sprintf("%s_row%d", prefix, half)))
+		insns.Add(bpf.Add.Imm(bpf.R1, half))
+		insns.Add(bpf.LSh.Imm(bpf.R1, 3))
+		insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R0))
+		insns.Add(bpf.Add.Reg(bpf.R2, bpf.R1))
+		insns.Add(bpf.LoadMem(bpf.R2, bpf.R2, 0, bpf.Word))
+		insns.Append(atOrBelow(bpf.R3, bpf.R2, target))
+		insns.Add(bpf.Mul.Imm(bpf.R3, half))
+		insns.Add(bpf.Add.Reg(lo, bpf.R3))
 	}
-	return append(insns,
-		bpf.LSh.Imm(lo, 3).WithSource(bpf.Comment("r0 = &block[lo]")),
-		bpf.Add.Reg(bpf.R0, lo),
-	)
+	insns.Add(bpf.LSh.Imm(lo, 3).WithSource(bpf.Comment("r0 = &block[lo]")))
+	insns.Add(bpf.Add.Reg(bpf.R0, lo))
+	return insns.Instructions
 }
 
 // atOrBelow sets cond to 1 if addr <= target, else 0, without a branch:
 // the sign bit of target-addr, flipped (both below 1<<32).
 func atOrBelow(cond, addr, target bpf.Register) bpf.Instructions {
-	return bpf.Instructions{
-		bpf.Mov.Reg(cond, target),
-		bpf.Sub.Reg(cond, addr),
-		bpf.RSh.Imm(cond, 63),
-		bpf.Xor.Imm(cond, 1),
-	}
+	var insns Seq
+	insns.Add(bpf.Mov.Reg(cond, target))
+	insns.Add(bpf.Sub.Reg(cond, addr))
+	insns.Add(bpf.RSh.Imm(cond, 63))
+	insns.Add(bpf.Xor.Imm(cond, 1))
+	return insns.Instructions
 }

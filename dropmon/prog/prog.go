@@ -69,109 +69,106 @@ func Program(cfg Config) (bpf.Instructions, error) {
 		return argsProgram(cfg)
 	}
 	l := cfg.Layout
-	insns := asm.Prologue()
+	var insns asm.Seq
+	insns.Append(asm.Prologue())
 	if cfg.Protocol >= 0 {
 		proto, err := asm.LoadField(bpf.R1, "protocol", l.Protocol.Offset, l.Protocol.Size, false)
 		if err != nil {
 			return nil, err
 		}
-		insns = append(insns, proto...)
-		insns = append(insns, bpf.JNE.Imm(bpf.R1, int32(cfg.Protocol), "exit").
+		insns.Append(proto)
+		insns.Add(bpf.JNE.Imm(bpf.R1, int32(cfg.Protocol), "exit").
 			WithSource(bpf.Comment(fmt.Sprintf("only protocol 0x%04x", cfg.Protocol))))
 	}
 	loc, err := asm.LoadField(bpf.R1, "location", l.Location.Offset, l.Location.Size, false)
 	if err != nil {
 		return nil, err
 	}
-	insns = append(insns, loc...)
-	insns = append(insns, asm.StoreKey(keyOff, bpf.R1, bpf.DWord))
+	insns.Append(loc)
+	insns.Add(asm.StoreKey(keyOff, bpf.R1, bpf.DWord))
 	if l.Reason != nil {
 		reason, err := asm.LoadField(bpf.R1, "reason", l.Reason.Offset, l.Reason.Size, false)
 		if err != nil {
 			return nil, err
 		}
-		insns = append(insns, reason...)
+		insns.Append(reason)
 	} else {
-		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("no reason on this kernel, or --no-reason")))
+		insns.Add(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("no reason on this kernel, or --no-reason")))
 	}
-	insns = append(insns, asm.StoreKey(keyOff+8, bpf.R1, bpf.Word))
-	return append(insns, countKey(cfg)...), nil
+	insns.Add(asm.StoreKey(keyOff+8, bpf.R1, bpf.Word))
+	insns.Append(countKey(cfg))
+	return insns.Instructions, nil
 }
 
 // argsProgram is program for a raw or BTF tracepoint: the same key, from
 // kfree_skb's arguments, args[0] = skb, args[1] = location, args[2] =
 // reason (5.17+). No record is built for it.
 func argsProgram(cfg Config) (bpf.Instructions, error) {
-	insns := asm.Prologue()
+	var insns asm.Seq
+	insns.Append(asm.Prologue())
 	if cfg.Protocol >= 0 {
-		insns = append(insns, bpf.LoadMem(bpf.R1, asm.RegCtx, 0, bpf.DWord).WithSource(bpf.Comment("r1 = skb (args[0])")))
+		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, 0, bpf.DWord).WithSource(bpf.Comment("r1 = skb (args[0])")))
 		note := fmt.Sprintf("r1 = skb->protocol (offset %d, network order)", cfg.ProtoOff)
 		if cfg.Hook == hook.BTF {
-			insns = append(insns, bpf.LoadMem(bpf.R1, bpf.R1, int16(cfg.ProtoOff), bpf.Half).WithSource(bpf.Comment(note)))
+			insns.Add(bpf.LoadMem(bpf.R1, bpf.R1, int16(cfg.ProtoOff), bpf.Half).WithSource(bpf.Comment(note)))
 		} else {
-			insns = append(insns,
-				bpf.Add.Imm(bpf.R1, int32(cfg.ProtoOff)).WithSource(bpf.Comment(note)),
-				bpf.Mov.Reg(bpf.R3, bpf.R1),
-				bpf.Mov.Reg(bpf.R1, bpf.RFP),
-				bpf.Add.Imm(bpf.R1, readOff),
-				bpf.Mov.Imm(bpf.R2, 2),
-				cfg.ProbeRead.Call(),
-				bpf.LoadMem(bpf.R1, bpf.RFP, readOff, bpf.Half),
-			)
+			insns.Add(bpf.Add.Imm(bpf.R1, int32(cfg.ProtoOff)).WithSource(bpf.Comment(note)))
+			insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R1))
+			insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+			insns.Add(bpf.Add.Imm(bpf.R1, readOff))
+			insns.Add(bpf.Mov.Imm(bpf.R2, 2))
+			insns.Add(cfg.ProbeRead.Call())
+			insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, readOff, bpf.Half))
 		}
 		// Compared in network order: the EtherType's bytes swapped (the
 		// toolkit's architectures are little-endian).
-		insns = append(insns, bpf.JNE.Imm(bpf.R1, int32(bits.ReverseBytes16(uint16(cfg.Protocol))), "exit").
+		insns.Add(bpf.JNE.Imm(bpf.R1, int32(bits.ReverseBytes16(uint16(cfg.Protocol))), "exit").
 			WithSource(bpf.Comment(fmt.Sprintf("only protocol 0x%04x", cfg.Protocol))))
 	}
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, asm.RegCtx, 8, bpf.DWord).WithSource(bpf.Comment("r1 = location (args[1])")),
-		asm.StoreKey(keyOff, bpf.R1, bpf.DWord),
-	)
+	insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, 8, bpf.DWord).WithSource(bpf.Comment("r1 = location (args[1])")))
+	insns.Add(asm.StoreKey(keyOff, bpf.R1, bpf.DWord))
 	if cfg.Layout.Reason != nil {
-		insns = append(insns, bpf.LoadMem(bpf.R1, asm.RegCtx, 16, bpf.DWord).WithSource(bpf.Comment("r1 = reason (args[2])")))
+		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, 16, bpf.DWord).WithSource(bpf.Comment("r1 = reason (args[2])")))
 	} else {
-		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("no reason on this kernel, or --no-reason")))
+		insns.Add(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("no reason on this kernel, or --no-reason")))
 	}
-	insns = append(insns, asm.StoreKey(keyOff+8, bpf.R1, bpf.Word))
-	return append(insns, countKey(cfg)...), nil
+	insns.Add(asm.StoreKey(keyOff+8, bpf.R1, bpf.Word))
+	insns.Append(countKey(cfg))
+	return insns.Instructions, nil
 }
 
 // countKey adds the stack id to the key and counts it.
 func countKey(cfg Config) bpf.Instructions {
-	var insns bpf.Instructions
+	var insns asm.Seq
 	if cfg.Stacks {
-		insns = append(insns,
-			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("stack id = bpf_get_stackid(ctx, stacks, 0); < 0 if lost")),
-			bpf.LoadMapPtr(bpf.R2, 0).WithReference("stacks"),
-			bpf.Mov.Imm(bpf.R3, 0),
-			bpf.FnGetStackid.Call(),
-			bpf.JNE.Imm(bpf.R0, eexist, "stack_key"),
-			// -EEXIST: the stack's hash bucket holds another stack. The
-			// overflow map, which only such stacks reach, takes it; its
-			// ids follow the first map's.
-			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("a hash collision: stack id = MaxStacks + bpf_get_stackid(ctx, overflow, 0)")),
-			bpf.LoadMapPtr(bpf.R2, 0).WithReference("overflow"),
-			bpf.Mov.Imm(bpf.R3, 0),
-			bpf.FnGetStackid.Call(),
-			bpf.JSGT.Imm(bpf.R0, -1, "stack_overflow"),
-			bpf.Ja.Label("stack_key"),
-			bpf.Add.Imm(bpf.R0, MaxStacks).WithSymbol("stack_overflow"),
-			asm.StoreKey(keyOff+12, bpf.R0, bpf.Word).WithSymbol("stack_key"),
-		)
+		insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("stack id = bpf_get_stackid(ctx, stacks, 0); < 0 if lost")))
+		insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("stacks"))
+		insns.Add(bpf.Mov.Imm(bpf.R3, 0))
+		insns.Add(bpf.FnGetStackid.Call())
+		insns.Add(bpf.JNE.Imm(bpf.R0, eexist, "stack_key"))
+		// -EEXIST: the stack's hash bucket holds another stack. The
+		// overflow map, which only such stacks reach, takes it; its
+		// ids follow the first map's.
+		insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("a hash collision: stack id = MaxStacks + bpf_get_stackid(ctx, overflow, 0)")))
+		insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("overflow"))
+		insns.Add(bpf.Mov.Imm(bpf.R3, 0))
+		insns.Add(bpf.FnGetStackid.Call())
+		insns.Add(bpf.JSGT.Imm(bpf.R0, -1, "stack_overflow"))
+		insns.Add(bpf.Ja.Label("stack_key"))
+		insns.Add(bpf.Add.Imm(bpf.R0, MaxStacks).WithSymbol("stack_overflow"))
+		insns.Add(asm.StoreKey(keyOff+12, bpf.R0, bpf.Word).WithSymbol("stack_key"))
 	} else {
-		insns = append(insns,
-			bpf.Mov.Imm(bpf.R1, NoStack),
-			asm.StoreKey(keyOff+12, bpf.R1, bpf.Word),
-		)
+		insns.Add(bpf.Mov.Imm(bpf.R1, NoStack))
+		insns.Add(asm.StoreKey(keyOff+12, bpf.R1, bpf.Word))
 	}
 	// Most drops come from a few sites: a per-CPU direct-mapped cache
 	// counts them without hashing; the hash takes the rest.
-	insns = append(insns, asm.CacheIncrement("cache", "cache", keyOff, valOff, cacheSlots-1, "hash", "exit")...)
+	insns.Append(asm.CacheIncrement("cache", "cache", keyOff, valOff, cacheSlots-1, "hash", "exit"))
 	hash := asm.HashIncrement("count", "drops", keyOff, valOff, "lost", nil)
 	hash[0] = hash[0].WithSymbol("hash")
-	insns = append(insns, hash...)
-	return append(insns, asm.Return("exit", 0)...)
+	insns.Append(hash)
+	insns.Append(asm.Return("exit", 0))
+	return insns.Instructions
 }
 
 // Collection is Program with the maps it counts in: drops (the hash),

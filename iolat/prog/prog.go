@@ -133,22 +133,24 @@ func loadKey(cfg Config, ev event) (bpf.Instructions, error) {
 	if err != nil {
 		return nil, err
 	}
-	insns := asm.Prologue()
-	insns = append(insns, d...)
+	var insns asm.Seq
+	insns.Append(asm.Prologue())
+	insns.Append(d)
 	if dev != 0 {
-		insns = append(insns, bpf.JNE.Imm(bpf.R1, int32(dev), "exit").
-			WithSource(bpf.Comment(fmt.Sprintf("only device %d:%d", dev>>20, dev&(1<<20-1)))))
+		insns.Add(bpf.JNE.Imm(bpf.R1, int32(dev), "exit").WithSource(bpf.Comment(fmt.Sprintf("only device %d:%d", dev>>20, dev&(1<<20-1)))))
 	}
-	insns = append(insns, asm.StoreKey(keyOff, bpf.R1, bpf.Word))
-	insns = append(insns, s...)
-	return append(insns, asm.StoreKey(keyOff+4, bpf.R1, bpf.DWord)), nil
+	insns.Add(asm.StoreKey(keyOff, bpf.R1, bpf.Word))
+	insns.Append(s)
+	insns.Add(asm.StoreKey(keyOff+4, bpf.R1, bpf.DWord))
+	return insns.Instructions, nil
 }
 
 // loadArgsKey is loadKey from the tracepoint's arguments.
 func loadArgsKey(cfg Config, a *Args, ev event) bpf.Instructions {
 	arg := map[event]int{issueEvent: a.IssueArg, completeEvent: a.CompleteArg, insertEvent: a.InsertArg}[ev]
-	insns := asm.Prologue()
-	insns = append(insns, bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*arg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", arg))))
+	var insns asm.Seq
+	insns.Append(asm.Prologue())
+	insns.Add(bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*arg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", arg))))
 	if a.Hook == hook.BTF {
 		// A BTF tracepoint's rq is a typed pointer, good for loads, not
 		// for the shifts of a slot index. The difference of two pointers
@@ -157,27 +159,24 @@ func loadArgsKey(cfg Config, a *Args, ev event) bpf.Instructions {
 		// a fixed address: the key is the request's distance from it,
 		// one to one with the request's address. (A copy out of the
 		// context with bpf_probe_read_kernel cost a helper call.)
-		insns = append(insns,
-			bpf.LoadMapValue(bpf.R1, 0, 0).WithReference("anchor").WithSource(bpf.Comment("key.rq = rq - &anchor[0], a number")),
-			bpf.Mov.Reg(bpf.R2, bpf.R7),
-			bpf.Sub.Reg(bpf.R2, bpf.R1),
-			asm.StoreKey(keyOff+4, bpf.R2, bpf.DWord),
-		)
+		insns.Add(bpf.LoadMapValue(bpf.R1, 0, 0).WithReference("anchor").WithSource(bpf.Comment("key.rq = rq - &anchor[0], a number")))
+		insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R7))
+		insns.Add(bpf.Sub.Reg(bpf.R2, bpf.R1))
+		insns.Add(asm.StoreKey(keyOff+4, bpf.R2, bpf.DWord))
 	} else {
-		insns = append(insns, asm.StoreKey(keyOff+4, bpf.R7, bpf.DWord))
+		insns.Add(asm.StoreKey(keyOff+4, bpf.R7, bpf.DWord))
 	}
 	if cfg.Dev == 0 && cfg.By != ByDisk {
-		return append(insns,
-			bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the address alone is the key: no device needed")),
-			asm.StoreKey(keyOff, bpf.R1, bpf.Word),
-		)
+		insns.Add(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the address alone is the key: no device needed")))
+		insns.Add(asm.StoreKey(keyOff, bpf.R1, bpf.Word))
+		return insns.Instructions
 	}
-	insns = append(insns, a.devOf()...)
+	insns.Append(a.devOf())
 	if cfg.Dev != 0 {
-		insns = append(insns, bpf.JNE.Imm(bpf.R1, int32(cfg.Dev), "exit").
-			WithSource(bpf.Comment(fmt.Sprintf("only device %d:%d", cfg.Dev>>20, cfg.Dev&(1<<20-1)))))
+		insns.Add(bpf.JNE.Imm(bpf.R1, int32(cfg.Dev), "exit").WithSource(bpf.Comment(fmt.Sprintf("only device %d:%d", cfg.Dev>>20, cfg.Dev&(1<<20-1)))))
 	}
-	return append(insns, asm.StoreKey(keyOff, bpf.R1, bpf.Word))
+	insns.Add(asm.StoreKey(keyOff, bpf.R1, bpf.Word))
+	return insns.Instructions
 }
 
 // read puts the size bytes at src+off into dst: a direct load from a BTF
@@ -185,54 +184,59 @@ func loadArgsKey(cfg Config, a *Args, ev event) bpf.Instructions {
 // must not be one of them unless it is R3).
 func (a *Args) read(dst, src bpf.Register, off int, size bpf.Size, note string) bpf.Instructions {
 	if a.Hook == hook.BTF {
-		return bpf.Instructions{bpf.LoadMem(dst, src, int16(off), size).WithSource(bpf.Comment(note))}
+		var insns asm.Seq
+		insns.Add(bpf.LoadMem(dst, src, int16(off), size).WithSource(bpf.Comment(note)))
+		return insns.Instructions
 	}
-	return bpf.Instructions{
-		bpf.Mov.Reg(bpf.R3, src).WithSource(bpf.Comment(note)),
-		bpf.Add.Imm(bpf.R3, int32(off)),
-		bpf.Mov.Reg(bpf.R1, bpf.RFP),
-		bpf.Add.Imm(bpf.R1, readOff),
-		bpf.Mov.Imm(bpf.R2, int32(size.Sizeof())),
-		a.ProbeRead.Call(),
-		bpf.LoadMem(dst, bpf.RFP, readOff, size),
-	}
+	var insns asm.Seq
+	insns.Add(bpf.Mov.Reg(bpf.R3, src).WithSource(bpf.Comment(note)))
+	insns.Add(bpf.Add.Imm(bpf.R3, int32(off)))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, readOff))
+	insns.Add(bpf.Mov.Imm(bpf.R2, int32(size.Sizeof())))
+	insns.Add(a.ProbeRead.Call())
+	insns.Add(bpf.LoadMem(dst, bpf.RFP, readOff, size))
+	return insns.Instructions
 }
 
 // devOf puts the dev_t of the request in R7 into R1: disk->major << 20 |
 // disk->first_minor, the disk being rq->rq_disk or rq->q->disk.
 func (a *Args) devOf() bpf.Instructions {
-	var insns bpf.Instructions
+	var insns asm.Seq
 	if a.Hook == hook.Raw {
-		insns = append(insns, bpf.Mov.Imm(bpf.R1, 0), asm.StoreKey(readOff, bpf.R1, bpf.DWord))
+		insns.Add(bpf.Mov.Imm(bpf.R1, 0))
+		insns.Add(asm.StoreKey(readOff, bpf.R1, bpf.DWord))
 	}
 	if a.RqDisk >= 0 {
-		insns = append(insns, a.read(bpf.R8, bpf.R7, a.RqDisk, bpf.DWord, "r8 = rq->rq_disk")...)
+		insns.Append(a.read(bpf.R8, bpf.R7, a.RqDisk, bpf.DWord, "r8 = rq->rq_disk"))
 	} else {
-		insns = append(insns, a.read(bpf.R8, bpf.R7, a.Q, bpf.DWord, "r8 = rq->q")...)
-		insns = append(insns, a.read(bpf.R8, bpf.R8, a.QDisk, bpf.DWord, "r8 = q->disk")...)
+		insns.Append(a.read(bpf.R8, bpf.R7, a.Q, bpf.DWord, "r8 = rq->q"))
+		insns.Append(a.read(bpf.R8, bpf.R8, a.QDisk, bpf.DWord, "r8 = q->disk"))
 	}
-	insns = append(insns, a.read(bpf.R9, bpf.R8, a.Major, bpf.Word, "r9 = disk->major << 20")...)
-	insns = append(insns, bpf.LSh.Imm(bpf.R9, 20))
-	insns = append(insns, a.read(bpf.R1, bpf.R8, a.FirstMinor, bpf.Word, "r1 = dev = r9 | disk->first_minor")...)
-	return append(insns, bpf.Or.Reg(bpf.R1, bpf.R9))
+	insns.Append(a.read(bpf.R9, bpf.R8, a.Major, bpf.Word, "r9 = disk->major << 20"))
+	insns.Add(bpf.LSh.Imm(bpf.R9, 20))
+	insns.Append(a.read(bpf.R1, bpf.R8, a.FirstMinor, bpf.Word, "r1 = dev = r9 | disk->first_minor"))
+	insns.Add(bpf.Or.Reg(bpf.R1, bpf.R9))
+	return insns.Instructions
 }
 
 // opArgs puts the operation letter of the completed request into R1, as the record's rwbs starts: R, W, F(lush),
 // D(iscard, secure erase), N (the others).
 func (a *Args) opArgs() bpf.Instructions {
-	insns := bpf.Instructions{bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*a.CompleteArg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", a.CompleteArg)))}
-	insns = append(insns, a.read(bpf.R1, bpf.R7, a.CmdFlags, bpf.Word, "r1 = rq->cmd_flags & REQ_OP_MASK")...)
-	insns = append(insns, bpf.And.Imm(bpf.R1, 0xff))
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R7, asm.RegCtx, int16(8*a.CompleteArg), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("r7 = rq (args[%d])", a.CompleteArg))))
+	insns.Append(a.read(bpf.R1, bpf.R7, a.CmdFlags, bpf.Word, "r1 = rq->cmd_flags & REQ_OP_MASK"))
+	insns.Add(bpf.And.Imm(bpf.R1, 0xff))
 	for _, op := range []struct {
 		num    int32
 		letter byte
 	}{{0, 'R'}, {1, 'W'}, {2, 'F'}, {3, 'D'}, {5, 'D'}} {
-		insns = append(insns, bpf.Mov.Imm(bpf.R2, int32(op.letter)), bpf.JEq.Imm(bpf.R1, op.num, "op_done"))
+		insns.Add(bpf.Mov.Imm(bpf.R2, int32(op.letter)))
+		insns.Add(bpf.JEq.Imm(bpf.R1, op.num, "op_done"))
 	}
-	return append(insns,
-		bpf.Mov.Imm(bpf.R2, 'N'),
-		bpf.Mov.Reg(bpf.R1, bpf.R2).WithSymbol("op_done"),
-	)
+	insns.Add(bpf.Mov.Imm(bpf.R2, 'N'))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R2).WithSymbol("op_done"))
+	return insns.Instructions
 }
 
 // slotOf finds the request's slot: r8 = its tag, sector+1 (0, a sector of
@@ -240,23 +244,21 @@ func (a *Args) opArgs() bpf.Instructions {
 // device (times the golden ratio, so that 7:0 and 8:0 part) with the
 // sector in units of 4 KiB (so that sequential IO takes successive slots).
 func slotOf(fallback string, n uint32) bpf.Instructions {
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R8, bpf.RFP, keyOff+4, bpf.DWord).WithSource(bpf.Comment("r8 = tag = sector (or request address) + 1")),
-		bpf.Add.Imm(bpf.R8, 1),
-		bpf.JEq.Imm(bpf.R8, 0, fallback),
-		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("idx = (dev * 0x9e3779b1 ^ tag >> 3) %% %d", n))),
-		bpf.Mul.Imm(bpf.R1, -0x61c8864f),
-		bpf.Mov.Reg(bpf.R2, bpf.R8),
-		bpf.RSh.Imm(bpf.R2, 3),
-		bpf.Xor.Reg(bpf.R1, bpf.R2),
-		bpf.And.Imm(bpf.R1, int32(n-1)),
-		asm.StoreKey(idxOff, bpf.R1, bpf.Word),
-	}
-	insns = append(insns, asm.MapLookup("slots", idxOff)...)
-	return append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, fallback),
-		bpf.Mov.Reg(bpf.R7, bpf.R0).WithSource(bpf.Comment("r7 = &slots[idx]")),
-	)
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R8, bpf.RFP, keyOff+4, bpf.DWord).WithSource(bpf.Comment("r8 = tag = sector (or request address) + 1")))
+	insns.Add(bpf.Add.Imm(bpf.R8, 1))
+	insns.Add(bpf.JEq.Imm(bpf.R8, 0, fallback))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("idx = (dev * 0x9e3779b1 ^ tag >> 3) %% %d", n))))
+	insns.Add(bpf.Mul.Imm(bpf.R1, -0x61c8864f))
+	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R8))
+	insns.Add(bpf.RSh.Imm(bpf.R2, 3))
+	insns.Add(bpf.Xor.Reg(bpf.R1, bpf.R2))
+	insns.Add(bpf.And.Imm(bpf.R1, int32(n-1)))
+	insns.Add(asm.StoreKey(idxOff, bpf.R1, bpf.Word))
+	insns.Append(asm.MapLookup("slots", idxOff))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, fallback))
+	insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R0).WithSource(bpf.Comment("r7 = &slots[idx]")))
+	return insns.Instructions
 }
 
 // claimSlot records the start time in the request's slot when it is free
@@ -264,23 +266,21 @@ func slotOf(fallback string, n uint32) bpf.Instructions {
 // re-issue restarts the clock, as the hash's BPF_ANY update does); else
 // it goes to fallback.
 func claimSlot(fallback string, n uint32) bpf.Instructions {
-	insns := slotOf(fallback, n)
-	insns = append(insns,
-		bpf.Mov.Imm(bpf.R0, 0).WithSource(bpf.Comment("claim: if slot->tag == 0 { slot->tag = tag }; r0 = the old tag")),
-		asm.CmpXchg(bpf.R7, bpf.R8, bpf.DWord, 0),
-		bpf.JEq.Imm(bpf.R0, 0, "claimed"),
-		bpf.JNE.Reg(bpf.R0, bpf.R8, fallback).WithSource(bpf.Comment("another request's: the hash")),
-		bpf.LoadMem(bpf.R1, bpf.R7, 8, bpf.DWord).WithSource(bpf.Comment("this tag: this device too, or the hash")),
-		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.Word),
-		bpf.JNE.Reg(bpf.R1, bpf.R2, fallback),
-		bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSymbol("claimed").WithSource(bpf.Comment("slot->dev = dev; slot->ts = now")),
-		bpf.StoreMem(bpf.R7, 8, bpf.R1, bpf.DWord),
-	)
-	insns = append(insns, asm.Ktime(bpf.R0)...)
-	return append(insns,
-		bpf.StoreMem(bpf.R7, 16, bpf.R0, bpf.DWord),
-		bpf.Ja.Label("exit"),
-	)
+	var insns asm.Seq
+	insns.Append(slotOf(fallback, n))
+	insns.Add(bpf.Mov.Imm(bpf.R0, 0).WithSource(bpf.Comment("claim: if slot->tag == 0 { slot->tag = tag }; r0 = the old tag")))
+	insns.Add(asm.CmpXchg(bpf.R7, bpf.R8, bpf.DWord, 0))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "claimed"))
+	insns.Add(bpf.JNE.Reg(bpf.R0, bpf.R8, fallback).WithSource(bpf.Comment("another request's: the hash")))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, 8, bpf.DWord).WithSource(bpf.Comment("this tag: this device too, or the hash")))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.Word))
+	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, fallback))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSymbol("claimed").WithSource(bpf.Comment("slot->dev = dev; slot->ts = now")))
+	insns.Add(bpf.StoreMem(bpf.R7, 8, bpf.R1, bpf.DWord))
+	insns.Append(asm.Ktime(bpf.R0))
+	insns.Add(bpf.StoreMem(bpf.R7, 16, bpf.R0, bpf.DWord))
+	insns.Add(bpf.Ja.Label("exit"))
+	return insns.Instructions
 }
 
 // releaseSlot takes the start time from the request's slot into R7 and
@@ -290,135 +290,133 @@ func claimSlot(fallback string, n uint32) bpf.Instructions {
 // can change it between the check and the store. A second request to the
 // same sector in flight shares the slot, as with a compare-and-exchange.
 func releaseSlot(fallback, measure string, n uint32) bpf.Instructions {
-	insns := slotOf(fallback, n)
-	return append(insns,
-		bpf.LoadMem(bpf.R1, bpf.R7, 0, bpf.DWord).WithSource(bpf.Comment("this request's tag, or the hash")),
-		bpf.JNE.Reg(bpf.R1, bpf.R8, fallback),
-		bpf.LoadMem(bpf.R1, bpf.R7, 8, bpf.DWord).WithSource(bpf.Comment("this device's, or the hash")),
-		bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.Word),
-		bpf.JNE.Reg(bpf.R1, bpf.R2, fallback),
-		bpf.LoadMem(bpf.R9, bpf.R7, 16, bpf.DWord).WithSource(bpf.Comment("r9 = slot->ts, then free the slot: slot->tag = 0")),
-		bpf.Mov.Imm(bpf.R1, 0),
-		bpf.StoreMem(bpf.R7, 0, bpf.R1, bpf.DWord),
-		bpf.Mov.Reg(bpf.R7, bpf.R9),
-		bpf.Ja.Label(measure),
-	)
+	var insns asm.Seq
+	insns.Append(slotOf(fallback, n))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, 0, bpf.DWord).WithSource(bpf.Comment("this request's tag, or the hash")))
+	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R8, fallback))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, 8, bpf.DWord).WithSource(bpf.Comment("this device's, or the hash")))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.Word))
+	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, fallback))
+	insns.Add(bpf.LoadMem(bpf.R9, bpf.R7, 16, bpf.DWord).WithSource(bpf.Comment("r9 = slot->ts, then free the slot: slot->tag = 0")))
+	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
+	insns.Add(bpf.StoreMem(bpf.R7, 0, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R9))
+	insns.Add(bpf.Ja.Label(measure))
+	return insns.Instructions
 }
 
 // startProgram records when a request was issued (or inserted). flags is
 // the update's: BPF_ANY, or BPF_NOEXIST for issue under -Q, where an insert
 // time already recorded must win.
 func startProgram(cfg Config, ev event, noExist bool, nslots uint32) (bpf.Instructions, error) {
-	insns, err := loadKey(cfg, ev)
+	key, err := loadKey(cfg, ev)
 	if err != nil {
 		return nil, err
 	}
+	var insns asm.Seq
+	insns.Append(key)
 	flags := int32(asm.UpdateAny)
 	if noExist {
 		flags = asm.UpdateNoExist
 	}
 	if nslots > 0 {
-		insns = append(insns, claimSlot("hash", nslots)...)
+		insns.Append(claimSlot("hash", nslots))
 	}
-	insns = append(insns, asm.Ktime(bpf.R0)...)
+	insns.Append(asm.Ktime(bpf.R0))
 	if nslots > 0 {
-		insns[len(insns)-1] = insns[len(insns)-1].WithSymbol("hash")
+		insns.Instructions[len(insns.Instructions)-1] = insns.Instructions[len(insns.Instructions)-1].WithSymbol("hash")
 	}
-	insns = append(insns, asm.StoreKey(tsOff, bpf.R0, bpf.DWord))
-	insns = append(insns, asm.Note(asm.MapUpdate("start", keyOff, tsOff, flags), "start[key] = now")...)
-	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	insns.Add(asm.StoreKey(tsOff, bpf.R0, bpf.DWord))
+	insns.Append(asm.Note(asm.MapUpdate("start", keyOff, tsOff, flags), "start[key] = now"))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
 	if noExist {
-		insns = append(insns,
-			// Before 6.4 map ops returned int, and a call the verifier patched
-			// to the op directly leaves -EEXIST zero-extended in R0 (seen on
-			// 6.1): compare the low 32 bits, sign-extended. No JMP32 (5.1+).
-			bpf.LSh.Imm(bpf.R0, 32).WithSource(bpf.Comment("already inserted (-EEXIST in the low 32 bits): the insert time counts")),
-			bpf.ArSh.Imm(bpf.R0, 32),
-			bpf.JEq.Imm(bpf.R0, -eexist, "exit"),
-		)
+		// Before 6.4 map ops returned int, and a call the verifier patched
+		// to the op directly leaves -EEXIST zero-extended in R0 (seen on
+		// 6.1): compare the low 32 bits, sign-extended. No JMP32 (5.1+).
+		insns.Add(bpf.LSh.Imm(bpf.R0, 32).WithSource(bpf.Comment("already inserted (-EEXIST in the low 32 bits): the insert time counts")))
+		insns.Add(bpf.ArSh.Imm(bpf.R0, 32))
+		insns.Add(bpf.JEq.Imm(bpf.R0, -eexist, "exit"))
 	}
-	insns = append(insns, lostIncrement("full")...)
-	return append(insns, asm.Return("exit", 0)...), nil
+	insns.Append(lostIncrement("full"))
+	insns.Append(asm.Return("exit", 0))
+	return insns.Instructions, nil
 }
 
 // lostIncrement counts an event that could not be measured.
 func lostIncrement(prefix string) bpf.Instructions {
-	insns := bpf.Instructions{
-		bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("lost[0]++: the event cannot be measured")),
-		asm.StoreKey(valOff, bpf.R1, bpf.Word),
-	}
-	return append(insns, asm.PerCPUArrayIncrement(prefix+"_lost", "lost", valOff)...)
+	var insns asm.Seq
+	insns.Add(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("lost[0]++: the event cannot be measured")))
+	insns.Add(asm.StoreKey(valOff, bpf.R1, bpf.Word))
+	insns.Append(asm.PerCPUArrayIncrement(prefix+"_lost", "lost", valOff))
+	return insns.Instructions
 }
 
 // completeProgram measures a request from its start to its completion and
 // counts the latency in the kernel.
 func completeProgram(cfg Config) (bpf.Instructions, error) {
-	insns, err := loadKey(cfg, completeEvent)
+	key, err := loadKey(cfg, completeEvent)
 	if err != nil {
 		return nil, err
 	}
+	var insns asm.Seq
+	insns.Append(key)
 	if cfg.Slots > 0 {
-		insns = append(insns, releaseSlot("hash", "measure", cfg.Slots)...)
+		insns.Append(releaseSlot("hash", "measure", cfg.Slots))
 	}
 	lookup := asm.Note(asm.MapLookup("start", keyOff), "ts = start[key]; issued before tracing began: not counted")
 	if cfg.Slots > 0 {
 		lookup[0] = lookup[0].WithSymbol("hash")
 	}
-	insns = append(insns, lookup...)
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, "exit"),
-		bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.DWord),
-	)
-	insns = append(insns, asm.Note(asm.MapDelete("start", keyOff), "delete start[key]")...)
+	insns.Append(lookup)
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	insns.Add(bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.DWord))
+	insns.Append(asm.Note(asm.MapDelete("start", keyOff), "delete start[key]"))
 	now := asm.Ktime(bpf.R1)
 	if cfg.Slots > 0 {
 		now[0] = now[0].WithSymbol("measure")
 	}
-	insns = append(insns, now...)
-	insns = append(insns,
-		bpf.Sub.Reg(bpf.R1, bpf.R7).WithSource(bpf.Comment("r1 = latency in ns; negative: lost")),
-		bpf.JSLT.Imm(bpf.R1, 0, "negative"),
-	)
+	insns.Append(now)
+	insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R7).WithSource(bpf.Comment("r1 = latency in ns; negative: lost")))
+	insns.Add(bpf.JSLT.Imm(bpf.R1, 0, "negative"))
 	if cfg.Heatmap {
-		insns = append(insns, asm.DecadeSlot("slot", bpf.R1, bpf.R2, bpf.R3)...)
+		insns.Append(asm.DecadeSlot("slot", bpf.R1, bpf.R2, bpf.R3))
 	} else {
 		if cfg.Divisor > 1 {
-			insns = append(insns, bpf.Div.Imm(bpf.R1, cfg.Divisor).WithSource(bpf.Comment(fmt.Sprintf("to units of %d ns", cfg.Divisor))))
+			insns.Add(bpf.Div.Imm(bpf.R1, cfg.Divisor).WithSource(bpf.Comment(fmt.Sprintf("to units of %d ns", cfg.Divisor))))
 		}
-		insns = append(insns, asm.Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3)...)
+		insns.Append(asm.Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3))
 	}
 	switch cfg.By {
 	case ByNone:
-		insns = append(insns, asm.StoreKey(histOff, bpf.R3, bpf.Word))
-		insns = append(insns, asm.PerCPUArrayIncrement("count", "hist", histOff)...)
-		insns = append(insns, bpf.Ja.Label("exit"))
+		insns.Add(asm.StoreKey(histOff, bpf.R3, bpf.Word))
+		insns.Append(asm.PerCPUArrayIncrement("count", "hist", histOff))
+		insns.Add(bpf.Ja.Label("exit"))
 	case ByDisk:
-		insns = append(insns,
-			bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSource(bpf.Comment("histogram of this device")),
-			asm.StoreKey(histOff, bpf.R1, bpf.Word),
-			asm.StoreKey(histOff+4, bpf.R3, bpf.Word),
-		)
-		insns = append(insns, asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil)...)
-		insns = append(insns, bpf.Ja.Label("exit"))
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.Word).WithSource(bpf.Comment("histogram of this device")))
+		insns.Add(asm.StoreKey(histOff, bpf.R1, bpf.Word))
+		insns.Add(asm.StoreKey(histOff+4, bpf.R3, bpf.Word))
+		insns.Append(asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil))
+		insns.Add(bpf.Ja.Label("exit"))
 	case ByFlags:
-		insns = append(insns, asm.StoreKey(histOff+4, bpf.R3, bpf.Word))
+		insns.Add(asm.StoreKey(histOff+4, bpf.R3, bpf.Word))
 		if cfg.Args != nil {
-			insns = append(insns, cfg.Args.opArgs()...)
+			insns.Append(cfg.Args.opArgs())
 		} else {
 			op, err := opOf(cfg.Complete.Rwbs)
 			if err != nil {
 				return nil, err
 			}
-			insns = append(insns, op...)
+			insns.Append(op)
 		}
-		insns = append(insns, asm.StoreKey(histOff, bpf.R1, bpf.Word))
-		insns = append(insns, asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil)...)
-		insns = append(insns, bpf.Ja.Label("exit"))
+		insns.Add(asm.StoreKey(histOff, bpf.R1, bpf.Word))
+		insns.Append(asm.HashIncrement("count", "hist", histOff, valOff, "lost", nil))
+		insns.Add(bpf.Ja.Label("exit"))
 	}
 	neg := lostIncrement("negative")
 	neg[0] = neg[0].WithSymbol("negative")
-	insns = append(insns, neg...)
-	return append(insns, asm.Return("exit", 0)...), nil
+	insns.Append(neg)
+	insns.Append(asm.Return("exit", 0))
+	return insns.Instructions, nil
 }
 
 // opOf puts the operation letter of rwbs into R1: rwbs[0], or rwbs[1]
@@ -427,16 +425,16 @@ func opOf(rwbs tracefs.Field) (bpf.Instructions, error) {
 	if rwbs.Name == "" || rwbs.Size < 2 {
 		return nil, fmt.Errorf("block_rq_complete has no rwbs field: -F needs it")
 	}
-	return bpf.Instructions{
-		bpf.LoadMem(bpf.R1, asm.RegCtx, int16(rwbs.Offset), bpf.Byte).
-			WithSource(bpf.Comment(fmt.Sprintf("r1 = operation from rwbs (offset %d): R, W, D, F(lush), ...", rwbs.Offset))),
-		bpf.JNE.Imm(bpf.R1, 'F', "op_done"),
-		bpf.LoadMem(bpf.R2, asm.RegCtx, int16(rwbs.Offset+1), bpf.Byte),
-		bpf.JEq.Imm(bpf.R2, 'N', "op_done"),
-		bpf.JEq.Imm(bpf.R2, 0, "op_done"),
-		bpf.Mov.Reg(bpf.R1, bpf.R2),
-		asm.Nop().WithSymbol("op_done"),
-	}, nil
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, int16(rwbs.Offset), bpf.Byte).
+		WithSource(bpf.Comment(fmt.Sprintf("r1 = operation from rwbs (offset %d): R, W, D, F(lush), ...", rwbs.Offset))))
+	insns.Add(bpf.JNE.Imm(bpf.R1, 'F', "op_done"))
+	insns.Add(bpf.LoadMem(bpf.R2, asm.RegCtx, int16(rwbs.Offset+1), bpf.Byte))
+	insns.Add(bpf.JEq.Imm(bpf.R2, 'N', "op_done"))
+	insns.Add(bpf.JEq.Imm(bpf.R2, 0, "op_done"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R2))
+	insns.Add(asm.Nop().WithSymbol("op_done"))
+	return insns.Instructions, nil
 }
 
 // Collection returns the maps (start: requests in flight; slots: their

@@ -61,119 +61,99 @@ func context(cfg Config) bpf.Instructions {
 	n := len(cfg.Labels)
 	ctx := int32(keyBase + cfg.KeySize())
 	rec := int16(ctx + ContextOTel)
-	insns := bpf.Instructions{
-		bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("the context: zeroed (a read of address 0 fails and clears it)")),
-		bpf.Add.Imm(bpf.R1, ctx),
-		bpf.Mov.Imm(bpf.R2, ContextSize),
-		bpf.Mov.Imm(bpf.R3, 0),
-		cfg.Readers.Kernel.Call(),
-	}
+	var insns asm.Seq
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("the context: zeroed (a read of address 0 fails and clears it)")))
+	insns.Add(bpf.Add.Imm(bpf.R1, ctx))
+	insns.Add(bpf.Mov.Imm(bpf.R2, ContextSize))
+	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
+	insns.Add(cfg.Readers.Kernel.Call())
 
 	// The OpenTelemetry record: its pointer, its header (kept when valid
 	// is 1: not in the middle of an update), its attributes.
-	insns = append(insns, locate("otel", int16(LabelLocSize*n), "the OpenTelemetry thread context: the thread-local's address", false, cfg)...)
+	insns.Append(locate("otel", int16(LabelLocSize*n), "the OpenTelemetry thread context: the thread-local's address", false, cfg))
 	read := readUser(cfg, fpRead, 8, "otel_next", "")
 	read[0] = read[0].WithSymbol("otel_read").WithSource(bpf.Comment("the record's pointer, then its header"))
-	insns = append(insns, read...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
-		bpf.JEq.Imm(bpf.R3, 0, "otel_next"),
-	)
-	insns = append(insns, readUser(cfg, fpRecord, OTelHeader, "otel_next", "")...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpRecord+24, bpf.Byte),
-		bpf.JNE.Imm(bpf.R1, 1, "otel_next"),
-	)
+	insns.Append(read)
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R3, 0, "otel_next"))
+	insns.Append(readUser(cfg, fpRecord, OTelHeader, "otel_next", ""))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRecord+24, bpf.Byte))
+	insns.Add(bpf.JNE.Imm(bpf.R1, 1, "otel_next"))
 	for off := int16(0); off < 24; off += 8 {
-		insns = append(insns,
-			bpf.LoadMem(bpf.R1, bpf.RFP, fpRecord+off, bpf.DWord),
-			bpf.StoreMem(bpf.R8, rec+off, bpf.R1, bpf.DWord),
-		)
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRecord+off, bpf.DWord))
+		insns.Add(bpf.StoreMem(bpf.R8, rec+off, bpf.R1, bpf.DWord))
 	}
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpRecord+24, bpf.Word),
-		bpf.StoreMem(bpf.R8, rec+24, bpf.R1, bpf.Word),
-		bpf.LoadMem(bpf.R2, bpf.RFP, fpRecord+26, bpf.Half).WithSource(bpf.Comment(fmt.Sprintf("its attributes: their size, at most %d", OTelAttrs))),
-		bpf.JEq.Imm(bpf.R2, 0, "otel_set"),
-		bpf.JLE.Imm(bpf.R2, OTelAttrs, "otel_size"),
-		bpf.Mov.Imm(bpf.R2, OTelAttrs),
-		bpf.Mov.Reg(bpf.R1, bpf.R8).WithSymbol("otel_size"),
-		bpf.Add.Imm(bpf.R1, int32(rec)+OTelHeader),
-		bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
-		bpf.Add.Imm(bpf.R3, OTelHeader),
-		cfg.Readers.User.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, "otel_set"),
-		bpf.StoreImm(bpf.R8, rec+26, 0, bpf.Half).WithSource(bpf.Comment("unreadable: no attributes")),
-		bpf.LoadMem(bpf.R1, bpf.R8, int16(ctx), bpf.Byte).WithSymbol("otel_set"),
-		bpf.Or.Imm(bpf.R1, 1),
-		bpf.StoreMem(bpf.R8, int16(ctx), bpf.R1, bpf.Byte),
-		asm.Nop().WithSymbol("otel_next"),
-	)
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRecord+24, bpf.Word))
+	insns.Add(bpf.StoreMem(bpf.R8, rec+24, bpf.R1, bpf.Word))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, fpRecord+26, bpf.Half).WithSource(bpf.Comment(fmt.Sprintf("its attributes: their size, at most %d", OTelAttrs))))
+	insns.Add(bpf.JEq.Imm(bpf.R2, 0, "otel_set"))
+	insns.Add(bpf.JLE.Imm(bpf.R2, OTelAttrs, "otel_size"))
+	insns.Add(bpf.Mov.Imm(bpf.R2, OTelAttrs))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8).WithSymbol("otel_size"))
+	insns.Add(bpf.Add.Imm(bpf.R1, int32(rec)+OTelHeader))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.Add.Imm(bpf.R3, OTelHeader))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "otel_set"))
+	insns.Add(bpf.StoreImm(bpf.R8, rec+26, 0, bpf.Half).WithSource(bpf.Comment("unreadable: no attributes")))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R8, int16(ctx), bpf.Byte).WithSymbol("otel_set"))
+	insns.Add(bpf.Or.Imm(bpf.R1, 1))
+	insns.Add(bpf.StoreMem(bpf.R8, int16(ctx), bpf.R1, bpf.Byte))
+	insns.Add(asm.Nop().WithSymbol("otel_next"))
 
 	// The custom labels: the label set (through its pointer in ABI v1),
 	// then each of its first labels with a key.
-	insns = append(insns, locate("custom", int16(LabelLocSize*(n+1)), "custom labels: the thread-local's address", true, cfg)...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.R7, int16(LabelLocSize*(n+1)), bpf.Word).WithSymbol("custom_read"),
-		bpf.And.Imm(bpf.R1, LocIndirect),
-		bpf.JEq.Imm(bpf.R1, 0, "custom_set_read"),
-	)
-	insns = append(insns, readUser(cfg, fpRead, 8, "custom_next", "v1: the pointer to the label set")...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
-		bpf.JEq.Imm(bpf.R3, 0, "custom_next"),
-	)
+	insns.Append(locate("custom", int16(LabelLocSize*(n+1)), "custom labels: the thread-local's address", true, cfg))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, int16(LabelLocSize*(n+1)), bpf.Word).WithSymbol("custom_read"))
+	insns.Add(bpf.And.Imm(bpf.R1, LocIndirect))
+	insns.Add(bpf.JEq.Imm(bpf.R1, 0, "custom_set_read"))
+	insns.Append(readUser(cfg, fpRead, 8, "custom_next", "v1: the pointer to the label set"))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R3, 0, "custom_next"))
 	read = readUser(cfg, fpMapHead, 16, "custom_next", "")
 	read[0] = read[0].WithSymbol("custom_set_read").WithSource(bpf.Comment("the label set's {storage, count}"))
-	insns = append(insns, read...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead, bpf.DWord),
-		bpf.JEq.Imm(bpf.R1, 0, "custom_next"),
-	)
+	insns.Append(read)
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R1, 0, "custom_next"))
 	for e := 0; e < CustomEntries; e++ {
 		q := fmt.Sprintf("custom_e%d", e)
 		entry := int16(ctx + ContextCustom + int32(CustomEntry*e))
-		insns = append(insns,
-			bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead+8, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("label %d, when the set has it: {key {len, buf}, value {len, buf}}", e))),
-			bpf.JLE.Imm(bpf.R1, int32(e), "custom_set"),
-			bpf.LoadMem(bpf.R3, bpf.RFP, fpMapHead, bpf.DWord),
-			bpf.Add.Imm(bpf.R3, int32(32*e)),
-		)
-		insns = append(insns, readUser(cfg, fpRecord, 32, q+"_next", "")...)
-		insns = append(insns, bytesAt(q+"_key", fpRecord, CustomKeyLen, entry, entry+8, q+"_next", cfg)...)
-		insns = append(insns, bytesAt(q+"_val", fpRecord+16, CustomValLen, entry+2, entry+8+CustomKeyLen, q+"_next", cfg)...)
-		insns = append(insns,
-			bpf.StoreImm(bpf.R8, entry+4, 1, bpf.Byte),
-			asm.Nop().WithSymbol(q+"_next"),
-		)
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead+8, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("label %d, when the set has it: {key {len, buf}, value {len, buf}}", e))))
+		insns.Add(bpf.JLE.Imm(bpf.R1, int32(e), "custom_set"))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpMapHead, bpf.DWord))
+		insns.Add(bpf.Add.Imm(bpf.R3, int32(32*e)))
+		insns.Append(readUser(cfg, fpRecord, 32, q+"_next", ""))
+		insns.Append(bytesAt(q+"_key", fpRecord, CustomKeyLen, entry, entry+8, q+"_next", cfg))
+		insns.Append(bytesAt(q+"_val", fpRecord+16, CustomValLen, entry+2, entry+8+CustomKeyLen, q+"_next", cfg))
+		insns.Add(bpf.StoreImm(bpf.R8, entry+4, 1, bpf.Byte))
+		insns.Add(asm.Nop().WithSymbol(q + "_next"))
 	}
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.R8, int16(ctx), bpf.Byte).WithSymbol("custom_set"),
-		bpf.Or.Imm(bpf.R1, 2),
-		bpf.StoreMem(bpf.R8, int16(ctx), bpf.R1, bpf.Byte),
-		asm.Nop().WithSymbol("custom_next"),
-	)
-	return append(insns, contextID(ctx, cfg)...)
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R8, int16(ctx), bpf.Byte).WithSymbol("custom_set"))
+	insns.Add(bpf.Or.Imm(bpf.R1, 2))
+	insns.Add(bpf.StoreMem(bpf.R8, int16(ctx), bpf.R1, bpf.Byte))
+	insns.Add(asm.Nop().WithSymbol("custom_next"))
+	insns.Append(contextID(ctx, cfg))
+	return insns.Instructions
 }
 
 // bytesAt reads a {len, buf} string (at fp off) into the context: its
 // length, cut at max, as a u16 at lenAt, its bytes at to; to fail when
 // buf is NULL or unreadable.
 func bytesAt(p string, off int16, max int32, lenAt, to int16, fail string, cfg Config) bpf.Instructions {
-	return bpf.Instructions{
-		bpf.LoadMem(bpf.R3, bpf.RFP, off+8, bpf.DWord),
-		bpf.JEq.Imm(bpf.R3, 0, fail),
-		bpf.LoadMem(bpf.R2, bpf.RFP, off, bpf.DWord),
-		bpf.JLE.Imm(bpf.R2, max, p+"_len"),
-		bpf.Mov.Imm(bpf.R2, max),
-		bpf.StoreMem(bpf.R8, lenAt, bpf.R2, bpf.Half).WithSymbol(p + "_len"),
-		bpf.JEq.Imm(bpf.R2, 0, p+"_done"),
-		bpf.Mov.Reg(bpf.R1, bpf.R8),
-		bpf.Add.Imm(bpf.R1, int32(to)),
-		cfg.Readers.User.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, fail),
-		asm.Nop().WithSymbol(p + "_done"),
-	}
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, off+8, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R3, 0, fail))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, off, bpf.DWord))
+	insns.Add(bpf.JLE.Imm(bpf.R2, max, p+"_len"))
+	insns.Add(bpf.Mov.Imm(bpf.R2, max))
+	insns.Add(bpf.StoreMem(bpf.R8, lenAt, bpf.R2, bpf.Half).WithSymbol(p + "_len"))
+	insns.Add(bpf.JEq.Imm(bpf.R2, 0, p+"_done"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8))
+	insns.Add(bpf.Add.Imm(bpf.R1, int32(to)))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, fail))
+	insns.Add(asm.Nop().WithSymbol(p + "_done"))
+	return insns.Instructions
 }
 
 // contextID puts the context's id into the key: the one the contexts
@@ -192,42 +172,38 @@ func contextID(ctx int32, cfg Config) bpf.Instructions {
 		}
 		return i
 	}
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R1, bpf.R8, int16(ctx), bpf.Byte),
-		bpf.JEq.Imm(bpf.R1, 0, "context_done"),
-	}
-	insns = append(insns, lookup("the context's id: contexts[context], else a new one")...)
-	insns = append(insns, bpf.JNE.Imm(bpf.R0, 0, "context_found"))
-	insns = append(insns, asm.MapLookup("context_ids", fpZero)...)
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, "context_done"),
-		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord),
-		bpf.Add.Imm(bpf.R1, 1),
-		bpf.StoreMem(bpf.R0, 0, bpf.R1, bpf.DWord),
-		bpf.StoreMem(bpf.RFP, fpCtxID, bpf.R1, bpf.DWord),
-		bpf.FnGetSmpProcessorId.Call(),
-		bpf.LSh.Imm(bpf.R0, 32),
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpCtxID, bpf.DWord),
-		bpf.Or.Reg(bpf.R1, bpf.R0),
-		bpf.StoreMem(bpf.RFP, fpCtxID, bpf.R1, bpf.DWord),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference("contexts"),
-		bpf.Mov.Reg(bpf.R2, bpf.R8),
-		bpf.Add.Imm(bpf.R2, ctx),
-		bpf.Mov.Reg(bpf.R3, bpf.RFP),
-		bpf.Add.Imm(bpf.R3, fpCtxID),
-		bpf.Mov.Imm(bpf.R4, asm.UpdateNoExist),
-		bpf.FnMapUpdateElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, "context_store"),
-	)
-	insns = append(insns, lookup("another CPU inserted it first, or the table is full (no id)")...)
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R8, int16(ctx), bpf.Byte))
+	insns.Add(bpf.JEq.Imm(bpf.R1, 0, "context_done"))
+	insns.Append(lookup("the context's id: contexts[context], else a new one"))
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "context_found"))
+	insns.Append(asm.MapLookup("context_ids", fpZero))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "context_done"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord))
+	insns.Add(bpf.Add.Imm(bpf.R1, 1))
+	insns.Add(bpf.StoreMem(bpf.R0, 0, bpf.R1, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpCtxID, bpf.R1, bpf.DWord))
+	insns.Add(bpf.FnGetSmpProcessorId.Call())
+	insns.Add(bpf.LSh.Imm(bpf.R0, 32))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtxID, bpf.DWord))
+	insns.Add(bpf.Or.Reg(bpf.R1, bpf.R0))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpCtxID, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("contexts"))
+	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R8))
+	insns.Add(bpf.Add.Imm(bpf.R2, ctx))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R3, fpCtxID))
+	insns.Add(bpf.Mov.Imm(bpf.R4, asm.UpdateNoExist))
+	insns.Add(bpf.FnMapUpdateElem.Call())
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "context_store"))
+	insns.Append(lookup("another CPU inserted it first, or the table is full (no id)"))
 	slot := int16(keyBase + cfg.ContextOffset())
-	return append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, "context_done"),
-		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSymbol("context_found"),
-		bpf.StoreMem(bpf.R8, slot, bpf.R1, bpf.DWord),
-		bpf.Ja.Label("context_done"),
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpCtxID, bpf.DWord).WithSymbol("context_store"),
-		bpf.StoreMem(bpf.R8, slot, bpf.R1, bpf.DWord),
-		asm.Nop().WithSymbol("context_done"),
-	)
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "context_done"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSymbol("context_found"))
+	insns.Add(bpf.StoreMem(bpf.R8, slot, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Ja.Label("context_done"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtxID, bpf.DWord).WithSymbol("context_store"))
+	insns.Add(bpf.StoreMem(bpf.R8, slot, bpf.R1, bpf.DWord))
+	insns.Add(asm.Nop().WithSymbol("context_done"))
+	return insns.Instructions
 }

@@ -127,71 +127,59 @@ func labels(cfg Config) bpf.Instructions {
 	if len(cfg.Labels) == 0 && !cfg.Context {
 		return nil
 	}
-	insns := asm.Note(asm.MapLookup("labels", fpTgid), "user context: r7 = where this process keeps the labels (none yet: unset)")
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, "labels_done"),
-		bpf.Mov.Reg(bpf.R7, bpf.R0),
-	)
-	insns = append(insns, currentU64(cfg, cfg.ThreadPointer, fpTP, fmt.Sprintf("the thread pointer: *(current + %d), 0 when unreadable", cfg.ThreadPointer))...)
+	var insns asm.Seq
+	insns.Append(asm.Note(asm.MapLookup("labels", fpTgid), "user context: r7 = where this process keeps the labels (none yet: unset)"))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "labels_done"))
+	insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R0))
+	insns.Append(currentU64(cfg, cfg.ThreadPointer, fpTP, fmt.Sprintf("the thread pointer: *(current + %d), 0 when unreadable", cfg.ThreadPointer)))
 	for i, l := range cfg.Labels {
 		p := fmt.Sprintf("label%d", i)
 		loc := int16(LabelLocSize * i)
 		slot := int32(keyBase + cfg.LabelOffset(i))
-		insns = append(insns, locate(p, loc, fmt.Sprintf("label %d: its address, by the location's mode", i), false, cfg)...)
-		insns = append(insns,
-			bpf.Mov.Reg(bpf.R1, bpf.R8).WithSymbol(p+"_read"),
-			bpf.Add.Imm(bpf.R1, slot),
-		)
+		insns.Append(locate(p, loc, fmt.Sprintf("label %d: its address, by the location's mode", i), false, cfg))
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8).WithSymbol(p + "_read"))
+		insns.Add(bpf.Add.Imm(bpf.R1, slot))
 		switch l.Kind {
 		case LabelStrobeInt:
-			insns = append(insns, readUser(cfg, fpRead, 16, p+"_next", "a strobe_value_int: header and value in one read")...)
-			insns = append(insns,
-				bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.Half),
-				bpf.JEq.Imm(bpf.R1, 0, p+"_next"),
-				bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord),
-				bpf.StoreMem(bpf.R8, int16(slot), bpf.R1, bpf.DWord),
-			)
+			insns.Append(readUser(cfg, fpRead, 16, p+"_next", "a strobe_value_int: header and value in one read"))
+			insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.Half))
+			insns.Add(bpf.JEq.Imm(bpf.R1, 0, p+"_next"))
+			insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
+			insns.Add(bpf.StoreMem(bpf.R8, int16(slot), bpf.R1, bpf.DWord))
 		case LabelStrobeMap:
-			insns = append(insns, strobeMap(p, slot, cfg)...)
+			insns.Append(strobeMap(p, slot, cfg))
 		case LabelInt:
-			insns = append(insns,
-				bpf.Mov.Imm(bpf.R2, int32(l.Size)).WithSource(bpf.Comment(fmt.Sprintf("an integer of %d bytes", l.Size))),
-				cfg.Readers.User.Call(),
-				bpf.JEq.Imm(bpf.R0, 0, p+"_set"),
-			)
+			insns.Add(bpf.Mov.Imm(bpf.R2, int32(l.Size)).WithSource(bpf.Comment(fmt.Sprintf("an integer of %d bytes", l.Size))))
+			insns.Add(cfg.Readers.User.Call())
+			insns.Add(bpf.JEq.Imm(bpf.R0, 0, p+"_set"))
 		case LabelStr, LabelStrobeStr:
 			if l.Kind == LabelStrobeStr {
-				insns = append(insns, bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_str: its char * after the header")))
+				insns.Add(bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_str: its char * after the header")))
 			}
-			insns = append(insns, readUser(cfg, fpRead, 8, p+"_next", "a char *: the pointer, then the string")...)
-			insns = append(insns,
-				bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
-				bpf.JEq.Imm(bpf.R3, 0, p+"_next"),
-				bpf.Mov.Reg(bpf.R1, bpf.R8),
-				bpf.Add.Imm(bpf.R1, slot),
-			)
+			insns.Append(readUser(cfg, fpRead, 8, p+"_next", "a char *: the pointer, then the string"))
+			insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
+			insns.Add(bpf.JEq.Imm(bpf.R3, 0, p+"_next"))
+			insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8))
+			insns.Add(bpf.Add.Imm(bpf.R1, slot))
 			fallthrough
 		case LabelChars:
-			insns = append(insns,
-				bpf.Mov.Imm(bpf.R2, LabelStrLen).WithSource(bpf.Comment("the string, cut and terminated at the slot's end (a failed read zeroes it)")),
-				cfg.Readers.UserStr.Call(),
-				bpf.JSGT.Imm(bpf.R0, 0, p+"_set"),
-			)
+			insns.Add(bpf.Mov.Imm(bpf.R2, LabelStrLen).WithSource(bpf.Comment("the string, cut and terminated at the slot's end (a failed read zeroes it)")))
+			insns.Add(cfg.Readers.UserStr.Call())
+			insns.Add(bpf.JSGT.Imm(bpf.R0, 0, p+"_set"))
 		}
 		if l.Kind != LabelStrobeInt && l.Kind != LabelStrobeMap { // those go on to _set
-			insns = append(insns, bpf.Ja.Label(p+"_next"))
+			insns.Add(bpf.Ja.Label(p + "_next"))
 		}
-		insns = append(insns,
-			bpf.LoadMem(bpf.R1, bpf.R8, keyMask, bpf.Byte).WithSymbol(p+"_set"),
-			bpf.Or.Imm(bpf.R1, 1<<i),
-			bpf.StoreMem(bpf.R8, keyMask, bpf.R1, bpf.Byte),
-			asm.Nop().WithSymbol(p+"_next"),
-		)
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.R8, keyMask, bpf.Byte).WithSymbol(p + "_set"))
+		insns.Add(bpf.Or.Imm(bpf.R1, 1<<i))
+		insns.Add(bpf.StoreMem(bpf.R8, keyMask, bpf.R1, bpf.Byte))
+		insns.Add(asm.Nop().WithSymbol(p + "_next"))
 	}
 	if cfg.Context {
-		insns = append(insns, context(cfg)...)
+		insns.Append(context(cfg))
 	}
-	return append(insns, asm.Nop().WithSymbol("labels_done"))
+	insns.Add(asm.Nop().WithSymbol("labels_done"))
+	return insns.Instructions
 }
 
 // locate computes, in R3, the address of the location at loc in R7's
@@ -199,36 +187,34 @@ func labels(cfg Config) bpf.Instructions {
 // named p+"_read" the caller appends; to p+"_next" when this thread has
 // none. flags: the mode carries flags above its low byte.
 func locate(p string, loc int16, note string, flags bool, cfg Config) bpf.Instructions {
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R1, bpf.R7, loc, bpf.Word).WithSource(bpf.Comment(note)),
-		bpf.LoadMem(bpf.R3, bpf.R7, loc+8, bpf.DWord),
-	}
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, loc, bpf.Word).WithSource(bpf.Comment(note)))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R7, loc+8, bpf.DWord))
 	if flags {
-		insns = append(insns, bpf.And.Imm(bpf.R1, 0xff))
+		insns.Add(bpf.And.Imm(bpf.R1, 0xff))
 	}
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R1, LocAbs, p+"_read"),
-		bpf.LoadMem(bpf.R2, bpf.RFP, fpTP, bpf.DWord),
-		bpf.JEq.Imm(bpf.R2, 0, p+"_next"),
-		bpf.JEq.Imm(bpf.R1, LocTP, p+"_tp"),
-		bpf.JNE.Imm(bpf.R1, LocDTV, p+"_next"),
-	)
-	insns = append(insns, dtvBlock(p, loc, cfg)...)
-	return append(insns, bpf.Add.Reg(bpf.R3, bpf.R2).WithSymbol(p+"_tp"))
+	insns.Add(bpf.JEq.Imm(bpf.R1, LocAbs, p+"_read"))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, fpTP, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R2, 0, p+"_next"))
+	insns.Add(bpf.JEq.Imm(bpf.R1, LocTP, p+"_tp"))
+	insns.Add(bpf.JNE.Imm(bpf.R1, LocDTV, p+"_next"))
+	insns.Append(dtvBlock(p, loc, cfg))
+	insns.Add(bpf.Add.Reg(bpf.R3, bpf.R2).WithSymbol(p + "_tp"))
+	return insns.Instructions
 }
 
 // currentU64 reads the u64 at the current task + off into the stack at
 // slot (zero when unreadable); R0 is the read's result.
 func currentU64(cfg Config, off int, slot int16, note string) bpf.Instructions {
-	return bpf.Instructions{
-		bpf.FnGetCurrentTask.Call().WithSource(bpf.Comment(note)),
-		bpf.Mov.Reg(bpf.R3, bpf.R0),
-		bpf.Add.Imm(bpf.R3, int32(off)),
-		bpf.Mov.Reg(bpf.R1, bpf.RFP),
-		bpf.Add.Imm(bpf.R1, int32(slot)),
-		bpf.Mov.Imm(bpf.R2, 8),
-		cfg.Readers.Kernel.Call(),
-	}
+	var insns asm.Seq
+	insns.Add(bpf.FnGetCurrentTask.Call().WithSource(bpf.Comment(note)))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R0))
+	insns.Add(bpf.Add.Imm(bpf.R3, int32(off)))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, int32(slot)))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+	insns.Add(cfg.Readers.Kernel.Call())
+	return insns.Instructions
 }
 
 // readUser reads size bytes of user memory at R3 into the stack at off;
@@ -238,13 +224,13 @@ func readUser(cfg Config, off int16, size int32, fail, note string) bpf.Instruct
 	if note != "" {
 		first = first.WithSource(bpf.Comment(note))
 	}
-	return bpf.Instructions{
-		first,
-		bpf.Add.Imm(bpf.R1, int32(off)),
-		bpf.Mov.Imm(bpf.R2, size),
-		cfg.Readers.User.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, fail),
-	}
+	var insns asm.Seq
+	insns.Add(first)
+	insns.Add(bpf.Add.Imm(bpf.R1, int32(off)))
+	insns.Add(bpf.Mov.Imm(bpf.R2, size))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, fail))
+	return insns.Instructions
 }
 
 // dtvBlock finds, in R2, the block of a LocDTV label's module in the
@@ -255,34 +241,28 @@ func readUser(cfg Config, off int16, size int32, fail, note string) bpf.Instruct
 // memory: the DTV, its count, the module's entry.
 func dtvBlock(p string, loc int16, cfg Config) bpf.Instructions {
 	read := func(note string) bpf.Instructions { return readUser(cfg, fpRead, 8, p+"_next", note) }
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R3, bpf.R7, loc+24, bpf.DWord),
-		bpf.Add.Reg(bpf.R3, bpf.R2),
-	}
-	insns = append(insns, read("the DTV: the pointer at the thread pointer + dtv")...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
-		bpf.JEq.Imm(bpf.R3, 0, p+"_next"),
-		bpf.StoreMem(bpf.RFP, fpRead+8, bpf.R3, bpf.DWord),
-		bpf.LoadMem(bpf.R1, bpf.R7, loc+32, bpf.DWord),
-		bpf.Add.Reg(bpf.R3, bpf.R1),
-	)
-	insns = append(insns, read("its count: the module's entry must be in it")...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord),
-		bpf.LoadMem(bpf.R2, bpf.R7, loc+4, bpf.Word),
-		bpf.JLT.Reg(bpf.R1, bpf.R2, p+"_next"),
-		bpf.LoadMem(bpf.R3, bpf.RFP, fpRead+8, bpf.DWord),
-		bpf.LoadMem(bpf.R1, bpf.R7, loc+8, bpf.DWord),
-		bpf.Add.Reg(bpf.R3, bpf.R1),
-	)
-	insns = append(insns, read("the module's entry: its block, 0 or -1 while not allocated")...)
-	return append(insns,
-		bpf.LoadMem(bpf.R2, bpf.RFP, fpRead, bpf.DWord),
-		bpf.JEq.Imm(bpf.R2, 0, p+"_next"),
-		bpf.JEq.Imm(bpf.R2, -1, p+"_next"),
-		bpf.LoadMem(bpf.R3, bpf.R7, loc+16, bpf.DWord),
-	)
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R7, loc+24, bpf.DWord))
+	insns.Add(bpf.Add.Reg(bpf.R3, bpf.R2))
+	insns.Append(read("the DTV: the pointer at the thread pointer + dtv"))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R3, 0, p+"_next"))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpRead+8, bpf.R3, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, loc+32, bpf.DWord))
+	insns.Add(bpf.Add.Reg(bpf.R3, bpf.R1))
+	insns.Append(read("its count: the module's entry must be in it"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.R7, loc+4, bpf.Word))
+	insns.Add(bpf.JLT.Reg(bpf.R1, bpf.R2, p+"_next"))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead+8, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, loc+8, bpf.DWord))
+	insns.Add(bpf.Add.Reg(bpf.R3, bpf.R1))
+	insns.Append(read("the module's entry: its block, 0 or -1 while not allocated"))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R2, 0, p+"_next"))
+	insns.Add(bpf.JEq.Imm(bpf.R2, -1, p+"_next"))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R7, loc+16, bpf.DWord))
+	return insns.Instructions
 }
 
 // strobeMap reads a strobe_value_map at R3 into the key's slot: the map's
@@ -303,30 +283,25 @@ func strobeMap(p string, slot int32, cfg Config) bpf.Instructions {
 			asm.Nop().WithSymbol(skip),
 		}
 	}
-	insns := bpf.Instructions{bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_map: its strobe_map_raw * after the header"))}
-	insns = append(insns, readUser(cfg, fpMap, 8, p+"_next", "")...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R3, bpf.RFP, fpMap, bpf.DWord),
-		bpf.JEq.Imm(bpf.R3, 0, p+"_next"),
-	)
-	insns = append(insns, readUser(cfg, fpMapHead, 24, p+"_next", "the map's {id, cnt, tag}")...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead, bpf.DWord),
-		bpf.StoreMem(bpf.R8, int16(slot), bpf.R1, bpf.DWord),
-	)
-	insns = append(insns, readStr(fpMapHead+16, slot+8, p+"_tag")...)
+	var insns asm.Seq
+	insns.Add(bpf.Add.Imm(bpf.R3, 8).WithSource(bpf.Comment("a strobe_value_map: its strobe_map_raw * after the header")))
+	insns.Append(readUser(cfg, fpMap, 8, p+"_next", ""))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpMap, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R3, 0, p+"_next"))
+	insns.Append(readUser(cfg, fpMapHead, 24, p+"_next", "the map's {id, cnt, tag}"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R8, int16(slot), bpf.R1, bpf.DWord))
+	insns.Append(readStr(fpMapHead+16, slot+8, p+"_tag"))
 	for e := 0; e < StrobeMapEntries; e++ {
 		to := slot + 8 + StrobeMapStrLen + int32(2*StrobeMapStrLen*e)
 		q := fmt.Sprintf("%s_e%d", p, e)
-		insns = append(insns,
-			bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead+8, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("entry %d, when the map has it: its key and value", e))),
-			bpf.JSLE.Imm(bpf.R1, int32(e), p+"_set"),
-			bpf.LoadMem(bpf.R3, bpf.RFP, fpMap, bpf.DWord),
-			bpf.Add.Imm(bpf.R3, int32(24+16*e)),
-		)
-		insns = append(insns, readUser(cfg, fpRead, 16, p+"_set", "")...)
-		insns = append(insns, readStr(fpRead, to, q+"_key")...)
-		insns = append(insns, readStr(fpRead+8, to+StrobeMapStrLen, q+"_val")...)
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpMapHead+8, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("entry %d, when the map has it: its key and value", e))))
+		insns.Add(bpf.JSLE.Imm(bpf.R1, int32(e), p+"_set"))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpMap, bpf.DWord))
+		insns.Add(bpf.Add.Imm(bpf.R3, int32(24+16*e)))
+		insns.Append(readUser(cfg, fpRead, 16, p+"_set", ""))
+		insns.Append(readStr(fpRead, to, q+"_key"))
+		insns.Append(readStr(fpRead+8, to+StrobeMapStrLen, q+"_val"))
 	}
-	return insns // on to p+"_set"
+	return insns.Instructions // on to p+"_set"
 }

@@ -217,105 +217,92 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 // user stack by frame pointers (bpf_get_stack) or by tail call into the
 // unwinder.
 func sampleProg(cfg Config) (bpf.Instructions, error) {
-	insns := asm.Prologue()
-	insns = append(insns, bpf.StoreMem(bpf.RFP, fpCtx, asm.RegCtx, bpf.DWord))
-	insns = append(insns, asm.CurrentPid()...)
+	var insns asm.Seq
+	insns.Append(asm.Prologue())
+	insns.Add(bpf.StoreMem(bpf.RFP, fpCtx, asm.RegCtx, bpf.DWord))
+	insns.Append(asm.CurrentPid())
 	if !cfg.Idle {
-		insns = append(insns, asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "not the idle task")...)
+		insns.Append(asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "not the idle task"))
 	}
 	if cfg.Tree != nil {
-		insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
-		insns = append(insns, asm.PidInSet(proctree.PidsMap, fpTgid, "exit")...)
+		insns.Add(asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+		insns.Append(asm.PidInSet(proctree.PidsMap, fpTgid, "exit"))
 	}
 	if cfg.NS != nil {
-		insns = append(insns, asm.CurrentNsPid(*cfg.NS, fpRead)...)
-		insns = append(insns, asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "a task outside this pid namespace: its memory maps cannot be read here")...)
+		insns.Append(asm.CurrentNsPid(*cfg.NS, fpRead))
+		insns.Append(asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "a task outside this pid namespace: its memory maps cannot be read here"))
 	}
 	if cfg.Pid > 0 {
-		insns = append(insns, asm.PidFilter(uint32(cfg.Pid), "exit")...)
+		insns.Append(asm.PidFilter(uint32(cfg.Pid), "exit"))
 	}
-	insns = append(insns,
-		asm.StoreKey(fpTgid, asm.RegPid, bpf.Word),
-		bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word),
-	)
-	insns = append(insns, asm.Note(asm.MapLookup("scratch", fpZero), "r8 = the key being built (per-CPU scratch)")...)
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, "exit"),
-		bpf.Mov.Reg(bpf.R8, bpf.R0),
-		// A failed read zeroes its buffer: one helper call clears the
-		// previous sample's frames (bpf_probe_read* since 4.x).
-		bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("zero the key: a read of address 0 fails and clears its buffer")),
-		bpf.Add.Imm(bpf.R1, keyBase),
-		bpf.Mov.Imm(bpf.R2, int32(cfg.KeySize())),
-		bpf.Mov.Imm(bpf.R3, 0),
-		cfg.Readers.Kernel.Call(),
-		bpf.StoreMem(bpf.R8, keyPid, asm.RegPid, bpf.Word),
-		bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("kernel stack: bpf_get_stack(ctx, key.kernel, size, 0), zero-filled")),
-		bpf.Mov.Reg(bpf.R2, bpf.R8),
-		bpf.Add.Imm(bpf.R2, keyKernel),
-		bpf.Mov.Imm(bpf.R3, int32(8*cfg.KernelDepth)),
-		bpf.Mov.Imm(bpf.R4, 0),
-		bpf.FnGetStack.Call(),
-		bpf.JSGE.Imm(bpf.R0, 0, "kernel_ok"),
-		bpf.Mov.Imm(bpf.R1, 1),
-		bpf.StoreMem(bpf.R8, keyKernErr, bpf.R1, bpf.Byte),
-		asm.Nop().WithSymbol("kernel_ok"),
-	)
+	insns.Add(asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+	insns.Add(bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word))
+	insns.Append(asm.Note(asm.MapLookup("scratch", fpZero), "r8 = the key being built (per-CPU scratch)"))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	insns.Add(bpf.Mov.Reg(bpf.R8, bpf.R0))
+	// A failed read zeroes its buffer: one helper call clears the
+	// previous sample's frames (bpf_probe_read* since 4.x).
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("zero the key: a read of address 0 fails and clears its buffer")))
+	insns.Add(bpf.Add.Imm(bpf.R1, keyBase))
+	insns.Add(bpf.Mov.Imm(bpf.R2, int32(cfg.KeySize())))
+	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
+	insns.Add(cfg.Readers.Kernel.Call())
+	insns.Add(bpf.StoreMem(bpf.R8, keyPid, asm.RegPid, bpf.Word))
+	insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("kernel stack: bpf_get_stack(ctx, key.kernel, size, 0), zero-filled")))
+	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R8))
+	insns.Add(bpf.Add.Imm(bpf.R2, keyKernel))
+	insns.Add(bpf.Mov.Imm(bpf.R3, int32(8*cfg.KernelDepth)))
+	insns.Add(bpf.Mov.Imm(bpf.R4, 0))
+	insns.Add(bpf.FnGetStack.Call())
+	insns.Add(bpf.JSGE.Imm(bpf.R0, 0, "kernel_ok"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, 1))
+	insns.Add(bpf.StoreMem(bpf.R8, keyKernErr, bpf.R1, bpf.Byte))
+	insns.Add(asm.Nop().WithSymbol("kernel_ok"))
 	// A process seen for the first time is announced to user space, which
 	// records its mappings (and loads their unwind tables).
-	insns = append(insns, asm.Note(asm.MapLookup("seen", fpTgid), "first sample of this process: tell user space")...)
-	insns = append(insns,
-		bpf.JNE.Imm(bpf.R0, 0, "known"),
-		bpf.Mov.Imm(bpf.R1, 0),
-		bpf.StoreMem(bpf.RFP, fpNow, bpf.R1, bpf.DWord),
-	)
-	insns = append(insns, asm.MapUpdate("seen", fpTgid, fpNow, asm.UpdateNoExist)...)
-	insns = append(insns, bpf.JNE.Imm(bpf.R0, 0, "known"))
-	insns = append(insns, notify(EventNew)...)
-	insns = append(insns, asm.Nop().WithSymbol("known"))
-	insns = append(insns, labels(cfg)...)
+	insns.Append(asm.Note(asm.MapLookup("seen", fpTgid), "first sample of this process: tell user space"))
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "known"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpNow, bpf.R1, bpf.DWord))
+	insns.Append(asm.MapUpdate("seen", fpTgid, fpNow, asm.UpdateNoExist))
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "known"))
+	insns.Append(notify(EventNew))
+	insns.Add(asm.Nop().WithSymbol("known"))
+	insns.Append(labels(cfg))
 
 	if cfg.Mode == UnwindFP {
-		insns = append(insns,
-			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("user stack by frame pointers: bpf_get_stack(ctx, key.user, size, BPF_F_USER_STACK)")),
-			bpf.Mov.Reg(bpf.R2, bpf.R8),
-			bpf.Add.Imm(bpf.R2, int32(cfg.keyUser())),
-			bpf.Mov.Imm(bpf.R3, int32(8*cfg.UserDepth)),
-			bpf.Mov.Imm(bpf.R4, 1<<8),
-			bpf.FnGetStack.Call(),
-			bpf.Mov.Imm(bpf.R1, StopFP),
-			bpf.JSGE.Imm(bpf.R0, 0, "fp_ok"),
-			bpf.Mov.Imm(bpf.R1, StopRead),
-			bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("fp_ok"),
-			bpf.Ja.Label("count"),
-		)
-		insns = append(insns, count("count", bpf.R8)...)
-		insns = append(insns, asm.Return("exit", 0)...)
-		return insns, nil
+		insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("user stack by frame pointers: bpf_get_stack(ctx, key.user, size, BPF_F_USER_STACK)")))
+		insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R8))
+		insns.Add(bpf.Add.Imm(bpf.R2, int32(cfg.keyUser())))
+		insns.Add(bpf.Mov.Imm(bpf.R3, int32(8*cfg.UserDepth)))
+		insns.Add(bpf.Mov.Imm(bpf.R4, 1<<8))
+		insns.Add(bpf.FnGetStack.Call())
+		insns.Add(bpf.Mov.Imm(bpf.R1, StopFP))
+		insns.Add(bpf.JSGE.Imm(bpf.R0, 0, "fp_ok"))
+		insns.Add(bpf.Mov.Imm(bpf.R1, StopRead))
+		insns.Add(bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("fp_ok"))
+		insns.Add(bpf.Ja.Label("count"))
+		insns.Append(count("count", bpf.R8))
+		insns.Append(asm.Return("exit", 0))
+		return insns.Instructions, nil
 	}
 
 	// The user registers: the sample's own if it interrupted user mode,
 	// else the task's saved ones (bpf_task_pt_regs, 5.15+).
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, asm.RegCtx, regs.CS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")),
-		bpf.And.Imm(bpf.R1, 3),
-		bpf.JNE.Imm(bpf.R1, 3, "kernel_mode"),
-	)
-	insns = append(insns, loadRegs(asm.RegCtx)...)
-	insns = append(insns, bpf.Ja.Label("have_regs"))
+	insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, regs.CS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")))
+	insns.Add(bpf.And.Imm(bpf.R1, 3))
+	insns.Add(bpf.JNE.Imm(bpf.R1, 3, "kernel_mode"))
+	insns.Append(loadRegs(asm.RegCtx))
+	insns.Add(bpf.Ja.Label("have_regs"))
 	if cfg.TaskRegs {
-		insns = append(insns,
-			bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy bpf_task_pt_regs(current)")),
-			bpf.Mov.Reg(bpf.R1, bpf.R0),
-			bpf.FnTaskPtRegs.Call(),
-			bpf.Mov.Reg(bpf.R3, bpf.R0),
-		)
-		insns = append(insns, copyRegs(cfg)...)
-		insns = append(insns,
-			bpf.Mov.Reg(bpf.R7, bpf.R8),
-			bpf.Add.Imm(bpf.R7, stateRegs),
-		)
-		insns = append(insns, loadRegs(bpf.R7)...)
+		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy bpf_task_pt_regs(current)")))
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
+		insns.Add(bpf.FnTaskPtRegs.Call())
+		insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R0))
+		insns.Append(copyRegs(cfg))
+		insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R8))
+		insns.Add(bpf.Add.Imm(bpf.R7, stateRegs))
+		insns.Append(loadRegs(bpf.R7))
 	} else if cfg.TaskStack > 0 {
 		// Before 5.15: the user registers are the last thing on the task's
 		// kernel stack (task_pt_regs: stack + THREAD_SIZE - sizeof(pt_regs),
@@ -323,67 +310,59 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		// checks each guess.
 		read := currentU64(cfg, cfg.TaskStack, fpRead, "kernel mode, before 5.15: the pt_regs at the top of current->stack")
 		read[0] = read[0].WithSymbol("kernel_mode")
-		insns = append(insns, read...)
-		insns = append(insns,
-			bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
-			bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord),
-			bpf.JEq.Imm(bpf.R3, 0, "no_regs"),
-			bpf.Add.Imm(bpf.R3, threadSize-ptRegsLen),
-			bpf.StoreMem(bpf.RFP, fpRead, bpf.R3, bpf.DWord),
-		)
-		insns = append(insns, copyRegs(cfg)...)
-		insns = append(insns,
-			bpf.Mov.Reg(bpf.R7, bpf.R8),
-			bpf.Add.Imm(bpf.R7, stateRegs),
-			bpf.LoadMem(bpf.R1, bpf.R7, regs.CS, bpf.DWord),
-			bpf.JEq.Imm(bpf.R1, userCS, "task_regs"),
-			// FRED kernels (6.9+) keep 16 bytes above the registers
-			// (TOP_OF_KERNEL_STACK_PADDING): the tests force this path there.
-			bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord).WithSource(bpf.Comment("not user registers: try 16 bytes lower (FRED's padding)")),
-			bpf.Sub.Imm(bpf.R3, 16),
-		)
-		insns = append(insns, copyRegs(cfg)...)
-		insns = append(insns,
-			bpf.LoadMem(bpf.R1, bpf.R7, regs.CS, bpf.DWord),
-			bpf.JNE.Imm(bpf.R1, userCS, "no_regs"),
-			asm.Nop().WithSymbol("task_regs"),
-		)
-		insns = append(insns, loadRegs(bpf.R7)...)
+		insns.Append(read)
+		insns.Add(bpf.JNE.Imm(bpf.R0, 0, "no_regs"))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
+		insns.Add(bpf.JEq.Imm(bpf.R3, 0, "no_regs"))
+		insns.Add(bpf.Add.Imm(bpf.R3, threadSize-ptRegsLen))
+		insns.Add(bpf.StoreMem(bpf.RFP, fpRead, bpf.R3, bpf.DWord))
+		insns.Append(copyRegs(cfg))
+		insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R8))
+		insns.Add(bpf.Add.Imm(bpf.R7, stateRegs))
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, regs.CS, bpf.DWord))
+		insns.Add(bpf.JEq.Imm(bpf.R1, userCS, "task_regs"))
+		// FRED kernels (6.9+) keep 16 bytes above the registers
+		// (TOP_OF_KERNEL_STACK_PADDING): the tests force this path there.
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord).WithSource(bpf.Comment("not user registers: try 16 bytes lower (FRED's padding)")))
+		insns.Add(bpf.Sub.Imm(bpf.R3, 16))
+		insns.Append(copyRegs(cfg))
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, regs.CS, bpf.DWord))
+		insns.Add(bpf.JNE.Imm(bpf.R1, userCS, "no_regs"))
+		insns.Add(asm.Nop().WithSymbol("task_regs"))
+		insns.Append(loadRegs(bpf.R7))
 	} else {
-		insns = append(insns, bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no way to the user registers")))
+		insns.Add(bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no way to the user registers")))
 	}
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R1, 0, "no_regs").WithSymbol("have_regs"),
-		bpf.StoreMem(bpf.R8, statePC, bpf.R1, bpf.DWord),
-		bpf.StoreMem(bpf.R8, stateSP, bpf.R2, bpf.DWord),
-		bpf.StoreMem(bpf.R8, stateBP, bpf.R3, bpf.DWord),
-		bpf.Mov.Imm(bpf.R1, 0),
-		bpf.StoreMem(bpf.R8, stateN, bpf.R1, bpf.DWord),
-		bpf.StoreMem(bpf.R8, stateMiss, bpf.R1, bpf.DWord),
-		bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("walk the user stack: tail call the unwinder")),
-		bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"),
-		bpf.Mov.Imm(bpf.R3, 0),
-		bpf.FnTailCall.Call(),
-		bpf.Mov.Imm(bpf.R1, StopTruncated),
-		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, StopNoRegs).WithSymbol("no_regs"),
-		bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"),
-	)
-	insns = append(insns, count("count", bpf.R8)...)
-	insns = append(insns, asm.Return("exit", 0)...)
-	return insns, nil
+	insns.Add(bpf.JEq.Imm(bpf.R1, 0, "no_regs").WithSymbol("have_regs"))
+	insns.Add(bpf.StoreMem(bpf.R8, statePC, bpf.R1, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R8, stateSP, bpf.R2, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R8, stateBP, bpf.R3, bpf.DWord))
+	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
+	insns.Add(bpf.StoreMem(bpf.R8, stateN, bpf.R1, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R8, stateMiss, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("walk the user stack: tail call the unwinder")))
+	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"))
+	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
+	insns.Add(bpf.FnTailCall.Call())
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopTruncated))
+	insns.Add(bpf.Ja.Label("stop"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopNoRegs).WithSymbol("no_regs"))
+	insns.Add(bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"))
+	insns.Append(count("count", bpf.R8))
+	insns.Append(asm.Return("exit", 0))
+	return insns.Instructions, nil
 }
 
 // copyRegs copies the pt_regs at the kernel address in R3 into the
 // scratch value's state (R8); a failed read goes to no_regs.
 func copyRegs(cfg Config) bpf.Instructions {
-	return bpf.Instructions{
-		bpf.Mov.Reg(bpf.R1, bpf.R8),
-		bpf.Add.Imm(bpf.R1, stateRegs),
-		bpf.Mov.Imm(bpf.R2, ptRegsLen),
-		cfg.Readers.Kernel.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, "no_regs"),
-	}
+	var insns asm.Seq
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8))
+	insns.Add(bpf.Add.Imm(bpf.R1, stateRegs))
+	insns.Add(bpf.Mov.Imm(bpf.R2, ptRegsLen))
+	insns.Add(cfg.Readers.Kernel.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "no_regs"))
+	return insns.Instructions
 }
 
 // loadRegs loads ip, sp and bp of the pt_regs at from into R1, R2, R3 (the
@@ -405,56 +384,54 @@ func notify(kind int32) bpf.Instructions {
 	if kind == EventMiss {
 		addr = bpf.Instructions{bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord)}
 	}
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpTgid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, %d, address}, 16)", kind))),
-		bpf.StoreMem(bpf.RFP, fpEvent, bpf.R1, bpf.Word),
-		bpf.StoreImm(bpf.RFP, fpEvent+4, int64(kind), bpf.Word),
-	}
-	insns = append(insns, addr...)
-	return append(insns,
-		bpf.StoreMem(bpf.RFP, fpEvent+8, bpf.R1, bpf.DWord),
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord),
-		bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"),
-		bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
-		bpf.Mov.Reg(bpf.R4, bpf.RFP),
-		bpf.Add.Imm(bpf.R4, fpEvent),
-		bpf.Mov.Imm(bpf.R5, 16),
-		bpf.FnPerfEventOutput.Call(),
-	)
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpTgid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, %d, address}, 16)", kind))))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpEvent, bpf.R1, bpf.Word))
+	insns.Add(bpf.StoreImm(bpf.RFP, fpEvent+4, int64(kind), bpf.Word))
+	insns.Append(addr)
+	insns.Add(bpf.StoreMem(bpf.RFP, fpEvent+8, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord))
+	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"))
+	insns.Add(bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R4, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R4, fpEvent))
+	insns.Add(bpf.Mov.Imm(bpf.R5, 16))
+	insns.Add(bpf.FnPerfEventOutput.Call())
+	return insns.Instructions
 }
 
 // count adds one to counts[key], the key at keyBase of the scratch value in
 // scratch (a callee-saved register); a full map counts in lost.
 func count(label string, scratch bpf.Register) bpf.Instructions {
 	p := label
-	insns := bpf.Instructions{
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSymbol(label).WithSource(bpf.Comment("counts[key]++ (insert if new, a full map counts in lost)")),
-		bpf.Mov.Reg(bpf.R2, scratch),
-		bpf.Add.Imm(bpf.R2, keyBase),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, p+"_insert"),
-		bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_add"),
-		bpf.StoreXAdd(bpf.R0, bpf.R1, bpf.DWord),
-		bpf.Ja.Label(p + "_done"),
-		bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_insert"),
-		bpf.StoreMem(bpf.RFP, fpOne, bpf.R1, bpf.DWord),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts"),
-		bpf.Mov.Reg(bpf.R2, scratch),
-		bpf.Add.Imm(bpf.R2, keyBase),
-		bpf.Mov.Reg(bpf.R3, bpf.RFP),
-		bpf.Add.Imm(bpf.R3, fpOne),
-		bpf.Mov.Imm(bpf.R4, asm.UpdateNoExist),
-		bpf.FnMapUpdateElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, p+"_done"),
-		bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSource(bpf.Comment("another CPU inserted it first, or the map is full")),
-		bpf.Mov.Reg(bpf.R2, scratch),
-		bpf.Add.Imm(bpf.R2, keyBase),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, p+"_add"),
-		bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word),
-	}
-	insns = append(insns, asm.PerCPUArrayIncrement(p+"_lost", "lost", fpZero)...)
-	return append(insns, asm.Nop().WithSymbol(p+"_done"))
+	var insns asm.Seq
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSymbol(label).WithSource(bpf.Comment("counts[key]++ (insert if new, a full map counts in lost)")))
+	insns.Add(bpf.Mov.Reg(bpf.R2, scratch))
+	insns.Add(bpf.Add.Imm(bpf.R2, keyBase))
+	insns.Add(bpf.FnMapLookupElem.Call())
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, p+"_insert"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_add"))
+	insns.Add(bpf.StoreXAdd(bpf.R0, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Ja.Label(p + "_done"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_insert"))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpOne, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts"))
+	insns.Add(bpf.Mov.Reg(bpf.R2, scratch))
+	insns.Add(bpf.Add.Imm(bpf.R2, keyBase))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R3, fpOne))
+	insns.Add(bpf.Mov.Imm(bpf.R4, asm.UpdateNoExist))
+	insns.Add(bpf.FnMapUpdateElem.Call())
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, p+"_done"))
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSource(bpf.Comment("another CPU inserted it first, or the map is full")))
+	insns.Add(bpf.Mov.Reg(bpf.R2, scratch))
+	insns.Add(bpf.Add.Imm(bpf.R2, keyBase))
+	insns.Add(bpf.FnMapLookupElem.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, p+"_add"))
+	insns.Add(bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word))
+	insns.Append(asm.PerCPUArrayIncrement(p+"_lost", "lost", fpZero))
+	insns.Add(asm.Nop().WithSymbol(p + "_done"))
+	return insns.Instructions
 }
 
 // unwindProg walks framesPerProg frames of the user stack by the row
@@ -462,39 +439,34 @@ func count(label string, scratch bpf.Register) bpf.Instructions {
 // value. Registers in a frame: R6 the address in the file, R7 and R8 the
 // row search, R9 the scratch value.
 func unwindProg(cfg Config) bpf.Instructions {
-	insns := bpf.Instructions{
-		bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord).WithSource(bpf.Comment("r9 = the per-CPU scratch: key and walk state")),
-		bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word),
-	}
-	insns = append(insns, asm.MapLookup("scratch", fpZero)...)
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, "exit"),
-		bpf.Mov.Reg(bpf.R9, bpf.R0),
-		bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word),
-		bpf.StoreMem(bpf.RFP, fpTgid, bpf.R1, bpf.Word),
-	)
+	var insns asm.Seq
+	insns.Add(bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord).WithSource(bpf.Comment("r9 = the per-CPU scratch: key and walk state")))
+	insns.Add(bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word))
+	insns.Append(asm.MapLookup("scratch", fpZero))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	insns.Add(bpf.Mov.Reg(bpf.R9, bpf.R0))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpTgid, bpf.R1, bpf.Word))
 	for f := 0; f < framesPerProg; f++ {
-		insns = append(insns, frame(cfg, fmt.Sprintf("f%d", f), f == framesPerProg-1)...)
+		insns.Append(frame(cfg, fmt.Sprintf("f%d", f), f == framesPerProg-1))
 	}
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSymbol("next").WithSource(bpf.Comment("more frames: tail call this program again (at most 32 times)")),
-		bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"),
-		bpf.Mov.Imm(bpf.R3, 0),
-		bpf.FnTailCall.Call(),
-		bpf.Mov.Imm(bpf.R1, StopTruncated),
-		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, StopNoRow).WithSymbol("no_row"),
-		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, StopRead).WithSymbol("read_error"),
-		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, StopTruncated).WithSymbol("truncated"),
-		bpf.Ja.Label("stop"),
-		bpf.Mov.Imm(bpf.R1, StopEnd).WithSymbol("end"),
-		bpf.StoreMem(bpf.R9, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"),
-	)
-	insns = append(insns, count("count", bpf.R9)...)
-	insns = append(insns, asm.Return("exit", 0)...)
-	return insns
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSymbol("next").WithSource(bpf.Comment("more frames: tail call this program again (at most 32 times)")))
+	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"))
+	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
+	insns.Add(bpf.FnTailCall.Call())
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopTruncated))
+	insns.Add(bpf.Ja.Label("stop"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopNoRow).WithSymbol("no_row"))
+	insns.Add(bpf.Ja.Label("stop"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopRead).WithSymbol("read_error"))
+	insns.Add(bpf.Ja.Label("stop"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopTruncated).WithSymbol("truncated"))
+	insns.Add(bpf.Ja.Label("stop"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopEnd).WithSymbol("end"))
+	insns.Add(bpf.StoreMem(bpf.R9, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"))
+	insns.Append(count("count", bpf.R9))
+	insns.Append(asm.Return("exit", 0))
+	return insns.Instructions
 }
 
 // frame steps one frame: record the pc, find its file and row, compute the
@@ -505,129 +477,121 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	if !last {
 		next = p + "_end"
 	}
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R1, bpf.R9, stateN, bpf.DWord).WithSymbol(p).WithSource(bpf.Comment("frame: key.user[n++] = pc; stop at the depth limit or pc 0")),
-		bpf.JGE.Imm(bpf.R1, int32(cfg.UserDepth), "truncated"),
-		bpf.LoadMem(bpf.R2, bpf.R9, statePC, bpf.DWord),
-		bpf.JEq.Imm(bpf.R2, 0, "end"),
-		bpf.Mov.Reg(bpf.R3, bpf.R1),
-		bpf.LSh.Imm(bpf.R3, 3),
-		bpf.Add.Reg(bpf.R3, bpf.R9),
-		bpf.StoreMem(bpf.R3, int16(cfg.keyUser()), bpf.R2, bpf.DWord),
-		bpf.Mov.Reg(bpf.R3, bpf.R1),
-		bpf.Add.Imm(bpf.R3, 1),
-		bpf.StoreMem(bpf.R9, stateN, bpf.R3, bpf.DWord),
-		bpf.JEq.Imm(bpf.R1, 0, p+"_sampled").WithSource(bpf.Comment("a return address points past its call: look up pc-1")),
-		bpf.Sub.Imm(bpf.R2, 1),
-		bpf.StoreMem(bpf.RFP, fpLookup, bpf.R2, bpf.DWord).WithSymbol(p + "_sampled"),
-		bpf.StoreImm(bpf.RFP, fpLPM, 96, bpf.Word).WithSource(bpf.Comment("mappings: longest prefix of {pid, address}, big-endian")),
-		bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word),
-		bpf.HostTo(bpf.BE, bpf.R1, bpf.Word),
-		bpf.StoreMem(bpf.RFP, fpLPM+4, bpf.R1, bpf.Word),
-		bpf.HostTo(bpf.BE, bpf.R2, bpf.DWord),
-		bpf.StoreMem(bpf.RFP, fpLPM+8, bpf.R2, bpf.DWord),
-	}
-	insns = append(insns, asm.MapLookup("mappings", fpLPM)...)
-	insns = append(insns,
-		bpf.JEq.Imm(bpf.R0, 0, p+"_miss"),
-		bpf.LoadMem(bpf.R6, bpf.RFP, fpLookup, bpf.DWord).WithSource(bpf.Comment("r6 = the address in the file; r7, r8 = its rows")),
-		bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord),
-		bpf.Sub.Reg(bpf.R6, bpf.R1),
-		bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.Word),
-		bpf.LoadMem(bpf.R8, bpf.R0, 4, bpf.Word),
-	)
-	insns = append(insns, asm.RowSearch(p+"_search", "rows", "fences", int32(cfg.fences()-1), bpf.R6, bpf.R7, bpf.R8, fpSearch, "no_row")...)
-	insns = append(insns,
-		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word).WithSource(bpf.Comment("the row's address: above the target, the target is below the file's first row")),
-		bpf.JGT.Reg(bpf.R1, bpf.R6, "no_row"),
-		bpf.LoadMem(bpf.R2, bpf.R0, 4, bpf.Word).WithSource(bpf.Comment("the rule: base (bits 0-1), saved rbp (2-9), offset (10-31)")),
-		bpf.StoreMem(bpf.RFP, fpRule, bpf.R2, bpf.DWord),
-		bpf.Mov.Reg(bpf.R3, bpf.R2),
-		bpf.And.Imm(bpf.R3, 3),
-		bpf.Mov.Reg(bpf.R4, bpf.R2),
-		bpf.RSh.Imm(bpf.R4, 10),
-		bpf.JNE.Imm(bpf.R3, unwind.BaseStop, p+"_rsp"),
-		bpf.Mov.Reg(bpf.R1, bpf.R4),
-		bpf.Ja.Label("stop"),
-		bpf.LoadMem(bpf.R5, bpf.R9, stateSP, bpf.DWord).WithSymbol(p+"_rsp"),
-		bpf.JEq.Imm(bpf.R3, unwind.BaseRSP, p+"_cfa"),
-		bpf.JNE.Imm(bpf.R3, unwind.BaseRBP, p+"_plt"),
-		bpf.LoadMem(bpf.R5, bpf.R9, stateBP, bpf.DWord),
-		bpf.Ja.Label(p+"_cfa"),
-		bpf.LoadMem(bpf.R1, bpf.R9, statePC, bpf.DWord).WithSymbol(p+"_plt").WithSource(bpf.Comment("PLT: cfa = rsp + 8 + ((pc & 15) >= cut) * 8")),
-		bpf.And.Imm(bpf.R1, 15),
-		bpf.Add.Imm(bpf.R5, 8),
-		bpf.JGT.Reg(bpf.R4, bpf.R1, p+"_plt_lo"), // no JLT: 4.14+
-		bpf.Add.Imm(bpf.R5, 8),
-		bpf.Mov.Imm(bpf.R4, 0).WithSymbol(p+"_plt_lo"),
-		bpf.Add.Reg(bpf.R5, bpf.R4).WithSymbol(p+"_cfa"),
-		bpf.StoreMem(bpf.RFP, fpCFA, bpf.R5, bpf.DWord),
-		bpf.Mov.Reg(bpf.R3, bpf.R5).WithSource(bpf.Comment("return address = *(cfa - 8)")),
-		bpf.Sub.Imm(bpf.R3, 8),
-		bpf.Mov.Reg(bpf.R1, bpf.RFP),
-		bpf.Add.Imm(bpf.R1, fpRead),
-		bpf.Mov.Imm(bpf.R2, 8),
-		cfg.Readers.User.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, "read_error"),
-		bpf.LoadMem(bpf.R3, bpf.RFP, fpRule, bpf.DWord).WithSource(bpf.Comment("rbp = *(cfa + 8*n) if the rule saved it")),
-		bpf.LSh.Imm(bpf.R3, 54),
-		bpf.ArSh.Imm(bpf.R3, 56),
-		bpf.JEq.Imm(bpf.R3, 0, p+"_step"),
-		bpf.LSh.Imm(bpf.R3, 3),
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord),
-		bpf.Add.Reg(bpf.R3, bpf.R1),
-		bpf.Mov.Reg(bpf.R1, bpf.R9),
-		bpf.Add.Imm(bpf.R1, stateBP),
-		bpf.Mov.Imm(bpf.R2, 8),
-		cfg.Readers.User.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, "read_error"),
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord).WithSymbol(p+"_step").WithSource(bpf.Comment("the caller: sp = cfa, pc = return address")),
-		bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord),
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord),
-		bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord),
-		bpf.Ja.Label(next),
-	)
-	insns = append(insns, miss(cfg, p, next)...)
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateN, bpf.DWord).WithSymbol(p).WithSource(bpf.Comment("frame: key.user[n++] = pc; stop at the depth limit or pc 0")))
+	insns.Add(bpf.JGE.Imm(bpf.R1, int32(cfg.UserDepth), "truncated"))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, statePC, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R2, 0, "end"))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R1))
+	insns.Add(bpf.LSh.Imm(bpf.R3, 3))
+	insns.Add(bpf.Add.Reg(bpf.R3, bpf.R9))
+	insns.Add(bpf.StoreMem(bpf.R3, int16(cfg.keyUser()), bpf.R2, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R1))
+	insns.Add(bpf.Add.Imm(bpf.R3, 1))
+	insns.Add(bpf.StoreMem(bpf.R9, stateN, bpf.R3, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R1, 0, p+"_sampled").WithSource(bpf.Comment("a return address points past its call: look up pc-1")))
+	insns.Add(bpf.Sub.Imm(bpf.R2, 1))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpLookup, bpf.R2, bpf.DWord).WithSymbol(p + "_sampled"))
+	insns.Add(bpf.StoreImm(bpf.RFP, fpLPM, 96, bpf.Word).WithSource(bpf.Comment("mappings: longest prefix of {pid, address}, big-endian")))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word))
+	insns.Add(bpf.HostTo(bpf.BE, bpf.R1, bpf.Word))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpLPM+4, bpf.R1, bpf.Word))
+	insns.Add(bpf.HostTo(bpf.BE, bpf.R2, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpLPM+8, bpf.R2, bpf.DWord))
+	insns.Append(asm.MapLookup("mappings", fpLPM))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, p+"_miss"))
+	insns.Add(bpf.LoadMem(bpf.R6, bpf.RFP, fpLookup, bpf.DWord).WithSource(bpf.Comment("r6 = the address in the file; r7, r8 = its rows")))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord))
+	insns.Add(bpf.Sub.Reg(bpf.R6, bpf.R1))
+	insns.Add(bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.Word))
+	insns.Add(bpf.LoadMem(bpf.R8, bpf.R0, 4, bpf.Word))
+	insns.Append(asm.RowSearch(p+"_search", "rows", "fences", int32(cfg.fences()-1), bpf.R6, bpf.R7, bpf.R8, fpSearch, "no_row"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word).WithSource(bpf.Comment("the row's address: above the target, the target is below the file's first row")))
+	insns.Add(bpf.JGT.Reg(bpf.R1, bpf.R6, "no_row"))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.R0, 4, bpf.Word).WithSource(bpf.Comment("the rule: base (bits 0-1), saved rbp (2-9), offset (10-31)")))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpRule, bpf.R2, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R2))
+	insns.Add(bpf.And.Imm(bpf.R3, 3))
+	insns.Add(bpf.Mov.Reg(bpf.R4, bpf.R2))
+	insns.Add(bpf.RSh.Imm(bpf.R4, 10))
+	insns.Add(bpf.JNE.Imm(bpf.R3, unwind.BaseStop, p+"_rsp"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R4))
+	insns.Add(bpf.Ja.Label("stop"))
+	insns.Add(bpf.LoadMem(bpf.R5, bpf.R9, stateSP, bpf.DWord).WithSymbol(p + "_rsp"))
+	insns.Add(bpf.JEq.Imm(bpf.R3, unwind.BaseRSP, p+"_cfa"))
+	insns.Add(bpf.JNE.Imm(bpf.R3, unwind.BaseRBP, p+"_plt"))
+	insns.Add(bpf.LoadMem(bpf.R5, bpf.R9, stateBP, bpf.DWord))
+	insns.Add(bpf.Ja.Label(p + "_cfa"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, statePC, bpf.DWord).WithSymbol(p + "_plt").WithSource(bpf.Comment("PLT: cfa = rsp + 8 + ((pc & 15) >= cut) * 8")))
+	insns.Add(bpf.And.Imm(bpf.R1, 15))
+	insns.Add(bpf.Add.Imm(bpf.R5, 8))
+	insns.Add(bpf.JGT.Reg(bpf.R4, bpf.R1, p+"_plt_lo")) // no JLT: 4.14+
+	insns.Add(bpf.Add.Imm(bpf.R5, 8))
+	insns.Add(bpf.Mov.Imm(bpf.R4, 0).WithSymbol(p + "_plt_lo"))
+	insns.Add(bpf.Add.Reg(bpf.R5, bpf.R4).WithSymbol(p + "_cfa"))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpCFA, bpf.R5, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R5).WithSource(bpf.Comment("return address = *(cfa - 8)")))
+	insns.Add(bpf.Sub.Imm(bpf.R3, 8))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRule, bpf.DWord).WithSource(bpf.Comment("rbp = *(cfa + 8*n) if the rule saved it")))
+	insns.Add(bpf.LSh.Imm(bpf.R3, 54))
+	insns.Add(bpf.ArSh.Imm(bpf.R3, 56))
+	insns.Add(bpf.JEq.Imm(bpf.R3, 0, p+"_step"))
+	insns.Add(bpf.LSh.Imm(bpf.R3, 3))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord))
+	insns.Add(bpf.Add.Reg(bpf.R3, bpf.R1))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R9))
+	insns.Add(bpf.Add.Imm(bpf.R1, stateBP))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord).WithSymbol(p + "_step").WithSource(bpf.Comment("the caller: sp = cfa, pc = return address")))
+	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Ja.Label(next))
+	insns.Append(miss(cfg, p, next))
 	if !last {
-		insns = append(insns, asm.Nop().WithSymbol(next))
+		insns.Add(asm.Nop().WithSymbol(next))
 	}
-	return insns
+	return insns.Instructions
 }
 
 // miss handles an address in no loaded table: tell user space, once per
 // walk, which loads the table of the file there (or learns that no file is
 // there: JIT code); then stop (eh) or step by the frame pointer (auto).
 func miss(cfg Config, p, next string) bpf.Instructions {
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R1, bpf.R9, stateMiss, bpf.DWord).WithSymbol(p + "_miss").WithSource(bpf.Comment("no table for this address: tell user space (once per walk)")),
-		bpf.JNE.Imm(bpf.R1, 0, p+"_fp"),
-		bpf.Mov.Imm(bpf.R1, 1),
-		bpf.StoreMem(bpf.R9, stateMiss, bpf.R1, bpf.DWord),
-	}
-	insns = append(insns, notify(EventMiss)...)
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateMiss, bpf.DWord).WithSymbol(p + "_miss").WithSource(bpf.Comment("no table for this address: tell user space (once per walk)")))
+	insns.Add(bpf.JNE.Imm(bpf.R1, 0, p+"_fp"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, 1))
+	insns.Add(bpf.StoreMem(bpf.R9, stateMiss, bpf.R1, bpf.DWord))
+	insns.Append(notify(EventMiss))
 	if cfg.Mode == UnwindEH {
-		return append(insns,
-			bpf.Mov.Imm(bpf.R1, StopNoTable).WithSymbol(p+"_fp"),
-			bpf.Ja.Label("stop"),
-		)
+		insns.Add(bpf.Mov.Imm(bpf.R1, StopNoTable).WithSymbol(p + "_fp"))
+		insns.Add(bpf.Ja.Label("stop"))
+		return insns.Instructions
 	}
-	return append(insns,
-		bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSymbol(p+"_fp").WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp")),
-		bpf.JEq.Imm(bpf.R3, 0, "end"),
-		bpf.Mov.Reg(bpf.R1, bpf.RFP),
-		bpf.Add.Imm(bpf.R1, fpRead),
-		bpf.Mov.Imm(bpf.R2, 16),
-		cfg.Readers.User.Call(),
-		bpf.JNE.Imm(bpf.R0, 0, "read_error"),
-		bpf.LoadMem(bpf.R1, bpf.R9, stateBP, bpf.DWord),
-		bpf.Add.Imm(bpf.R1, 16),
-		bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord),
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord),
-		bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord),
-		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord),
-		bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord),
-		bpf.Ja.Label(next),
-	)
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSymbol(p + "_fp").WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp")))
+	insns.Add(bpf.JEq.Imm(bpf.R3, 0, "end"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateBP, bpf.DWord))
+	insns.Add(bpf.Add.Imm(bpf.R1, 16))
+	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Ja.Label(next))
+	return insns.Instructions
 }
 
 // execProg tells user space that a process exec'd whose mappings it must
@@ -638,30 +602,30 @@ func miss(cfg Config, p, next string) bpf.Instructions {
 // and the samples taken until its tables were loaded fell back to frame
 // pointers, which a program built without them turns to garbage.
 func execProg(cfg Config) bpf.Instructions {
-	insns := bpf.Instructions{bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord)}
-	insns = append(insns, asm.CurrentPid()...)
+	var insns asm.Seq
+	insns.Add(bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord))
+	insns.Append(asm.CurrentPid())
 	if cfg.Tree != nil {
-		insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
-		insns = append(insns, asm.Note(asm.MapLookup(proctree.PidsMap, fpTgid), "r8 = in the command's tree (the kernel's pid)")...)
-		insns = append(insns, bpf.Mov.Reg(bpf.R8, bpf.R0))
+		insns.Add(asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+		insns.Append(asm.Note(asm.MapLookup(proctree.PidsMap, fpTgid), "r8 = in the command's tree (the kernel's pid)"))
+		insns.Add(bpf.Mov.Reg(bpf.R8, bpf.R0))
 	}
 	if cfg.NS != nil {
-		insns = append(insns, asm.CurrentNsPid(*cfg.NS, fpRead)...)
+		insns.Append(asm.CurrentNsPid(*cfg.NS, fpRead))
 	}
-	insns = append(insns, asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
-	insns = append(insns, asm.Note(asm.MapLookup("seen", fpTgid), "exec of a process seen before: tell user space")...)
+	insns.Add(asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+	insns.Append(asm.Note(asm.MapLookup("seen", fpTgid), "exec of a process seen before: tell user space"))
 	if cfg.Tree == nil {
-		insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
+		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
 	} else {
-		insns = append(insns,
-			bpf.JNE.Imm(bpf.R0, 0, "tell"),
-			bpf.JEq.Imm(bpf.R8, 0, "exit"),
-			bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("a process of the tree: seen now (its first sample tells nothing new)")),
-			bpf.StoreMem(bpf.RFP, fpNow, bpf.R1, bpf.DWord),
-		)
-		insns = append(insns, asm.MapUpdate("seen", fpTgid, fpNow, asm.UpdateNoExist)...)
-		insns = append(insns, asm.Nop().WithSymbol("tell"))
+		insns.Add(bpf.JNE.Imm(bpf.R0, 0, "tell"))
+		insns.Add(bpf.JEq.Imm(bpf.R8, 0, "exit"))
+		insns.Add(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("a process of the tree: seen now (its first sample tells nothing new)")))
+		insns.Add(bpf.StoreMem(bpf.RFP, fpNow, bpf.R1, bpf.DWord))
+		insns.Append(asm.MapUpdate("seen", fpTgid, fpNow, asm.UpdateNoExist))
+		insns.Add(asm.Nop().WithSymbol("tell"))
 	}
-	insns = append(insns, notify(EventNew)...)
-	return append(insns, asm.Return("exit", 0)...)
+	insns.Append(notify(EventNew))
+	insns.Append(asm.Return("exit", 0))
+	return insns.Instructions
 }

@@ -112,55 +112,52 @@ func Program(cfg Config) (bpf.Instructions, error) {
 	if err != nil {
 		return nil, err
 	}
-	insns := asm.Prologue()
+	var insns asm.Seq
+	insns.Append(asm.Prologue())
 	if r := cfg.Raw; r != nil {
-		insns = append(insns,
-			bpf.LoadMem(bpf.R1, asm.RegCtx, 8, bpf.DWord).WithSource(bpf.Comment("r1 = the syscall's number (args[1]); not write: leave")),
-			bpf.JNE.Imm(bpf.R1, r.NR, "exit"),
-		)
+		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, 8, bpf.DWord).WithSource(bpf.Comment("r1 = the syscall's number (args[1]); not write: leave")))
+		insns.Add(bpf.JNE.Imm(bpf.R1, r.NR, "exit"))
 	}
 	nsPids := cfg.NS != nil && (cfg.Pid != 0 || cfg.PerProcess)
 	if cfg.Tree != nil || (cfg.Pid != 0 || cfg.PerProcess) && !nsPids {
-		insns = append(insns, asm.CurrentPid()...)
+		insns.Append(asm.CurrentPid())
 	}
 	if cfg.Tree != nil {
-		insns = append(insns, asm.PidInSet(proctree.PidsMap, treeOff, "exit")...)
+		insns.Append(asm.PidInSet(proctree.PidsMap, treeOff, "exit"))
 	}
 	if nsPids {
-		insns = append(insns, asm.CurrentNsPid(*cfg.NS, nsOff)...)
+		insns.Append(asm.CurrentNsPid(*cfg.NS, nsOff))
 	}
 	if cfg.Pid != 0 {
-		insns = append(insns, asm.PidFilter(cfg.Pid, "exit")...)
+		insns.Append(asm.PidFilter(cfg.Pid, "exit"))
 	}
-	insns = append(insns, load...)
-	insns = append(insns, asm.Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3)...)
+	insns.Append(load)
+	insns.Append(asm.Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3))
 	if cfg.PerProcess {
-		insns = append(insns,
-			asm.StoreKey(keyOff, asm.RegPid, bpf.Word),
-			asm.StoreKey(keyOff+4, bpf.R3, bpf.Word),
-		)
+		insns.Add(asm.StoreKey(keyOff, asm.RegPid, bpf.Word))
+		insns.Add(asm.StoreKey(keyOff+4, bpf.R3, bpf.Word))
 		// Two hashes, one counting while user space drains the other
 		// every second: the kernel holds a second's processes, whatever
 		// the run's length. A process's name is stored when it enters
 		// either.
-		insns = append(insns, asm.SwappedHashIncrement("count", [2]string{"hist", HistSwap}, GenMap, keyOff, valOff, "lost",
-			asm.StoreComm("comms", keyOff, commOff))...)
+		insns.Append(asm.SwappedHashIncrement("count", [2]string{"hist", HistSwap}, GenMap, keyOff, valOff, "lost", asm.StoreComm("comms", keyOff, commOff)))
 	} else {
-		insns = append(insns, asm.StoreKey(-4, bpf.R3, bpf.Word))
-		insns = append(insns, asm.PerCPUArrayIncrement("count", "hist", -4)...)
+		insns.Add(asm.StoreKey(-4, bpf.R3, bpf.Word))
+		insns.Append(asm.PerCPUArrayIncrement("count", "hist", -4))
 	}
-	return append(insns, asm.Return("exit", 0)...), nil
+	insns.Append(asm.Return("exit", 0))
+	return insns.Instructions, nil
 }
 
 // loadCount puts the write's size into R1.
 func loadCount(cfg Config) (bpf.Instructions, error) {
 	if r := cfg.Raw; r != nil {
-		insns := bpf.Instructions{
-			bpf.LoadMem(bpf.R4, asm.RegCtx, 0, bpf.DWord).
-				WithSource(bpf.Comment(fmt.Sprintf("sys_enter(regs, id): count = regs->%s", r.Regs.ArgNames[2]))),
-			bpf.Add.Imm(bpf.R4, int32(r.Regs.Args[2])),
-		}
-		return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, r.ProbeRead)...), nil
+		var insns asm.Seq
+		insns.Add(bpf.LoadMem(bpf.R4, asm.RegCtx, 0, bpf.DWord).
+			WithSource(bpf.Comment(fmt.Sprintf("sys_enter(regs, id): count = regs->%s", r.Regs.ArgNames[2]))))
+		insns.Add(bpf.Add.Imm(bpf.R4, int32(r.Regs.Args[2])))
+		insns.Append(asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, r.ProbeRead))
+		return insns.Instructions, nil
 	}
 	if f := cfg.Fentry; f != nil {
 		return bpf.Instructions{
@@ -180,12 +177,12 @@ func loadCount(cfg Config) (bpf.Instructions, error) {
 				WithSource(bpf.Comment(fmt.Sprintf("r1 = count: third argument of %s (ctx->%s)", k.Symbol, k.Regs.ArgNames[2]))),
 		}, nil
 	}
-	insns := bpf.Instructions{
-		bpf.LoadMem(bpf.R4, asm.RegCtx, k.Regs.Args[0], bpf.DWord).
-			WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->%s", k.Symbol, k.Regs.ArgNames[2]))),
-		bpf.Add.Imm(bpf.R4, int32(count)),
-	}
-	return append(insns, asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, k.ProbeRead)...), nil
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R4, asm.RegCtx, k.Regs.Args[0], bpf.DWord).
+		WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->%s", k.Symbol, k.Regs.ArgNames[2]))))
+	insns.Add(bpf.Add.Imm(bpf.R4, int32(count)))
+	insns.Append(asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, k.ProbeRead))
+	return insns.Instructions, nil
 }
 
 // Collection returns the maps and the program, ready for loader.Load.
