@@ -35,10 +35,49 @@ const (
 	flameTop   = 30.0
 )
 
+// withLabels keeps the stacks that carry every one of want (name and
+// value; a number by its decimal form).
+func withLabels(stacks []stack, want []labelValue) []stack {
+	var out []stack
+	for _, st := range stacks {
+		if hasLabels(st.Labels, want) {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+func hasLabels(have, want []labelValue) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h.Name == w.Name && h.Value == w.Value {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// labelsTitle is "ep=/alpha req=101".
+func labelsTitle(ls []labelValue) string {
+	var parts []string
+	for _, l := range ls {
+		parts = append(parts, l.Name+"="+l.Value)
+	}
+	return strings.Join(parts, " ")
+}
+
 // writeSVG writes a self-contained flame graph: the root at the bottom,
 // each frame as wide as its share of the samples; hovering shows a frame's
 // name and share, clicking zooms into it (its callers stay), clicking the
-// root resets. Frames are ordered by name, as flamegraph.pl does.
+// root resets. Frames are ordered by name, as flamegraph.pl does. A
+// stack's labels are frames between its process and its root, as in
+// --folded: the graph splits each process by them.
 func writeSVG(w io.Writer, stacks []stack, title string) error {
 	root := &flameNode{name: "all", children: map[string]*flameNode{}}
 	for _, st := range stacks {
@@ -46,6 +85,9 @@ func writeSVG(w io.Writer, stacks []stack, title string) error {
 		n := root.child(st.Comm)
 		n.count += st.Count
 		var frames []string
+		for _, l := range st.Labels {
+			frames = append(frames, "["+l.Name+"="+l.Value+"]")
+		}
 		if st.End != "" {
 			frames = append(frames, st.End)
 		}

@@ -330,6 +330,9 @@ func TestUsageErrors(t *testing.T) {
 		{"--assume-missing", "foo"},
 		{"--max-tree", "0"},
 		{"--svg", ""},
+		{"--svg-label", "ep=/alpha"}, // no --svg to draw
+		{"--svg", "fg.svg", "--svg-label", "ep"},
+		{"--svg", "fg.svg", "--svg-label", "=/alpha"},
 	} {
 		res := tooltest.Run(t, bin, args...)
 		if res.Status != 2 || strings.Count(strings.TrimSpace(res.Stderr), "\n") > 1 {
@@ -1029,7 +1032,15 @@ func TestContext(t *testing.T) {
 		}, map[string]int{"acme": 8, "globex": 8, "thread": 5}},
 	} {
 		t.Run(c.fixture, func(t *testing.T) {
-			r := profileJSON(t, "-F", "199", "-c", filepath.Join(dir, c.fixture)+" 0.5")
+			args := []string{"-F", "199", "-c", filepath.Join(dir, c.fixture) + " 0.5"}
+			svg := filepath.Join(t.TempDir(), "beta.svg")
+			if c.fixture == "otelctx" {
+				args = append(args, "--svg", svg, "--svg-label", "http.route=/beta")
+			}
+			r := profileJSON(t, args...)
+			if c.fixture == "otelctx" {
+				checkLabelSVG(t, svg, r, "http.route", "/beta", "/alpha")
+			}
 			by := map[string]int{}
 			total := 0
 			for _, st := range r.Stacks {
@@ -1077,4 +1088,38 @@ func TestContext(t *testing.T) {
 			t.Error("--no-context: no samples of the fixture")
 		}
 	})
+}
+
+// checkLabelSVG checks a --svg drawn with --svg-label name=value: its root
+// holds exactly the samples of the report's stacks with that value, under
+// a frame "[name=value]", and no frame of another value.
+func checkLabelSVG(t *testing.T, svg string, r report, name, value, other string) {
+	t.Helper()
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, st := range r.Stacks {
+		if st.Labels[name] == value {
+			want += int(st.Count)
+		}
+	}
+	titles := svgTitles(t, b)
+	root := -1
+	for title := range titles {
+		if n, ok := strings.CutPrefix(title, "all ("); ok {
+			fmt.Sscanf(n, "%d samples", &root)
+		}
+		if strings.HasPrefix(title, "["+name+"="+other+"]") {
+			t.Errorf("--svg-label %s=%s: the graph has a frame %q", name, value, title)
+		}
+	}
+	if root != want || want == 0 {
+		t.Errorf("--svg-label %s=%s: the graph holds %d samples, the report %d with that label", name, value, root, want)
+	}
+	label := fmt.Sprintf("[%s=%s] (%d samples, 100.00%%)", name, value, want)
+	if !titles[label] {
+		t.Errorf("--svg-label %s=%s: no frame titled %q", name, value, label)
+	}
 }

@@ -19,6 +19,7 @@ type options struct {
 	Unwind    string   `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
 	Folded    bool     `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
 	SVG       string   `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
+	SVGLabels []string `long:"svg-label" value-name:"NAME=VALUE" description:"Draw --svg from the stacks that carry this label value only (repeatable: all must hold), e.g. ep=/alpha or http.route=/beta, the value as the report prints it, unquoted. Without it the graph splits each process by its labels, as --folded does"`
 	Pprof     string   `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
 	Budget    int      `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
 	Idle      bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
@@ -26,7 +27,8 @@ type options struct {
 	NoContext bool     `long:"no-context" description:"Do not read the context processes publish for profilers (the OpenTelemetry thread context, custom labels: see below)"`
 	Missing   string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
 
-	labels []labelSpec // --label, parsed
+	labels    []labelSpec  // --label, parsed
+	svgLabels []labelValue // --svg-label, parsed
 }
 
 const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event
@@ -73,8 +75,10 @@ is set while its header's len is not 0; a strobe-map becomes the labels
 NAME.id, NAME.tag and NAME.KEY for its first 3 entries, their strings
 kept to 31 bytes. The text report prints the labels above
 each stack's "- comm (pid)" line, --folded as frames after the process
-name ("comm;[req=101];[ep=/alpha];main;..."), --json as "labels", and
---pprof as sample labels (numbers as numeric labels: go tool pprof -tags).
+name ("comm;[req=101];[ep=/alpha];main;..."), --svg the same way
+(--svg-label ep=/alpha draws only the stacks with that value), --json as
+"labels", and --pprof as sample labels (numbers as numeric labels: go tool
+pprof -tags).
 
 The context a process publishes for profilers is read too, with no flag
 (--no-context: not): its stacks carry it as labels.
@@ -114,6 +118,8 @@ Examples:
   go tool pprof -top cpu.pb.gz
   profile -c ./server --label req=tls:request_id:int --label ep=tls:endpoint:str
                                  # stacks per request id and endpoint
+  profile -c ./server --label ep=tls:endpoint:str --svg alpha.svg --svg-label ep=/alpha
+                                 # a flame graph of what /alpha runs
 
 `
 

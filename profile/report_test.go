@@ -107,6 +107,41 @@ func TestSVGFromStacks(t *testing.T) {
 	}
 }
 
+// TestSVGLabels: a stack's labels are frames between its process and its
+// root, and --svg-label keeps the stacks that carry every value asked.
+func TestSVGLabels(t *testing.T) {
+	n101 := int64(101)
+	stacks := []stack{
+		{Pid: 1, Comm: "srv", Count: 5, User: []string{"f", "main"}, Labels: []labelValue{{Name: "req", Value: "101", Num: &n101}, {Name: "ep", Value: "/alpha"}}},
+		{Pid: 1, Comm: "srv", Count: 7, User: []string{"g", "main"}, Labels: []labelValue{{Name: "ep", Value: "/beta"}}},
+		{Pid: 1, Comm: "srv", Count: 2, User: []string{"h", "main"}},
+	}
+	var b bytes.Buffer
+	if err := writeSVG(&b, stacks, "all"); err != nil {
+		t.Fatal(err)
+	}
+	titles := svgTitles(t, b.Bytes())
+	for _, want := range []string{"srv (14 samples, 100.00%)", "[req=101] (5 samples, 35.71%)", "[ep=/alpha] (5 samples, 35.71%)", "[ep=/beta] (7 samples, 50.00%)", "main (7 samples, 50.00%)", "h (2 samples, 14.29%)"} {
+		if !titles[want] {
+			t.Errorf("no frame titled %q", want)
+		}
+	}
+	for _, c := range []struct {
+		want []labelValue
+		n    int
+	}{
+		{[]labelValue{{Name: "ep", Value: "/alpha"}}, 1},
+		{[]labelValue{{Name: "ep", Value: "/alpha"}, {Name: "req", Value: "101"}}, 1},
+		{[]labelValue{{Name: "ep", Value: "/alpha"}, {Name: "req", Value: "102"}}, 0},
+		{[]labelValue{{Name: "ep", Value: "/gamma"}}, 0},
+		{[]labelValue{{Name: "req", Value: ""}}, 0},
+	} {
+		if got := withLabels(stacks, c.want); len(got) != c.n {
+			t.Errorf("withLabels(%v): %d stacks, want %d", c.want, len(got), c.n)
+		}
+	}
+}
+
 func svgTitles(t *testing.T, svg []byte) map[string]bool {
 	t.Helper()
 	dec := xml.NewDecoder(bytes.NewReader(svg))

@@ -65,6 +65,16 @@ func validate(o *options) error {
 	if err != nil {
 		return err
 	}
+	for _, l := range o.SVGLabels {
+		name, value, ok := strings.Cut(l, "=")
+		if !ok || name == "" {
+			return usage.Errorf("--svg-label %q: want NAME=VALUE, a label's name and value as the report prints them (ep=/alpha)", l)
+		}
+		o.svgLabels = append(o.svgLabels, labelValue{Name: name, Value: value})
+	}
+	if len(o.svgLabels) > 0 && o.SVG == "" {
+		return usage.Errorf("--svg-label chooses what --svg draws: give --svg FILE too")
+	}
 	if err := checkLabelFiles(labels); err != nil {
 		return err
 	}
@@ -458,7 +468,15 @@ func (r *reporter) report(now time.Time, final bool) error {
 		}
 		if r.svg != nil {
 			title := fmt.Sprintf("profile: %d Hz, %s", r.o.Frequency, now.Sub(r.start).Round(time.Millisecond))
-			if err := r.svg.write(func(w io.Writer) error { return writeSVG(w, all, title) }); err != nil {
+			drawn := all
+			if len(r.o.svgLabels) > 0 {
+				drawn = withLabels(all, r.o.svgLabels)
+				title += ", " + labelsTitle(r.o.svgLabels)
+				if len(drawn) == 0 {
+					fmt.Fprintf(r.s.Stderr, "profile: --svg-label %s: no sample carried it; %s has an empty graph\n", labelsTitle(r.o.svgLabels), r.o.SVG)
+				}
+			}
+			if err := r.svg.write(func(w io.Writer) error { return writeSVG(w, drawn, title) }); err != nil {
 				return err
 			}
 		}
