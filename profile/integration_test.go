@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/pprof/profile"
 
 	"github.com/tracekit/tracekit/internal/privtest"
@@ -973,6 +974,87 @@ func TestLabelUsageErrors(t *testing.T) {
 			t.Errorf("--label %s -p: exit %d, stderr %q; want 2 and %q", c.label, r.Status, r.Stderr, c.says)
 		}
 	}
+}
+
+// TestLabelsForgottenAtExit: when a sampled process's last thread exits,
+// the exit program forgets it (its entries in the labels and seen maps
+// go), so that a process that gets its pid again is announced and placed
+// anew instead of read at the first one's places.
+func TestLabelsForgottenAtExit(t *testing.T) {
+	privtest.Require(t)
+	exe := filepath.Join(fixtures(t), "tls")
+	before := lastMapID()
+	tool := exec.Command(tooltest.Tool(t, "profile"), "-F", "199", "--label", "req=tls:tk_req:int", "-c", exe+" 0.3; sleep 3")
+	if err := tool.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { tool.Process.Kill(); tool.Wait() }()
+	labels, seen := newMap(t, before, "profile_labels"), newMap(t, before, "profile_seen")
+	defer labels.Close()
+	defer seen.Close()
+	keys := func(m *ebpf.Map) []uint32 {
+		var out []uint32
+		var k uint32
+		var v []byte
+		for it := m.Iterate(); it.Next(&k, &v); {
+			out = append(out, k)
+		}
+		return out
+	}
+	var pid uint32
+	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(5 * time.Millisecond) {
+		if ks := keys(labels); len(ks) > 0 {
+			pid = ks[0]
+		} else if time.Now().After(deadline) {
+			t.Fatal("no process got an entry in the labels map while tls ran")
+		}
+	}
+	var v uint64
+	if err := seen.Lookup(pid, &v); err != nil {
+		t.Fatalf("tls (%d) has labels and is not seen: %v", pid, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		left, err := keys(labels), seen.Lookup(pid, &v)
+		if len(left) == 0 && err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tls (%d) exited, and the labels map still holds %v, seen %v", pid, left, err == nil)
+		}
+	}
+	tool.Process.Signal(syscall.SIGINT)
+	if err := tool.Wait(); err != nil {
+		t.Errorf("profile: %v", err)
+	}
+}
+
+// lastMapID is the newest BPF map's id: the maps a run creates have
+// greater ones.
+func lastMapID() ebpf.MapID {
+	var last ebpf.MapID
+	for id, err := ebpf.MapGetNextID(0); err == nil; id, err = ebpf.MapGetNextID(id) {
+		last = id
+	}
+	return last
+}
+
+// newMap waits for the map named name with an id greater than after.
+func newMap(t *testing.T, after ebpf.MapID, name string) *ebpf.Map {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for id, err := ebpf.MapGetNextID(after); err == nil; id, err = ebpf.MapGetNextID(id) {
+			m, err := ebpf.NewMapFromID(id)
+			if err != nil {
+				continue
+			}
+			if info, err := m.Info(); err == nil && info.Name == name {
+				return m
+			}
+			m.Close()
+		}
+	}
+	t.Fatalf("no map %s appeared", name)
+	return nil
 }
 
 // readPprof reads a pprof file back with google/pprof's package.

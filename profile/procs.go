@@ -67,6 +67,7 @@ type process struct {
 	scanned  time.Time
 	every    time.Duration // the least time to the next rescan
 	gone     bool
+	exited   bool // its last thread exited (the exit program said so)
 	denied   bool // its files (or maps) are not ours to read: counted once
 	// labelsLate: a label's GOT slot was not filled in yet at the last
 	// placing: place them again at the next scan. labelsMissing: a label's
@@ -144,6 +145,25 @@ const (
 	rescanFirst = 50 * time.Millisecond
 	rescanMost  = 5 * time.Second
 )
+
+// announced rescans a process its first sample, or its exec, announced.
+// A pid whose process exited belongs to another process now: it starts
+// afresh (its labels, their key names), but for its prefixes in the
+// mappings trie, which the scan replaces.
+func (ps *processes) announced(pid uint32) {
+	if p := ps.procs[pid]; p != nil && p.exited {
+		ps.procs[pid] = &process{comm: p.comm, prefixes: p.prefixes}
+	}
+	ps.scan(pid, true)
+}
+
+// exited marks a process whose last thread exited: it is not rescanned,
+// and the pid's next process starts afresh.
+func (ps *processes) exited(pid uint32) {
+	if p := ps.procs[pid]; p != nil {
+		p.gone, p.exited = true, true
+	}
+}
 
 // scan (re)reads a process's mappings and name. A process that is gone
 // keeps what an earlier scan recorded.

@@ -179,6 +179,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			fmt.Fprintf(s.Stderr, "profile: samples taken in the kernel will have no user stack: %v\n", err)
 		}
 	}
+	if exit, err := taskExit(); err == nil {
+		cfg.Exit = exit
+	} else if len(cfg.Labels) > 0 || cfg.Context {
+		fmt.Fprintf(s.Stderr, "profile: a pid that another process gets again keeps the first one's labels: %v\n", err)
+	}
 	spec, err := prog.Collection(cfg)
 	if err != nil {
 		return err
@@ -197,6 +202,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	if err := s.AttachTracepoint(coll.Programs["exec"], "sched", "sched_process_exec"); err != nil {
 		return err
+	}
+	if cfg.Exit != nil {
+		if err := s.AttachTracepoint(coll.Programs["exit"], "sched", "sched_process_exit"); err != nil {
+			return err
+		}
 	}
 	// The process of -p or -c is known before its first sample: its exec
 	// (the command's, once released) is announced at once.
@@ -226,7 +236,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		pid, kind, addr := binary.LittleEndian.Uint32(smp.Raw), binary.LittleEndian.Uint32(smp.Raw[4:]), binary.LittleEndian.Uint64(smp.Raw[8:])
 		switch kind {
 		case prog.EventNew:
-			ps.scan(pid, true)
+			ps.announced(pid)
+		case prog.EventExit:
+			ps.exited(pid)
 		case prog.EventMiss:
 			ps.miss(pid, addr)
 		}
@@ -672,6 +684,20 @@ func nonNil(s []string) []string {
 // 5.10 limits hash keys to MAX_BPF_STACK, 512 bytes).
 func haveBigKeys() bool {
 	return kernel.HashKeyFits(prog.Config{KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}.KeySize())
+}
+
+// taskExit places the count of a process's live threads: task_struct.signal,
+// signal_struct.live (BTF).
+func taskExit() (*prog.TaskExit, error) {
+	signal, err := kbtf.MemberOffset("task_struct", "signal")
+	if err != nil {
+		return nil, fmt.Errorf("task_struct.signal: %w", err)
+	}
+	live, err := kbtf.MemberOffset("signal_struct", "live")
+	if err != nil {
+		return nil, fmt.Errorf("signal_struct.live: %w", err)
+	}
+	return &prog.TaskExit{Signal: signal, Live: live}, nil
 }
 
 // threadPointer is the offset of the thread pointer in task_struct, from

@@ -89,7 +89,7 @@ const (
 	fpCtxID   = -200 // u64: a context's id (labels)
 	EventNew  = 1    // a process seen for the first time
 	EventMiss = 2    // an address in no loaded table: user space loads the file there
-
+	EventExit = 3    // a process seen before exited: its pid may come again, another process
 )
 
 // Map sizes.
@@ -136,7 +136,14 @@ type Config struct {
 	// Context: the OpenTelemetry thread context and custom labels are read
 	// at each sample too (see context.go).
 	Context bool
+	// Exit, when known, places task_struct.signal and signal_struct.live:
+	// a process's last exiting thread forgets it (see exitProg).
+	Exit *TaskExit
 }
+
+// TaskExit is where the kernel counts a process's live threads: the
+// offsets of task_struct.signal and of signal_struct.live.
+type TaskExit struct{ Signal, Live int }
 
 // fences is how many block addresses the fences map holds: one for each
 // block of the row table, rounded up to a power of two (the search masks
@@ -205,6 +212,9 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
 	}
 	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg(cfg)}
+	if cfg.Exit != nil {
+		spec.Programs["exit"] = &ebpf.ProgramSpec{Name: "profile_exit", Type: ebpf.TracePoint, License: "GPL", Instructions: exitProg(cfg)}
+	}
 	if cfg.Tree != nil {
 		if err := proctree.Add(spec, cfg.Tree); err != nil {
 			return nil, err
@@ -591,6 +601,42 @@ func miss(cfg Config, p, next string) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
 	insns.Add(bpf.Ja.Label(next))
+	return insns.Instructions
+}
+
+// exitProg runs at sched:sched_process_exit. When the exiting thread is
+// its process's last (signal->live, which do_exit has already counted
+// down, is 0), a process sampled before is forgotten: seen and labels lose
+// its pid, and user space is told. A new process that gets the pid again
+// is then announced at its first sample, and its labels are placed anew:
+// without this, it was read at the places of the one that had the pid.
+func exitProg(cfg Config) bpf.Instructions {
+	var insns asm.Seq
+	insns.Add(bpf.StoreMem(bpf.RFP, fpCtx, bpf.R1, bpf.DWord))
+	insns.Append(asm.CurrentPid())
+	if cfg.NS != nil {
+		insns.Append(asm.CurrentNsPid(*cfg.NS, fpRead))
+		insns.Append(asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "a task outside this pid namespace: never seen"))
+	}
+	insns.Add(asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+	insns.Append(currentU64(cfg, cfg.Exit.Signal, fpRead, fmt.Sprintf("current->signal (+%d)", cfg.Exit.Signal)))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.JEq.Imm(bpf.R3, 0, "exit"))
+	insns.Add(bpf.Add.Imm(bpf.R3, int32(cfg.Exit.Live)).WithSource(bpf.Comment(fmt.Sprintf("signal->live (+%d): the threads still running; 0 when this one is the last", cfg.Exit.Live))))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 4))
+	insns.Add(cfg.Readers.Kernel.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "exit"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.Word))
+	insns.Add(bpf.JNE.Imm(bpf.R1, 0, "exit"))
+	insns.Append(asm.Note(asm.MapDelete("seen", fpTgid), "the process is gone: forget it (not seen: nothing to tell)"))
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "exit"))
+	if len(cfg.Labels) > 0 || cfg.Context {
+		insns.Append(asm.MapDelete("labels", fpTgid))
+	}
+	insns.Append(notify(EventExit))
+	insns.Append(asm.Return("exit", 0))
 	return insns.Instructions
 }
 
