@@ -62,6 +62,12 @@ func context(cfg Config) bpf.Instructions {
 	ctx := int32(keyBase + cfg.KeySize())
 	rec := int16(ctx + ContextOTel)
 	var insns asm.Seq
+	// Most processes publish neither: their samples skip the clearing
+	// read of address 0, a fault taken on every sample.
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, int16(LabelLocSize*n), bpf.Word).WithSource(bpf.Comment("neither in this process: no context, no id")))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.R7, int16(LabelLocSize*(n+1)), bpf.Word))
+	insns.Add(bpf.Or.Reg(bpf.R1, bpf.R2))
+	insns.Add(bpf.JEq.Imm(bpf.R1, 0, "context_done"))
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("the context: zeroed (a read of address 0 fails and clears it)")))
 	insns.Add(bpf.Add.Imm(bpf.R1, ctx))
 	insns.Add(bpf.Mov.Imm(bpf.R2, ContextSize))
