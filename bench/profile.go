@@ -49,6 +49,19 @@ func profileSuite() error {
 		sampler{name: "profile --unwind=fp", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=fp"}},
 		sampler{name: "profile --unwind=eh", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=eh"}},
 	)
+	// The fixture's thread-locals as labels: integers and char arrays in
+	// turn (tk_bench_n0, tk_bench_s0, tk_bench_n1, ...).
+	for _, n := range benchLabels {
+		cmd := []string{*bin + "/profile", "-F", "99", "--unwind=eh"}
+		for i := 0; i < n; i++ {
+			if i%2 == 0 {
+				cmd = append(cmd, "--label", fmt.Sprintf("n%d=tls:tk_bench_n%d:int", i/2, i/2))
+			} else {
+				cmd = append(cmd, "--label", fmt.Sprintf("s%d=tls:tk_bench_s%d:chars", i/2, i/2))
+			}
+		}
+		samplers = append(samplers, sampler{name: fmt.Sprintf("profile --unwind=eh, %d --label", n), cmd: cmd})
+	}
 	data := filepath.Join(os.TempDir(), "bench-perf.data")
 	defer os.Remove(data)
 	if p, err := exec.LookPath("perf"); err == nil {
@@ -78,6 +91,7 @@ func profileSuite() error {
 	if last := len(samplers) - 1; strings.HasPrefix(samplers[last].name, "perf") {
 		perfCPU = medianOf(res[last], func(p profileRun) float64 { return float64(p.cpu+p.bpf) / 1e6 })
 	}
+	perSampleNs := map[string]float64{}
 	for k, s := range samplers {
 		perSample := medianOf(res[k], func(p profileRun) float64 {
 			if p.runs == 0 {
@@ -85,6 +99,7 @@ func profileSuite() error {
 			}
 			return float64(p.bpf) / float64(p.runs)
 		})
+		perSampleNs[s.name] = perSample
 		whole := medianOf(res[k], func(p profileRun) float64 { return float64(p.cpu+p.bpf) / 1e6 })
 		ratio := "-"
 		if perfCPU > 0 {
@@ -96,7 +111,32 @@ func profileSuite() error {
 		}
 		fmt.Printf("| %s | %s | %.1f | %s |\n", s.name, ns, whole, ratio)
 	}
+	labelCost(perSampleNs)
 	return tablesCost()
+}
+
+// benchLabels are the label counts the profile suite samples with.
+var benchLabels = []int{1, 4, 8}
+
+// labelCost prints what the labels add to a sample, from the suite's
+// medians (ns: BPF ns per sample by sampler name): 0 labels is
+// --unwind=eh alone.
+func labelCost(ns map[string]float64) {
+	none := ns["profile --unwind=eh"]
+	if none == 0 {
+		return
+	}
+	fmt.Println()
+	fmt.Println("| labels (thread-locals, --unwind=eh) | BPF ns per sample | ns per label | vs none |")
+	fmt.Println("| ---: | ---: | ---: | ---: |")
+	fmt.Printf("| 0 | %.0f | - | 1.00x |\n", none)
+	for _, n := range benchLabels {
+		with := ns[fmt.Sprintf("profile --unwind=eh, %d --label", n)]
+		if with == 0 {
+			continue
+		}
+		fmt.Printf("| %d | %.0f | %.0f | %.2fx |\n", n, with, (with-none)/float64(n), with/none)
+	}
 }
 
 func medianOf(runs []profileRun, f func(profileRun) float64) float64 {
