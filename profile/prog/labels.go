@@ -3,6 +3,7 @@ package prog
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	bpf "github.com/cilium/ebpf/asm"
 
@@ -131,7 +132,7 @@ func labels(cfg Config) bpf.Instructions {
 	insns.Append(asm.Note(asm.MapLookup("labels", fpTgid), "user context: r7 = where this process keeps the labels (none yet: unset)"))
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "labels_done"))
 	insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R0))
-	insns.Append(currentU64(cfg, cfg.ThreadPointer, fpTP, fmt.Sprintf("the thread pointer: *(current + %d), 0 when unreadable", cfg.ThreadPointer)))
+	insns.Append(threadPointer(cfg))
 	for i, l := range cfg.Labels {
 		p := fmt.Sprintf("label%d", i)
 		loc := int16(LabelLocSize * i)
@@ -179,6 +180,21 @@ func labels(cfg Config) bpf.Instructions {
 		insns.Append(context(cfg))
 	}
 	insns.Add(asm.Nop().WithSymbol("labels_done"))
+	return insns.Instructions
+}
+
+// threadPointer stores the sampled thread's thread pointer at fpTP: a
+// load from the BTF task (bpf_get_current_task_btf, 5.11+; with TaskRegs,
+// 5.15+), else a bpf_probe_read_kernel of the task (0 when unreadable):
+// one helper call less on every sample.
+func threadPointer(cfg Config) bpf.Instructions {
+	if !cfg.TaskRegs || cfg.ThreadPointer > math.MaxInt16 {
+		return currentU64(cfg, cfg.ThreadPointer, fpTP, fmt.Sprintf("the thread pointer: *(current + %d), 0 when unreadable", cfg.ThreadPointer))
+	}
+	var insns asm.Seq
+	insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSource(bpf.Comment(fmt.Sprintf("the thread pointer: current->(+%d), a load from the BTF task", cfg.ThreadPointer))))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, int16(cfg.ThreadPointer), bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpTP, bpf.R1, bpf.DWord))
 	return insns.Instructions
 }
 

@@ -2,6 +2,7 @@ package prog
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/kernel"
 )
 
@@ -111,6 +113,20 @@ func TestProgramsLoad(t *testing.T) {
 			if cfg.LazyHashes {
 				delete(v, name) // before 6.1: preallocated hashes only, which is what runs here
 			}
+		}
+	}
+	// With TaskRegs the thread pointer is a load from the BTF task, which
+	// the verifier allows only at a member: this kernel's, not the
+	// goldens' offset.
+	path := map[string]string{"amd64": "thread.fsbase", "arm64": "thread.uw.tp_value"}[runtime.GOARCH]
+	tp, err := kbtf.MemberPathOffset("task_struct", path)
+	if err != nil {
+		t.Fatalf("the thread pointer's place in task_struct (%s): %v", path, err)
+	}
+	for name, cfg := range v {
+		if cfg.ThreadPointer != 0 {
+			cfg.ThreadPointer = tp
+			v[name] = cfg
 		}
 	}
 	loadtest.Variants(t, v, Collection)
