@@ -2,6 +2,7 @@ package profile
 
 import (
 	"bufio"
+	"debug/elf"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -1204,4 +1205,105 @@ func checkLabelSVG(t *testing.T, svg string, r report, name, value, other string
 	if !titles[label] {
 		t.Errorf("--svg-label %s=%s: no frame titled %q", name, value, label)
 	}
+}
+
+// C++ overloads and a template instance are frames of their own, named
+// with their parameters as perf names them (--no-params: as BCC does,
+// one frame f); the pprof file has them as two functions, and mappings:
+// go tool pprof -raw lists the fixture's file with its build id.
+func TestOverloads(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "overload")
+	full := []string{"f(int)", "f(double)", "void tmpl<int>(int)"}
+	pb := filepath.Join(t.TempDir(), "cpu.pb.gz")
+	for _, c := range []struct {
+		args  []string
+		names []string
+	}{
+		{[]string{"--pprof", pb}, full},
+		{[]string{"--no-params"}, []string{"f", "f", "tmpl"}},
+	} {
+		r := profileJSON(t, append(c.args, "-F", "199", "-c", fx+" 400")...)
+		leaves := map[string]uint64{}
+		var total uint64
+		for _, st := range r.Stacks {
+			if st.Comm != "overload" {
+				continue
+			}
+			total += st.Count
+			for _, f := range st.User {
+				if slices.Contains(c.names, f) {
+					leaves[f] += st.Count
+					break
+				}
+			}
+		}
+		t.Logf("%v: %v of %d samples", c.args, leaves, total)
+		for _, name := range c.names {
+			// Each spins a third of the run: well over a sixth of the
+			// samples whatever the emulation's start-up costs.
+			if want := total / 6; leaves[name] < want || total < 60 {
+				t.Errorf("%v: %d samples under %s of %d, want at least %d", c.args, leaves[name], name, total, want)
+			}
+		}
+		for _, other := range full {
+			if !slices.Contains(c.names, other) && leaves[other] != 0 {
+				t.Errorf("%v: %s named", c.args, other)
+			}
+		}
+	}
+	p := readPprof(t, pb)
+	ids := map[string]uint64{}
+	for _, f := range p.Function {
+		if slices.Contains(full, f.Name) {
+			ids[f.Name] = f.ID
+		}
+	}
+	if len(ids) != 3 || ids["f(int)"] == ids["f(double)"] {
+		t.Errorf("the pprof functions of the overloads: %v, want three apart", ids)
+	}
+	want := fmt.Sprintf("%x", elfBuildID(t, fx))
+	var found bool
+	for _, m := range p.Mapping {
+		if m.File == fx {
+			found = true
+			if m.BuildID != want {
+				t.Errorf("mapping of %s: build id %q, want %q", fx, m.BuildID, want)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no mapping of %s in the pprof file: %v", fx, p.Mapping)
+	}
+	for _, s := range p.Sample {
+		for _, l := range s.Location {
+			if slices.Contains(full, l.Line[0].Function.Name) && (l.Mapping == nil || l.Mapping.File != fx || l.Address < l.Mapping.Start || l.Address >= l.Mapping.Limit) {
+				t.Fatalf("location of %s: address 0x%x, mapping %v", l.Line[0].Function.Name, l.Address, l.Mapping)
+			}
+		}
+	}
+	if goBin, err := exec.LookPath("go"); err == nil {
+		raw, err := exec.Command(goBin, "tool", "pprof", "-raw", pb).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go tool pprof -raw: %v\n%s", err, raw)
+		}
+		if !strings.Contains(string(raw), fx) || !strings.Contains(string(raw), want) || strings.Contains(string(raw), "Main binary filename not available") {
+			t.Errorf("go tool pprof -raw lists no mapping of %s (build id %s):\n%s", fx, want, raw)
+		}
+	}
+}
+
+// elfBuildID is the build id of the ELF file at path.
+func elfBuildID(t *testing.T, path string) []byte {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	id := buildID(f)
+	if len(id) == 0 {
+		t.Fatalf("%s has no build id", path)
+	}
+	return id
 }

@@ -22,6 +22,7 @@ type options struct {
 	SVGLabels []string `long:"svg-label" value-name:"NAME=VALUE" description:"Draw --svg from the stacks that carry this label value only (repeatable: all must hold), e.g. ep=/alpha or http.route=/beta, the value as the report prints it, unquoted. Without it the graph splits each process by its labels, as --folded does"`
 	Pprof     string   `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
 	Budget    int      `long:"table-mib" value-name:"MIB" default:"8" description:"Kernel memory for unwind tables, in MiB, 1 to 512 (8 bytes a row: python3.11 with libc and the loader takes 0.8)"`
+	NoParams  bool     `long:"no-params" description:"Name C++ and Rust functions without their parameters and template arguments, as BCC does (std::vector::push_back), not as perf does (std::vector<int, std::allocator<int> >::push_back(int const&)): overloads then share one frame"`
 	Idle      bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
 	Labels    []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *), chars (a char array), or strobemeta's strobe-int, strobe-str, strobe-map. See below"`
 	NoContext bool     `long:"no-context" description:"Do not read the context processes publish for profilers (the OpenTelemetry thread context, custom labels: see below)"`
@@ -37,7 +38,9 @@ the user stack and counts them by (pid, kernel stack, user stack) in a BPF
 hash, keyed by the addresses themselves. User space names the frames when it
 prints a report: kallsyms; the .symtab and .dynsym of each mapped file, and
 its separate debug file by build id under /usr/lib/debug/.build-id (Debian's
--dbg packages); C++ and Rust names demangled.
+-dbg packages); C++ and Rust names demangled as perf prints them, with their
+parameters and template arguments (f(int) and f(double) are two frames;
+--no-params: f).
 
 User stacks. Most distribution binaries (python3.11, libc) are built without
 frame pointers: a frame-pointer walk (bpftrace's ustack, BCC's profile) stops

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"compress/gzip"
+	"fmt"
 	"io"
 	"time"
 )
@@ -15,6 +16,7 @@ import (
 const (
 	profSampleType    = 1
 	profSample        = 2
+	profMapping       = 3
 	profLocation      = 4
 	profFunction      = 5
 	profStringTable   = 6
@@ -34,9 +36,19 @@ const (
 	labelStr = 2
 	labelNum = 3
 
-	locationID   = 1
-	locationLine = 4
-	lineFunction = 1
+	mappingID           = 1
+	mappingStart        = 2
+	mappingLimit        = 3
+	mappingOffset       = 4
+	mappingFilename     = 5
+	mappingBuildID      = 6
+	mappingHasFunctions = 7
+
+	locationID      = 1
+	locationMapping = 2
+	locationAddress = 3
+	locationLine    = 4
+	lineFunction    = 1
 
 	functionID         = 1
 	functionName       = 2
@@ -56,7 +68,10 @@ func (m *pb) varint(v uint64) {
 
 func (m *pb) tag(field, wire int) { m.varint(uint64(field)<<3 | uint64(wire)) }
 
-// int64 writes a varint field; proto3 leaves zeros out.
+// int64 writes a varint field; proto3 leaves zeros out. Not inlined, nor
+// bytes: the profile writes dozens of fields, each a loop when inlined.
+//
+//go:noinline
 func (m *pb) int64(field int, v int64) {
 	if v != 0 {
 		m.tag(field, 0)
@@ -64,6 +79,7 @@ func (m *pb) int64(field int, v int64) {
 	}
 }
 
+//go:noinline
 func (m *pb) bytes(field int, b []byte) {
 	m.tag(field, 2)
 	m.varint(uint64(len(b)))
@@ -82,8 +98,13 @@ func (m *pb) packed(field int, vs []uint64) {
 // writePprof writes the stacks as a gzipped pprof profile: one sample per
 // stack with its count and its CPU time (count / frequency) and labels
 // comm and pid, frames leaf first, kernel frames above the user ones; a
-// function and a location for each distinct frame name.
-func writePprof(w io.Writer, stacks []stack, hz int, start time.Time, d time.Duration) error {
+// function per distinct frame name. A stack with addresses (named
+// byAddress) has a location per address, in the mapping of its process
+// that holds it (file, offset, build id; ps says which), so that go tool
+// pprof -raw lists them and others can symbolize; the address is the
+// frame's as unwound (a caller's return address). Without, a location
+// per name.
+func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.Time, d time.Duration) error {
 	period := int64(time.Second) / int64(hz)
 	strs := map[string]int64{"": 0}
 	table := []string{""}
@@ -105,36 +126,109 @@ func writePprof(w io.Writer, stacks []stack, hz int, start time.Time, d time.Dur
 	}
 	valueType(profSampleType, "samples", "count")
 	valueType(profSampleType, "cpu", "nanoseconds")
-	locs := map[string]uint64{}
-	var funcs pb // the functions and locations, after the samples
-	loc := func(name string) uint64 {
-		if id, ok := locs[name]; ok {
+	var tail pb // the mappings, locations and functions, after the samples
+	funcs := map[string]uint64{}
+	function := func(name string) uint64 {
+		if id, ok := funcs[name]; ok {
 			return id
 		}
-		id := uint64(len(locs) + 1)
-		locs[name] = id
+		id := uint64(len(funcs) + 1)
+		funcs[name] = id
 		var f pb
 		f.int64(functionID, int64(id))
 		f.int64(functionName, str(name))
 		f.int64(functionSystemName, str(name))
-		funcs.bytes(profFunction, f.b)
-		var line, l pb
-		line.int64(lineFunction, int64(id))
-		l.int64(locationID, int64(id))
-		l.bytes(locationLine, line.b)
-		funcs.bytes(profLocation, l.b)
+		tail.bytes(profFunction, f.b)
 		return id
+	}
+	type mapKey struct {
+		pid   uint32
+		start uint64
+	}
+	maps := map[mapKey]uint64{}
+	mapping := func(pid uint32, pc uint64) uint64 {
+		if ps == nil {
+			return 0
+		}
+		m := ps.mappingAt(pid, pc)
+		if m == nil {
+			return 0
+		}
+		k := mapKey{pid, m.Start}
+		if id, ok := maps[k]; ok {
+			return id
+		}
+		id := uint64(len(maps) + 1)
+		maps[k] = id
+		var mp pb
+		mp.int64(mappingID, int64(id))
+		mp.int64(mappingStart, int64(m.Start))
+		mp.int64(mappingLimit, int64(m.End))
+		mp.int64(mappingOffset, int64(m.Off))
+		mp.int64(mappingFilename, str(m.Path))
+		if m.file != nil && m.file.elf != nil {
+			if b := buildID(m.file.elf); len(b) > 0 {
+				mp.int64(mappingBuildID, str(fmt.Sprintf("%x", b)))
+			}
+		}
+		mp.int64(mappingHasFunctions, 1)
+		tail.bytes(profMapping, mp.b)
+		return id
+	}
+	type locKey struct {
+		mapping, addr uint64
+		name          string
+	}
+	locs := map[locKey]uint64{}
+	loc := func(name string, mapping, addr uint64) uint64 {
+		k := locKey{mapping, addr, name}
+		if id, ok := locs[k]; ok {
+			return id
+		}
+		fn := function(name)
+		id := uint64(len(locs) + 1)
+		locs[k] = id
+		var line, l pb
+		line.int64(lineFunction, int64(fn))
+		l.int64(locationID, int64(id))
+		l.int64(locationMapping, int64(mapping))
+		l.int64(locationAddress, int64(addr))
+		l.bytes(locationLine, line.b)
+		tail.bytes(profLocation, l.b)
+		return id
+	}
+	// pprof takes the first mapping for the main binary ("File:"): the
+	// lowest one, the executable's, of the process with the most samples.
+	if ps != nil && len(stacks) > 0 {
+		var hot *stack
+		for i := range stacks {
+			if hot == nil || stacks[i].Count > hot.Count {
+				hot = &stacks[i]
+			}
+		}
+		if p := ps.procs[hot.Pid]; p != nil && len(p.maps) > 0 {
+			mapping(hot.Pid, p.maps[0].Start)
+		}
 	}
 	for _, st := range stacks {
 		var ids []uint64
-		for _, f := range st.Kernel {
-			ids = append(ids, loc(f+" [kernel]"))
+		for i, f := range st.Kernel {
+			var pc uint64
+			if i < len(st.KernelPC) {
+				pc = st.KernelPC[i]
+			}
+			ids = append(ids, loc(f+" [kernel]", 0, pc))
 		}
-		for _, f := range st.User {
-			ids = append(ids, loc(f))
+		for i, f := range st.User {
+			var m, pc uint64
+			if i < len(st.UserPC) {
+				pc = st.UserPC[i]
+				m = mapping(st.Pid, pc)
+			}
+			ids = append(ids, loc(f, m, pc))
 		}
 		if st.End != "" {
-			ids = append(ids, loc(st.End))
+			ids = append(ids, loc(st.End, 0, 0))
 		}
 		var s, comm, pid pb
 		s.packed(sampleLocationID, ids)
@@ -157,7 +251,7 @@ func writePprof(w io.Writer, stacks []stack, hz int, start time.Time, d time.Dur
 		}
 		out.bytes(profSample, s.b)
 	}
-	out.b = append(out.b, funcs.b...)
+	out.b = append(out.b, tail.b...)
 	out.int64(profTimeNanos, start.UnixNano())
 	out.int64(profDurationNanos, d.Nanoseconds())
 	valueType(profPeriodType, "cpu", "nanoseconds")

@@ -106,8 +106,10 @@ type processes struct {
 	rows, fences, lpm *ebpf.Map // nil with --unwind=fp
 	fenceCopy         []uint32  // the fences value, written whole
 	eager             bool
-	capacity          int // rows the table holds
-	next              int // its first free row, at a block's start
+	short             bool              // --no-params: names without parameters
+	names             map[string]string // demangled names by symbol
+	capacity          int               // rows the table holds
+	next              int               // its first free row, at a block's start
 	files             map[fileKey]*file
 	procs             map[uint32]*process
 	full              int      // files left out: the row table was full
@@ -631,7 +633,7 @@ func prefixes(pid uint32, start, end uint64) []lpmKey {
 }
 
 // symbolsOf lists a file's function symbols (.symtab and .dynsym) by
-// address.
+// address, their names as the file has them (symbolize demangles).
 func symbolsOf(ef *elf.File) (out []symbol) {
 	defer func() {
 		if recover() != nil {
@@ -647,7 +649,7 @@ func symbolsOf(ef *elf.File) (out []symbol) {
 			}
 			seen[s.Value] = true
 			name, _, _ := strings.Cut(s.Name, "@")
-			out = append(out, symbol{name: demangle(name), value: s.Value, size: s.Size})
+			out = append(out, symbol{name: name, value: s.Value, size: s.Size})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].value < out[j].value })
@@ -744,11 +746,25 @@ func (ps *processes) symbolize(pid uint32, addr uint64) string {
 		syms := m.file.symbols()
 		i := sort.Search(len(syms), func(i int) bool { return syms[i].value > v }) - 1
 		if i >= 0 && (v < syms[i].value+syms[i].size || syms[i].size == 0 && v == syms[i].value) {
-			return syms[i].name
+			return ps.demangled(syms[i].name)
 		}
 		return fmt.Sprintf("%s+0x%x", m.file.name, v)
 	}
 	return "[unknown]"
+}
+
+// demangled is demangle's name for a symbol, remembered: a report names
+// the same frames again and again.
+func (ps *processes) demangled(name string) string {
+	if d, ok := ps.names[name]; ok {
+		return d
+	}
+	if ps.names == nil {
+		ps.names = map[string]string{}
+	}
+	d := demangle(name, ps.short)
+	ps.names[name] = d
+	return d
 }
 
 func (ps *processes) comm(pid uint32) string {

@@ -66,14 +66,21 @@ func TestPrefixes(t *testing.T) {
 }
 
 func TestDemangle(t *testing.T) {
-	for in, want := range map[string]string{
-		"_ZN3foo3barEv":                      "foo::bar",
-		"_ZNSt6vectorIiSaIiEE9push_backERKi": "std::vector::push_back",
-		"malloc":                             "malloc",
-		"_RNvCs1234_5crate4func":             "crate::func",
+	for _, c := range []struct{ in, full, short string }{
+		{"_ZN3foo3barEv", "foo::bar()", "foo::bar"},
+		{"_Z1fi", "f(int)", "f"},
+		{"_Z1fd", "f(double)", "f"},
+		{"_Z4tmplIiEvT_", "void tmpl<int>(int)", "tmpl"},
+		{"_ZNSt6vectorIiSaIiEE9push_backERKi", "std::vector<int, std::allocator<int> >::push_back(int const&)", "std::vector::push_back"},
+		{"malloc", "malloc", "malloc"},
+		{"_RNvCs1234_5crate4func", "crate::func", "crate::func"},
+		{"_Z", "_Z", "_Z"}, // not a mangled name: as it is
 	} {
-		if got := demangle(in); got != want {
-			t.Errorf("demangle(%q) = %q, want %q", in, got, want)
+		if got := demangle(c.in, false); got != c.full {
+			t.Errorf("demangle(%q) = %q, want %q", c.in, got, c.full)
+		}
+		if got := demangle(c.in, true); got != c.short {
+			t.Errorf("demangle(%q, short) = %q, want %q", c.in, got, c.short)
 		}
 	}
 }

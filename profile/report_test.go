@@ -33,7 +33,7 @@ func TestTextAndFoldedGoldens(t *testing.T) {
 // pprof package: every sample, its count and CPU time, frames leaf first.
 func TestPprofFromStacks(t *testing.T) {
 	var b bytes.Buffer
-	if err := writePprof(&b, fixedStacks, 100, time.Unix(1700000000, 0), 2*time.Second); err != nil {
+	if err := writePprof(&b, fixedStacks, nil, 100, time.Unix(1700000000, 0), 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p, err := profile.Parse(&b)

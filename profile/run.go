@@ -193,6 +193,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return err
 	}
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
+	ps.short = o.NoParams
 	defer ps.close()
 	ps.labels, ps.labelMap, ps.context = o.labels, coll.Maps["labels"], cfg.Context
 	if cfg.Mode != prog.UnwindFP {
@@ -310,6 +311,7 @@ type reporter struct {
 	pprof  *outFile // --pprof, created at the start
 	svg    *outFile // --svg
 	counts counts.KeyedDeltas[stackKey]
+	raw    map[stackKey]uint64 // the counts as last read
 	lost   counts.Deltas
 	start  time.Time
 	// contexts: the contexts table, by id, as read so far (its entries
@@ -349,6 +351,9 @@ type stack struct {
 	Count  uint64
 	User   []string // leaf first
 	Kernel []string // leaf first
+	// UserPC and KernelPC are the addresses of the frames, when the stack
+	// is one key's (byAddress), for --pprof's locations.
+	UserPC, KernelPC []uint64
 	End    string   // why the user stack ends: "" when complete (or unknown, with frame pointers)
 	Labels []labelValue
 }
@@ -381,7 +386,8 @@ func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
 	if err := r.resolveKernel(cur); err != nil {
 		return nil, nil, 0, err
 	}
-	return r.named(r.counts.Step(cur)), r.named(cur), r.lost.Counter(total), nil
+	r.raw = cur
+	return r.named(r.counts.Step(cur), false), r.named(cur, false), r.lost.Counter(total), nil
 }
 
 // resolveKernel names the kernel addresses not named yet, in one pass over
@@ -414,10 +420,11 @@ func (r *reporter) resolveKernel(cur map[stackKey]uint64) error {
 	return nil
 }
 
-// named turns counted keys into stacks of frame names.
-func (r *reporter) named(counts map[stackKey]uint64) []stack {
-	// Keys differ by every address; stacks are reported by their names
-	// (two samples at different instructions of one function are one stack).
+// named turns counted keys into stacks of frame names. Keys differ by
+// every address; stacks are reported by their names (two samples at
+// different instructions of one function are one stack), but byAddress
+// keeps each key a stack of its own, with its addresses.
+func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 	byName := map[string]*stack{}
 	for raw, n := range counts {
 		if n == 0 {
@@ -441,6 +448,9 @@ func (r *reporter) named(counts map[stackKey]uint64) []stack {
 			st.Kernel = append(st.Kernel, "[kernel stack lost]")
 		}
 		name := fmt.Sprint(st.Pid, st.User, st.Kernel, st.End, labelsName(st.Labels))
+		if byAddress {
+			st.UserPC, st.KernelPC, name = k.User, k.Kernel, string(raw)
+		}
 		if have := byName[name]; have != nil {
 			have.Count += n
 			continue
@@ -473,7 +483,7 @@ func (r *reporter) report(now time.Time, final bool) error {
 		// The files hold the whole run, whatever the interval reports showed.
 		if r.pprof != nil {
 			if err := r.pprof.write(func(w io.Writer) error {
-				return writePprof(w, all, r.o.Frequency, r.start, now.Sub(r.start))
+				return writePprof(w, r.named(r.raw, true), r.ps, r.o.Frequency, r.start, now.Sub(r.start))
 			}); err != nil {
 				return err
 			}

@@ -17,6 +17,8 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
+# overload: C++ overloads and a template instance under their mangled names.
+"${CC:-gcc}" $cflags -fPIE -pie -o "$out/overload" "$src/overload.c"
 # tls: thread-locals and a global in phases, for --label (a PIE, its TLS
 # local-exec; pthreads), and its libraries' thread-locals, one library per
 # access model: libtkgd.so general- and local-dynamic (the traditional
