@@ -14,7 +14,7 @@ trap 'rm -rf "$stage"' EXIT
 for arch in amd64 arm64; do
   name=tracekit-$version-linux-$arch
   mkdir -p "$stage/$name"
-  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags="${TAGS:-nethttpomithttp2}" -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags="${TAGS:-nethttpomithttp2}" -gcflags="${GCFLAGS:-github.com/tracekit/tracekit/.../prog=-l}" -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit
   for t in $tools; do ln -s tracekit "$stage/$name/$t"; done
   cp README.md "$stage/$name/"
   tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="$mtime" -cf - "$name" | gzip -n -9 > "$out/$name.tar.gz"
