@@ -1307,3 +1307,33 @@ func elfBuildID(t *testing.T, path string) []byte {
 	}
 	return id
 }
+
+// A stripped Go program (-ldflags='-s -w': no .symtab) is named from its
+// .gopclntab: main.c under main.b, main.a and main.main.
+func TestGoStripped(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "gospin")
+	f, err := elf.Open(fx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Section(".symtab") != nil || f.Section(".gopclntab") == nil {
+		t.Fatalf("%s: want a stripped Go program (.gopclntab, no .symtab)", fx)
+	}
+	f.Close()
+	r := profileJSON(t, "-F", "199", "-c", fx+" 1")
+	var total, whole uint64
+	for _, st := range r.Stacks {
+		if st.Comm != "gospin" {
+			continue
+		}
+		total += st.Count
+		if i := slices.Index(st.User, "main.c"); i >= 0 && len(st.User) >= i+4 && slices.Equal(st.User[i+1:i+4], []string{"main.b", "main.a", "main.main"}) {
+			whole += st.Count
+		}
+	}
+	t.Logf("%d of gospin's %d samples in main.c <- main.b <- main.a <- main.main", whole, total)
+	if total < 100 || whole < total*3/4 {
+		t.Errorf("%d of gospin's %d samples in main.c <- main.b <- main.a <- main.main, want at least 3/4:\n%v", whole, total, r.Stacks)
+	}
+}

@@ -663,6 +663,10 @@ func (f *file) symbols() []symbol {
 	}
 	f.named = true
 	f.syms = symbolsOf(f.elf)
+	if f.elf.Section(".symtab") == nil {
+		// A stripped Go program still has its own table of functions.
+		f.syms = mergeSymbols(f.syms, goSymbols(f.elf))
+	}
 	if dbg, osf := debugFile(f.elf); dbg != nil {
 		// The separate debug file's .symtab names the local functions a
 		// stripped file lacks (libc's __libc_start_call_main).

@@ -354,8 +354,8 @@ type stack struct {
 	// UserPC and KernelPC are the addresses of the frames, when the stack
 	// is one key's (byAddress), for --pprof's locations.
 	UserPC, KernelPC []uint64
-	End    string   // why the user stack ends: "" when complete (or unknown, with frame pointers)
-	Labels []labelValue
+	End              string // why the user stack ends: "" when complete (or unknown, with frame pointers)
+	Labels           []labelValue
 }
 
 // ends names each stop reason as the report shows it.

@@ -19,6 +19,12 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
 # overload: C++ overloads and a template instance under their mangled names.
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/overload" "$src/overload.c"
+# gospin: a Go program, stripped, for the CC's architecture.
+case $("${CC:-gcc}" -dumpmachine) in
+aarch64*) goarch=arm64 ;;
+*) goarch=amd64 ;;
+esac
+(cd "$src/gospin" && CGO_ENABLED=0 GOARCH=$goarch GOFLAGS= go build -trimpath -ldflags='-s -w' -o "$(cd "$out" && pwd)/gospin" .)
 # tls: thread-locals and a global in phases, for --label (a PIE, its TLS
 # local-exec; pthreads), and its libraries' thread-locals, one library per
 # access model: libtkgd.so general- and local-dynamic (the traditional
