@@ -129,11 +129,10 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.T
 	var tail pb // the mappings, locations and functions, after the samples
 	funcs := map[string]uint64{}
 	function := func(name string) uint64 {
-		if id, ok := funcs[name]; ok {
+		id, fresh := interned(funcs, name)
+		if !fresh {
 			return id
 		}
-		id := uint64(len(funcs) + 1)
-		funcs[name] = id
 		var f pb
 		f.int64(functionID, int64(id))
 		f.int64(functionName, str(name))
@@ -154,12 +153,10 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.T
 		if m == nil {
 			return 0
 		}
-		k := mapKey{pid, m.Start}
-		if id, ok := maps[k]; ok {
+		id, fresh := interned(maps, mapKey{pid, m.Start})
+		if !fresh {
 			return id
 		}
-		id := uint64(len(maps) + 1)
-		maps[k] = id
 		var mp pb
 		mp.int64(mappingID, int64(id))
 		mp.int64(mappingStart, int64(m.Start))
@@ -181,13 +178,11 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.T
 	}
 	locs := map[locKey]uint64{}
 	loc := func(name string, mapping, addr uint64) uint64 {
-		k := locKey{mapping, addr, name}
-		if id, ok := locs[k]; ok {
+		id, fresh := interned(locs, locKey{mapping, addr, name})
+		if !fresh {
 			return id
 		}
 		fn := function(name)
-		id := uint64(len(locs) + 1)
-		locs[k] = id
 		var line, l pb
 		line.int64(lineFunction, int64(fn))
 		l.int64(locationID, int64(id))
@@ -264,4 +259,15 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.T
 		return err
 	}
 	return z.Close()
+}
+
+// interned is k's id in ids (counted from 1, in the order of first use),
+// and whether k is new there.
+func interned[K comparable](ids map[K]uint64, k K) (id uint64, fresh bool) {
+	if id, ok := ids[k]; ok {
+		return id, false
+	}
+	id = uint64(len(ids) + 1)
+	ids[k] = id
+	return id, true
 }
