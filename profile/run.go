@@ -447,9 +447,11 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 		if k.KernErr != 0 {
 			st.Kernel = append(st.Kernel, "[kernel stack lost]")
 		}
-		name := fmt.Sprint(st.Pid, st.User, st.Kernel, st.End, labelsName(st.Labels))
+		name := string(raw)
 		if byAddress {
-			st.UserPC, st.KernelPC, name = k.User, k.Kernel, string(raw)
+			st.UserPC, st.KernelPC = k.User, k.Kernel
+		} else {
+			name = fmt.Sprint(st.Pid, st.User, st.Kernel, st.End, labelsName(st.Labels))
 		}
 		if have := byName[name]; have != nil {
 			have.Count += n
@@ -713,7 +715,7 @@ func taskExit() (*prog.TaskExit, error) {
 // threadPointer is the offset of the thread pointer in task_struct, from
 // the kernel's BTF: the base of the thread-locals.
 func threadPointer() (int, error) {
-	path := map[string]string{"amd64": "thread.fsbase", "arm64": "thread.uw.tp_value"}[runtime.GOARCH]
+	path := prog.ThreadPointerMember[runtime.GOARCH]
 	if path == "" {
 		return 0, fmt.Errorf("--label tls: thread-locals are read on x86-64 and arm64 only")
 	}

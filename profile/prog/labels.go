@@ -183,6 +183,10 @@ func labels(cfg Config) bpf.Instructions {
 	return insns.Instructions
 }
 
+// ThreadPointerMember is, by GOARCH, the thread pointer's member of
+// task_struct (Config.ThreadPointer is its offset, from the kernel's BTF).
+var ThreadPointerMember = map[string]string{"amd64": "thread.fsbase", "arm64": "thread.uw.tp_value"}
+
 // threadPointer stores the sampled thread's thread pointer at fpTP: a
 // load from the BTF task (bpf_get_current_task_btf, 5.11+; with TaskRegs,
 // 5.15+), else a bpf_probe_read_kernel of the task (0 when unreadable):

@@ -132,7 +132,7 @@ type Config struct {
 	// ThreadPointer is the offset of the thread pointer in task_struct
 	// (x86-64 thread.fsbase, arm64 thread.uw.tp_value), for thread-locals.
 	Labels        []Label
-	ThreadPointer int
+	ThreadPointer int // see ThreadPointerMember
 	// Context: the OpenTelemetry thread context and custom labels are read
 	// at each sample too (see context.go).
 	Context bool

@@ -118,7 +118,7 @@ func TestProgramsLoad(t *testing.T) {
 	// With TaskRegs the thread pointer is a load from the BTF task, which
 	// the verifier allows only at a member: this kernel's, not the
 	// goldens' offset.
-	path := map[string]string{"amd64": "thread.fsbase", "arm64": "thread.uw.tp_value"}[runtime.GOARCH]
+	path := ThreadPointerMember[runtime.GOARCH]
 	tp, err := kbtf.MemberPathOffset("task_struct", path)
 	if err != nil {
 		t.Fatalf("the thread pointer's place in task_struct (%s): %v", path, err)
