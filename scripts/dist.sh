@@ -11,10 +11,12 @@ mtime=$(git log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ)
 rm -rf "$out" && mkdir -p "$out"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
+noinline=()
+for p in ${NOINLINE:?}; do noinline+=(-gcflags="$p=-l"); done
 for arch in amd64 arm64; do
   name=tracekit-$version-linux-$arch
   mkdir -p "$stage/$name"
-  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags="${TAGS:-nethttpomithttp2}" -gcflags="${GCFLAGS:-github.com/tracekit/tracekit/.../prog=-l}" -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags="${TAGS:-nethttpomithttp2}" "${noinline[@]}" -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit
   for t in $tools; do ln -s tracekit "$stage/$name/$t"; done
   cp README.md "$stage/$name/"
   tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="$mtime" -cf - "$name" | gzip -n -9 > "$out/$name.tar.gz"

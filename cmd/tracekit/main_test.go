@@ -66,12 +66,12 @@ func TestTools(t *testing.T) {
 // of a copy-one-file tool: 12 MiB, what ls -lh shows as 12M. It was 7 MB,
 // and kept a hand-written HTTP server that anyone on the network could
 // starve; net/http and client_golang (with protobuf) cost 5.2 MB and are
-// worth it. The BPF program builders are compiled without inlining, as
-// the Makefile's GCFLAGS says why.
+// worth it. It is built by make build itself, with its flags (the BPF
+// program builders without inlining: the Makefile's NOINLINE says why).
 func TestSize(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "tracekit")
-	cmd := exec.Command("go", "build", "-trimpath", "-tags=nethttpomithttp2", "-gcflags=github.com/tracekit/tracekit/.../prog=-l", "-ldflags=-s -w", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tracekit")
+	cmd := exec.Command("make", "-C", "../..", "build", "BIN="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
