@@ -1337,3 +1337,67 @@ func TestGoStripped(t *testing.T) {
 		t.Errorf("%d of gospin's %d samples in main.c <- main.b <- main.a <- main.main, want at least 3/4:\n%v", whole, total, r.Stacks)
 	}
 }
+
+// TestSignalFrames profiles programs that spend their time in a signal
+// handler (testdata/signal.c, no frame pointers): the handler's stack runs
+// through the kernel's signal frame (the trampoline __restore_rt) into
+// the code the signal interrupted, and on to the program's start. A timer
+// signal (SIGALRM, SIGPROF) interrupting b; a SIGSEGV raised by the
+// indirect jump of a PLT stub (the interrupted pc is the stub's first
+// instruction: looked up as pc-1, as a return address is, it would be
+// the entry before it). glibc's trampoline has a CFA expression, musl's no
+// unwind row at all: both are known by their code. musl's libc has no
+// unwind tables, so its stacks end at libc's start routine, one frame
+// above main.
+func TestSignalFrames(t *testing.T) {
+	privtest.Require(t)
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the in-kernel unwinder reads x86-64 frames only")
+	}
+	dir := fixtures(t)
+	for _, c := range []struct{ name, bin, mode string }{
+		{"alrm", "signal", "alrm"},
+		{"prof", "signal", "prof"},
+		{"plt", "signal", "plt"},
+		{"musl-alrm", "musl/signal", "alrm"},
+		{"musl-plt", "musl/signal", "plt"},
+		{"musl-static", "musl/signal-static", "alrm"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fx := filepath.Join(dir, c.bin)
+			haveFixture(t, fx)
+			want := []string{"hc", "hb", "on_signal", "__restore_rt", "b", "a", "main"}
+			if c.mode == "plt" {
+				want = slices.Insert(want, 4, "getppid@plt")
+			}
+			musl := strings.HasPrefix(c.bin, "musl/")
+			r := profileJSON(t, "-F", "199", "-c", fx+" "+c.mode+" 1.5")
+			var inHandler, whole uint64
+			for _, st := range r.Stacks {
+				if st.Comm != filepath.Base(c.bin) || !slices.Contains(st.User, "on_signal") {
+					continue
+				}
+				inHandler += st.Count
+				i := slices.Index(st.User, "hc")
+				if i < 0 || len(st.User) < i+len(want) || !slices.Equal(st.User[i:i+len(want)], want) {
+					continue
+				}
+				rest := st.User[i+len(want):]
+				switch {
+				case !musl && st.End == "complete" && len(rest) > 0 && rest[len(rest)-1] == "_start":
+				case musl && st.End == "[unwind error: no unwind row]" && len(rest) == 1 && (c.name != "musl-static" || rest[0] == "libc_start_main_stage2"):
+				default:
+					continue
+				}
+				whole += st.Count
+			}
+			t.Logf("%d of %d samples in the handler whole: %v", whole, inHandler, want)
+			if inHandler < 150 || float64(whole) < 0.95*float64(inHandler) {
+				t.Errorf("%d of %d samples in the handler have the whole chain, want at least 95%% of 150 or more", whole, inHandler)
+				for _, st := range r.Stacks {
+					t.Logf("%d %s %v | %v", st.Count, st.End, st.User, st.Kernel)
+				}
+			}
+		})
+	}
+}

@@ -46,6 +46,8 @@ type file struct {
 	tls          []tlsReloc            // its dynamic relocations of thread-locals
 	tlsErr       error                 // why they are not read
 	tlsRead      bool
+
+	sigreturn map[uint64]bool // addresses past every symbol: the signal return trampoline?
 }
 
 type symbol struct {
@@ -667,6 +669,7 @@ func (f *file) symbols() []symbol {
 		// A stripped Go program still has its own table of functions.
 		f.syms = mergeSymbols(f.syms, goSymbols(f.elf))
 	}
+	f.syms = mergeSymbols(f.syms, pltSymbols(f.elf))
 	if dbg, osf := debugFile(f.elf); dbg != nil {
 		// The separate debug file's .symtab names the local functions a
 		// stripped file lacks (libc's __libc_start_call_main).
@@ -752,6 +755,9 @@ func (ps *processes) symbolize(pid uint32, addr uint64) string {
 		if i >= 0 && (v < syms[i].value+syms[i].size || syms[i].size == 0 && v == syms[i].value) {
 			return ps.demangled(syms[i].name)
 		}
+		if m.file.isSigreturn(v) {
+			return "__restore_rt"
+		}
 		return fmt.Sprintf("%s+0x%x", m.file.name, v)
 	}
 	return "[unknown]"
@@ -767,6 +773,9 @@ func (ps *processes) demangled(name string) string {
 		ps.names = map[string]string{}
 	}
 	d := demangle(name, ps.short)
+	if base, ok := strings.CutSuffix(name, "@plt"); ok {
+		d = demangle(base, ps.short) + "@plt"
+	}
 	ps.names[name] = d
 	return d
 }

@@ -27,7 +27,8 @@ const (
 	stateBP   = 16
 	stateN    = 24 // frames stored so far
 	stateMiss = 32 // 1 once this walk has reported a miss
-	stateRegs = 40 // a copy of the task's user pt_regs
+	stateRA   = 40 // 1 if pc is a return address (its call is at pc-1), 0 if it is where the code was stopped
+	stateRegs = 48 // a copy of the task's user pt_regs
 	ptRegsLen = asm.AMD64Size
 
 	keyBase    = stateRegs + ptRegsLen
@@ -350,6 +351,7 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
 	insns.Add(bpf.StoreMem(bpf.R8, stateN, bpf.R1, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R8, stateMiss, bpf.R1, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R8, stateRA, bpf.R1, bpf.DWord))
 	insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("walk the user stack: tail call the unwinder")))
 	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"))
 	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
@@ -467,12 +469,14 @@ func unwindProg(cfg Config) bpf.Instructions {
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopTruncated))
 	insns.Add(bpf.Ja.Label("stop"))
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopNoRow).WithSymbol("no_row"))
-	insns.Add(bpf.Ja.Label("stop"))
+	insns.Add(bpf.Ja.Label("signal"))
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopRead).WithSymbol("read_error"))
 	insns.Add(bpf.Ja.Label("stop"))
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopTruncated).WithSymbol("truncated"))
 	insns.Add(bpf.Ja.Label("stop"))
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopEnd).WithSymbol("end"))
+	insns.Add(bpf.Ja.Label("stop"))
+	insns.Append(signalFrame(cfg))
 	insns.Add(bpf.StoreMem(bpf.R9, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"))
 	insns.Append(count("count", bpf.R9))
 	insns.Append(asm.Return("exit", 0))
@@ -499,9 +503,10 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R1))
 	insns.Add(bpf.Add.Imm(bpf.R3, 1))
 	insns.Add(bpf.StoreMem(bpf.R9, stateN, bpf.R3, bpf.DWord))
-	insns.Add(bpf.JEq.Imm(bpf.R1, 0, p+"_sampled").WithSource(bpf.Comment("a return address points past its call: look up pc-1")))
-	insns.Add(bpf.Sub.Imm(bpf.R2, 1))
-	insns.Add(bpf.StoreMem(bpf.RFP, fpLookup, bpf.R2, bpf.DWord).WithSymbol(p + "_sampled"))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateRA, bpf.Word).WithSource(bpf.Comment("a return address points past its call: look up pc-1 (callers' pcs are)")))
+	insns.Add(bpf.Sub.Reg(bpf.R2, bpf.R3))
+	insns.Add(bpf.StoreImm(bpf.R9, stateRA, 1, bpf.Word))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpLookup, bpf.R2, bpf.DWord))
 	insns.Add(bpf.StoreImm(bpf.RFP, fpLPM, 96, bpf.Word).WithSource(bpf.Comment("mappings: longest prefix of {pid, address}, big-endian")))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word))
 	insns.Add(bpf.HostTo(bpf.BE, bpf.R1, bpf.Word))
@@ -526,7 +531,8 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.RSh.Imm(bpf.R4, 10))
 	insns.Add(bpf.JNE.Imm(bpf.R3, unwind.BaseStop, p+"_rsp"))
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R4))
-	insns.Add(bpf.Ja.Label("stop"))
+	insns.Add(bpf.JEq.Imm(bpf.R1, StopEnd, "stop"))
+	insns.Add(bpf.Ja.Label("signal"))
 	insns.Add(bpf.LoadMem(bpf.R5, bpf.R9, stateSP, bpf.DWord).WithSymbol(p + "_rsp"))
 	insns.Add(bpf.JEq.Imm(bpf.R3, unwind.BaseRSP, p+"_cfa"))
 	insns.Add(bpf.JNE.Imm(bpf.R3, unwind.BaseRBP, p+"_plt"))
@@ -571,6 +577,72 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	return insns.Instructions
 }
 
+// The x86-64 sigreturn trampoline, glibc's and musl's __restore_rt alike:
+// mov $15, %rax (rt_sigreturn); syscall. Its first eight bytes as a
+// little-endian u64, and the ninth.
+const (
+	sigreturnHead = 0x0f0000000fc0c748
+	sigreturnTail = 0x05
+)
+
+// Where the interrupted code's registers are in the signal frame, from the
+// stack pointer at the trampoline (the handler has returned into it,
+// popping rt_sigframe.pretcode): the ucontext, whose uc_mcontext (after
+// uc_flags, uc_link and uc_stack: 40 bytes) is a struct sigcontext, r8 to
+// r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip.
+const (
+	sigMcontext = 40
+	sigRBP      = sigMcontext + 10*8
+	sigRSP      = sigMcontext + 15*8 // rip follows
+)
+
+// signalFrame is where a walk goes that cannot step past a frame (no row,
+// a rule it does not follow, no table: the reason in R1): if the code at
+// pc is the sigreturn trampoline, the frame is the kernel's signal frame,
+// and the walk goes on from the registers it saved (an exact pc: the
+// instruction the signal interrupted, not a return address). Else the walk
+// stops for that reason. The trampoline has no unwind row (musl), or a CFA
+// expression (glibc): only its code says what it is. Every stack that
+// ends early pays one read of nine bytes; whole ones pay nothing.
+func signalFrame(cfg Config) bpf.Instructions {
+	var insns asm.Seq
+	insns.Add(bpf.StoreMem(bpf.RFP, fpRule, bpf.R1, bpf.DWord).WithSymbol("signal").WithSource(bpf.Comment("no step past pc: is it the sigreturn trampoline (mov $15, %rax; syscall)?")))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 9))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "signal_not"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.LoadImm(bpf.R2, sigreturnHead, bpf.DWord))
+	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, "signal_not"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.Byte))
+	insns.Add(bpf.JNE.Imm(bpf.R1, sigreturnTail, "signal_not"))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord).WithSource(bpf.Comment("a signal frame: rsp and rip, then rbp, as the signal found them")))
+	insns.Add(bpf.Add.Imm(bpf.R3, sigRSP))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord))
+	insns.Add(bpf.Add.Imm(bpf.R3, sigRBP))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R9))
+	insns.Add(bpf.Add.Imm(bpf.R1, stateBP))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
+	insns.Add(bpf.StoreImm(bpf.R9, stateRA, 0, bpf.Word))
+	insns.Add(bpf.Ja.Label("next"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRule, bpf.DWord).WithSymbol("signal_not"))
+	insns.Add(bpf.Ja.Label("stop"))
+	return insns.Instructions
+}
+
 // miss handles an address in no loaded table: tell user space, once per
 // walk, which loads the table of the file there (or learns that no file is
 // there: JIT code); then stop (eh) or step by the frame pointer (auto).
@@ -583,7 +655,7 @@ func miss(cfg Config, p, next string) bpf.Instructions {
 	insns.Append(notify(EventMiss))
 	if cfg.Mode == UnwindEH {
 		insns.Add(bpf.Mov.Imm(bpf.R1, StopNoTable).WithSymbol(p + "_fp"))
-		insns.Add(bpf.Ja.Label("stop"))
+		insns.Add(bpf.Ja.Label("signal"))
 		return insns.Instructions
 	}
 	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSymbol(p + "_fp").WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp")))

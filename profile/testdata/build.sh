@@ -19,6 +19,8 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
 # overload: C++ overloads and a template instance under their mangled names.
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/overload" "$src/overload.c"
+# signal: time spent in signal handlers (timers, and a fault in a PLT stub).
+"${CC:-gcc}" $cflags -fPIE -pie -o "$out/signal" "$src/signal.c"
 # gospin: a Go program, stripped, for the CC's architecture.
 case $("${CC:-gcc}" -dumpmachine) in
 aarch64*) goarch=arm64 ;;
@@ -50,6 +52,8 @@ tls "${CC:-gcc}" "$out"
 if [ "$(uname -m)" = x86_64 ] && [[ $("${CC:-gcc}" -dumpmachine) == x86_64* ]]; then
   tls musl-gcc "$out/musl"
   musl-gcc -O2 -static -pthread -DNOLIB -o "$out/musl/tls-static" "$src/tls.c"
+  musl-gcc $cflags -o "$out/musl/signal" "$src/signal.c"
+  musl-gcc $cflags -static -o "$out/musl/signal-static" "$src/signal.c"
 fi
 # The context processes publish for profilers, written by the public
 # layouts: otelctx (the OpenTelemetry thread context, exported by the
