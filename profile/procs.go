@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -65,7 +66,8 @@ type procMapping struct {
 type process struct {
 	comm     string
 	maps     []procMapping
-	prefixes []lpmKey // in the mappings trie
+	anon     []mapping // executable mappings of no file (JIT code)
+	prefixes []lpmKey  // in the mappings trie
 	scanned  time.Time
 	every    time.Duration // the least time to the next rescan
 	gone     bool
@@ -109,6 +111,7 @@ type processes struct {
 	fenceCopy         []uint32  // the fences value, written whole
 	eager             bool
 	short             bool              // --no-params: names without parameters
+	mode              string            // the unwind mode (prog.Unwind*)
 	names             map[string]string // demangled names by symbol
 	capacity          int               // rows the table holds
 	next              int               // its first free row, at a block's start
@@ -195,7 +198,11 @@ func (ps *processes) scan(pid uint32, force bool) {
 		p.comm = strings.TrimSpace(string(b))
 	}
 	var found []procMapping
+	var anon []mapping
 	for _, m := range maps {
+		if m.Exec() && (m.Path == "" || strings.HasPrefix(m.Path, "[anon")) {
+			anon = append(anon, m)
+		}
 		if !m.Exec() || m.Path == "" || strings.HasPrefix(m.Path, "[") && m.Path != "[vdso]" {
 			continue
 		}
@@ -213,7 +220,7 @@ func (ps *processes) scan(pid uint32, force bool) {
 	if len(found) == 0 && p.maps != nil {
 		return // an exec in progress, or a zombie: keep what we had
 	}
-	if !force && sameMappings(p.maps, found) {
+	if !force && sameMappings(p.maps, found) && slices.Equal(p.anon, anon) {
 		// Labels waiting for the loader are looked for at every tick for
 		// a second, then as the backoff allows (symbols not mapped yet:
 		// in the processes asked for only, not in every process of the
@@ -235,7 +242,7 @@ func (ps *processes) scan(pid uint32, force bool) {
 		return
 	}
 	p.every = rescanFirst
-	p.maps = found
+	p.maps, p.anon = found, anon
 	if ps.labelMap != nil {
 		ps.placeLabels(pid, p)
 	}
@@ -592,17 +599,28 @@ func (ps *processes) store(rows []unwind.Entry) error {
 func (ps *processes) point(pid uint32, p *process) {
 	var keep []lpmKey
 	kept := map[lpmKey]bool{}
-	for _, m := range p.maps {
-		if m.file.first < 0 || m.End-m.bias > 1<<32 || m.Start < m.bias {
-			continue
-		}
-		v := lpmValue{First: uint32(m.file.first), Count: uint32(m.file.rows), Bias: m.bias}
-		for _, k := range prefixes(pid, m.Start, m.End) {
+	add := func(start, end uint64, v lpmValue) {
+		for _, k := range prefixes(pid, start, end) {
 			if ps.lpm.Put(k, v) == nil {
 				keep = append(keep, k)
 				kept[k] = true
 			}
 		}
+	}
+	for _, m := range p.maps {
+		f := m.file
+		switch {
+		case f.first >= 0 && m.End-m.bias <= 1<<32 && m.Start >= m.bias:
+			add(m.Start, m.End, lpmValue{First: uint32(f.first), Count: uint32(f.rows), Bias: m.bias})
+		case f.tried && f.first < 0 && f.err != nil:
+			// Known to have no table: no rows (Count 0), so that the
+			// unwinder does not defer its samples to user space.
+			add(m.Start, m.End, lpmValue{})
+		}
+		// Else not read yet: its samples are deferred until it is.
+	}
+	for _, m := range p.anon {
+		add(m.Start, m.End, lpmValue{}) // JIT code: no rows
 	}
 	for _, k := range p.prefixes {
 		if !kept[k] {

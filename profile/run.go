@@ -98,6 +98,7 @@ type decodedKey struct {
 	Pid     uint32
 	Stop    uint8
 	KernErr uint8
+	FP      bool     // a frame was stepped by its frame pointer (auto)
 	Kernel  []uint64 // leaf first, up to the first 0
 	User    []uint64
 }
@@ -105,7 +106,7 @@ type decodedKey struct {
 func (k stackKey) decode(cfg prog.Config) decodedKey {
 	kernelDepth := cfg.KernelDepth
 	b := []byte(k)
-	d := decodedKey{Pid: binary.LittleEndian.Uint32(b), Stop: b[4], KernErr: b[5]}
+	d := decodedKey{Pid: binary.LittleEndian.Uint32(b), Stop: b[4], KernErr: b[5], FP: b[7] != 0}
 	frames := func(b []byte) []uint64 {
 		var out []uint64
 		for i := 0; i+8 <= len(b); i += 8 {
@@ -179,6 +180,13 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			fmt.Fprintf(s.Stderr, "profile: samples taken in the kernel will have no user stack: %v\n", err)
 		}
 	}
+	if cfg.Mode != prog.UnwindFP {
+		mm, err1 := kbtf.MemberOffset("task_struct", "mm")
+		start, err2 := kbtf.MemberOffset("mm_struct", "start_stack")
+		if err1 == nil && err2 == nil {
+			cfg.StartStack = &prog.TaskStartStack{MM: mm, StartStack: start}
+		}
+	}
 	if exit, err := taskExit(); err == nil {
 		cfg.Exit = exit
 	} else if len(cfg.Labels) > 0 || cfg.Context {
@@ -193,7 +201,8 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return err
 	}
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
-	ps.short = o.NoParams
+	ps.short, ps.mode = o.NoParams, cfg.Mode
+	deferred := newDeferrer(cfg)
 	defer ps.close()
 	ps.labels, ps.labelMap, ps.context = o.labels, coll.Maps["labels"], cfg.Context
 	if cfg.Mode != prog.UnwindFP {
@@ -225,7 +234,8 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			return err
 		}
 	}
-	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8, perfevent.WakeEach)
+	// Deferred samples are 10 KiB records: 32 pages a CPU hold a dozen.
+	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 32, perfevent.WakeEach)
 	if err != nil {
 		return err
 	}
@@ -234,14 +244,14 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		if len(smp.Raw) < 16 {
 			return
 		}
-		pid, kind, addr := binary.LittleEndian.Uint32(smp.Raw), binary.LittleEndian.Uint32(smp.Raw[4:]), binary.LittleEndian.Uint64(smp.Raw[8:])
+		pid, kind := binary.LittleEndian.Uint32(smp.Raw), binary.LittleEndian.Uint32(smp.Raw[4:])
 		switch kind {
 		case prog.EventNew:
 			ps.announced(pid)
 		case prog.EventExit:
 			ps.exited(pid)
-		case prog.EventMiss:
-			ps.miss(pid, addr)
+		case prog.EventStack:
+			deferred.add(ps, smp.Raw)
 		}
 	}
 	// New processes wake the reader at once (WakeEach); the tick refreshes
@@ -252,6 +262,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		rings.Read(handle)
 		ps.collect()
 		ps.refresh()
+		deferred.resolve(ps, false)
 		return nil
 	}, s.Stop)
 	if err != nil {
@@ -274,7 +285,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	s.OnDetach("", clock.Close)
 
-	r := &reporter{s: s, o: o, coll: coll, ps: ps, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
+	r := &reporter{s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
 	// The output files are created now: a path that cannot be written is
 	// an error before the run, not after it.
 	for _, out := range []struct {
@@ -296,24 +307,26 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		mu.Lock()
 		defer mu.Unlock()
 		rings.Read(handle)
+		deferred.resolve(ps, final)
 		return r.report(time.Now(), final)
 	})
 }
 
 type reporter struct {
-	s      *run.Session
-	o      *options
-	coll   *ebpf.Collection
-	ps     *processes
-	kernel map[uint64]string // kernel function names, resolved at report time
-	cfg    prog.Config       // the key's layout
-	warned bool
-	pprof  *outFile // --pprof, created at the start
-	svg    *outFile // --svg
-	counts counts.KeyedDeltas[stackKey]
-	raw    map[stackKey]uint64 // the counts as last read
-	lost   counts.Deltas
-	start  time.Time
+	s        *run.Session
+	o        *options
+	coll     *ebpf.Collection
+	ps       *processes
+	deferred *deferrer         // the samples unwound in user space
+	kernel   map[uint64]string // kernel function names, resolved at report time
+	cfg      prog.Config       // the key's layout
+	warned   bool
+	pprof    *outFile // --pprof, created at the start
+	svg      *outFile // --svg
+	counts   counts.KeyedDeltas[stackKey]
+	raw      map[stackKey]uint64 // the counts as last read
+	lost     counts.Deltas
+	start    time.Time
 	// contexts: the contexts table, by id, as read so far (its entries
 	// are never deleted: an id names one context for the whole run).
 	contexts map[uint64][]byte
@@ -379,6 +392,9 @@ func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
 	if err := it.Err(); err != nil {
 		return nil, nil, 0, fmt.Errorf("read stack counts: %w", err)
 	}
+	for k, n := range r.deferred.counts {
+		cur[k] += n
+	}
 	total, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
 	if err != nil {
 		return nil, nil, 0, err
@@ -431,7 +447,11 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 			continue
 		}
 		k := raw.decode(r.cfg)
-		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: ends[int32(k.Stop)],
+		end := ends[int32(k.Stop)]
+		if end == "" && k.FP {
+			end = "[frame pointers]" // whole, if the frame pointers were what they seemed
+		}
+		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: end,
 			Labels: append(decodeLabels(r.o.labels, r.cfg, []byte(raw)), r.contextLabels(k.Pid, []byte(raw))...)}
 		for _, pc := range k.User {
 			st.User = append(st.User, r.ps.symbolize(k.Pid, pc))
@@ -663,6 +683,9 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		st := stacks[i]
 		out.Samples += st.Count
 		end := st.End
+		if end == "[frame pointers]" {
+			end = "frame pointers"
+		}
 		if end == "" {
 			end = "complete"
 			if r.o.Unwind == prog.UnwindFP {

@@ -26,16 +26,24 @@ const (
 	stateSP   = 8
 	stateBP   = 16
 	stateN    = 24 // frames stored so far
-	stateMiss = 32 // 1 once this walk has reported a miss
-	stateRA   = 40 // 1 if pc is a return address (its call is at pc-1), 0 if it is where the code was stopped
-	stateRegs = 48 // a copy of the task's user pt_regs
+	stateRA   = 32 // u32: 1 if pc is a return address (its call is at pc-1), 0 if it is where the code was stopped
+	stateRegs = 40 // a copy of the task's user pt_regs
 	ptRegsLen = asm.AMD64Size
 
 	keyBase    = stateRegs + ptRegsLen
 	keyPid     = keyBase     // u32 tgid
 	keyStop    = keyBase + 4 // u8: why the user stack ends (see stop*)
 	keyKernErr = keyBase + 5 // u8: 1 if the kernel stack could not be read
+	keyFP      = keyBase + 7 // u8: 1 if a frame was stepped by its frame pointer (auto)
 	keyKernel  = keyBase + 8
+
+	// A deferred sample (see deferred): the header, over the end of the
+	// pt_regs copy (read before the walk), then the key, the context, and
+	// the copy of the user stack, sent to user space as one record.
+	deferHeader = keyBase - DeferHeaderSize
+	// StackCopy is the most user stack a deferred sample copies, as
+	// perf's default dump (8 KiB).
+	StackCopy = 8192
 
 	// The depths where the kernel allows big hash keys, and where not.
 	KernelFrames      = 64  // kernel frames kept (perf_event stacks rarely pass 40)
@@ -89,8 +97,16 @@ const (
 	fpRecord  = -192 // 32 bytes: a context record's header, or a custom label (labels)
 	fpCtxID   = -200 // u64: a context's id (labels)
 	EventNew  = 1    // a process seen for the first time
-	EventMiss = 2    // an address in no loaded table: user space loads the file there
 	EventExit = 3    // a process seen before exited: its pid may come again, another process
+	// EventStack is a deferred sample: an address in no file whose table
+	// (or lack of one) the unwinder knows yet, typically a process's first
+	// milliseconds. Its record is the header {u32 tgid; u32 kind; u64
+	// lookup, pc, sp, bp, len}, the key as far as the kernel walked it (its
+	// last user frame the pc), the context (Config.Context), and len bytes
+	// of the user stack from sp (StackCopy bytes sent): user space unwinds
+	// it once the file's table is read, and counts it.
+	EventStack      = 4
+	DeferHeaderSize = 48
 )
 
 // Map sizes.
@@ -140,7 +156,16 @@ type Config struct {
 	// Exit, when known, places task_struct.signal and signal_struct.live:
 	// a process's last exiting thread forgets it (see exitProg).
 	Exit *TaskExit
+	// StartStack, when known, places task_struct.mm and
+	// mm_struct.start_stack: a deferred sample of a process's first thread
+	// copies its stack up to where it started, no more (the strings and
+	// the auxiliary vector above it can make a fixed size unreadable).
+	StartStack *TaskStartStack
 }
+
+// TaskStartStack is where the kernel keeps a process's initial stack
+// pointer: the offsets of task_struct.mm and mm_struct.start_stack.
+type TaskStartStack struct{ MM, StartStack int }
 
 // TaskExit is where the kernel counts a process's live threads: the
 // offsets of task_struct.signal and of signal_struct.live.
@@ -163,11 +188,21 @@ func (c Config) keyUser() int { return keyKernel + 8*c.KernelDepth }
 // bits, the frames, then the labels.
 func (c Config) KeySize() int { return 8 + 8*(c.KernelDepth+c.UserDepth) + c.labelsSize() }
 func (c Config) scratchSize() int {
+	n := keyBase + c.KeySize()
 	if c.Context {
-		return keyBase + c.KeySize() + ContextSize // the context read, after the key
+		n += ContextSize // the context read, after the key
 	}
-	return keyBase + c.KeySize()
+	if c.Mode != UnwindFP {
+		n += StackCopy // a deferred sample's stack
+	}
+	return n
 }
+
+// stackOff is where a deferred sample's copy of the stack is in the scratch value.
+func (c Config) stackOff() int { return c.scratchSize() - StackCopy }
+
+// DeferredSize is the size of a deferred sample's record.
+func (c Config) DeferredSize() int { return c.scratchSize() - deferHeader }
 
 // Collection builds the sampling program (and, unwinding by tables, the
 // unwinder it tail-calls) with the maps they share.
@@ -350,8 +385,7 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns.Add(bpf.StoreMem(bpf.R8, stateBP, bpf.R3, bpf.DWord))
 	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
 	insns.Add(bpf.StoreMem(bpf.R8, stateN, bpf.R1, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.R8, stateMiss, bpf.R1, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.R8, stateRA, bpf.R1, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R8, stateRA, bpf.R1, bpf.Word))
 	insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("walk the user stack: tail call the unwinder")))
 	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"))
 	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
@@ -388,19 +422,14 @@ func loadRegs(from bpf.Register) bpf.Instructions {
 	}
 }
 
-// notify sends {tgid, kind, address} to user space (the context at fpCtx,
-// the tgid at fpTgid, the address at fpLookup for EventMiss, else 0).
-// Clobbers R0-R5.
+// notify sends {tgid, kind, 0} to user space (the context at fpCtx, the
+// tgid at fpTgid). Clobbers R0-R5.
 func notify(kind int32) bpf.Instructions {
-	addr := bpf.Instructions{bpf.Mov.Imm(bpf.R1, 0)}
-	if kind == EventMiss {
-		addr = bpf.Instructions{bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord)}
-	}
 	var insns asm.Seq
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpTgid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, %d, address}, 16)", kind))))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpTgid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, %d, 0}, 16)", kind))))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpEvent, bpf.R1, bpf.Word))
 	insns.Add(bpf.StoreImm(bpf.RFP, fpEvent+4, int64(kind), bpf.Word))
-	insns.Append(addr)
+	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpEvent+8, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord))
 	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"))
@@ -470,6 +499,8 @@ func unwindProg(cfg Config) bpf.Instructions {
 	insns.Add(bpf.Ja.Label("stop"))
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopNoRow).WithSymbol("no_row"))
 	insns.Add(bpf.Ja.Label("signal"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopNoTable).WithSymbol("no_table"))
+	insns.Add(bpf.Ja.Label("signal"))
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopRead).WithSymbol("read_error"))
 	insns.Add(bpf.Ja.Label("stop"))
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopTruncated).WithSymbol("truncated"))
@@ -477,6 +508,7 @@ func unwindProg(cfg Config) bpf.Instructions {
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopEnd).WithSymbol("end"))
 	insns.Add(bpf.Ja.Label("stop"))
 	insns.Append(signalFrame(cfg))
+	insns.Append(deferred(cfg))
 	insns.Add(bpf.StoreMem(bpf.R9, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"))
 	insns.Append(count("count", bpf.R9))
 	insns.Append(asm.Return("exit", 0))
@@ -514,12 +546,13 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.HostTo(bpf.BE, bpf.R2, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpLPM+8, bpf.R2, bpf.DWord))
 	insns.Append(asm.MapLookup("mappings", fpLPM))
-	insns.Add(bpf.JEq.Imm(bpf.R0, 0, p+"_miss"))
-	insns.Add(bpf.LoadMem(bpf.R6, bpf.RFP, fpLookup, bpf.DWord).WithSource(bpf.Comment("r6 = the address in the file; r7, r8 = its rows")))
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "deferred"))
+	insns.Add(bpf.LoadMem(bpf.R6, bpf.RFP, fpLookup, bpf.DWord).WithSource(bpf.Comment("r6 = the address in the file; r7, r8 = its rows (none: a mapping known to have no table)")))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord))
 	insns.Add(bpf.Sub.Reg(bpf.R6, bpf.R1))
 	insns.Add(bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.Word))
 	insns.Add(bpf.LoadMem(bpf.R8, bpf.R0, 4, bpf.Word))
+	insns.Add(bpf.JEq.Imm(bpf.R8, 0, p+"_notable"))
 	insns.Append(asm.RowSearch(p+"_search", "rows", "fences", int32(cfg.fences()-1), bpf.R6, bpf.R7, bpf.R8, fpSearch, "no_row"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word).WithSource(bpf.Comment("the row's address: above the target, the target is below the file's first row")))
 	insns.Add(bpf.JGT.Reg(bpf.R1, bpf.R6, "no_row"))
@@ -570,7 +603,7 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
 	insns.Add(bpf.Ja.Label(next))
-	insns.Append(miss(cfg, p, next))
+	insns.Append(noTable(cfg, p, next))
 	if !last {
 		insns.Add(asm.Nop().WithSymbol(next))
 	}
@@ -592,8 +625,8 @@ const (
 // r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip.
 const (
 	sigMcontext = 40
-	sigRBP      = sigMcontext + 10*8
-	sigRSP      = sigMcontext + 15*8 // rip follows
+	SignalRBP   = sigMcontext + 10*8
+	SignalRSP   = sigMcontext + 15*8 // rip follows
 )
 
 // signalFrame is where a walk goes that cannot step past a frame (no row,
@@ -619,14 +652,14 @@ func signalFrame(cfg Config) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.Byte))
 	insns.Add(bpf.JNE.Imm(bpf.R1, sigreturnTail, "signal_not"))
 	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord).WithSource(bpf.Comment("a signal frame: rsp and rip, then rbp, as the signal found them")))
-	insns.Add(bpf.Add.Imm(bpf.R3, sigRSP))
+	insns.Add(bpf.Add.Imm(bpf.R3, SignalRSP))
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
 	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
 	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
 	insns.Add(cfg.Readers.User.Call())
 	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
 	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord))
-	insns.Add(bpf.Add.Imm(bpf.R3, sigRBP))
+	insns.Add(bpf.Add.Imm(bpf.R3, SignalRBP))
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R9))
 	insns.Add(bpf.Add.Imm(bpf.R1, stateBP))
 	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
@@ -643,28 +676,33 @@ func signalFrame(cfg Config) bpf.Instructions {
 	return insns.Instructions
 }
 
-// miss handles an address in no loaded table: tell user space, once per
-// walk, which loads the table of the file there (or learns that no file is
-// there: JIT code); then stop (eh) or step by the frame pointer (auto).
-func miss(cfg Config, p, next string) bpf.Instructions {
+// noTable steps a frame whose mapping is known to have no table (JIT
+// code, a file without unwind information or past the table's room): eh
+// stops there; auto steps by the frame pointer where that is plausible (a
+// frame above the stack pointer, within 8 MiB of it, aligned), and marks
+// the key: frame pointers are a guess in code built without them.
+func noTable(cfg Config, p, next string) bpf.Instructions {
 	var insns asm.Seq
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateMiss, bpf.DWord).WithSymbol(p + "_miss").WithSource(bpf.Comment("no table for this address: tell user space (once per walk)")))
-	insns.Add(bpf.JNE.Imm(bpf.R1, 0, p+"_fp"))
-	insns.Add(bpf.Mov.Imm(bpf.R1, 1))
-	insns.Add(bpf.StoreMem(bpf.R9, stateMiss, bpf.R1, bpf.DWord))
-	insns.Append(notify(EventMiss))
 	if cfg.Mode == UnwindEH {
-		insns.Add(bpf.Mov.Imm(bpf.R1, StopNoTable).WithSymbol(p + "_fp"))
-		insns.Add(bpf.Ja.Label("signal"))
+		insns.Add(bpf.Ja.Label("no_table").WithSymbol(p + "_notable"))
 		return insns.Instructions
 	}
-	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSymbol(p + "_fp").WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp")))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSymbol(p + "_notable").WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp, if rbp is a plausible frame")))
 	insns.Add(bpf.JEq.Imm(bpf.R3, 0, "end"))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stateSP, bpf.DWord))
+	insns.Add(bpf.JGE.Reg(bpf.R2, bpf.R3, "no_table"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R3))
+	insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R2))
+	insns.Add(bpf.JGT.Imm(bpf.R1, MaxFrame, "no_table"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R3))
+	insns.Add(bpf.And.Imm(bpf.R1, 7))
+	insns.Add(bpf.JNE.Imm(bpf.R1, 0, "no_table"))
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
 	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
 	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
 	insns.Add(cfg.Readers.User.Call())
 	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Add(bpf.StoreImm(bpf.R9, keyFP, 1, bpf.Byte))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateBP, bpf.DWord))
 	insns.Add(bpf.Add.Imm(bpf.R1, 16))
 	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
@@ -673,6 +711,81 @@ func miss(cfg Config, p, next string) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
 	insns.Add(bpf.Ja.Label(next))
+	return insns.Instructions
+}
+
+// MaxFrame is the most a frame-pointer step may move up the stack.
+const MaxFrame = 8 << 20
+
+// deferred ends a walk that met an address in no mapping it knows (a
+// process, or a library, not read yet: the first milliseconds of a
+// process): instead of counting a stack cut short, it sends the walk's
+// state, the key so far and a copy of the top of the user stack to user
+// space (EventStack), which unwinds the rest with the same rules once the
+// file's table is read. The copy ends where the process's stack started
+// (mm->start_stack) if that is within StackCopy, else it is StackCopy
+// bytes, or 2048, or 512, the first that can be read. If the record cannot
+// be sent (the ring is full), the stack is counted as it is, with no table.
+func deferred(cfg Config) bpf.Instructions {
+	var insns asm.Seq
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word).WithSymbol("deferred").WithSource(bpf.Comment("an address in no known mapping: defer the sample to user space with a copy of the stack")))
+	insns.Add(bpf.StoreMem(bpf.R9, deferHeader, bpf.R1, bpf.Word))
+	insns.Add(bpf.StoreImm(bpf.R9, deferHeader+4, EventStack, bpf.Word))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, deferHeader+8, bpf.R1, bpf.DWord))
+	for i, off := range []int16{statePC, stateSP, stateBP} {
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, off, bpf.DWord))
+		insns.Add(bpf.StoreMem(bpf.R9, deferHeader+16+8*int16(i), bpf.R1, bpf.DWord))
+	}
+	insns.Add(bpf.Mov.Imm(bpf.R6, StackCopy))
+	if ss := cfg.StartStack; ss != nil {
+		insns.Append(currentU64(cfg, ss.MM, fpRead, fmt.Sprintf("the copy's size: up to current->mm (+%d)->start_stack (+%d), if within it", ss.MM, ss.StartStack)))
+		insns.Add(bpf.JNE.Imm(bpf.R0, 0, "deferred_copy"))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
+		insns.Add(bpf.JEq.Imm(bpf.R3, 0, "deferred_copy"))
+		insns.Add(bpf.Add.Imm(bpf.R3, int32(ss.StartStack)))
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+		insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+		insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+		insns.Add(cfg.Readers.Kernel.Call())
+		insns.Add(bpf.JNE.Imm(bpf.R0, 0, "deferred_copy"))
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+		insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stateSP, bpf.DWord))
+		insns.Add(bpf.JGE.Reg(bpf.R2, bpf.R1, "deferred_copy"))
+		insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R2))
+		insns.Add(bpf.JGT.Imm(bpf.R1, StackCopy, "deferred_copy"))
+		insns.Add(bpf.Mov.Reg(bpf.R6, bpf.R1))
+	}
+	copyStack := func(label string, size int32) {
+		if size > 0 {
+			insns.Add(bpf.Mov.Imm(bpf.R6, size).WithSymbol(label))
+			label = ""
+		}
+		first := bpf.Mov.Reg(bpf.R1, bpf.R9)
+		if label != "" {
+			first = first.WithSymbol(label)
+		}
+		insns.Add(first)
+		insns.Add(bpf.Add.Imm(bpf.R1, int32(cfg.stackOff())))
+		insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R6))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord))
+		insns.Add(cfg.Readers.User.Call())
+		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "deferred_send"))
+	}
+	copyStack("deferred_copy", 0)
+	copyStack("", 2048)
+	copyStack("", 512)
+	insns.Add(bpf.Mov.Imm(bpf.R6, 0))
+	insns.Add(bpf.StoreMem(bpf.R9, deferHeader+40, bpf.R6, bpf.DWord).WithSymbol("deferred_send"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, header, %d): not counted here", cfg.DeferredSize()))))
+	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"))
+	insns.Add(bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R4, bpf.R9))
+	insns.Add(bpf.Add.Imm(bpf.R4, deferHeader))
+	insns.Add(bpf.Mov.Imm(bpf.R5, int32(cfg.DeferredSize())))
+	insns.Add(bpf.FnPerfEventOutput.Call())
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	insns.Add(bpf.Ja.Label("no_table"))
 	return insns.Instructions
 }
 

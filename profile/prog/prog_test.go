@@ -22,16 +22,17 @@ func variants(t *testing.T) map[string]Config {
 	const kd, ud = KernelFrames, UserFrames
 	ns := &asm.PidNS{Dev: 4, Ino: 4026532417}
 	exit := &TaskExit{Signal: 8 * 342, Live: 4} // any offsets: the reads are probe-reads
+	ss := &TaskStartStack{MM: 8 * 116, StartStack: 8 * 47}
 	v := map[string]Config{
 		"fp_all":          {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"fp_idle":         {Mode: UnwindFP, Idle: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"fp_pid":          {Mode: UnwindFP, Pid: 1234, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"eh_tree":         {Mode: UnwindEH, Tree: tooltest.Tree(t, 1, nil), Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
-		"auto_all":        {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_all":        {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"auto_no_taskreg": {Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: kd, UserDepth: ud},
 		"eh_task_stack":   {Mode: UnwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
-		"auto_small_keys": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames, Exit: exit},
-		"eh_tree_ns":      {Mode: UnwindEH, Tree: tooltest.Tree(t, 2, ns), NS: ns, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
+		"auto_small_keys": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, StartStack: ss, Readers: asm.NewReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames, Exit: exit},
+		"eh_tree_ns":      {Mode: UnwindEH, Tree: tooltest.Tree(t, 2, ns), NS: ns, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
 		"auto_lazy":       {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		// One label of each kind, and the most labels, each a string.
 		"fp_labels":  {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: everyKind},
@@ -46,7 +47,7 @@ func variants(t *testing.T) map[string]Config {
 		// The OpenTelemetry thread context and custom labels, alone (the
 		// default), with labels, and on a kernel of small keys.
 		"fp_context":         {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Context: true, Exit: exit},
-		"eh_labels8_context": {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: mostLabels, Context: true},
+		"eh_labels8_context": {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: mostLabels, Context: true},
 		"auto_context_small": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames - 1, ThreadPointer: 8 * 330, Context: true, Exit: exit},
 		"auto_context_lazy":  {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Context: true},
 	}

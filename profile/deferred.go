@@ -1,0 +1,272 @@
+package profile
+
+import (
+	"encoding/binary"
+	"sort"
+	"time"
+
+	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/unwind"
+)
+
+// A deferred sample is one the in-kernel unwinder could not finish: it met
+// an address in no mapping it knew (a process, or a library, whose
+// mappings were not read yet: the first milliseconds of a process). The
+// kernel sent its walk so far and a copy of the top of the user stack
+// (prog.EventStack); the rest is unwound here, with the same rows, once
+// the file's table is read, and counted with the kernel's counts. This
+// is what perf does for every sample (--call-graph dwarf); here only for
+// the samples that need it.
+type deferredSample struct {
+	pid                uint32
+	lookup, pc, sp, bp uint64
+	stack              []byte // the copy of the stack from sp
+	key                []byte // the key as far as the kernel walked it
+	arrived            time.Time
+	n                  int // user frames in key
+	fp                 bool
+}
+
+// deferredWait is how long a deferred sample waits for the tables it
+// needs (a big file parsed in the background) before it is counted as far
+// as it goes.
+const deferredWait = 5 * time.Second
+
+// maxDeferred bounds the samples waiting (each holds its stack copy, 8
+// KiB): past it, a sample is unwound at once with the tables there are.
+const maxDeferred = 512
+
+// deferrer keeps the deferred samples until their tables are read, and the
+// counts of those unwound.
+type deferrer struct {
+	cfg     prog.Config
+	pending []*deferredSample
+	counts  map[stackKey]uint64
+}
+
+func newDeferrer(cfg prog.Config) *deferrer {
+	return &deferrer{cfg: cfg, counts: map[stackKey]uint64{}}
+}
+
+// add takes a record from the kernel: the header, the key, the context
+// and the stack copy (see prog.EventStack).
+func (d *deferrer) add(ps *processes, raw []byte) {
+	if len(raw) < d.cfg.DeferredSize() {
+		return // not a record of this run's program
+	}
+	h := raw[:prog.DeferHeaderSize]
+	s := &deferredSample{
+		pid:     binary.LittleEndian.Uint32(h),
+		lookup:  binary.LittleEndian.Uint64(h[8:]),
+		pc:      binary.LittleEndian.Uint64(h[16:]),
+		sp:      binary.LittleEndian.Uint64(h[24:]),
+		bp:      binary.LittleEndian.Uint64(h[32:]),
+		arrived: time.Now(),
+	}
+	n := min(binary.LittleEndian.Uint64(h[40:]), prog.StackCopy)
+	keySize := d.cfg.KeySize()
+	s.key = append([]byte(nil), raw[prog.DeferHeaderSize:prog.DeferHeaderSize+keySize]...)
+	stack := raw[d.cfg.DeferredSize()-prog.StackCopy : d.cfg.DeferredSize()] // perf pads the record
+	s.stack = append([]byte(nil), stack[:n]...)
+	user := 8 + 8*d.cfg.KernelDepth
+	for s.n < d.cfg.UserDepth && binary.LittleEndian.Uint64(s.key[user+8*s.n:]) != 0 {
+		s.n++
+	}
+	s.fp = s.key[7] != 0
+	ps.miss(s.pid, s.lookup) // read the process's mappings, load the file's table
+	if len(d.pending) >= maxDeferred {
+		d.finish(ps, s, true)
+		return
+	}
+	d.pending = append(d.pending, s)
+}
+
+// resolve unwinds the samples whose tables are there (all of them if
+// final, or once they waited deferredWait).
+func (d *deferrer) resolve(ps *processes, final bool) {
+	now := time.Now()
+	kept := d.pending[:0]
+	for _, s := range d.pending {
+		if !d.finish(ps, s, final || now.Sub(s.arrived) > deferredWait) {
+			kept = append(kept, s)
+		}
+	}
+	clear(d.pending[len(kept):])
+	d.pending = kept
+}
+
+// finish unwinds a sample and counts it, or (unless force) leaves it
+// waiting for a table being read.
+func (d *deferrer) finish(ps *processes, s *deferredSample, force bool) bool {
+	frames, stop, fp, wait := ps.unwindCopy(s, d.cfg.UserDepth-s.n)
+	if wait && !force {
+		return false
+	}
+	key := s.key
+	user := 8 + 8*d.cfg.KernelDepth
+	for i, pc := range frames {
+		binary.LittleEndian.PutUint64(key[user+8*(s.n+i):], pc)
+	}
+	key[4] = uint8(stop)
+	if fp || s.fp {
+		key[7] = 1
+	}
+	d.counts[stackKey(key)]++
+	return true
+}
+
+// unwindCopy walks a deferred sample's stack from where the kernel left
+// it, as the kernel does (frame in prog): the frames after the sample's
+// last one, why the walk ended, whether a frame-pointer step was taken,
+// and wait if a table it needs is still being read.
+func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, stop int32, fp, wait bool) {
+	pc, sp, bp, lookup := s.pc, s.sp, s.bp, s.lookup
+	read := func(addr uint64) (uint64, bool) {
+		if addr < s.sp || addr-s.sp > uint64(len(s.stack)) || uint64(len(s.stack))-(addr-s.sp) < 8 {
+			return 0, false
+		}
+		return binary.LittleEndian.Uint64(s.stack[addr-s.sp:]), true
+	}
+	// The kernel walks at most UserDepth frames: the sample has s.n.
+	for {
+		var next, cfa uint64
+		m := ps.mappingAt(s.pid, lookup)
+		if m == nil && !ps.jit(s.pid, lookup) {
+			// A mapping not read yet (a library the loader mapped since
+			// the last scan): rescan, as the backoff allows, and wait.
+			if p := ps.procs[s.pid]; p != nil && !p.gone {
+				ps.miss(s.pid, lookup)
+				if m = ps.mappingAt(s.pid, lookup); m == nil {
+					return frames, prog.StopNoTable, fp, true
+				}
+			}
+		}
+		var rule uint32
+		haveRule := false
+		if m != nil {
+			f := m.file
+			if f.first < 0 {
+				if !f.tried || f.err == nil {
+					return frames, prog.StopNoTable, fp, true // being read
+				}
+			} else if r, ok := ps.ruleAt(f, lookup-m.bias); ok {
+				rule, haveRule = r, true
+			} else {
+				rule, haveRule = uint32(unwind.BaseStop|unwind.StopNoRow<<10), true
+			}
+		}
+		var why int32 = prog.StopNoTable
+		if haveRule {
+			dr := unwind.Decode(rule)
+			switch dr.Base {
+			case unwind.BaseRSP:
+				cfa = sp + uint64(dr.Offset)
+			case unwind.BaseRBP:
+				cfa = bp + uint64(dr.Offset)
+			case unwind.BasePLT:
+				cfa = sp + 8
+				if pc&15 >= uint64(dr.Offset) {
+					cfa += 8
+				}
+			case unwind.BaseStop:
+				why = int32(dr.Offset)
+			}
+			if dr.Base != unwind.BaseStop {
+				ra, ok := read(cfa - 8)
+				if !ok {
+					return frames, prog.StopRead, fp, false
+				}
+				if dr.RBPSaved {
+					if bp, ok = read(cfa + uint64(dr.RBPOffset)); !ok {
+						return frames, prog.StopRead, fp, false
+					}
+				}
+				sp, next = cfa, ra
+				goto step
+			}
+			if why == prog.StopEnd {
+				return frames, prog.StopEnd, fp, false
+			}
+		} else if ps.mode == prog.UnwindAuto && bp == 0 {
+			return frames, prog.StopEnd, fp, false
+		} else if ps.mode == prog.UnwindAuto && bp > sp && bp-sp <= prog.MaxFrame && bp&7 == 0 {
+			// No table (JIT code, a file without one): the frame
+			// pointer, where it is plausible, as the kernel steps.
+			saved, ok1 := read(bp)
+			ra, ok2 := read(bp + 8)
+			if !ok1 || !ok2 {
+				return frames, prog.StopRead, fp, false
+			}
+			sp, bp, next, fp = bp+16, saved, ra, true
+			goto step
+		}
+		// No step: the signal trampoline, or the end.
+		if pm := ps.mappingAt(s.pid, pc); pm != nil && pm.file.isSigreturn(pc-pm.bias) {
+			rsp, ok1 := read(sp + prog.SignalRSP)
+			rip, ok2 := read(sp + prog.SignalRSP + 8)
+			rbp, ok3 := read(sp + prog.SignalRBP)
+			if !ok1 || !ok2 || !ok3 {
+				return frames, prog.StopRead, fp, false
+			}
+			sp, bp, pc, lookup = rsp, rbp, rip, rip
+			if len(frames) >= room {
+				return frames, prog.StopTruncated, fp, false
+			}
+			if pc == 0 {
+				return frames, prog.StopEnd, fp, false
+			}
+			frames = append(frames, pc)
+			continue
+		}
+		return frames, why, fp, false
+	step:
+		if next == 0 {
+			return frames, prog.StopEnd, fp, false
+		}
+		if len(frames) >= room {
+			return frames, prog.StopTruncated, fp, false
+		}
+		pc, lookup = next, next-1
+		frames = append(frames, pc)
+	}
+}
+
+// ruleAt is the rule of the last row at or below v among a file's rows
+// in the table: the fences say the block, the block is read from the map.
+func (ps *processes) ruleAt(f *file, v uint64) (uint32, bool) {
+	if v >= 1<<32 || f.rows == 0 {
+		return 0, false
+	}
+	first := f.first / unwind.BlockRows
+	blocks := (f.rows + unwind.BlockRows - 1) / unwind.BlockRows
+	if first+blocks > len(ps.fenceCopy) {
+		return 0, false
+	}
+	fences := ps.fenceCopy[first : first+blocks]
+	b := sort.Search(len(fences), func(i int) bool { return uint64(fences[i]) > v }) - 1
+	if b < 0 {
+		return 0, false
+	}
+	var block [unwind.BlockRows]unwind.Entry
+	if err := ps.rows.Lookup(uint32(first+b), &block); err != nil {
+		return 0, false
+	}
+	rows := block[:min(unwind.BlockRows, f.rows-b*unwind.BlockRows)]
+	i := sort.Search(len(rows), func(i int) bool { return uint64(rows[i].PC) > v }) - 1
+	if i < 0 {
+		return 0, false
+	}
+	return rows[i].Rule, true
+}
+
+// jit reports whether addr is in an executable mapping of no file.
+func (ps *processes) jit(pid uint32, addr uint64) bool {
+	if p := ps.procs[pid]; p != nil {
+		for _, m := range p.anon {
+			if addr >= m.Start && addr < m.End {
+				return true
+			}
+		}
+	}
+	return false
+}
