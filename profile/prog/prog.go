@@ -651,20 +651,10 @@ func signalFrame(cfg Config) bpf.Instructions {
 	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, "signal_not"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.Byte))
 	insns.Add(bpf.JNE.Imm(bpf.R1, sigreturnTail, "signal_not"))
-	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord).WithSource(bpf.Comment("a signal frame: rsp and rip, then rbp, as the signal found them")))
-	insns.Add(bpf.Add.Imm(bpf.R3, SignalRSP))
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
-	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
-	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
-	insns.Add(cfg.Readers.User.Call())
-	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
-	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord))
-	insns.Add(bpf.Add.Imm(bpf.R3, SignalRBP))
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R9))
-	insns.Add(bpf.Add.Imm(bpf.R1, stateBP))
-	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
-	insns.Add(cfg.Readers.User.Call())
-	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	regs := readStack(cfg, SignalRSP, bpf.RFP, fpRead, 16)
+	regs[0] = regs[0].WithSource(bpf.Comment("a signal frame: rsp and rip, then rbp, as the signal found them"))
+	insns.Append(regs)
+	insns.Append(readStack(cfg, SignalRBP, bpf.R9, stateBP, 8))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
@@ -674,6 +664,20 @@ func signalFrame(cfg Config) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRule, bpf.DWord).WithSymbol("signal_not"))
 	insns.Add(bpf.Ja.Label("stop"))
 	return insns.Instructions
+}
+
+// readStack reads size bytes of the user stack at the walk's sp + off
+// into dst + dstOff; a failed read ends the walk (read_error).
+func readStack(cfg Config, off int32, dst bpf.Register, dstOff, size int32) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord),
+		bpf.Add.Imm(bpf.R3, off),
+		bpf.Mov.Reg(bpf.R1, dst),
+		bpf.Add.Imm(bpf.R1, dstOff),
+		bpf.Mov.Imm(bpf.R2, size),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, "read_error"),
+	}
 }
 
 // noTable steps a frame whose mapping is known to have no table (JIT
