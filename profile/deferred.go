@@ -42,7 +42,12 @@ type deferrer struct {
 	cfg     prog.Config
 	pending []*deferredSample
 	counts  map[stackKey]uint64
+	lost    uint64 // samples past maxDeferredStacks
 }
+
+// maxDeferredStacks bounds the stacks counted here, as the kernel's counts
+// map is bounded: past it, a sample of a new stack is counted lost.
+const maxDeferredStacks = 4096
 
 func newDeferrer(cfg prog.Config) *deferrer {
 	return &deferrer{cfg: cfg, counts: map[stackKey]uint64{}}
@@ -111,7 +116,12 @@ func (d *deferrer) finish(ps *processes, s *deferredSample, force bool) bool {
 	if fp || s.fp {
 		key[7] = 1
 	}
-	d.counts[stackKey(key)]++
+	k := stackKey(key)
+	if _, ok := d.counts[k]; !ok && len(d.counts) >= maxDeferredStacks {
+		d.lost++
+		return true
+	}
+	d.counts[k]++
 	return true
 }
 

@@ -187,6 +187,17 @@ func (ps *processes) scan(pid uint32, force bool) {
 		}
 		ps.noteDenied(p, err)
 		p.gone = true // exited (or not ours to read): keep what an earlier scan recorded
+		if p.denied && p.maps == nil && ps.lpm != nil {
+			// Its maps are not ours to read: every address of it is known
+			// to have no table (else each of its samples would be deferred
+			// to user space, which cannot unwind it either).
+			var k lpmKey
+			k.Prefixlen = 32
+			binary.BigEndian.PutUint32(k.Pid[:], pid)
+			if ps.lpm.Put(k, lpmValue{}) == nil {
+				p.prefixes = append(p.prefixes, k)
+			}
+		}
 		return
 	}
 	if p == nil {
@@ -612,9 +623,10 @@ func (ps *processes) point(pid uint32, p *process) {
 		switch {
 		case f.first >= 0 && m.End-m.bias <= 1<<32 && m.Start >= m.bias:
 			add(m.Start, m.End, lpmValue{First: uint32(f.first), Count: uint32(f.rows), Bias: m.bias})
-		case f.tried && f.first < 0 && f.err != nil:
-			// Known to have no table: no rows (Count 0), so that the
-			// unwinder does not defer its samples to user space.
+		case f.first >= 0 || f.tried && f.err != nil:
+			// Known to have no table (or none the unwinder can use: past
+			// 4 GiB): no rows (Count 0), so that the unwinder does not
+			// defer its samples to user space.
 			add(m.Start, m.End, lpmValue{})
 		}
 		// Else not read yet: its samples are deferred until it is.

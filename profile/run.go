@@ -399,6 +399,7 @@ func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	total += r.deferred.lost
 	if err := r.resolveKernel(cur); err != nil {
 		return nil, nil, 0, err
 	}
