@@ -197,11 +197,13 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			if why == prog.StopEnd {
 				return frames, prog.StopEnd, fp, false
 			}
-		} else if ps.mode == prog.UnwindAuto && bp == 0 {
+		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp == 0 {
 			return frames, prog.StopEnd, fp, false
-		} else if ps.mode == prog.UnwindAuto && bp > sp && bp-sp <= prog.MaxFrame && bp&7 == 0 {
-			// No table (JIT code, a file without one): the frame
-			// pointer, where it is plausible, as the kernel steps.
+		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp > sp && bp-sp <= prog.MaxFrame && bp&7 == 0 {
+			// Known to have no table (JIT code, a file without one): the
+			// frame pointer, where it is plausible, as the kernel steps.
+			// Never where the mapping is unknown (a process gone before
+			// its maps were read): there it is a guess about nothing.
 			saved, ok1 := read(bp)
 			ra, ok2 := read(bp + 8)
 			if !ok1 || !ok2 {
