@@ -1415,6 +1415,11 @@ func TestShortLivedProcesses(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the in-kernel unwinder reads x86-64 frames only")
 	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil && strings.Contains(string(b), "QEMU Virtual CPU") {
+		// Emulated 20 to 50 times slower, profile reads a process's maps
+		// after the 80 ms process has exited: its samples cannot be named.
+		t.Skip("under qemu's TCG the 80 ms processes exit before profile reads their maps")
+	}
 	fx := filepath.Join(fixtures(t), "chain-pie")
 	cmd := exec.Command(tooltest.Tool(t, "profile"), "--json", "-F", "199")
 	stderr, _ := cmd.StderrPipe()
@@ -1425,8 +1430,14 @@ func TestShortLivedProcesses(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	errs := bufio.NewReader(stderr)
-	if line, err := errs.ReadString('\n'); err != nil || !strings.HasPrefix(line, "Tracing") {
-		t.Fatalf("profile did not start: %q %v", line, err)
+	for { // notices (5.10's small keys) come before "Tracing"
+		line, err := errs.ReadString('\n')
+		if err != nil {
+			t.Fatalf("profile did not start: %q %v", line, err)
+		}
+		if strings.HasPrefix(line, "Tracing") {
+			break
+		}
 	}
 	for i := 0; i < 30; i++ {
 		if out, err := exec.Command(fx, "0.08", "user", "now").CombinedOutput(); err != nil {
