@@ -67,7 +67,8 @@ func TestTools(t *testing.T) {
 // and kept a hand-written HTTP server that anyone on the network could
 // starve; net/http and client_golang (with protobuf) cost 5.2 MB and are
 // worth it. It is built by make build itself, with its flags (the BPF
-// program builders without inlining: the Makefile's NOINLINE says why).
+// program builders and the demangler without inlining: the Makefile's
+// NOINLINE says why).
 func TestSize(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "tracekit")
