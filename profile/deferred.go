@@ -25,6 +25,14 @@ type deferredSample struct {
 	arrived            time.Time
 	n                  int // user frames in key
 	fp                 bool
+	wait               waitID // off-CPU: the wait it is the stack of
+}
+
+// waitID names an off-CPU wait whose stack was deferred: its process and
+// the time its thread was switched out.
+type waitID struct {
+	pid  uint32
+	time uint64
 }
 
 // deferredWait is how long a deferred sample waits for the tables it
@@ -43,6 +51,12 @@ type deferrer struct {
 	pending []*deferredSample
 	counts  map[stackKey]uint64
 	lost    uint64 // samples past maxDeferredStacks
+	// Off-CPU, a deferred stack counts its wait, which comes when the
+	// thread runs again (prog.EventWaited), before or after the stack is
+	// unwound: stacks waiting for their wait, and waits for their stack
+	// (0: out of the bounds, not counted). Each bounded as the counts.
+	stacks map[waitID]stackKey
+	waits  map[waitID]uint64
 }
 
 // maxDeferredStacks bounds the stacks counted here, as the kernel's counts
@@ -50,7 +64,7 @@ type deferrer struct {
 const maxDeferredStacks = 4096
 
 func newDeferrer(cfg prog.Config) *deferrer {
-	return &deferrer{cfg: cfg, counts: map[stackKey]uint64{}}
+	return &deferrer{cfg: cfg, counts: map[stackKey]uint64{}, stacks: map[waitID]stackKey{}, waits: map[waitID]uint64{}}
 }
 
 // add takes a record from the kernel: the header, the key, the context
@@ -78,6 +92,9 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 		s.n++
 	}
 	s.fp = s.key[7] != 0
+	if d.cfg.OffCPU != nil {
+		s.wait = waitID{s.pid, binary.LittleEndian.Uint64(raw[d.cfg.WaitTime():])}
+	}
 	ps.miss(s.pid, s.lookup) // read the process's mappings, load the file's table
 	if len(d.pending) >= maxDeferred {
 		d.finish(ps, s, true)
@@ -117,12 +134,55 @@ func (d *deferrer) finish(ps *processes, s *deferredSample, force bool) bool {
 		key[7] = 1
 	}
 	k := stackKey(key)
-	if _, ok := d.counts[k]; !ok && len(d.counts) >= maxDeferredStacks {
-		d.lost++
+	if d.cfg.OffCPU == nil {
+		d.count(k, 1)
 		return true
 	}
-	d.counts[k]++
+	if n, ok := d.waits[s.wait]; ok {
+		delete(d.waits, s.wait)
+		d.count(k, n)
+	} else if len(d.stacks) < maxDeferredStacks {
+		d.stacks[s.wait] = k
+	} else {
+		d.lost++
+	}
 	return true
+}
+
+// count adds n to a stack's count; a new stack past maxDeferredStacks
+// counts in lost.
+func (d *deferrer) count(k stackKey, n uint64) {
+	if n == 0 {
+		return
+	}
+	if _, ok := d.counts[k]; !ok && len(d.counts) >= maxDeferredStacks {
+		d.lost++
+		return
+	}
+	d.counts[k] += n
+}
+
+// waited takes the wait of an off-CPU stack deferred to user space
+// (prog.EventWaited): counted with the stack if it is unwound, else kept
+// for it. The kernel sends it whatever its length: --min-block and
+// --max-block apply here.
+func (d *deferrer) waited(pid uint32, raw []byte) {
+	if len(raw) < 24 || d.cfg.OffCPU == nil {
+		return
+	}
+	id := waitID{pid, binary.LittleEndian.Uint64(raw[8:])}
+	n := binary.LittleEndian.Uint64(raw[16:])
+	if oc := d.cfg.OffCPU; n < oc.MinBlock || oc.MaxBlock > 0 && n > oc.MaxBlock {
+		n = 0
+	}
+	if k, ok := d.stacks[id]; ok {
+		delete(d.stacks, id)
+		d.count(k, n)
+	} else if len(d.waits) < maxDeferredStacks {
+		d.waits[id] = n
+	} else if n > 0 {
+		d.lost++
+	}
 }
 
 // unwindCopy walks a deferred sample's stack from where the kernel left

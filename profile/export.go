@@ -78,7 +78,7 @@ func labelsTitle(ls []labelValue) string {
 // root resets. Frames are ordered by name, as flamegraph.pl does. A
 // stack's labels are frames between its process and its root, as in
 // --folded: the graph splits each process by them.
-func writeSVG(w io.Writer, stacks []stack, title string) error {
+func writeSVG(w io.Writer, stacks []stack, title, unit string) error {
 	root := &flameNode{name: "all", children: map[string]*flameNode{}}
 	for _, st := range stacks {
 		root.count += st.Count
@@ -124,8 +124,8 @@ func writeSVG(w io.Writer, stacks []stack, title string) error {
 		width := flameWidth * float64(n.count) / float64(max(root.count, 1))
 		y := height - 10 - float64(d)*flameRow
 		share := 100 * float64(n.count) / float64(max(root.count, 1))
-		fmt.Fprintf(&b, `<g class="f" id="%s" data-x="%.3f" data-w="%.3f"><title>%s (%d samples, %.2f%%)</title><rect x="%.3f" y="%.1f" width="%.3f" height="%.1f" fill="%s" rx="2"/><text x="%.3f" y="%.1f">%s</text></g>
-`, id, x, width, html.EscapeString(n.name), n.count, share, x, y, width, flameRow-1, color(n.name), x+3, y+11, html.EscapeString(fitLabel(n.name, width)))
+		fmt.Fprintf(&b, `<g class="f" id="%s" data-x="%.3f" data-w="%.3f"><title>%s (%d %s, %.2f%%)</title><rect x="%.3f" y="%.1f" width="%.3f" height="%.1f" fill="%s" rx="2"/><text x="%.3f" y="%.1f">%s</text></g>
+`, id, x, width, html.EscapeString(n.name), n.count, unit, share, x, y, width, flameRow-1, color(n.name), x+3, y+11, html.EscapeString(fitLabel(n.name, width)))
 		names := make([]string, 0, len(n.children))
 		for name := range n.children {
 			names = append(names, name)
@@ -144,7 +144,7 @@ func writeSVG(w io.Writer, stacks []stack, title string) error {
 var W = ` + fmt.Sprintf("%.0f", flameWidth) + `;
 function frames() { return document.querySelectorAll("g.f"); }
 function label(g, x, w) {
-  var t = g.querySelector("text"), name = g.querySelector("title").textContent.replace(/ \(\d+ samples.*$/, "");
+  var t = g.querySelector("text"), name = g.querySelector("title").textContent.replace(/ \(\d+ \w+, [\d.]+%\)$/, "");
   var fit = Math.floor((w - 6) / 6.6);
   t.textContent = fit < 3 ? "" : (name.length <= fit ? name : name.substring(0, fit - 2) + "..");
   t.setAttribute("x", x + 3);

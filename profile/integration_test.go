@@ -44,6 +44,7 @@ func fixtures(t testing.TB) string {
 
 type report struct {
 	Samples int         `json:"samples"`
+	Usecs   int         `json:"usecs"` // --off-cpu
 	Lost    int         `json:"lost"`
 	Stacks  []jsonStack `json:"stacks"`
 }
@@ -336,6 +337,10 @@ func TestUsageErrors(t *testing.T) {
 		{"--svg-label", "ep=/alpha"}, // no --svg to draw
 		{"--svg", "fg.svg", "--svg-label", "ep"},
 		{"--svg", "fg.svg", "--svg-label", "=/alpha"},
+		{"--off-cpu", "-I"},                  // the idle task never waits
+		{"-m", "10"},                         // bounds of --off-cpu's waits, without it
+		{"--off-cpu", "-m", "10", "-M", "5"}, // no wait between
+		{"--off-cpu", "-M", "99999999999999999"},
 	} {
 		res := tooltest.Run(t, bin, args...)
 		if res.Status != 2 || strings.Count(strings.TrimSpace(res.Stderr), "\n") > 1 {

@@ -26,6 +26,9 @@ type options struct {
 	Idle      bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
 	Labels    []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *), chars (a char array), or strobemeta's strobe-int, strobe-str, strobe-map. See below"`
 	NoContext bool     `long:"no-context" description:"Do not read the context processes publish for profilers (the OpenTelemetry thread context, custom labels: see below)"`
+	OffCPU    bool     `long:"off-cpu" description:"Where threads wait, not where they run: stacks taken as a thread leaves the CPU (sched_switch), weighted by the time until it runs again, in microseconds (pprof: nanoseconds). See below"`
+	MinBlock  uint64   `short:"m" long:"min-block" value-name:"USECS" default:"1" description:"--off-cpu: count only waits of at least USECS microseconds (as offcputime -m)"`
+	MaxBlock  uint64   `short:"M" long:"max-block" value-name:"USECS" description:"--off-cpu: count only waits of at most USECS microseconds (as offcputime -M; default: no bound)"`
 	Missing   string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
 
 	labels    []labelSpec  // --label, parsed
@@ -83,6 +86,20 @@ name ("comm;[req=101];[ep=/alpha];main;..."), --svg the same way
 "labels", and --pprof as sample labels (numbers as numeric labels: go tool
 pprof -tags).
 
+Off-CPU (--off-cpu): where threads wait. At every context switch
+(sched:sched_switch) the thread leaving the CPU has its kernel and user
+stacks taken, the user stack by the same in-kernel unwinder (whole stacks
+without frame pointers, which BCC's offcputime cannot give), and stashed
+with the time by thread id; when the thread runs again, the time it was
+away is added to that stack's total, in the kernel. Reports weigh stacks
+in microseconds (text, --folded, --svg, --json "usecs"), --pprof in
+nanoseconds ("off-cpu"). Waits shorter than --min-block (1 us) or longer
+than --max-block are left out, as offcputime -m and -M. Waiting includes
+being preempted (runnable, not running). A thread's first switch in a
+file whose table is not read yet ends [unwind error: no table] (the wait
+is known only when it runs again, so the stack is not deferred to user
+space as a sample's is); the table is read for the next one.
+
 The context a process publishes for profilers is read too, with no flag
 (--no-context: not): its stacks carry it as labels.
   OpenTelemetry thread context, v1 (OTEP 4947): the thread-local
@@ -123,6 +140,10 @@ Examples:
                                  # stacks per request id and endpoint
   profile -c ./server --label ep=tls:endpoint:str --svg alpha.svg --svg-label ep=/alpha
                                  # a flame graph of what /alpha runs
+  profile --off-cpu -m 1000 -p 1234 10 1
+                                 # where pid 1234 waited 1 ms or more, for 10 s
+  profile --off-cpu -f -c ./server > off.folded
+                                 # flamegraph.pl --countname=us off.folded
 
 `
 

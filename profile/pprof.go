@@ -103,9 +103,13 @@ func (m *pb) packed(field int, vs []uint64) {
 // that holds it (file, offset, build id; ps says which), so that go tool
 // pprof -raw lists them and others can symbolize; the address is the
 // frame's as unwound (a caller's return address). Without, a location
-// per name.
-func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.Time, d time.Duration) error {
-	period := int64(time.Second) / int64(hz)
+// per name. Off-CPU, a sample's one value is its time blocked, in
+// nanoseconds.
+func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, offCPU bool, start time.Time, d time.Duration) error {
+	period := int64(1)
+	if !offCPU {
+		period = int64(time.Second) / int64(hz)
+	}
 	strs := map[string]int64{"": 0}
 	table := []string{""}
 	str := func(s string) int64 {
@@ -124,8 +128,13 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.T
 		v.int64(valueTypeUnit, str(unit))
 		out.bytes(field, v.b)
 	}
-	valueType(profSampleType, "samples", "count")
-	valueType(profSampleType, "cpu", "nanoseconds")
+	kind := "cpu"
+	if offCPU {
+		kind = "off-cpu"
+	} else {
+		valueType(profSampleType, "samples", "count")
+	}
+	valueType(profSampleType, kind, "nanoseconds")
 	var tail pb // the mappings, locations and functions, after the samples
 	funcs := map[string]uint64{}
 	function := func(name string) uint64 {
@@ -227,7 +236,11 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.T
 		}
 		var s, comm, pid pb
 		s.packed(sampleLocationID, ids)
-		s.packed(sampleValue, []uint64{st.Count, st.Count * uint64(period)})
+		if offCPU {
+			s.packed(sampleValue, []uint64{st.Count})
+		} else {
+			s.packed(sampleValue, []uint64{st.Count, st.Count * uint64(period)})
+		}
 		comm.int64(labelKey, str("comm"))
 		comm.int64(labelStr, str(st.Comm))
 		s.bytes(sampleLabel, comm.b)
@@ -249,7 +262,7 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, start time.T
 	out.b = append(out.b, tail.b...)
 	out.int64(profTimeNanos, start.UnixNano())
 	out.int64(profDurationNanos, d.Nanoseconds())
-	valueType(profPeriodType, "cpu", "nanoseconds")
+	valueType(profPeriodType, kind, "nanoseconds")
 	out.int64(profPeriod, period)
 	for _, s := range table {
 		out.bytes(profStringTable, []byte(s))

@@ -33,7 +33,7 @@ func TestTextAndFoldedGoldens(t *testing.T) {
 // pprof package: every sample, its count and CPU time, frames leaf first.
 func TestPprofFromStacks(t *testing.T) {
 	var b bytes.Buffer
-	if err := writePprof(&b, fixedStacks, nil, 100, time.Unix(1700000000, 0), 2*time.Second); err != nil {
+	if err := writePprof(&b, fixedStacks, nil, 100, false, time.Unix(1700000000, 0), 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	p, err := profile.Parse(&b)
@@ -96,7 +96,7 @@ func TestPprofFromStacks(t *testing.T) {
 // box whose title gives its share, and a parent is as wide as its children.
 func TestSVGFromStacks(t *testing.T) {
 	var b bytes.Buffer
-	if err := writeSVG(&b, fixedStacks, "test <&>"); err != nil {
+	if err := writeSVG(&b, fixedStacks, "test <&>", "samples"); err != nil {
 		t.Fatal(err)
 	}
 	titles := svgTitles(t, b.Bytes())
@@ -117,7 +117,7 @@ func TestSVGLabels(t *testing.T) {
 		{Pid: 1, Comm: "srv", Count: 2, User: []string{"h", "main"}},
 	}
 	var b bytes.Buffer
-	if err := writeSVG(&b, stacks, "all"); err != nil {
+	if err := writeSVG(&b, stacks, "all", "samples"); err != nil {
 		t.Fatal(err)
 	}
 	titles := svgTitles(t, b.Bytes())

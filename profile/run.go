@@ -27,6 +27,7 @@ import (
 	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
+	"github.com/tracekit/tracekit/tracefs"
 )
 
 func validate(o *options) error {
@@ -49,6 +50,19 @@ func validate(o *options) error {
 		case prog.UnwindAuto:
 			o.Unwind = prog.UnwindFP
 		}
+	}
+	if o.OffCPU {
+		if o.Idle {
+			return usage.Errorf("--off-cpu and -I cannot be used together: the idle task never waits")
+		}
+		if o.MaxBlock > 0 && o.MaxBlock < o.MinBlock {
+			return usage.Errorf("--max-block %d is below --min-block %d: no wait would be counted", o.MaxBlock, o.MinBlock)
+		}
+		if o.MaxBlock > 1<<63/1000 || o.MinBlock > 1<<63/1000 {
+			return usage.Errorf("--min-block and --max-block take microseconds, up to %d", uint64(1<<63/1000))
+		}
+	} else if o.MinBlock != 1 || o.MaxBlock != 0 {
+		return usage.Errorf("--min-block and --max-block bound the waits of --off-cpu: give --off-cpu too")
 	}
 	if o.Folded && o.JSON {
 		return usage.Errorf("--folded and --json cannot be used together: pick one report format")
@@ -187,6 +201,15 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			cfg.StartStack = &prog.TaskStartStack{MM: mm, StartStack: start}
 		}
 	}
+	if o.OffCPU {
+		f, err := tracefs.ReadFormat("sched", "sched_switch")
+		if err != nil {
+			return fmt.Errorf("--off-cpu: %w", err)
+		}
+		if cfg.OffCPU, err = prog.NewOffCPU(f, o.MinBlock*1000, o.MaxBlock*1000); err != nil {
+			return fmt.Errorf("--off-cpu: %w", err)
+		}
+	}
 	if exit, err := taskExit(); err == nil {
 		cfg.Exit = exit
 	} else if len(cfg.Labels) > 0 || cfg.Context {
@@ -252,6 +275,8 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			ps.exited(pid)
 		case prog.EventStack:
 			deferred.add(ps, smp.Raw)
+		case prog.EventWaited:
+			deferred.waited(pid, smp.Raw)
 		}
 	}
 	// New processes wake the reader at once (WakeEach); the tick refreshes
@@ -270,20 +295,28 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	defer stop()
 
-	attr := unix.PerfEventAttr{
-		Type:   unix.PERF_TYPE_SOFTWARE,
-		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
-		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
-		// A fixed period of CPU-clock nanoseconds, not a frequency the
-		// kernel reaches by adjusting the period tick by tick (which
-		// overshot by 9% in a 1 s burst after idle): F samples per CPU-second.
-		Sample: uint64(time.Second) / uint64(o.Frequency),
+	what := "on-CPU stacks"
+	if o.OffCPU {
+		what = "off-CPU stacks"
+		if err := s.AttachTracepoint(coll.Programs["sample"], "sched", "sched_switch"); err != nil {
+			return err
+		}
+	} else {
+		attr := unix.PerfEventAttr{
+			Type:   unix.PERF_TYPE_SOFTWARE,
+			Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+			Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+			// A fixed period of CPU-clock nanoseconds, not a frequency the
+			// kernel reaches by adjusting the period tick by tick (which
+			// overshot by 9% in a 1 s burst after idle): F samples per CPU-second.
+			Sample: uint64(time.Second) / uint64(o.Frequency),
+		}
+		clock, err := perfevent.OpenPerCPU("CPU clock sampling", attr, coll.Programs["sample"], perfevent.AttachEach, nil)
+		if err != nil {
+			return err
+		}
+		s.OnDetach("", clock.Close)
 	}
-	clock, err := perfevent.OpenPerCPU("CPU clock sampling", attr, coll.Programs["sample"], perfevent.AttachEach, nil)
-	if err != nil {
-		return err
-	}
-	s.OnDetach("", clock.Close)
 
 	r := &reporter{s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
 	// The output files are created now: a path that cannot be written is
@@ -303,7 +336,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		s.OnClose("", f.close)
 	}
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
-	return s.Loop(ctx, "on-CPU stacks", func(final bool) error {
+	return s.Loop(ctx, what, func(final bool) error {
 		mu.Lock()
 		defer mu.Unlock()
 		rings.Read(handle)
@@ -506,14 +539,19 @@ func (r *reporter) report(now time.Time, final bool) error {
 		// The files hold the whole run, whatever the interval reports showed.
 		if r.pprof != nil {
 			if err := r.pprof.write(func(w io.Writer) error {
-				return writePprof(w, r.named(r.raw, true), r.ps, r.o.Frequency, r.start, now.Sub(r.start))
+				return writePprof(w, r.named(r.raw, true), r.ps, r.o.Frequency, r.o.OffCPU, r.start, now.Sub(r.start))
 			}); err != nil {
 				return err
 			}
 		}
 		if r.svg != nil {
 			title := fmt.Sprintf("profile: %d Hz, %s", r.o.Frequency, now.Sub(r.start).Round(time.Millisecond))
-			drawn := all
+			unit := "samples"
+			if r.o.OffCPU {
+				title = fmt.Sprintf("profile --off-cpu: %s, in microseconds", now.Sub(r.start).Round(time.Millisecond))
+				unit = "us"
+			}
+			drawn := r.weighed(all)
 			if len(r.o.svgLabels) > 0 {
 				drawn = withLabels(all, r.o.svgLabels)
 				title += ", " + labelsTitle(r.o.svgLabels)
@@ -521,11 +559,12 @@ func (r *reporter) report(now time.Time, final bool) error {
 					fmt.Fprintf(r.s.Stderr, "profile: --svg-label %s: no sample carried it; %s has an empty graph\n", labelsTitle(r.o.svgLabels), r.o.SVG)
 				}
 			}
-			if err := r.svg.write(func(w io.Writer) error { return writeSVG(w, drawn, title) }); err != nil {
+			if err := r.svg.write(func(w io.Writer) error { return writeSVG(w, drawn, title, unit) }); err != nil {
 				return err
 			}
 		}
 	}
+	stacks = r.weighed(stacks)
 	var b strings.Builder
 	switch {
 	case r.o.JSON:
@@ -539,6 +578,23 @@ func (r *reporter) report(now time.Time, final bool) error {
 	}
 	_, err = io.WriteString(r.s.Stdout, b.String())
 	return err
+}
+
+// weighed gives stacks their reports' weights: off-CPU, the counts are
+// nanoseconds, reported in microseconds (as offcputime), and a stack of
+// less than one is left out; samples are samples.
+func (r *reporter) weighed(stacks []stack) []stack {
+	if !r.o.OffCPU {
+		return stacks
+	}
+	out := make([]stack, 0, len(stacks))
+	for _, st := range stacks {
+		st.Count = (st.Count + 500) / 1000
+		if st.Count > 0 {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // writeStacks prints each stack as BCC's profile does: kernel frames, "--",
@@ -618,12 +674,17 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 			byEnd[st.End] += st.Count
 		}
 	}
-	fmt.Fprintf(w, "%d samples, %d stacks", samples, len(stacks))
+	unit, full := "samples", "the stack map is full"
+	if r.o.OffCPU {
+		// Counts are microseconds waited; what is lost is waits.
+		unit, full = "us waited", "the stack map or the table of waiting threads is full"
+	}
+	fmt.Fprintf(w, "%d %s, %d stacks", samples, unit, len(stacks))
 	if r.o.Unwind != prog.UnwindFP && samples > 0 {
 		fmt.Fprintf(w, "; user stacks complete: %d (%.1f%%)", complete, 100*float64(complete)/float64(samples))
 	}
 	if lost > 0 {
-		fmt.Fprintf(w, "; %d more lost (the stack map is full)", lost)
+		fmt.Fprintf(w, "; %d more lost (%s)", lost, full)
 	}
 	w.WriteString("\n")
 	var names []string
@@ -672,17 +733,26 @@ type jsonStack struct {
 }
 
 func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
+	// Off-CPU, counts are microseconds: "usecs" holds their sum, and
+	// "lost" counts waits.
 	out := struct {
 		Tool    string      `json:"tool"`
 		Time    string      `json:"time"`
-		Samples uint64      `json:"samples"`
+		Samples *uint64     `json:"samples,omitempty"`
+		Usecs   *uint64     `json:"usecs,omitempty"`
 		Lost    uint64      `json:"lost"`
 		Stacks  []jsonStack `json:"stacks"`
 		Refused []string    `json:"refused"` // files whose tables were past the parse's limits, and why
 	}{Tool: "profile", Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}, Refused: append([]string{}, r.ps.refused...)}
+	var total uint64
+	if r.o.OffCPU {
+		out.Usecs = &total
+	} else {
+		out.Samples = &total
+	}
 	for i := len(stacks) - 1; i >= 0; i-- {
 		st := stacks[i]
-		out.Samples += st.Count
+		total += st.Count
 		end := st.End
 		if end == "[frame pointers]" {
 			end = "frame pointers"

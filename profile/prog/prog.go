@@ -64,6 +64,10 @@ const (
 	StopTruncated   = 6 // the key's user frames are full, or the tail-call limit
 	StopNoRegs      = 7 // no user registers (a kernel thread, or a kernel-mode sample before 5.15)
 	StopFP          = 8 // frame pointers: bpf_get_stack's walk, which says nothing of how it ended
+	// StopDeferred marks an off-CPU stash whose stack went to user space
+	// (EventStack): its wait is sent to user space too (EventWaited), and
+	// no count has this stop.
+	StopDeferred = 9
 )
 
 // The table unwinder reads x86-64's registers (asm.AMD64: ip, sp, bp,
@@ -161,6 +165,9 @@ type Config struct {
 	// copies its stack up to where it started, no more (the strings and
 	// the auxiliary vector above it can make a fixed size unreadable).
 	StartStack *TaskStartStack
+	// OffCPU: the programs count the time threads wait, at
+	// sched:sched_switch, not samples (see offcpu.go).
+	OffCPU *OffCPU
 }
 
 // TaskStartStack is where the kernel keeps a process's initial stack
@@ -193,6 +200,9 @@ func (c Config) scratchSize() int {
 		n += ContextSize // the context read, after the key
 	}
 	if c.Mode != UnwindFP {
+		if c.OffCPU != nil {
+			n += 8 // a deferred wait's switch-out time (WaitTime)
+		}
 		n += StackCopy // a deferred sample's stack
 	}
 	return n
@@ -200,6 +210,13 @@ func (c Config) scratchSize() int {
 
 // stackOff is where a deferred sample's copy of the stack is in the scratch value.
 func (c Config) stackOff() int { return c.scratchSize() - StackCopy }
+
+// waitTimeOff is where an off-CPU scratch value keeps the switch-out
+// time of a deferred wait, just before the stack's copy: in the record.
+func (c Config) waitTimeOff() int { return c.stackOff() - 8 }
+
+// WaitTime is where a deferred off-CPU record has its switch-out time.
+func (c Config) WaitTime() int { return c.waitTimeOff() - deferHeader }
 
 // DeferredSize is the size of a deferred sample's record.
 func (c Config) DeferredSize() int { return c.scratchSize() - deferHeader }
@@ -235,7 +252,16 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: ebpf.PerfEvent, License: "GPL", Instructions: entry}
+	typ := ebpf.PerfEvent
+	if cfg.OffCPU != nil {
+		// At sched:sched_switch; the unwinder it tail-calls is of its type.
+		typ = ebpf.TracePoint
+		spec.Maps["blocked"] = &ebpf.MapSpec{Name: "profile_blocked", Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(8 + cfg.KeySize()), MaxEntries: maxBlocked}
+		if cfg.LazyHashes {
+			spec.Maps["blocked"].Flags |= unix.BPF_F_NO_PREALLOC
+		}
+	}
+	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: typ, License: "GPL", Instructions: entry}
 	if cfg.Mode != UnwindFP {
 		// The row table, as unwind.Blocks lays it out: blocks of rows, and
 		// the first address of each block in one value (read in place).
@@ -245,7 +271,7 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		spec.Maps["fences"] = &ebpf.MapSpec{Name: "profile_fences", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(4 * cfg.fences()), MaxEntries: 1}
 		spec.Maps["mappings"] = &ebpf.MapSpec{Name: "profile_maps", Type: ebpf.LPMTrie, KeySize: 16, ValueSize: 16, MaxEntries: maxMappings, Flags: 1 /* BPF_F_NO_PREALLOC, required */}
 		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
-		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: ebpf.PerfEvent, License: "GPL", Instructions: unwindProg(cfg)}
+		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: typ, License: "GPL", Instructions: unwindProg(cfg)}
 	}
 	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg(cfg)}
 	if cfg.Exit != nil {
@@ -266,9 +292,23 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	var insns asm.Seq
 	insns.Append(asm.Prologue())
 	insns.Add(bpf.StoreMem(bpf.RFP, fpCtx, asm.RegCtx, bpf.DWord))
+	if cfg.OffCPU != nil {
+		in, err := switchIn(cfg)
+		if err != nil {
+			return nil, err
+		}
+		insns.Append(in)
+	}
 	insns.Append(asm.CurrentPid())
-	if !cfg.Idle {
+	if !cfg.Idle || cfg.OffCPU != nil {
 		insns.Append(asm.Note(bpf.Instructions{bpf.JEq.Imm(asm.RegPid, 0, "exit")}, "not the idle task"))
+	}
+	if cfg.OffCPU != nil {
+		live, err := alive(cfg)
+		if err != nil {
+			return nil, err
+		}
+		insns.Append(live)
 	}
 	if cfg.Tree != nil {
 		insns.Add(asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
@@ -282,6 +322,10 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		insns.Append(asm.PidFilter(uint32(cfg.Pid), "exit"))
 	}
 	insns.Add(asm.StoreKey(fpTgid, asm.RegPid, bpf.Word))
+	if cfg.OffCPU != nil {
+		insns.Append(asm.Ktime(bpf.R1))
+		insns.Add(bpf.StoreMem(bpf.RFP, fpTime, bpf.R1, bpf.DWord).WithSource(bpf.Comment("the time the thread is switched out")))
+	}
 	insns.Add(bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word))
 	insns.Append(asm.Note(asm.MapLookup("scratch", fpZero), "r8 = the key being built (per-CPU scratch)"))
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
@@ -328,18 +372,21 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.Mov.Imm(bpf.R1, StopRead))
 		insns.Add(bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("fp_ok"))
 		insns.Add(bpf.Ja.Label("count"))
-		insns.Append(count("count", bpf.R8))
+		insns.Append(finish(cfg, "count", bpf.R8, true))
 		insns.Append(asm.Return("exit", 0))
 		return insns.Instructions, nil
 	}
 
 	// The user registers: the sample's own if it interrupted user mode,
-	// else the task's saved ones (bpf_task_pt_regs, 5.15+).
-	insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, regs.CS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")))
-	insns.Add(bpf.And.Imm(bpf.R1, 3))
-	insns.Add(bpf.JNE.Imm(bpf.R1, 3, "kernel_mode"))
-	insns.Append(loadRegs(asm.RegCtx))
-	insns.Add(bpf.Ja.Label("have_regs"))
+	// else the task's saved ones (bpf_task_pt_regs, 5.15+). A thread
+	// switched out is always in the kernel.
+	if cfg.OffCPU == nil {
+		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, regs.CS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")))
+		insns.Add(bpf.And.Imm(bpf.R1, 3))
+		insns.Add(bpf.JNE.Imm(bpf.R1, 3, "kernel_mode"))
+		insns.Append(loadRegs(asm.RegCtx))
+		insns.Add(bpf.Ja.Label("have_regs"))
+	}
 	if cfg.TaskRegs {
 		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy bpf_task_pt_regs(current)")))
 		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
@@ -386,6 +433,10 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
 	insns.Add(bpf.StoreMem(bpf.R8, stateN, bpf.R1, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R8, stateRA, bpf.R1, bpf.Word))
+	if cfg.OffCPU != nil {
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpTime, bpf.DWord).WithSource(bpf.Comment("the time switched out, for the unwinder's stash")))
+		insns.Add(bpf.StoreMem(bpf.R8, stashTime, bpf.R1, bpf.DWord))
+	}
 	insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("walk the user stack: tail call the unwinder")))
 	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"))
 	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
@@ -394,7 +445,7 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns.Add(bpf.Ja.Label("stop"))
 	insns.Add(bpf.Mov.Imm(bpf.R1, StopNoRegs).WithSymbol("no_regs"))
 	insns.Add(bpf.StoreMem(bpf.R8, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"))
-	insns.Append(count("count", bpf.R8))
+	insns.Append(finish(cfg, "count", bpf.R8, true))
 	insns.Append(asm.Return("exit", 0))
 	return insns.Instructions, nil
 }
@@ -444,29 +495,36 @@ func notify(kind int32) bpf.Instructions {
 // count adds one to counts[key], the key at keyBase of the scratch value in
 // scratch (a callee-saved register); a full map counts in lost.
 func count(label string, scratch bpf.Register) bpf.Instructions {
+	return add(label, scratch, keyBase, bpf.Mov.Imm(bpf.R1, 1), "counts[key]++")
+}
+
+// add adds R1, as amount sets it (from a constant or a callee-saved
+// register), to counts[key], the key at keyOff of key; a full map counts
+// in lost. what says it in the comment.
+func add(label string, key bpf.Register, keyOff int32, amount bpf.Instruction, what string) bpf.Instructions {
 	p := label
 	var insns asm.Seq
-	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSymbol(label).WithSource(bpf.Comment("counts[key]++ (insert if new, a full map counts in lost)")))
-	insns.Add(bpf.Mov.Reg(bpf.R2, scratch))
-	insns.Add(bpf.Add.Imm(bpf.R2, keyBase))
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSymbol(label).WithSource(bpf.Comment(what + " (insert if new, a full map counts in lost)")))
+	insns.Add(bpf.Mov.Reg(bpf.R2, key))
+	insns.Add(bpf.Add.Imm(bpf.R2, keyOff))
 	insns.Add(bpf.FnMapLookupElem.Call())
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, p+"_insert"))
-	insns.Add(bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_add"))
+	insns.Add(amount.WithSymbol(p + "_add"))
 	insns.Add(bpf.StoreXAdd(bpf.R0, bpf.R1, bpf.DWord))
 	insns.Add(bpf.Ja.Label(p + "_done"))
-	insns.Add(bpf.Mov.Imm(bpf.R1, 1).WithSymbol(p + "_insert"))
+	insns.Add(amount.WithSymbol(p + "_insert"))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpOne, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts"))
-	insns.Add(bpf.Mov.Reg(bpf.R2, scratch))
-	insns.Add(bpf.Add.Imm(bpf.R2, keyBase))
+	insns.Add(bpf.Mov.Reg(bpf.R2, key))
+	insns.Add(bpf.Add.Imm(bpf.R2, keyOff))
 	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.RFP))
 	insns.Add(bpf.Add.Imm(bpf.R3, fpOne))
 	insns.Add(bpf.Mov.Imm(bpf.R4, asm.UpdateNoExist))
 	insns.Add(bpf.FnMapUpdateElem.Call())
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, p+"_done"))
 	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSource(bpf.Comment("another CPU inserted it first, or the map is full")))
-	insns.Add(bpf.Mov.Reg(bpf.R2, scratch))
-	insns.Add(bpf.Add.Imm(bpf.R2, keyBase))
+	insns.Add(bpf.Mov.Reg(bpf.R2, key))
+	insns.Add(bpf.Add.Imm(bpf.R2, keyOff))
 	insns.Add(bpf.FnMapLookupElem.Call())
 	insns.Add(bpf.JNE.Imm(bpf.R0, 0, p+"_add"))
 	insns.Add(bpf.StoreImm(bpf.RFP, fpZero, 0, bpf.Word))
@@ -510,7 +568,7 @@ func unwindProg(cfg Config) bpf.Instructions {
 	insns.Append(signalFrame(cfg))
 	insns.Append(deferred(cfg))
 	insns.Add(bpf.StoreMem(bpf.R9, keyStop, bpf.R1, bpf.Byte).WithSymbol("stop"))
-	insns.Append(count("count", bpf.R9))
+	insns.Append(finish(cfg, "count", bpf.R9, false))
 	insns.Append(asm.Return("exit", 0))
 	return insns.Instructions
 }
@@ -733,6 +791,10 @@ const MaxFrame = 8 << 20
 func deferred(cfg Config) bpf.Instructions {
 	var insns asm.Seq
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word).WithSymbol("deferred").WithSource(bpf.Comment("an address in no known mapping: defer the sample to user space with a copy of the stack")))
+	if cfg.OffCPU != nil {
+		insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stashTime, bpf.DWord).WithSource(bpf.Comment("the switch-out time goes with the record: it names the wait")))
+		insns.Add(bpf.StoreMem(bpf.R9, int16(cfg.waitTimeOff()), bpf.R2, bpf.DWord))
+	}
 	insns.Add(bpf.StoreMem(bpf.R9, deferHeader, bpf.R1, bpf.Word))
 	insns.Add(bpf.StoreImm(bpf.R9, deferHeader+4, EventStack, bpf.Word))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord))
@@ -788,8 +850,19 @@ func deferred(cfg Config) bpf.Instructions {
 	insns.Add(bpf.Add.Imm(bpf.R4, deferHeader))
 	insns.Add(bpf.Mov.Imm(bpf.R5, int32(cfg.DeferredSize())))
 	insns.Add(bpf.FnPerfEventOutput.Call())
-	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
-	insns.Add(bpf.Ja.Label("no_table"))
+	if cfg.OffCPU == nil {
+		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
+		insns.Add(bpf.Ja.Label("no_table"))
+		return insns.Instructions
+	}
+	// Off-CPU: the header took the switch-out time's place; it is put
+	// back, and the key is stashed marked deferred: when the thread runs
+	// again, its wait goes to user space, which has its stack.
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, int16(cfg.waitTimeOff()), bpf.DWord).WithSource(bpf.Comment("the switch-out time back, for the stash")))
+	insns.Add(bpf.StoreMem(bpf.R9, stashTime, bpf.R1, bpf.DWord))
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "no_table"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopDeferred))
+	insns.Add(bpf.Ja.Label("stop"))
 	return insns.Instructions
 }
 

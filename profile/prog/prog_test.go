@@ -11,9 +11,11 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
+	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/tracefs"
 )
 
 // variants are the program configurations the goldens pin and the load
@@ -23,6 +25,15 @@ func variants(t *testing.T) map[string]Config {
 	ns := &asm.PidNS{Dev: 4, Ino: 4026532417}
 	exit := &TaskExit{Signal: 8 * 342, Live: 4} // any offsets: the reads are probe-reads
 	ss := &TaskStartStack{MM: 8 * 116, StartStack: 8 * 47}
+	sw := tooltest.Format(t, "sched_switch.6.18.format")
+	offCPU, err := NewOffCPU(sw, 1000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offCPUBounded, err := NewOffCPU(sw, 10000, 5e9)
+	if err != nil {
+		t.Fatal(err)
+	}
 	v := map[string]Config{
 		"fp_all":          {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"fp_idle":         {Mode: UnwindFP, Idle: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
@@ -50,6 +61,13 @@ func variants(t *testing.T) map[string]Config {
 		"eh_labels8_context": {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: mostLabels, Context: true},
 		"auto_context_small": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames - 1, ThreadPointer: 8 * 330, Context: true, Exit: exit},
 		"auto_context_lazy":  {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Context: true},
+		// Off-CPU: sched_switch's fields as 6.18 places them (the load
+		// test reads the running kernel's), with and without bounds.
+		"offcpu_fp":         {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, OffCPU: offCPU},
+		"offcpu_auto":       {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit, OffCPU: offCPUBounded},
+		"offcpu_eh_small":   {Mode: UnwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames, OffCPU: offCPU},
+		"offcpu_auto_lazy":  {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Tree: tooltest.Tree(t, 3, nil), OffCPU: offCPU},
+		"offcpu_eh_context": {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: everyKind, Context: true, OffCPU: offCPU},
 	}
 	return v
 }
@@ -65,6 +83,29 @@ var (
 		return l
 	}()
 )
+
+// TestNewOffCPU reads this kernel's sched_switch: the fields the program
+// reads, and the exiting states its print fmt names X and Z.
+func TestNewOffCPU(t *testing.T) {
+	privtest.Require(t)
+	f, err := tracefs.ReadFormat("sched", "sched_switch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, err := NewOffCPU(f, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _ := f.Field("next_pid")
+	state, _ := f.Field("prev_state")
+	if oc.NextPid != next.Offset || oc.PrevState != state.Offset || oc.PrevStateSize != state.Size || oc.MinBlock != 1 || oc.MaxBlock != 2 {
+		t.Errorf("NewOffCPU = %+v, format next_pid %+v prev_state %+v", oc, next, state)
+	}
+	// EXIT_DEAD and EXIT_ZOMBIE, 0x10 and 0x20 since 4.14.
+	if oc.Dead != 0x30 {
+		t.Errorf("exiting states %#x, want 0x30 (X and Z) from %q", oc.Dead, f.PrintFmt)
+	}
+}
 
 func TestProgramGoldens(t *testing.T) {
 	for name, cfg := range variants(t) {
@@ -127,6 +168,22 @@ func TestProgramsLoad(t *testing.T) {
 	for name, cfg := range v {
 		if cfg.ThreadPointer != 0 {
 			cfg.ThreadPointer = tp
+			v[name] = cfg
+		}
+	}
+	// The off-CPU variants read the running kernel's sched_switch.
+	privtest.Require(t)
+	f, err := tracefs.ReadFormat("sched", "sched_switch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range v {
+		if cfg.OffCPU != nil {
+			oc, err := NewOffCPU(f, cfg.OffCPU.MinBlock, cfg.OffCPU.MaxBlock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.OffCPU = oc
 			v[name] = cfg
 		}
 	}

@@ -21,6 +21,8 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/overload" "$src/overload.c"
 # signal: time spent in signal handlers (timers, and a fault in a PLT stub).
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/signal" "$src/signal.c"
+# offcpu: waits in known proportions under two chains (--off-cpu).
+"${CC:-gcc}" $cflags -fPIE -pie -o "$out/offcpu" "$src/offcpu.c"
 # gospin: a Go program, stripped, for the CC's architecture.
 case $("${CC:-gcc}" -dumpmachine) in
 aarch64*) goarch=arm64 ;;
