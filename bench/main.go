@@ -36,7 +36,7 @@ var (
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
 	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, stream or sample; or startup")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, stream, sample or switch; or startup")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -201,6 +201,11 @@ func run() error {
 	}
 	if *only == "" || *only == "sample" {
 		if err := profileSuite(); err != nil {
+			return err
+		}
+	}
+	if *only == "" || *only == "switch" {
+		if err := offCPUSuite(); err != nil {
 			return err
 		}
 	}
@@ -532,7 +537,19 @@ func emptyHook(kind string, names ...string) func() (func(), error) {
 // toolProcess starts a tracer process and waits until it has attached: the
 // toolkit's tools say "Tracing" on stderr, bpftrace "Attaching".
 func toolProcess(path string, args []string) func() (func(), error) {
+	return process(path, args, false)
+}
+
+// quietProcess is toolProcess for a tracer that says nothing when it has
+// attached (libbpf-tools' offcputime): it is taken as ready a second after
+// it has loaded a BPF program.
+func quietProcess(path string, args []string) func() (func(), error) {
+	return process(path, args, true)
+}
+
+func process(path string, args []string, quiet bool) func() (func(), error) {
 	return func() (func(), error) {
+		before := programIDs()
 		cmd := exec.Command(path, args...)
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
@@ -546,7 +563,7 @@ func toolProcess(path string, args []string) func() (func(), error) {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
-		ready := make(chan struct{}, 2)
+		ready := make(chan struct{}, 3)
 		watch := func(r io.Reader) {
 			s := bufio.NewScanner(r)
 			for s.Scan() {
@@ -558,6 +575,18 @@ func toolProcess(path string, args []string) func() (func(), error) {
 		}
 		go watch(stderr)
 		go watch(stdout)
+		if quiet {
+			go func() {
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+					for id := range programIDs() {
+						if !before[id] {
+							ready <- struct{}{}
+							return
+						}
+					}
+				}
+			}()
+		}
 		select {
 		case <-ready:
 		case <-time.After(30 * time.Second):

@@ -26,6 +26,13 @@ type OffCPU struct {
 	// time (EXIT_DEAD, EXIT_ZOMBIE: "X" and "Z" in the format's print
 	// fmt): its stash would never be taken back. 0: every thread stashes.
 	Dead int32
+	// Asleep is every prev_state flag the print fmt names: a thread
+	// switched out with none of them set was preempted (runnable, "R"),
+	// else it goes to sleep. Only a sleep's stack is deferred to user
+	// space when it meets an unread mapping: a process starting on a
+	// busy CPU is preempted hundreds of times, each copy 8 KiB, and
+	// those would fill the ring before its first sleep. 0: all are.
+	Asleep int32
 	// MinBlock and MaxBlock bound the times counted, in nanoseconds (as
 	// offcputime's -m and -M); MaxBlock 0 is no bound.
 	MinBlock, MaxBlock uint64
@@ -158,9 +165,26 @@ func finish(cfg Config, label string, scratch bpf.Register, entry bool) bpf.Inst
 	return insns.Instructions
 }
 
-// deadFlag matches a prev_state flag of __print_flags in sched_switch's
+// stateFlag matches a prev_state flag of __print_flags in sched_switch's
 // print fmt: { 0x00000010, "X" }.
-var deadFlag = regexp.MustCompile(`\{\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*"([XZ])"\s*\}`)
+var stateFlag = regexp.MustCompile(`\{\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*"([A-Za-z])"\s*\}`)
+
+// asleep stores in the walk's state whether the thread switched out goes
+// to sleep (prev_state has a flag of Asleep) or was preempted.
+func asleep(cfg Config) (bpf.Instructions, error) {
+	oc := cfg.OffCPU
+	if oc.Asleep == 0 {
+		return bpf.Instructions{bpf.StoreImm(bpf.R8, stateWait, 1, bpf.Word)}, nil
+	}
+	state, err := asm.LoadField(bpf.R1, "prev_state", oc.PrevState, oc.PrevStateSize, false)
+	if err != nil {
+		return nil, err
+	}
+	return append(state,
+		bpf.And.Imm(bpf.R1, oc.Asleep).WithSource(bpf.Comment(fmt.Sprintf("going to sleep: prev_state & %#x", oc.Asleep))),
+		bpf.StoreMem(bpf.R8, stateWait, bpf.R1, bpf.Word),
+	), nil
+}
 
 // NewOffCPU places sched_switch's fields from its format file (f) and
 // finds the prev_state bits of an exiting thread in its print fmt.
@@ -177,12 +201,15 @@ func NewOffCPU(f *tracefs.Format, minBlock, maxBlock uint64) (*OffCPU, error) {
 		return nil, fmt.Errorf("sched_switch: next_pid has %d bytes, not 4", next.Size)
 	}
 	oc := &OffCPU{NextPid: next.Offset, PrevState: state.Offset, PrevStateSize: state.Size, MinBlock: minBlock, MaxBlock: maxBlock}
-	for _, m := range deadFlag.FindAllStringSubmatch(f.PrintFmt, -1) {
+	for _, m := range stateFlag.FindAllStringSubmatch(f.PrintFmt, -1) {
 		v, err := strconv.ParseUint(m[1], 0, 31)
 		if err != nil {
 			continue
 		}
-		oc.Dead |= int32(v)
+		oc.Asleep |= int32(v)
+		if m[2] == "X" || m[2] == "Z" {
+			oc.Dead |= int32(v)
+		}
 	}
 	return oc, nil
 }

@@ -27,6 +27,7 @@ const (
 	stateBP   = 16
 	stateN    = 24 // frames stored so far
 	stateRA   = 32 // u32: 1 if pc is a return address (its call is at pc-1), 0 if it is where the code was stopped
+	stateWait = 36 // u32, off-CPU: not 0 if the thread goes to sleep (prev_state has a flag), 0 if it is preempted
 	stateRegs = 40 // a copy of the task's user pt_regs
 	ptRegsLen = asm.AMD64Size
 
@@ -436,6 +437,11 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	if cfg.OffCPU != nil {
 		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpTime, bpf.DWord).WithSource(bpf.Comment("the time switched out, for the unwinder's stash")))
 		insns.Add(bpf.StoreMem(bpf.R8, stashTime, bpf.R1, bpf.DWord))
+		sleep, err := asleep(cfg)
+		if err != nil {
+			return nil, err
+		}
+		insns.Append(sleep)
 	}
 	insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("walk the user stack: tail call the unwinder")))
 	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"))
@@ -792,6 +798,8 @@ func deferred(cfg Config) bpf.Instructions {
 	var insns asm.Seq
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word).WithSymbol("deferred").WithSource(bpf.Comment("an address in no known mapping: defer the sample to user space with a copy of the stack")))
 	if cfg.OffCPU != nil {
+		insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stateWait, bpf.Word).WithSource(bpf.Comment("off-CPU: only a thread going to sleep, not one preempted")))
+		insns.Add(bpf.JEq.Imm(bpf.R2, 0, "no_table"))
 		insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stashTime, bpf.DWord).WithSource(bpf.Comment("the switch-out time goes with the record: it names the wait")))
 		insns.Add(bpf.StoreMem(bpf.R9, int16(cfg.waitTimeOff()), bpf.R2, bpf.DWord))
 	}

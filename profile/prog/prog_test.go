@@ -101,9 +101,10 @@ func TestNewOffCPU(t *testing.T) {
 	if oc.NextPid != next.Offset || oc.PrevState != state.Offset || oc.PrevStateSize != state.Size || oc.MinBlock != 1 || oc.MaxBlock != 2 {
 		t.Errorf("NewOffCPU = %+v, format next_pid %+v prev_state %+v", oc, next, state)
 	}
-	// EXIT_DEAD and EXIT_ZOMBIE, 0x10 and 0x20 since 4.14.
-	if oc.Dead != 0x30 {
-		t.Errorf("exiting states %#x, want 0x30 (X and Z) from %q", oc.Dead, f.PrintFmt)
+	// EXIT_DEAD and EXIT_ZOMBIE, 0x10 and 0x20 since 4.14; the flags
+	// S D T t X Z P I (5.10 to 7.2) below TASK_REPORT_MAX, preemption.
+	if oc.Dead != 0x30 || oc.Asleep != 0xff {
+		t.Errorf("exiting states %#x, asleep %#x; want 0x30 (X and Z) and 0xff from %q", oc.Dead, oc.Asleep, f.PrintFmt)
 	}
 }
 

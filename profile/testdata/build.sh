@@ -7,8 +7,8 @@
 # builds them for arm64.
 set -euo pipefail
 src=$(cd "$(dirname "$0")" && pwd)
-out=$1
-mkdir -p "$out"
+mkdir -p "$1"
+out=$(cd "$1" && pwd) # absolute: some steps build from another directory
 cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 # CHAIN_FP=1: with frame pointers instead (arm64, where profile unwinds by
 # frame pointers only).
@@ -28,7 +28,7 @@ case $("${CC:-gcc}" -dumpmachine) in
 aarch64*) goarch=arm64 ;;
 *) goarch=amd64 ;;
 esac
-(cd "$src/gospin" && CGO_ENABLED=0 GOARCH=$goarch GOFLAGS= go build -trimpath -ldflags='-s -w' -o "$(cd "$out" && pwd)/gospin" .)
+(cd "$src/gospin" && CGO_ENABLED=0 GOARCH=$goarch GOFLAGS= go build -trimpath -ldflags='-s -w' -o "$out/gospin" .)
 # tls: thread-locals and a global in phases, for --label (a PIE, its TLS
 # local-exec; pthreads), and its libraries' thread-locals, one library per
 # access model: libtkgd.so general- and local-dynamic (the traditional

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"github.com/cilium/ebpf"
+)
+
+// offCPUSuite compares profile --off-cpu with libbpf-tools' offcputime, both
+// system-wide, on the same context switches: testdata/offcpu.c's pingpong
+// (no frame pointers), a parent and a child passing a byte back and forth
+// through pipes. The figure is the BPF time per context switch: the
+// kernel's run time of each tool's programs over the runs of its
+// sched_switch program (the most run), the tail-called unwinder included
+// (a tail call runs within its caller's accounting).
+func offCPUSuite() error {
+	fx, _ := filepath.Abs(filepath.Join(*fxDir, "offcpu"))
+	if _, err := os.Stat(fx); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no off-CPU fixture (%v): the off-CPU suite is left out\n", err)
+		return nil
+	}
+	tracers := []tracer{
+		{"profile --off-cpu", toolProcess(*bin+"/profile", []string{"--off-cpu"})},
+		// The same without the unwinder: the kernel stack, the key, the maps.
+		{"profile --off-cpu --unwind=fp", toolProcess(*bin+"/profile", []string{"--off-cpu", "--unwind=fp"})},
+	}
+	if p, err := exec.LookPath("offcputime"); err == nil {
+		tracers = append(tracers, tracer{"offcputime (libbpf-tools)", quietProcess(p, nil)})
+	} else {
+		fmt.Fprintln(os.Stderr, "bench: offcputime (libbpf-tools) not found: its row is left out")
+	}
+	const trips = 50000
+	perSwitch := make([][]float64, len(tracers))
+	switches := make([][]float64, len(tracers))
+	for r := 0; r < *rounds; r++ {
+		for i := range tracers {
+			k := (i + r) % len(tracers)
+			before := programIDs()
+			stop, err := tracers[k].start()
+			if err != nil {
+				return fmt.Errorf("%s: %w", tracers[k].name, err)
+			}
+			if out, err := exec.Command(fx, "pingpong", strconv.Itoa(trips)).CombinedOutput(); err != nil {
+				stop()
+				return fmt.Errorf("%s pingpong: %v: %s", fx, err, out)
+			}
+			ns, runs := switchCost(before)
+			stop()
+			if runs > 0 {
+				perSwitch[k] = append(perSwitch[k], ns/float64(runs))
+				switches[k] = append(switches[k], float64(runs))
+			}
+		}
+	}
+	fmt.Printf("\ncontext switches: %d round trips of a byte between two processes through pipes (profile/testdata/offcpu.c pingpong, no frame pointers), system-wide\n\n", trips)
+	fmt.Println("| tracer | BPF ns per context switch | switches per run | vs offcputime |")
+	fmt.Println("| --- | ---: | ---: | ---: |")
+	last := len(tracers) - 1
+	for k, t := range tracers {
+		ratio := "-"
+		if last > 0 && len(perSwitch[last]) > 0 {
+			ratio = fmt.Sprintf("%.2fx", median(perSwitch[k])/median(perSwitch[last]))
+		}
+		fmt.Printf("| %s | %.0f | %.0f | %s |\n", t.name, median(perSwitch[k]), median(switches[k]), ratio)
+	}
+	return nil
+}
+
+// switchCost is the run time of the programs loaded since before, and the
+// runs of the most run one (the sched_switch program).
+func switchCost(before map[ebpf.ProgramID]bool) (ns float64, runs uint64) {
+	for id := range programIDs() {
+		if before[id] {
+			continue
+		}
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		st, err := p.Stats()
+		p.Close()
+		if err != nil {
+			continue
+		}
+		ns += float64(st.Runtime.Nanoseconds())
+		runs = max(runs, st.RunCount)
+	}
+	return ns, runs
+}
