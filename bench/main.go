@@ -319,6 +319,13 @@ func programIDs() map[ebpf.ProgramID]bool {
 // for something else hardly counts.
 func newProgramsCost(before map[ebpf.ProgramID]bool, ops int) float64 {
 	var ns float64
+	newPrograms(before, func(st *ebpf.ProgramStats) { ns += float64(st.Runtime.Nanoseconds()) / float64(ops) })
+	return ns
+}
+
+// newPrograms calls f with the kernel's statistics of each program loaded
+// since before.
+func newPrograms(before map[ebpf.ProgramID]bool, f func(*ebpf.ProgramStats)) {
 	for id := range programIDs() {
 		if before[id] {
 			continue
@@ -329,12 +336,10 @@ func newProgramsCost(before map[ebpf.ProgramID]bool, ops int) float64 {
 		}
 		st, err := p.Stats()
 		p.Close()
-		if err != nil {
-			continue
+		if err == nil {
+			f(st)
 		}
-		ns += float64(st.Runtime.Nanoseconds()) / float64(ops)
 	}
-	return ns
 }
 
 func devNullWrites() (func(), func(), error) {

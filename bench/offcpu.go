@@ -73,21 +73,9 @@ func offCPUSuite() error {
 // switchCost is the run time of the programs loaded since before, and the
 // runs of the most run one (the sched_switch program).
 func switchCost(before map[ebpf.ProgramID]bool) (ns float64, runs uint64) {
-	for id := range programIDs() {
-		if before[id] {
-			continue
-		}
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
-		st, err := p.Stats()
-		p.Close()
-		if err != nil {
-			continue
-		}
+	newPrograms(before, func(st *ebpf.ProgramStats) {
 		ns += float64(st.Runtime.Nanoseconds())
 		runs = max(runs, st.RunCount)
-	}
+	})
 	return ns, runs
 }

@@ -87,12 +87,7 @@ func switchIn(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.StoreMem(bpf.RFP, fpWaited+8, bpf.R1, bpf.DWord))
 		insns.Add(bpf.StoreMem(bpf.RFP, fpWaited+16, bpf.R9, bpf.DWord))
 		insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, 6, time, waited}, 24)")))
-		insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"))
-		insns.Add(bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
-		insns.Add(bpf.Mov.Reg(bpf.R4, bpf.RFP))
-		insns.Add(bpf.Add.Imm(bpf.R4, fpWaited))
-		insns.Add(bpf.Mov.Imm(bpf.R5, 24))
-		insns.Add(bpf.FnPerfEventOutput.Call())
+		insns.Append(output(bpf.RFP, fpWaited, 24))
 		insns.Add(bpf.Ja.Label("in_forget"))
 		insns.Add(asm.Nop().WithSymbol("in_bounds"))
 	}

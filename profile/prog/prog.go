@@ -489,13 +489,21 @@ func notify(kind int32) bpf.Instructions {
 	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpEvent+8, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord))
-	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"))
-	insns.Add(bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
-	insns.Add(bpf.Mov.Reg(bpf.R4, bpf.RFP))
-	insns.Add(bpf.Add.Imm(bpf.R4, fpEvent))
-	insns.Add(bpf.Mov.Imm(bpf.R5, 16))
-	insns.Add(bpf.FnPerfEventOutput.Call())
+	insns.Append(output(bpf.RFP, fpEvent, 16))
 	return insns.Instructions
+}
+
+// output sends size bytes at from+off to user space, the context in R1:
+// bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, from+off, size).
+func output(from bpf.Register, off, size int32) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"),
+		bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
+		bpf.Mov.Reg(bpf.R4, from),
+		bpf.Add.Imm(bpf.R4, off),
+		bpf.Mov.Imm(bpf.R5, size),
+		bpf.FnPerfEventOutput.Call(),
+	}
 }
 
 // count adds one to counts[key], the key at keyBase of the scratch value in
@@ -852,12 +860,7 @@ func deferred(cfg Config) bpf.Instructions {
 	insns.Add(bpf.Mov.Imm(bpf.R6, 0))
 	insns.Add(bpf.StoreMem(bpf.R9, deferHeader+40, bpf.R6, bpf.DWord).WithSymbol("deferred_send"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, header, %d): not counted here", cfg.DeferredSize()))))
-	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"))
-	insns.Add(bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
-	insns.Add(bpf.Mov.Reg(bpf.R4, bpf.R9))
-	insns.Add(bpf.Add.Imm(bpf.R4, deferHeader))
-	insns.Add(bpf.Mov.Imm(bpf.R5, int32(cfg.DeferredSize())))
-	insns.Add(bpf.FnPerfEventOutput.Call())
+	insns.Append(output(bpf.R9, deferHeader, int32(cfg.DeferredSize())))
 	if cfg.OffCPU == nil {
 		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
 		insns.Add(bpf.Ja.Label("no_table"))
