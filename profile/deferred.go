@@ -240,6 +240,18 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 				}
 			case unwind.BaseStop:
 				why = int32(dr.Offset)
+				if dr.Deref {
+					// A realigned frame (DRAP): the CFA and the caller's
+					// rbp are on the stack, below the saved rbp.
+					c, ok1 := read(bp + uint64(dr.CFAAt))
+					saved, ok2 := read(bp + uint64(dr.RBPAt))
+					ra, ok3 := read(c - 8)
+					if !ok1 || !ok2 || !ok3 {
+						return frames, prog.StopRead, fp, false
+					}
+					sp, bp, next = c, saved, ra
+					goto step
+				}
 			}
 			if dr.Base != unwind.BaseStop {
 				ra, ok := read(cfa - 8)

@@ -1408,6 +1408,27 @@ func TestSignalFrames(t *testing.T) {
 	}
 }
 
+// TestRealignedStack profiles testdata/realign.c, whose b realigns its
+// frame through a dynamic realign argument pointer (gcc's DRAP: CFA =
+// *(rbp - 8), the caller's rbp = *(rbp), a CFA expression that
+// dereferences): at least 95% of the samples in c have the whole chain
+// c <- b <- a <- main from _start. Before, the walk stopped at b
+// ("unsupported unwind rule"). On arm64 the fixture keeps frame pointers,
+// which auto follows there.
+func TestRealignedStack(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "realign")
+	r := profileJSON(t, "-F", "199", "-c", fx+" 1.5")
+	share, n := chainShare(r, "realign", true)
+	t.Logf("%.1f%% of %d samples in c whole", 100*share, n)
+	if n < 100 || share < 0.95 {
+		t.Errorf("%.1f%% of %d samples in c have the whole chain, want at least 95%% of 100 or more", 100*share, n)
+		for _, st := range r.Stacks {
+			t.Logf("%d %s %v", st.Count, st.End, st.User)
+		}
+	}
+}
+
 // TestShortLivedProcesses profiles the whole machine while 30 processes
 // run one after another, 80 ms each (the chain spinning in c from its
 // first millisecond): their first samples come before profile has read

@@ -40,6 +40,10 @@ const (
 	CFAReg                       // register + offset
 	CFAPLT                       // the PLT expression: rsp + 8 + ((rip & 15) >= cut) * 8
 	CFAExpression                // another DWARF expression (signal frames): not followed
+	// CFADeref is *(rbp + Offset): gcc's realigned frame with a dynamic
+	// realign argument pointer (DRAP), which keeps the CFA on the stack
+	// below the saved rbp (DW_OP_breg6 N; DW_OP_deref).
+	CFADeref
 )
 
 // Rule says where a register of the caller was saved.
@@ -56,6 +60,7 @@ const (
 	RuleUndefined                 // no value: for the return address, the end of the stack
 	RuleOffset                    // saved at CFA + Offset
 	RuleOther                     // in another register, or an expression: not followed
+	RuleAtRBP                     // saved at rbp + Offset (DW_OP_breg6 N: a DRAP frame's rbp)
 )
 
 // Row is the rule in force from PC up to the next row (or the end of its FDE).
@@ -649,8 +654,13 @@ func (m *machine) run(code []byte, addr uint64, initial bool) error {
 		case 0x10, 0x16: // expression, val_expression
 			var reg uint64
 			if reg, err = r.uleb(); err == nil {
-				if _, err = r.block(); err == nil {
-					m.setReg(reg, Rule{Kind: RuleOther})
+				var expr []byte
+				if expr, err = r.block(); err == nil {
+					rule := Rule{Kind: RuleOther}
+					if off, ok := bregRBP(expr, false); ok && op == 0x10 {
+						rule = Rule{Kind: RuleAtRBP, Offset: off}
+					}
+					m.setReg(reg, rule)
 				}
 			}
 		case 0x14: // val_offset
@@ -692,7 +702,39 @@ func cfaExpression(e []byte) CFA {
 		e[n] >= 0x30 && e[n] <= 0x4f {
 		return CFA{Kind: CFAPLT, PLTCut: int64(e[n] - 0x30)}
 	}
+	if off, ok := bregRBP(e, true); ok {
+		return CFA{Kind: CFADeref, Reg: RegRBP, Offset: off}
+	}
 	return CFA{Kind: CFAExpression}
+}
+
+// bregRBP reads the expression DW_OP_breg6 (rbp) N, followed by
+// DW_OP_deref if deref, and nothing else: N.
+func bregRBP(e []byte, deref bool) (int64, bool) {
+	const opBreg6, opDeref = 0x76, 0x06
+	if len(e) < 2 || e[0] != opBreg6 {
+		return 0, false
+	}
+	var off int64
+	var shift uint
+	i := 1
+	for ; i < len(e) && i <= 10; i++ {
+		b := e[i]
+		off |= int64(b&0x7f) << shift
+		shift += 7
+		if b&0x80 == 0 {
+			if shift < 64 && b&0x40 != 0 {
+				off |= -1 << shift
+			}
+			i++
+			break
+		}
+	}
+	rest := e[i:]
+	if deref {
+		return off, len(rest) == 1 && rest[0] == opDeref && e[i-1]&0x80 == 0
+	}
+	return off, len(rest) == 0 && e[i-1]&0x80 == 0
 }
 
 // Pointer encodings (DW_EH_PE_*), LSB 4.1, "DWARF Extensions".

@@ -20,7 +20,13 @@ type Entry struct {
 //
 //	bits 0-1   CFA base: BaseRSP, BaseRBP, BasePLT or BaseStop
 //	bits 2-9   where rbp was saved, CFA + 8*n (n signed, 0: rbp unchanged)
-//	bits 10-31 the CFA offset (BasePLT: the cut; BaseStop: a Stop reason)
+//	bits 10-31 the CFA offset (BasePLT: the cut; BaseStop: a Stop reason,
+//	           or DerefRBP)
+//
+// A BaseStop word whose bits 10-13 are DerefRBP is not a stop but gcc's
+// realigned frame (DRAP): CFA = *(rbp + 8*a), the caller's rbp =
+// *(rbp + 8*b), a in bits 14-21 and b in bits 22-29 (signed); bits 2-9
+// are 0.
 //
 // The return address is always at CFA-8 (checked when compiling).
 const (
@@ -32,6 +38,12 @@ const (
 	rbpShift = 2
 	offShift = 10
 	maxOff   = 1<<22 - 1
+
+	// DerefRBP is the kind of a DRAP frame's word (see above), past
+	// every Stop reason.
+	DerefRBP   = 15
+	KindMask   = 15
+	DerefShift = offShift + 4 // a, then b 8 bits above
 )
 
 // Stop says why the unwinder cannot step past a row.
@@ -98,6 +110,14 @@ func encode(r Row) uint32 {
 	if r.RA.Kind != RuleOffset || r.RA.Offset != -8 {
 		return stop(StopUnsupported)
 	}
+	if r.CFA.Kind == CFADeref {
+		// The caller's rbp is where the frame says, relative to rbp.
+		a, b := r.CFA.Offset/8, r.RBP.Offset/8
+		if r.RBP.Kind != RuleAtRBP || r.CFA.Offset%8 != 0 || r.RBP.Offset%8 != 0 || a < -128 || a > 127 || b < -128 || b > 127 {
+			return stop(StopUnsupported)
+		}
+		return BaseStop | (DerefRBP|uint32(uint8(int8(a)))<<4|uint32(uint8(int8(b)))<<12)<<offShift
+	}
 	var rbp uint32
 	switch r.RBP.Kind {
 	case RuleSame, RuleUndefined:
@@ -132,12 +152,21 @@ type Decoded struct {
 	RBPSaved  bool
 	RBPOffset int64
 	Offset    uint32
+	// Deref: a DRAP frame: CFA = *(rbp + CFAAt), rbp = *(rbp + RBPAt).
+	Deref        bool
+	CFAAt, RBPAt int64
 }
 
 // Decode takes a rule word apart.
 func Decode(rule uint32) Decoded {
 	n := int64(int8(uint8(rule >> rbpShift)))
-	return Decoded{Base: rule & 3, RBPSaved: n != 0, RBPOffset: 8 * n, Offset: rule >> offShift}
+	d := Decoded{Base: rule & 3, RBPSaved: n != 0, RBPOffset: 8 * n, Offset: rule >> offShift}
+	if d.Base == BaseStop && d.Offset&KindMask == DerefRBP {
+		d.Deref = true
+		d.CFAAt = 8 * int64(int8(uint8(rule>>DerefShift)))
+		d.RBPAt = 8 * int64(int8(uint8(rule>>(DerefShift+8))))
+	}
+	return d
 }
 
 // Compile turns FDEs into sorted entries: identical neighbours merged, a

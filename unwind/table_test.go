@@ -120,3 +120,48 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestDerefRule: gcc's realigned frame (DRAP), as its FDE says it
+// (DW_CFA_def_cfa_expression: DW_OP_breg6 -8; DW_OP_deref; DW_CFA_expression
+// rbp: DW_OP_breg6 0), is one rule word the unwinder follows: CFA =
+// *(rbp - 8), rbp = *(rbp + 0). Other expressions stay unsupported.
+func TestDerefRule(t *testing.T) {
+	cfa := cfaExpression([]byte{0x76, 0x78, 0x06})
+	if cfa.Kind != CFADeref || cfa.Offset != -8 {
+		t.Fatalf("DW_OP_breg6 -8; DW_OP_deref: %+v", cfa)
+	}
+	at, ok := bregRBP([]byte{0x76, 0x00}, false)
+	if !ok || at != 0 {
+		t.Fatalf("DW_OP_breg6 0: %d %v", at, ok)
+	}
+	row := Row{CFA: cfa, RBP: Rule{Kind: RuleAtRBP, Offset: at}, RA: Rule{Kind: RuleOffset, Offset: -8}}
+	d := Decode(encode(row))
+	if !d.Deref || d.CFAAt != -8 || d.RBPAt != 0 || d.Base != BaseStop || d.RBPSaved {
+		t.Errorf("decoded %+v, want a deref rule: CFA at rbp-8, rbp at rbp+0", d)
+	}
+	row.CFA.Offset, row.RBP.Offset = -1024, 1016 // the most the word holds
+	if d := Decode(encode(row)); !d.Deref || d.CFAAt != -1024 || d.RBPAt != 1016 {
+		t.Errorf("decoded %+v, want CFA at rbp-1024, rbp at rbp+1016", d)
+	}
+	for _, bad := range []Row{
+		{CFA: CFA{Kind: CFADeref, Reg: RegRBP, Offset: -8}, RBP: Rule{Kind: RuleSame}, RA: row.RA},                               // rbp not found
+		{CFA: CFA{Kind: CFADeref, Reg: RegRBP, Offset: -1032}, RBP: Rule{Kind: RuleAtRBP}, RA: row.RA},                           // too far
+		{CFA: CFA{Kind: CFADeref, Reg: RegRBP, Offset: -4}, RBP: Rule{Kind: RuleAtRBP}, RA: row.RA},                              // not a word
+		{CFA: CFA{Kind: CFAReg, Reg: RegRSP, Offset: 16}, RBP: Rule{Kind: RuleAtRBP}, RA: row.RA},                                // rbp where the CFA is not from it
+		{CFA: CFA{Kind: CFADeref, Reg: RegRBP, Offset: -8}, RBP: Rule{Kind: RuleAtRBP}, RA: Rule{Kind: RuleOffset, Offset: -16}}, // return address elsewhere
+	} {
+		if w := encode(bad); w != stop(StopUnsupported) {
+			t.Errorf("%+v: rule %#x, want unsupported", bad, w)
+		}
+	}
+	for _, e := range [][]byte{
+		{0x76, 0x78},             // no deref
+		{0x77, 0x78, 0x06},       // rsp, not rbp (the signal trampoline's is read by its code)
+		{0x76, 0x78, 0x06, 0x06}, // two derefs
+		{0x76, 0xf8},             // an unended LEB128
+	} {
+		if c := cfaExpression(e); c.Kind != CFAExpression {
+			t.Errorf("% x: %+v, want a CFA expression not followed", e, c)
+		}
+	}
+}

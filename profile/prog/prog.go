@@ -637,7 +637,10 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.JNE.Imm(bpf.R3, unwind.BaseStop, p+"_rsp"))
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R4))
 	insns.Add(bpf.JEq.Imm(bpf.R1, StopEnd, "stop"))
-	insns.Add(bpf.Ja.Label("signal"))
+	insns.Add(bpf.Mov.Reg(bpf.R5, bpf.R4))
+	insns.Add(bpf.And.Imm(bpf.R5, unwind.KindMask))
+	insns.Add(bpf.JNE.Imm(bpf.R5, unwind.DerefRBP, "signal"))
+	insns.Append(derefRBP(cfg, p))
 	insns.Add(bpf.LoadMem(bpf.R5, bpf.R9, stateSP, bpf.DWord).WithSymbol(p + "_rsp"))
 	insns.Add(bpf.JEq.Imm(bpf.R3, unwind.BaseRSP, p+"_cfa"))
 	insns.Add(bpf.JNE.Imm(bpf.R3, unwind.BaseRBP, p+"_plt"))
@@ -679,6 +682,39 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	if !last {
 		insns.Add(asm.Nop().WithSymbol(next))
 	}
+	return insns.Instructions
+}
+
+// derefRBP computes the CFA of a realigned frame (gcc's DRAP: the rule
+// word in R4, shifted, see unwind.DerefRBP): CFA = *(rbp + 8a) into R5,
+// R4 = 0, and the caller's rbp = *(rbp + 8b) into the walk's state, then
+// joins the common step at p_cfa (the word has no CFA-relative rbp).
+func derefRBP(cfg Config, p string) bpf.Instructions {
+	var insns asm.Seq
+	field := func(shift int32) {
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRule, bpf.DWord))
+		insns.Add(bpf.LSh.Imm(bpf.R3, 64-8-shift))
+		insns.Add(bpf.ArSh.Imm(bpf.R3, 56))
+		insns.Add(bpf.LSh.Imm(bpf.R3, 3))
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateBP, bpf.DWord))
+		insns.Add(bpf.Add.Reg(bpf.R3, bpf.R1))
+	}
+	field(unwind.DerefShift)
+	insns.Instructions[0] = insns.Instructions[0].WithSource(bpf.Comment("realigned (DRAP): cfa = *(rbp + 8a), rbp = *(rbp + 8b)"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, fpCFA))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	field(unwind.DerefShift + 8)
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R9))
+	insns.Add(bpf.Add.Imm(bpf.R1, stateBP))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Add(bpf.LoadMem(bpf.R5, bpf.RFP, fpCFA, bpf.DWord))
+	insns.Add(bpf.Mov.Imm(bpf.R4, 0))
+	insns.Add(bpf.Ja.Label(p + "_cfa"))
 	return insns.Instructions
 }
 

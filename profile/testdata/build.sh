@@ -21,6 +21,8 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/overload" "$src/overload.c"
 # signal: time spent in signal handlers (timers, and a fault in a PLT stub).
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/signal" "$src/signal.c"
+# realign: a frame realigned through a DRAP (CFA = *(rbp - 8)).
+"${CC:-gcc}" $cflags -fPIE -pie -o "$out/realign" "$src/realign.c"
 # offcpu: waits in known proportions under two chains (--off-cpu).
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/offcpu" "$src/offcpu.c"
 # gospin: a Go program, stripped, for the CC's architecture.
