@@ -1429,6 +1429,48 @@ func TestRealignedStack(t *testing.T) {
 	}
 }
 
+// TestThreadAndVfork profiles the chain a -> b -> c (testdata/forms.c, no
+// frame pointers) run by a thread, whose stack ends at the thread's root
+// (glibc's start_thread, then clone3, which marks itself the outermost
+// frame), and by a vfork child, which runs on its parent's stack, through
+// main to _start: at least 95% of the samples in c whole, either way.
+func TestThreadAndVfork(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "forms")
+	for _, form := range []string{"thread", "vfork"} {
+		t.Run(form, func(t *testing.T) {
+			want, root := []string{"c", "b", "a", "run", "start_thread"}, "clone"
+			if form == "vfork" {
+				want, root = []string{"c", "b", "a", "main"}, "_start"
+			}
+			r := profileJSON(t, "-F", "199", "-c", fx+" "+form+" 1.5")
+			var inC, whole uint64
+			for _, st := range r.Stacks {
+				i := slices.Index(st.User, "c")
+				if st.Comm != "forms" || i < 0 {
+					continue
+				}
+				inC += st.Count
+				// On arm64 the fixture keeps frame pointers (auto: fp there).
+				if st.End != "complete" && st.End != "frame pointers" || len(st.User) < i+len(want) || !slices.Equal(st.User[i:i+len(want)], want) {
+					continue
+				}
+				if runtime.GOARCH == "amd64" && !strings.Contains(st.User[len(st.User)-1], root) {
+					continue
+				}
+				whole += st.Count
+			}
+			t.Logf("%d of %d samples in c whole: %v ... %s", whole, inC, want, root)
+			if inC < 100 || float64(whole) < 0.95*float64(inC) {
+				t.Errorf("%d of %d samples in c have the whole chain, want at least 95%% of 100 or more", whole, inC)
+				for _, st := range r.Stacks {
+					t.Logf("%d %s %v", st.Count, st.End, st.User)
+				}
+			}
+		})
+	}
+}
+
 // TestShortLivedProcesses profiles the whole machine while 30 processes
 // run one after another, 80 ms each (the chain spinning in c from its
 // first millisecond): their first samples come before profile has read

@@ -23,6 +23,8 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/signal" "$src/signal.c"
 # realign: a frame realigned through a DRAP (CFA = *(rbp - 8)).
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/realign" "$src/realign.c"
+# forms: the chain in a thread, and in a vfork child.
+"${CC:-gcc}" $cflags -fPIE -pie -pthread -o "$out/forms" "$src/forms.c"
 # offcpu: waits in known proportions under two chains (--off-cpu).
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/offcpu" "$src/offcpu.c"
 # gospin: a Go program, stripped, for the CC's architecture.
