@@ -281,7 +281,11 @@ func TestFolded(t *testing.T) {
 			continue
 		}
 		inC += n
-		if frames[1] == "_start" && strings.HasSuffix(line[:i], ";main;a;b;c") {
+		// The user frames: a sample in c taken in the kernel (an
+		// interrupt: more of them under emulation) has kernel frames, _[k],
+		// after c.
+		user := slices.DeleteFunc(slices.Clone(frames), func(f string) bool { return strings.HasSuffix(f, "_[k]") })
+		if frames[1] == "_start" && strings.HasSuffix(strings.Join(user, ";"), ";main;a;b;c") {
 			chain += n
 		}
 	}
@@ -814,14 +818,16 @@ func TestLabelsLibraries(t *testing.T) {
 	for _, exe := range []string{"tls", "musl/tls"} {
 		t.Run(exe, func(t *testing.T) {
 			haveFixture(t, filepath.Join(dir, exe))
-			r := profileJSON(t, append(args, "-c", filepath.Join(dir, exe)+" 0.5")...)
+			// A warm-up of 1 s: profile places the libraries' labels as
+			// the loader maps them, which took over 0.25 s (the default)
+			// in qemu's guests on a busy host.
+			r := profileJSON(t, append(args, "-c", filepath.Join(dir, exe)+" 0.5 1")...)
 			by := map[string]int{}
 			total := 0
 			for _, st := range r.Stacks {
 				if st.Comm != filepath.Base(exe) {
 					continue
 				}
-				total += int(st.Count)
 				req, _ := st.Labels["req"].(float64)
 				whole := threadOf(req) != ""
 				for name, off := range offsets {
@@ -854,6 +860,7 @@ func TestLabelsLibraries(t *testing.T) {
 					name = "between"
 				}
 				by[name] += int(st.Count)
+				total += int(st.Count)
 			}
 			checkPhases(t, by, total)
 		})
@@ -1328,19 +1335,26 @@ func TestGoStripped(t *testing.T) {
 	}
 	f.Close()
 	r := profileJSON(t, "-F", "199", "-c", fx+" 1")
-	var total, whole uint64
+	// Of the samples in main.c (the runtime's own, a larger share on a
+	// slow machine, say nothing of the names), the chain named.
+	var total, inC, whole uint64
 	for _, st := range r.Stacks {
 		if st.Comm != "gospin" {
 			continue
 		}
 		total += st.Count
-		if i := slices.Index(st.User, "main.c"); i >= 0 && len(st.User) >= i+4 && slices.Equal(st.User[i+1:i+4], []string{"main.b", "main.a", "main.main"}) {
+		i := slices.Index(st.User, "main.c")
+		if i < 0 {
+			continue
+		}
+		inC += st.Count
+		if len(st.User) >= i+4 && slices.Equal(st.User[i+1:i+4], []string{"main.b", "main.a", "main.main"}) {
 			whole += st.Count
 		}
 	}
-	t.Logf("%d of gospin's %d samples in main.c <- main.b <- main.a <- main.main", whole, total)
-	if total < 100 || whole < total*3/4 {
-		t.Errorf("%d of gospin's %d samples in main.c <- main.b <- main.a <- main.main, want at least 3/4:\n%v", whole, total, r.Stacks)
+	t.Logf("%d of gospin's %d samples in main.c (%d in all) in main.c <- main.b <- main.a <- main.main", whole, inC, total)
+	if inC < 100 || whole < inC*95/100 {
+		t.Errorf("%d of gospin's %d samples in main.c in main.c <- main.b <- main.a <- main.main, want at least 95%% of 100 or more:\n%v", whole, inC, r.Stacks)
 	}
 }
 
@@ -1431,15 +1445,17 @@ func TestRealignedStack(t *testing.T) {
 
 // TestThreadAndVfork profiles the chain a -> b -> c (testdata/forms.c, no
 // frame pointers) run by a thread, whose stack ends at the thread's root
-// (glibc's start_thread, then clone3, which marks itself the outermost
-// frame), and by a vfork child, which runs on its parent's stack, through
-// main to _start: at least 95% of the samples in c whole, either way.
+// in libc (glibc's start_thread, then clone3, which marks itself the
+// outermost frame; named where libc's debug file is installed, as on the
+// host, else libc.so.6+0x...), and by a vfork child, which runs on its
+// parent's stack, through main to _start: at least 95% of the samples in
+// c whole, either way.
 func TestThreadAndVfork(t *testing.T) {
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "forms")
 	for _, form := range []string{"thread", "vfork"} {
 		t.Run(form, func(t *testing.T) {
-			want, root := []string{"c", "b", "a", "run", "start_thread"}, "clone"
+			want, root := []string{"c", "b", "a", "run"}, "clone"
 			if form == "vfork" {
 				want, root = []string{"c", "b", "a", "main"}, "_start"
 			}
@@ -1455,7 +1471,11 @@ func TestThreadAndVfork(t *testing.T) {
 				if st.End != "complete" && st.End != "frame pointers" || len(st.User) < i+len(want) || !slices.Equal(st.User[i:i+len(want)], want) {
 					continue
 				}
-				if runtime.GOARCH == "amd64" && !strings.Contains(st.User[len(st.User)-1], root) {
+				last := st.User[len(st.User)-1]
+				if len(st.User) == i+len(want) && form == "thread" {
+					continue // the thread's root is libc's, below run
+				}
+				if runtime.GOARCH == "amd64" && !strings.Contains(last, root) && !(form == "thread" && strings.HasPrefix(last, "libc.so")) {
 					continue
 				}
 				whole += st.Count

@@ -7,7 +7,8 @@
 // 1 and a NULL tk_ep, half a phase). The strobe_* thread-locals carry the
 // same values in the seed's layouts. libtkdl.so, opened by dlopen, gets
 // tk_dl_* = req + 30 in the main thread only: the second thread never
-// touches its thread-locals. "tls SECS" spins SECS per phase. -DNOLIB:
+// touches its thread-locals. "tls SECS [WARM]" spins SECS per phase,
+// after a warm-up of WARM seconds (SECS/2 by default). -DNOLIB:
 // without the libraries (a static build).
 #include <pthread.h>
 #include <stdint.h>
@@ -127,6 +128,7 @@ int main(int argc, char **argv) {
 	pthread_t t;
 	if (argc > 1)
 		phase = atof(argv[1]);
+	double warm = argc > 2 ? atof(argv[2]) : phase / 2;
 	libs_open();
 	// A warm-up, before the second thread: profile places the labels of
 	// the libraries as it sees them mapped and filled in.
@@ -135,7 +137,7 @@ int main(int argc, char **argv) {
 	libs_set(tk_req);
 	strcpy(tk_tenant, "t-w");
 	strobe_set(tk_req, NULL, "warmup", 4, 1);
-	spin(phase / 2);
+	spin(warm);
 	pthread_create(&t, NULL, other, NULL);
 	main_phase(1, "/alpha", 101, "t-a");
 	main_phase(2, "/beta", 202, "t-b");
