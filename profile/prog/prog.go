@@ -701,21 +701,25 @@ func derefRBP(cfg Config, p string) bpf.Instructions {
 	}
 	field(unwind.DerefShift)
 	insns.Instructions[0] = insns.Instructions[0].WithSource(bpf.Comment("realigned (DRAP): cfa = *(rbp + 8a), rbp = *(rbp + 8b)"))
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
-	insns.Add(bpf.Add.Imm(bpf.R1, fpCFA))
-	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
-	insns.Add(cfg.Readers.User.Call())
-	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Append(read8(bpf.RFP, fpCFA, cfg.Readers.User.Call(), "read_error"))
 	field(unwind.DerefShift + 8)
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R9))
-	insns.Add(bpf.Add.Imm(bpf.R1, stateBP))
-	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
-	insns.Add(cfg.Readers.User.Call())
-	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Append(read8(bpf.R9, stateBP, cfg.Readers.User.Call(), "read_error"))
 	insns.Add(bpf.LoadMem(bpf.R5, bpf.RFP, fpCFA, bpf.DWord))
 	insns.Add(bpf.Mov.Imm(bpf.R4, 0))
 	insns.Add(bpf.Ja.Label(p + "_cfa"))
 	return insns.Instructions
+}
+
+// read8 reads the 8 bytes at the address in R3 into to+off with the read
+// helper call; a failed read goes to fail.
+func read8(to bpf.Register, off int32, call bpf.Instruction, fail string) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Mov.Reg(bpf.R1, to),
+		bpf.Add.Imm(bpf.R1, off),
+		bpf.Mov.Imm(bpf.R2, 8),
+		call,
+		bpf.JNE.Imm(bpf.R0, 0, fail),
+	}
 }
 
 // The x86-64 sigreturn trampoline, glibc's and musl's __restore_rt alike:
@@ -862,11 +866,7 @@ func deferred(cfg Config) bpf.Instructions {
 		insns.Add(bpf.LoadMem(bpf.R3, bpf.RFP, fpRead, bpf.DWord))
 		insns.Add(bpf.JEq.Imm(bpf.R3, 0, "deferred_copy"))
 		insns.Add(bpf.Add.Imm(bpf.R3, int32(ss.StartStack)))
-		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
-		insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
-		insns.Add(bpf.Mov.Imm(bpf.R2, 8))
-		insns.Add(cfg.Readers.Kernel.Call())
-		insns.Add(bpf.JNE.Imm(bpf.R0, 0, "deferred_copy"))
+		insns.Append(read8(bpf.RFP, fpRead, cfg.Readers.Kernel.Call(), "deferred_copy"))
 		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
 		insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stateSP, bpf.DWord))
 		insns.Add(bpf.JGE.Reg(bpf.R2, bpf.R1, "deferred_copy"))
