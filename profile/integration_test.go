@@ -783,8 +783,16 @@ func checkPhases(t *testing.T, by map[string]int, total int) {
 	if main := by["alpha"] + by["beta"]; by["alpha"] < main/4 || by["beta"] < main/4 || by["other"] < total/5 {
 		t.Errorf("samples per thread and phase %v of %d: want each phase a quarter of the main thread's at least, and the other thread a fifth", by, total)
 	}
-	if by["between"] > total/8 {
-		t.Errorf("%d of %d samples carry not all of their thread's values", by["between"], total)
+	// Samples between a thread's values (a phase switching, a thread
+	// before it set them): an instant on the host; under qemu's emulation
+	// on a busy host they were 19% (arm64; the commit before these tests
+	// changed too). Another thread's value is never allowed (the callers).
+	most := total / 8
+	if os.Getenv("TRACEKIT_BIN") != "" {
+		most = total / 4
+	}
+	if by["between"] > most {
+		t.Errorf("%d of %d samples carry not all of their thread's values, want at most %d", by["between"], total, most)
 	}
 }
 

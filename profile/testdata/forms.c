@@ -3,7 +3,9 @@
  *   thread  a thread (pthread_create) runs it: the chain ends at the
  *           thread's root (glibc's start_thread and clone3);
  *   vfork   a vfork child runs it on its parent's stack, then _exits:
- *           the chain goes through main to _start.
+ *           the chain goes through main to _start. The child first spins
+ *           50 ms outside the chain (its first samples announce it to the
+ *           profiler) and sleeps 1 s while its mappings are read.
  * Built without frame pointers by the tests. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -55,6 +57,8 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "vfork") == 0) {
 		pid_t pid = vfork();
 		if (pid == 0) {
+			spin(0.05);
+			usleep(1000000);
 			a(secs);
 			_exit(0);
 		}
