@@ -182,7 +182,8 @@ boot() { # boot ARCH:DIR: run the tests in a guest of that kernel, log in $cache
     # much faster under TCG than the architected one.
     qemu=(qemu-system-aarch64 -M virt -cpu max,pauth-impdef=on) console=ttyAMA0
   fi
-  timeout 900 "${qemu[@]}" -smp 1 -m 2048 -nographic -no-reboot \
+  # 1500 s: a guest took 805 s on a slow day of the host.
+  timeout 1500 "${qemu[@]}" -smp 1 -m 2048 -nographic -no-reboot \
     -kernel "$vmlinuz" -initrd "$initrd" \
     -append "console=$console quiet panic=-1" > "$cache/$name.log" 2>&1 || true
   tr -d '\r' < "$cache/$name.log" > "$cache/$name.log.txt"
