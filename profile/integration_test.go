@@ -442,7 +442,9 @@ func TestIdle(t *testing.T) {
 	if n := idle(profileJSON(t, "-F", "99", "1", "1")); n != 0 {
 		t.Errorf("without -I: %d samples of the idle task", n)
 	}
-	if n := idle(profileJSON(t, "-F", "99", "-I", "1", "1")); n < 10 {
+	// 3 s: a guest emulated on a busy host may not idle in the first
+	// second (profile's own start took it: 0 idle samples on 6.12).
+	if n := idle(profileJSON(t, "-F", "99", "-I", "3", "1")); n < 10 {
 		t.Errorf("with -I: %d samples of the idle task, want 10 or more", n)
 	}
 }
