@@ -6,7 +6,8 @@
  *           the chain goes through main to _start. The child first spins
  *           50 ms outside the chain (its first samples announce it to the
  *           profiler) and sleeps 1 s while its mappings are read.
- * Built without frame pointers by the tests. */
+ * Built without frame pointers by the tests. It first sleeps 1 s, as
+ * chain.c, while the profiler reads its tables. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ int main(int argc, char **argv)
 		return 2;
 	if (argc > 2)
 		secs = atof(argv[2]);
+	usleep(1000000);
 	if (strcmp(argv[1], "thread") == 0) {
 		pthread_t t;
 		if (pthread_create(&t, NULL, run, NULL) != 0)

@@ -2,8 +2,10 @@
  * where b realigns its frame to 64 bytes for a local. With stack
  * arguments and alloca, gcc realigns through a dynamic realign argument
  * pointer (DRAP): CFA = *(rbp - 8) and the caller's rbp = *(rbp) in b's
- * body, DW_CFA_def_cfa_expression (DW_OP_breg6 -8; DW_OP_deref). */
+ * body, DW_CFA_def_cfa_expression (DW_OP_breg6 -8; DW_OP_deref). It
+ * first sleeps 1 s, as chain.c, while the profiler reads its tables. */
 #include <stdlib.h>
+#include <unistd.h>
 #include "spin.h"
 
 __attribute__((noinline)) void c(double secs, char *p)
@@ -31,6 +33,7 @@ __attribute__((noinline)) void a(double secs)
 
 int main(int argc, char **argv)
 {
+	usleep(1000000);
 	a(argc > 1 ? atof(argv[1]) : 1);
 	return 0;
 }
