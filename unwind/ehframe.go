@@ -712,29 +712,20 @@ func cfaExpression(e []byte) CFA {
 // DW_OP_deref if deref, and nothing else: N.
 func bregRBP(e []byte, deref bool) (int64, bool) {
 	const opBreg6, opDeref = 0x76, 0x06
-	if len(e) < 2 || e[0] != opBreg6 {
+	r := reader{b: e}
+	if op, err := r.u8(); err != nil || op != opBreg6 {
 		return 0, false
 	}
-	var off int64
-	var shift uint
-	i := 1
-	for ; i < len(e) && i <= 10; i++ {
-		b := e[i]
-		off |= int64(b&0x7f) << shift
-		shift += 7
-		if b&0x80 == 0 {
-			if shift < 64 && b&0x40 != 0 {
-				off |= -1 << shift
-			}
-			i++
-			break
+	off, err := r.sleb()
+	if err != nil {
+		return 0, false
+	}
+	if deref {
+		if op, err := r.u8(); err != nil || op != opDeref {
+			return 0, false
 		}
 	}
-	rest := e[i:]
-	if deref {
-		return off, len(rest) == 1 && rest[0] == opDeref && e[i-1]&0x80 == 0
-	}
-	return off, len(rest) == 0 && e[i-1]&0x80 == 0
+	return off, r.off == uint64(len(e))
 }
 
 // Pointer encodings (DW_EH_PE_*), LSB 4.1, "DWARF Extensions".
