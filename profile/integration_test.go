@@ -713,7 +713,7 @@ func TestLabelsPerThread(t *testing.T) {
 func labelsPerThread(t *testing.T, exe string) {
 	haveFixture(t, exe)
 	pb := filepath.Join(t.TempDir(), "cpu.pb.gz")
-	r := profileJSON(t, "-F", "199", "--pprof", pb, "-c", exe+" 0.5",
+	r := profileJSON(t, "-F", "199", "--pprof", pb, "-c", exe+" 0.5 1.5", // warm-up: inPhases
 		"--label", "req=tls:tk_req:int", "--label", "ep=tls:tk_ep:str", "--label", "tenant=tls:tk_tenant:chars", "--label", "phase=var:tk_phase:int")
 	type values struct{ req, ep, tenant string }
 	threads := map[values]string{
@@ -736,7 +736,6 @@ func labelsPerThread(t *testing.T, exe string) {
 		if st.Comm != filepath.Base(exe) {
 			continue
 		}
-		total += int(st.Count)
 		v := values{fmt.Sprint(st.Labels["req"]), fmt.Sprint(st.Labels["ep"]), fmt.Sprint(st.Labels["tenant"])}
 		name, ok := threads[v]
 		if !ok {
@@ -754,10 +753,11 @@ func labelsPerThread(t *testing.T, exe string) {
 		if ok && !slices.Contains(want, ph) {
 			t.Errorf("phase %v with %v (%s): want one of %v", ph, v, name, want)
 		}
-		by[name] += int(st.Count)
+		if inPhases(st) {
+			by[name] += int(st.Count)
+			total += int(st.Count)
+		}
 	}
-	// The loader's time before main: an eighth of the run at most, even
-	// under emulation (7 to 11 of about 200 samples in the matrix).
 	checkPhases(t, by, total)
 
 	p := readPprof(t, pb)
@@ -776,6 +776,16 @@ func labelsPerThread(t *testing.T, exe string) {
 // total): each phase a quarter of the main thread's at least, the second
 // thread a fifth, and an eighth at most "between" (not all of a thread's
 // values: the instants that switch them).
+// inPhases tells tls's samples after its warm-up by their stacks: the
+// main thread's phases spin in main_phase, the second thread in other.
+// The loader's and the warm-up's are not counted: in qemu's guests profile
+// placed the labels over a second after the command's start (the tables
+// of its libraries read first), samples with no labels at all (69 of 224
+// in the 7.2 guest of the CI of b2a8e81, alpha's share cut to a tenth).
+func inPhases(st jsonStack) bool {
+	return slices.Contains(st.User, "main_phase") || slices.Contains(st.User, "other")
+}
+
 func checkPhases(t *testing.T, by map[string]int, total int) {
 	t.Helper()
 	t.Logf("%d samples of the fixture: %v", total, by)
@@ -828,10 +838,10 @@ func TestLabelsLibraries(t *testing.T) {
 	for _, exe := range []string{"tls", "musl/tls"} {
 		t.Run(exe, func(t *testing.T) {
 			haveFixture(t, filepath.Join(dir, exe))
-			// A warm-up of 1 s: profile places the libraries' labels as
-			// the loader maps them, which took over 0.25 s (the default)
-			// in qemu's guests on a busy host.
-			r := profileJSON(t, append(args, "-c", filepath.Join(dir, exe)+" 0.5 1")...)
+			// A warm-up of 1.5 s: profile places the libraries' labels as
+			// the loader maps them, which took over a second in qemu's
+			// guests on a busy host (inPhases).
+			r := profileJSON(t, append(args, "-c", filepath.Join(dir, exe)+" 0.5 1.5")...)
 			by := map[string]int{}
 			total := 0
 			for _, st := range r.Stacks {
@@ -862,10 +872,10 @@ func TestLabelsLibraries(t *testing.T) {
 				// The warm-up's samples are checked, not counted: before
 				// the second thread, profile places the libraries' labels
 				// as the loader maps and fills them in.
-				name := map[float64]string{1: "warmup", 101: "alpha", 202: "beta", 999: "other"}[req]
-				if name == "warmup" {
+				if !inPhases(st) {
 					continue
 				}
+				name := map[float64]string{101: "alpha", 202: "beta", 999: "other"}[req]
 				if !whole {
 					name = "between"
 				}
@@ -887,7 +897,7 @@ func TestLabelsStrobe(t *testing.T) {
 	dir := fixtures(t)
 	// The map's id is the thread's req. No more labels: on kernels of
 	// 512-byte keys these leave room for 8 user frames.
-	r := profileJSON(t, "-F", "199", "-c", filepath.Join(dir, "tls")+" 0.5", "--label", "si=tls:tk_strobe_int:strobe-int", "--label", "ss=tls:tk_strobe_str:strobe-str", "--label", "m=tls:tk_strobe_map:strobe-map")
+	r := profileJSON(t, "-F", "199", "-c", filepath.Join(dir, "tls")+" 0.5 1.5", "--label", "si=tls:tk_strobe_int:strobe-int", "--label", "ss=tls:tk_strobe_str:strobe-str", "--label", "m=tls:tk_strobe_map:strobe-map")
 	phase := func(req float64, ep, tenant string) map[string]any {
 		return map[string]any{"si": req, "ss": ep, "m.id": req, "m.tag": "phase", "m.ep": ep, "m.tenant": tenant, "m.k3": "v3"}
 	}
@@ -903,7 +913,6 @@ func TestLabelsStrobe(t *testing.T) {
 		if st.Comm != "tls" {
 			continue
 		}
-		total += int(st.Count)
 		req, _ := st.Labels["m.id"].(float64)
 		if _, ok := st.Labels["m.k4"]; ok {
 			t.Errorf("%v: the map's fourth entry, beyond the three kept", st.Labels)
@@ -915,11 +924,15 @@ func TestLabelsStrobe(t *testing.T) {
 				}
 			}
 		}
+		if !inPhases(st) {
+			continue // the loader's, the warm-up's (labels placed meanwhile)
+		}
 		name := fmt.Sprint(req)
-		if !reflect.DeepEqual(st.Labels, want[req]) {
+		if !reflect.DeepEqual(st.Labels, want[req]) || req == 1 {
 			name = "between"
 		}
 		by[name] += int(st.Count)
+		total += int(st.Count)
 	}
 	t.Logf("%d samples of the fixture: %v", total, by)
 	if total < 100 {
@@ -1404,14 +1417,17 @@ func TestSignalFrames(t *testing.T) {
 			}
 			musl := strings.HasPrefix(c.bin, "musl/")
 			r := profileJSON(t, "-F", "199", "-c", fx+" "+c.mode+" 1.5")
+			// The handler's samples are those in hc, its spin (named by
+			// the pc, no unwinding needed); on_signal's and hb's few
+			// instructions (2-3% in the 5.10 guest) are not counted.
 			var inHandler, whole uint64
 			for _, st := range r.Stacks {
-				if st.Comm != filepath.Base(c.bin) || !slices.Contains(st.User, "on_signal") {
+				i := slices.Index(st.User, "hc")
+				if st.Comm != filepath.Base(c.bin) || i < 0 {
 					continue
 				}
 				inHandler += st.Count
-				i := slices.Index(st.User, "hc")
-				if i < 0 || len(st.User) < i+len(want) || !slices.Equal(st.User[i:i+len(want)], want) {
+				if len(st.User) < i+len(want) || !slices.Equal(st.User[i:i+len(want)], want) {
 					continue
 				}
 				rest := st.User[i+len(want):]
@@ -1424,8 +1440,11 @@ func TestSignalFrames(t *testing.T) {
 				whole += st.Count
 			}
 			t.Logf("%d of %d samples in the handler whole: %v", whole, inHandler, want)
-			if inHandler < 150 || float64(whole) < 0.95*float64(inHandler) {
-				t.Errorf("%d of %d samples in the handler have the whole chain, want at least 95%% of 150 or more", whole, inHandler)
+			// hc spins 70% of the time (timers) or more (plt): 210 of 1.5
+			// s at 199 Hz, fewer where the host is busy (perf's timer of
+			// a qemu guest whose CPU waits for the host's fires late).
+			if inHandler < 100 || float64(whole) < 0.95*float64(inHandler) {
+				t.Errorf("%d of %d samples in the handler have the whole chain, want at least 95%% of 100 or more", whole, inHandler)
 				for _, st := range r.Stacks {
 					t.Logf("%d %s %v | %v", st.Count, st.End, st.User, st.Kernel)
 				}
