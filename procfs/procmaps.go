@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mapping is one line of /proc/PID/maps.
@@ -90,4 +92,10 @@ func Denied(pid int, err error) error {
 		return &DeniedError{Pid: pid, Err: fs.ErrPermission}
 	}
 	return err
+}
+
+// MapsDev is a device number (stat's st_dev) as /proc/PID/maps prints
+// it: "major:minor" in hex, two digits at least.
+func MapsDev(dev uint64) string {
+	return fmt.Sprintf("%02x:%02x", unix.Major(dev), unix.Minor(dev))
 }
