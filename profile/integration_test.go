@@ -25,7 +25,9 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/ldso"
 	"github.com/tracekit/tracekit/unwind"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -1520,6 +1522,58 @@ func TestThreadAndVfork(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPreload: with -c, profile reads the tables of the command's files
+// (its executable, interpreter and libraries, as ldso.Files finds them)
+// before it releases the command, but for those the shell that runs the
+// line has mapped already (read at its scan): tls, its three libraries
+// found through DT_RUNPATH's $ORIGIN, and, under busybox's static shell
+// in the matrix's guests, the loader and libc too.
+func TestPreload(t *testing.T) {
+	privtest.Require(t)
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the in-kernel unwinder reads x86-64 frames only: no tables")
+	}
+	for _, exe := range []string{"tls", "musl/tls"} {
+		t.Run(exe, func(t *testing.T) {
+			path := filepath.Join(fixtures(t), exe)
+			haveFixture(t, path)
+			files, err := ldso.Files(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shell, err := ldso.Files("/bin/sh", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mapped := map[[2]uint64]bool{}
+			for _, f := range shell {
+				mapped[fileID(t, f)] = true
+			}
+			want := 0
+			for _, f := range files {
+				if !mapped[fileID(t, f)] {
+					want++
+				}
+			}
+			res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-F", "99", "-c", path+" 0.1 0.1")
+			line := fmt.Sprintf("; %d files of the command read before it started\n", want)
+			if res.Status != 0 || !strings.Contains(res.Stdout, line) {
+				t.Errorf("exit %d; want %q (%v, the shell's %v) in:\n%s%s", res.Status, line, files, shell, res.Stdout, res.Stderr)
+			}
+		})
+	}
+}
+
+// fileID is the device and inode of path, through symbolic links.
+func fileID(t *testing.T, path string) [2]uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return [2]uint64{st.Dev, st.Ino}
 }
 
 // TestShortLivedProcesses profiles the whole machine while 30 processes

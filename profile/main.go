@@ -53,9 +53,11 @@ frame and return address are), and the program looks up each frame's row and
 steps to its caller, up to 127 frames (5 per program, then a tail call; 46
 on kernels that take hash keys of 512 bytes at most, as 5.10). The tables of
 the -p/-c processes are loaded when each is first seen (and again after an
-exec); tracing everything, a file's table is loaded when the unwinder first
-meets an address in it. Either way a process's first samples may end
-early. auto (the default) uses the tables where a file has one and frame
+exec), a -c command's executable and libraries before it is released;
+tracing everything, a file's table is loaded when the unwinder first meets
+an address in it. A sample that meets a file whose table is not read yet
+is not cut short: a copy of the top of its stack (8 KiB at most) goes to
+user space, which unwinds it once the table is read. auto (the default) uses the tables where a file has one and frame
 pointers elsewhere (JIT code); fp uses only frame pointers. The unwinder
 reads x86-64 frames only: on other architectures auto means fp, and eh is
 refused.
@@ -95,10 +97,10 @@ away is added to that stack's total, in the kernel. Reports weigh stacks
 in microseconds (text, --folded, --svg, --json "usecs"), --pprof in
 nanoseconds ("off-cpu"). Waits shorter than --min-block (1 us) or longer
 than --max-block are left out, as offcputime -m and -M. Waiting includes
-being preempted (runnable, not running). A thread's first switch in a
-file whose table is not read yet ends [unwind error: no table] (the wait
-is known only when it runs again, so the stack is not deferred to user
-space as a sample's is); the table is read for the next one.
+being preempted (runnable, not running). A thread that goes to sleep in a
+file whose table is not read yet has its stack deferred to user space as
+a sample's is, its wait added when it runs again; a preempted one's ends
+[unwind error: no table] there; the table is read for the next one.
 
 The context a process publishes for profilers is read too, with no flag
 (--no-context: not): its stacks carry it as labels.

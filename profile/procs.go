@@ -20,9 +20,11 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tracekit/tracekit/internal/regular"
+	"github.com/tracekit/tracekit/ldso"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/unwind"
+	"golang.org/x/sys/unix"
 )
 
 // file is what the profiler keeps of one mapped ELF file: the file itself,
@@ -121,6 +123,7 @@ type processes struct {
 	denied            int      // processes whose maps the kernel would not let us read
 	refused           []string // files past the parse's limits, and why
 	loadTime          time.Duration
+	preloaded         int // files of the -c command read before its release
 
 	labels     []labelSpec     // --label
 	context    bool            // not --no-context: the OpenTelemetry context and custom labels
@@ -486,11 +489,75 @@ func (ps *processes) startParse() {
 func (ps *processes) collect() {
 	select {
 	case res := <-ps.done:
-		ps.parsing = false
-		ps.loadTime += res.took
-		ps.loaded(res.f, res.entries, res.err)
-		ps.startParse()
+		ps.collected(res)
 	default:
+	}
+}
+
+func (ps *processes) collected(res parseResult) {
+	ps.parsing = false
+	ps.loadTime += res.took
+	ps.loaded(res.f, res.entries, res.err)
+	ps.startParse()
+}
+
+// preloadWait bounds how long the -c command waits for the tables of
+// its files read by the background parser (the largest libraries).
+const preloadWait = 2 * time.Second
+
+// preload reads the tables of the files a -c command will map before it
+// is released (its executable, its interpreter and libraries as
+// ldso.Files finds them): its first samples find them loaded, none
+// deferred to user space while they are read. The shell that runs the
+// line is the command's process already, its files loaded by its scan.
+// A file the process maps under another key (another device or inode
+// than stat says: a btrfs subvolume, an overlay) is read again then.
+func (ps *processes) preload(line string) {
+	exe := commandExecutable(line)
+	if exe == "" || ps.lpm == nil {
+		return
+	}
+	paths, err := ldso.Files(exe, nil)
+	if err != nil {
+		return // not ELF (a script): the shell runs it, its interpreter found at its exec
+	}
+	for _, path := range paths {
+		if real, err := filepath.EvalSymlinks(path); err == nil {
+			path = real // the name the mapping will have
+		}
+		osf, err := regular.Open(path)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstat(int(osf.Fd()), &st) != nil {
+			osf.Close()
+			continue
+		}
+		key := fileKey{Dev: procfs.MapsDev(st.Dev), Inode: st.Ino}
+		if _, ok := ps.files[key]; ok {
+			osf.Close()
+			continue
+		}
+		ef, err := newELF(osf)
+		if err != nil {
+			osf.Close()
+			continue
+		}
+		f := &file{name: filepath.Base(path), elf: ef, osf: osf, progs: ef.Progs, first: -1}
+		ps.files[key] = f
+		ps.preloaded++
+		ps.load(f)
+	}
+	deadline := time.NewTimer(preloadWait)
+	defer deadline.Stop()
+	for ps.parsing {
+		select {
+		case res := <-ps.done:
+			ps.collected(res)
+		case <-deadline.C:
+			return
+		}
 	}
 }
 

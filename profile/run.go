@@ -256,6 +256,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		if err := s.FollowProcessTree(coll, pid); err != nil {
 			return err
 		}
+		ps.preload(o.Command)
 	}
 	// Deferred samples are 10 KiB records: 32 pages a CPU hold a dozen.
 	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 32, perfevent.WakeEach)
@@ -702,6 +703,9 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 		files, rows, used := r.ps.tableStats()
 		fmt.Fprintf(w, "unwind tables: %d files, %d rows (%.1f of %d MiB), read in %d ms",
 			files, rows, float64(used*8)/(1<<20), r.o.Budget, r.ps.loadTime.Milliseconds())
+		if r.ps.preloaded > 0 {
+			fmt.Fprintf(w, "; %d files of the command read before it started", r.ps.preloaded)
+		}
 		if r.ps.full > 0 {
 			fmt.Fprintf(w, "; %d files left out: the table is full (--table-mib)", r.ps.full)
 		}
