@@ -1476,6 +1476,43 @@ func TestRealignedStack(t *testing.T) {
 	}
 }
 
+// TestNoReturnCaller profiles testdata/noreturn.c, whose b calls c,
+// which never returns, as its last instruction, the function after right
+// behind it (so gcc made a's call of b its last too): the return address
+// of b's frame is after's first byte, of a's frame main's. Named by the
+// call before them, as perf names callers, at least 95% of the samples
+// in c have the whole chain c, b, a, main (before: c, after, main, main).
+func TestNoReturnCaller(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "noreturn")
+	f, err := elf.Open(fx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := f.Symbols()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := map[string]uint64{}
+	start := map[string]uint64{}
+	for _, s := range syms {
+		end[s.Name], start[s.Name] = s.Value+s.Size, s.Value
+	}
+	if end["b"] != start["after"] {
+		t.Fatalf("%s: b ends at 0x%x, after starts at 0x%x: want them adjacent (build.sh's flags)", fx, end["b"], start["after"])
+	}
+	r := profileJSON(t, "-F", "199", "-c", fx+" 1.5")
+	share, n := chainShare(r, "noreturn", true)
+	t.Logf("%.1f%% of %d samples in c whole", 100*share, n)
+	if n < 100 || share < 0.95 {
+		t.Errorf("%.1f%% of %d samples in c have the whole chain, want at least 95%% of 100 or more", 100*share, n)
+		for _, st := range r.Stacks {
+			t.Logf("%d %s %v", st.Count, st.End, st.User)
+		}
+	}
+}
+
 // TestThreadAndVfork profiles the chain a -> b -> c (testdata/forms.c, no
 // frame pointers) run by a thread, whose stack ends at the thread's root
 // in libc (glibc's start_thread, then clone3, which marks itself the

@@ -836,8 +836,9 @@ func mergeSymbols(syms, more []symbol) []symbol {
 
 // symbolize names a user address of a process: "function", or
 // "file+0xADDR" past every symbol's end, or "[unknown]" outside every
-// mapped file.
-func (ps *processes) symbolize(pid uint32, addr uint64) string {
+// mapped file. ret: the address is a return address (every frame but
+// the sampled one and the one a signal interrupted).
+func (ps *processes) symbolize(pid uint32, addr uint64, ret bool) string {
 	p := ps.procs[pid]
 	if p == nil {
 		return "[unknown]"
@@ -847,12 +848,28 @@ func (ps *processes) symbolize(pid uint32, addr uint64) string {
 			continue
 		}
 		v := addr - m.bias
+		// A return address is named by the call before it, as perf
+		// names callers: after a call of a function that never returns
+		// (exit, abort, a throw) it is the next function's first byte.
+		look := v
+		if ret {
+			look = v - 1
+		}
 		syms := m.file.symbols()
-		i := sort.Search(len(syms), func(i int) bool { return syms[i].value > v }) - 1
-		if i >= 0 && (v < syms[i].value+syms[i].size || syms[i].size == 0 && v == syms[i].value) {
+		in := func(i int, v uint64) bool {
+			return i >= 0 && (v >= syms[i].value && v < syms[i].value+syms[i].size || syms[i].size == 0 && v == syms[i].value)
+		}
+		i := sort.Search(len(syms), func(i int) bool { return syms[i].value > look }) - 1
+		// A signal handler returns to the trampoline's first byte: the
+		// address itself is looked at where the call's is not also
+		// the return address's function.
+		if ret && !in(i, v) && m.file.isSigreturn(v) {
+			return "__restore_rt"
+		}
+		if in(i, look) {
 			return ps.demangled(syms[i].name)
 		}
-		if m.file.isSigreturn(v) {
+		if !ret && m.file.isSigreturn(v) {
 			return "__restore_rt"
 		}
 		return fmt.Sprintf("%s+0x%x", m.file.name, v)

@@ -471,6 +471,11 @@ func (r *reporter) resolveKernel(cur map[stackKey]uint64) error {
 	return nil
 }
 
+// sigreturnNames are the signal return trampolines' names: glibc's and
+// musl's (named by their code where no symbol names them), and arm64's
+// vdso's.
+var sigreturnNames = map[string]bool{"__restore_rt": true, "__kernel_rt_sigreturn": true}
+
 // named turns counted keys into stacks of frame names. Keys differ by
 // every address; stacks are reported by their names (two samples at
 // different instructions of one function are one stack), but byAddress
@@ -488,8 +493,11 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 		}
 		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: end,
 			Labels: append(decodeLabels(r.o.labels, r.cfg, []byte(raw)), r.contextLabels(k.Pid, []byte(raw))...)}
-		for _, pc := range k.User {
-			st.User = append(st.User, r.ps.symbolize(k.Pid, pc))
+		for i, pc := range k.User {
+			// The sampled pc, and the one a signal interrupted (after the
+			// trampoline's frame), are the instruction itself.
+			ret := i > 0 && !sigreturnNames[st.User[i-1]]
+			st.User = append(st.User, r.ps.symbolize(k.Pid, pc, ret))
 		}
 		for _, pc := range k.Kernel {
 			// The function, not the instruction: "vfs_read", as BCC and perf.

@@ -23,6 +23,9 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/signal" "$src/signal.c"
 # realign: a frame realigned through a DRAP (CFA = *(rbp - 8)).
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/realign" "$src/realign.c"
+# noreturn: a call of a noreturn function as a function's last
+# instruction, the next function right after it.
+"${CC:-gcc}" $cflags -falign-functions=1 -fno-reorder-functions -fno-toplevel-reorder -fPIE -pie -o "$out/noreturn" "$src/noreturn.c"
 # forms: the chain in a thread, and in a vfork child.
 "${CC:-gcc}" $cflags -fPIE -pie -pthread -o "$out/forms" "$src/forms.c"
 # offcpu: waits in known proportions under two chains (--off-cpu).
