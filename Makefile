@@ -36,7 +36,7 @@ run: build ## build, then run the showcase: the live IO latency heatmap (q quits
 	$(BIN)/iolat --heatmap
 
 test: vet ## every test: unit tests, the tests against this kernel (root), and the kernel matrix
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -p 1 ./...
 	$(MAKE) test-vm
 
 test-vm: ## the kernel matrix: the privileged tests inside Debian's 6.1 and 6.12 kernels under qemu (root; installs qemu)
