@@ -1455,6 +1455,21 @@ func TestSignalFrames(t *testing.T) {
 	}
 }
 
+// wholeChain profiles the chain fixture fx for 1.5 s: at least 95% of
+// its samples in c (100 or more) have the whole chain from _start.
+func wholeChain(t *testing.T, fx string) {
+	t.Helper()
+	r := profileJSON(t, "-F", "199", "-c", fx+" 1.5")
+	share, n := chainShare(r, filepath.Base(fx), true)
+	t.Logf("%.1f%% of %d samples in c whole", 100*share, n)
+	if n < 100 || share < 0.95 {
+		t.Errorf("%.1f%% of %d samples in c have the whole chain, want at least 95%% of 100 or more", 100*share, n)
+		for _, st := range r.Stacks {
+			t.Logf("%d %s %v", st.Count, st.End, st.User)
+		}
+	}
+}
+
 // TestRealignedStack profiles testdata/realign.c, whose b realigns its
 // frame through a dynamic realign argument pointer (gcc's DRAP: CFA =
 // *(rbp - 8), the caller's rbp = *(rbp), a CFA expression that
@@ -1465,15 +1480,7 @@ func TestSignalFrames(t *testing.T) {
 func TestRealignedStack(t *testing.T) {
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "realign")
-	r := profileJSON(t, "-F", "199", "-c", fx+" 1.5")
-	share, n := chainShare(r, "realign", true)
-	t.Logf("%.1f%% of %d samples in c whole", 100*share, n)
-	if n < 100 || share < 0.95 {
-		t.Errorf("%.1f%% of %d samples in c have the whole chain, want at least 95%% of 100 or more", 100*share, n)
-		for _, st := range r.Stacks {
-			t.Logf("%d %s %v", st.Count, st.End, st.User)
-		}
-	}
+	wholeChain(t, fx)
 }
 
 // TestNoReturnCaller profiles testdata/noreturn.c, whose b calls c,
@@ -1502,15 +1509,7 @@ func TestNoReturnCaller(t *testing.T) {
 	if end["b"] != start["after"] {
 		t.Fatalf("%s: b ends at 0x%x, after starts at 0x%x: want them adjacent (build.sh's flags)", fx, end["b"], start["after"])
 	}
-	r := profileJSON(t, "-F", "199", "-c", fx+" 1.5")
-	share, n := chainShare(r, "noreturn", true)
-	t.Logf("%.1f%% of %d samples in c whole", 100*share, n)
-	if n < 100 || share < 0.95 {
-		t.Errorf("%.1f%% of %d samples in c have the whole chain, want at least 95%% of 100 or more", 100*share, n)
-		for _, st := range r.Stacks {
-			t.Logf("%d %s %v", st.Count, st.End, st.User)
-		}
-	}
+	wholeChain(t, fx)
 }
 
 // TestThreadAndVfork profiles the chain a -> b -> c (testdata/forms.c, no
