@@ -176,8 +176,12 @@ func TestSlotsAndHashCountExactly(t *testing.T) {
 			if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &rep); err != nil || len(rep.Histograms) != 1 {
 				t.Fatalf("slots %q: %v: %q %s", slots, err, out.String(), errb.String())
 			}
-			if got := rep.Histograms[0].Total; got != n || rep.Lost != 0 {
-				t.Errorf("slots %q: %d IOs, lost %d; want exactly %d, none lost", slots, got, rep.Lost, n)
+			// Exact, but for runs the kernel skipped and said it did
+			// (as TestWholeMachine allows): 58 of 60 once, in the
+			// CI of 39804e9, with other packages' programs running.
+			skipped := tooltest.SkippedRuns("iolat", errb.String())
+			if got := rep.Histograms[0].Total; got > n || got+skipped < n || rep.Lost != 0 {
+				t.Errorf("slots %q: %d IOs, lost %d, %d runs skipped; want exactly %d (less the skipped), none lost: %s", slots, got, rep.Lost, skipped, n, errb.String())
 			}
 		}
 	})
