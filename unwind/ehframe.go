@@ -8,6 +8,7 @@ package unwind
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,12 +16,51 @@ import (
 	"slices"
 )
 
-// DWARF register numbers on x86-64 (System V psABI, figure 3.36).
+// DWARF register numbers on x86-64 (System V psABI, figure 3.36) and
+// arm64 (DWARF for the Arm 64-bit Architecture, 4.1: x29 the frame
+// pointer, x30 the link register, 31 sp).
 const (
 	RegRBP = 6
 	RegRSP = 7
 	RegRA  = 16
+
+	RegX29 = 29
+	RegX30 = 30
+	RegSP  = 31
 )
+
+// Arch is what the rows depend on besides the section: the DWARF numbers
+// of the frame pointer and the stack pointer, and how a row becomes a
+// rule word (see table.go).
+type Arch struct {
+	Machine elf.Machine
+	FP, SP  uint64
+}
+
+// The architectures whose frames the package reads.
+var (
+	X86_64 = Arch{Machine: elf.EM_X86_64, FP: RegRBP, SP: RegRSP}
+	ARM64  = Arch{Machine: elf.EM_AARCH64, FP: RegX29, SP: RegSP}
+)
+
+// ArchOf is the Arch of an ELF machine, false for one the package does
+// not read.
+func ArchOf(m elf.Machine) (Arch, bool) {
+	switch m {
+	case elf.EM_X86_64:
+		return X86_64, true
+	case elf.EM_AARCH64:
+		return ARM64, true
+	}
+	return Arch{}, false
+}
+
+func (a Arch) orDefault() Arch {
+	if a.Machine == 0 {
+		return X86_64
+	}
+	return a
+}
 
 // CFA says how the canonical frame address is computed at an address.
 type CFA struct {
@@ -63,12 +103,19 @@ const (
 	RuleAtRBP                     // saved at rbp + Offset (DW_OP_breg6 N: a DRAP frame's rbp)
 )
 
-// Row is the rule in force from PC up to the next row (or the end of its FDE).
+// Row is the rule in force from PC up to the next row (or the end of its
+// FDE). RBP is the frame pointer's rule (x29's on arm64). On arm64 the
+// return address's default (RuleSame) is the link register x30, which
+// holds it until the function saves it.
 type Row struct {
 	PC  uint64
 	CFA CFA
 	RBP Rule
 	RA  Rule
+	// RASigned: arm64's return address is signed from here
+	// (DW_CFA_AARCH64_negate_ra_state toggles it): its pointer
+	// authentication code is in its top bits, stripped before use.
+	RASigned bool
 }
 
 // FDE is one function's (or code range's) rows.
@@ -85,6 +132,8 @@ type Section struct {
 	// Debug is set for .debug_frame: CIE ids are 0xffffffff and CIE
 	// pointers are section offsets.
 	Debug bool
+	// Arch: X86_64 when zero.
+	Arch Arch
 }
 
 // Limits bound the work and the memory one section may cause, whatever
@@ -123,7 +172,7 @@ type cie struct {
 // Parse reads every FDE of the section, with its rows.
 func Parse(s Section) ([]FDE, error) {
 	var fdes []FDE
-	err := walk(bytes.NewReader(s.Data), int64(len(s.Data)), s.Addr, s.Debug, func(f FDE) error {
+	err := walk(bytes.NewReader(s.Data), int64(len(s.Data)), s.Addr, s.Debug, s.Arch.orDefault(), func(f FDE) error {
 		if f.End > f.Begin {
 			f.Rows = slices.Clone(f.Rows)
 			fdes = append(fdes, f)
@@ -172,7 +221,7 @@ func (w *window) at(off, n uint64) ([]byte, error) {
 
 // walk reads the section's entries in order and calls fn with each FDE.
 // The FDE's rows are valid until fn returns.
-func walk(src io.ReaderAt, size int64, addr uint64, debug bool, fn func(FDE) error) error {
+func walk(src io.ReaderAt, size int64, addr uint64, debug bool, arch Arch, fn func(FDE) error) error {
 	if size < 0 {
 		return errTruncated
 	}
@@ -248,7 +297,7 @@ func walk(src io.ReaderAt, size int64, addr uint64, debug bool, fn func(FDE) err
 			}
 			cies[cieOff] = c
 		}
-		f, err := parseFDE(&r, Section{Data: entry, Addr: addr + start, Debug: debug}, c, rows[:0])
+		f, err := parseFDE(&r, Section{Data: entry, Addr: addr + start, Debug: debug, Arch: arch}, c, rows[:0])
 		if err != nil {
 			return fmt.Errorf("FDE at 0x%x: %w", start, err)
 		}
@@ -418,7 +467,7 @@ func parseFDE(r *reader, s Section, c *cie, rows []Row) (FDE, error) {
 		}
 		r.off += n
 	}
-	m := machine{c: c, loc: begin, end: f.End, rows: rows}
+	m := machine{c: c, arch: s.Arch.orDefault(), loc: begin, end: f.End, rows: rows}
 	m.row = Row{PC: begin, RBP: Rule{Kind: RuleSame}, RA: Rule{Kind: RuleSame}}
 	if err := m.run(c.initial, 0, true); err != nil {
 		return f, fmt.Errorf("CIE instructions: %w", err)
@@ -435,6 +484,7 @@ func parseFDE(r *reader, s Section, c *cie, rows []Row) (FDE, error) {
 // machine runs call frame instructions (DWARF 5, section 6.4.2).
 type machine struct {
 	c       *cie
+	arch    Arch
 	loc     uint64
 	end     uint64
 	row     Row
@@ -480,7 +530,7 @@ func (m *machine) setLoc(loc uint64) error {
 
 func (m *machine) setReg(reg uint64, r Rule) {
 	switch reg {
-	case RegRBP:
+	case m.arch.FP:
 		m.row.RBP = r
 	case m.c.raReg:
 		m.row.RA = r
@@ -489,7 +539,7 @@ func (m *machine) setReg(reg uint64, r Rule) {
 
 func (m *machine) restoreReg(reg uint64) {
 	switch reg {
-	case RegRBP:
+	case m.arch.FP:
 		m.row.RBP = m.initial.RBP
 	case m.c.raReg:
 		m.row.RA = m.initial.RA
@@ -649,7 +699,7 @@ func (m *machine) run(code []byte, addr uint64, initial bool) error {
 		case 0x0f: // def_cfa_expression
 			var expr []byte
 			if expr, err = r.block(); err == nil {
-				m.row.CFA = cfaExpression(expr)
+				m.row.CFA = cfaExpression(expr, m.arch)
 			}
 		case 0x10, 0x16: // expression, val_expression
 			var reg uint64
@@ -657,7 +707,7 @@ func (m *machine) run(code []byte, addr uint64, initial bool) error {
 				var expr []byte
 				if expr, err = r.block(); err == nil {
 					rule := Rule{Kind: RuleOther}
-					if off, ok := bregRBP(expr, false); ok && op == 0x10 {
+					if off, ok := bregRBP(expr, false); ok && op == 0x10 && m.arch.Machine == elf.EM_X86_64 {
 						rule = Rule{Kind: RuleAtRBP, Offset: off}
 					}
 					m.setReg(reg, rule)
@@ -679,6 +729,11 @@ func (m *machine) run(code []byte, addr uint64, initial bool) error {
 			}
 		case 0x2e: // GNU_args_size
 			_, err = r.uleb()
+		case 0x2d: // AARCH64_negate_ra_state (SPARC's GNU_window_save elsewhere)
+			if m.arch.Machine != elf.EM_AARCH64 {
+				return fmt.Errorf("call frame instruction 0x2d (GNU_window_save) outside arm64")
+			}
+			m.row.RASigned = !m.row.RASigned
 		default:
 			return fmt.Errorf("unknown call frame instruction 0x%02x", op)
 		}
@@ -696,7 +751,10 @@ func (m *machine) run(code []byte, addr uint64, initial bool) error {
 var pltPrefix = []byte{0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a}
 var pltSuffix = []byte{0x2a, 0x33, 0x24, 0x22}
 
-func cfaExpression(e []byte) CFA {
+func cfaExpression(e []byte, arch Arch) CFA {
+	if arch.Machine != elf.EM_X86_64 {
+		return CFA{Kind: CFAExpression}
+	}
 	n := len(pltPrefix)
 	if len(e) == n+1+len(pltSuffix) && string(e[:n]) == string(pltPrefix) && string(e[n+1:]) == string(pltSuffix) &&
 		e[n] >= 0x30 && e[n] <= 0x4f {

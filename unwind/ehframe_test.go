@@ -26,7 +26,16 @@ func section(t testing.TB, name string) Section {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Section{Data: data, Addr: addr}
+	return Section{Data: data, Addr: addr, Arch: archOfName(name)}
+}
+
+// archOfName is the architecture of a testdata section: arm64 by its
+// name, else x86-64.
+func archOfName(name string) Arch {
+	if strings.Contains(name, "arm64") {
+		return ARM64
+	}
+	return X86_64
 }
 
 // readelfFDE is one FDE as readelf --debug-dump=frames-interp prints it.
@@ -79,10 +88,10 @@ func readelfFrames(t *testing.T, name string) []readelfFDE {
 			if err != nil {
 				t.Fatalf("readelf line %q", sc.Text())
 			}
-			row := readelfRow{pc: pc, cfa: fields[1], rbp: "u"}
+			row := readelfRow{pc: pc, cfa: fields[1], rbp: "u", ra: "u"}
 			for i, c := range cols {
 				switch c {
-				case "rbp":
+				case "rbp", "x29":
 					row.rbp = fields[i]
 				case "ra":
 					row.ra = fields[i]
@@ -99,11 +108,16 @@ func readelfFrames(t *testing.T, name string) []readelfFDE {
 }
 
 // readelfText renders a row as readelf does.
-func readelfText(r Row) (cfa, rbp, ra string) {
+func readelfText(r Row, arch Arch) (cfa, rbp, ra string) {
 	switch r.CFA.Kind {
 	case CFAReg:
 		name := fmt.Sprintf("r%d", r.CFA.Reg)
-		if r.CFA.Reg < 8 {
+		switch {
+		case arch == ARM64 && r.CFA.Reg == RegSP:
+			name = "sp"
+		case arch == ARM64 && r.CFA.Reg < RegSP:
+			name = fmt.Sprintf("x%d", r.CFA.Reg)
+		case arch == X86_64 && r.CFA.Reg < 8:
 			name = []string{"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp"}[r.CFA.Reg]
 		}
 		cfa = fmt.Sprintf("%s%+d", name, r.CFA.Offset)
@@ -123,8 +137,12 @@ func readelfText(r Row) (cfa, rbp, ra string) {
 }
 
 // same compares a rule with readelf's: a register or an expression rule is
-// "other" here (the unwinder does not follow it).
+// "other" here (the unwinder does not follow it); an explicit same_value
+// (readelf's "s") is the default's RuleSame ("u").
 func same(got, readelf string) bool {
+	if got == "u" && readelf == "s" {
+		return true
+	}
 	if got == "other" {
 		return strings.HasPrefix(readelf, "reg:") || readelf == "exp" || readelf == "vexp" || strings.HasPrefix(readelf, "v")
 	}
@@ -144,12 +162,15 @@ func at(rows []Row, pc uint64) (Row, bool) {
 }
 
 // TestParseAgainstReadelf compares every FDE of real sections (a gcc -O2
-// -fomit-frame-pointer binary, Debian's libc) with readelf's
-// interpretation of the same bytes: the same ranges, and at every row start
-// of either side the same CFA, rbp and return address rules.
+// -fomit-frame-pointer binary, Debian's libc; x86-64 and arm64, where
+// one built with -mbranch-protection=pac-ret signs its return addresses)
+// with readelf's interpretation of the same bytes: the same ranges, and at
+// every row start of either side the same CFA, frame pointer (rbp, x29)
+// and return address rules.
 func TestParseAgainstReadelf(t *testing.T) {
-	for _, name := range []string{"chain-pie", "libc"} {
+	for _, name := range []string{"chain-pie", "libc", "chain-arm64", "chain-arm64-pac", "libc-arm64"} {
 		t.Run(name, func(t *testing.T) {
+			arch := archOfName(name)
 			fdes, err := Parse(section(t, name))
 			if err != nil {
 				t.Fatal(err)
@@ -158,7 +179,7 @@ func TestParseAgainstReadelf(t *testing.T) {
 			if len(fdes) != len(want) {
 				t.Fatalf("%d FDEs, readelf has %d", len(fdes), len(want))
 			}
-			rows, plt := 0, 0
+			rows, plt, signed := 0, 0, 0
 			for i, w := range want {
 				f := fdes[i]
 				if f.Begin != w.begin || f.End != w.end {
@@ -175,7 +196,7 @@ func TestParseAgainstReadelf(t *testing.T) {
 							wr = x
 						}
 					}
-					cfa, rbp, ra := readelfText(r)
+					cfa, rbp, ra := readelfText(r, arch)
 					if !ok || cfa != wr.cfa || !same(rbp, wr.rbp) || !same(ra, wr.ra) {
 						t.Errorf("FDE 0x%x at 0x%x: CFA %s rbp %s ra %s, readelf %s %s %s", f.Begin, pc, cfa, rbp, ra, wr.cfa, wr.rbp, wr.ra)
 					}
@@ -185,13 +206,19 @@ func TestParseAgainstReadelf(t *testing.T) {
 					if r.CFA.Kind == CFAPLT {
 						plt++
 					}
+					if r.RASigned {
+						signed++
+					}
 				}
 				for _, r := range w.rows {
 					check(r.pc)
 				}
 				rows += len(f.Rows)
 			}
-			t.Logf("%d FDEs, %d rows, %d PLT rows", len(fdes), rows, plt)
+			t.Logf("%d FDEs, %d rows, %d PLT rows, %d signing the return address", len(fdes), rows, plt, signed)
+			if strings.HasSuffix(name, "-pac") != (signed > 0) {
+				t.Errorf("%d rows sign the return address: want some in the pac-ret build only", signed)
+			}
 		})
 	}
 }

@@ -2,6 +2,7 @@ package unwind
 
 import (
 	"cmp"
+	"debug/elf"
 	"fmt"
 	"io"
 	"slices"
@@ -29,6 +30,20 @@ type Entry struct {
 // are 0.
 //
 // The return address is always at CFA-8 (checked when compiling).
+//
+// arm64's rule word (ARM64). Every row of Debian's arm64 libc saves
+// nothing yet (the return address still in x30), or x30 alone, or x29 and
+// x30 as a pair (stp x29, x30: x30 8 bytes above x29):
+//
+//	bits 0-1   CFA base: BaseRSP (sp), BaseRBP (x29) or BaseStop
+//	bits 2-3   SavesNone, SavesRA or SavesPair
+//	bits 4-16  n: x30 saved at CFA - 8*n (SavesRA); x29 at CFA - 8*n and
+//	           x30 at CFA - 8*n + 8 (SavesPair)
+//	bits 17-31 the CFA offset in units of 8 (BaseStop: bits 10-13 the
+//	           Stop reason)
+//
+// SavesNone's return address is x30's value: known at the sampled frame
+// and at one a signal interrupted, not above.
 const (
 	BaseRSP  = 0
 	BaseRBP  = 1
@@ -102,8 +117,67 @@ func Blocks(entries []Entry) (rows []Entry, fences []uint32) {
 
 func stop(s Stop) uint32 { return BaseStop | uint32(s)<<offShift }
 
-// encode turns a row into a rule word.
-func encode(r Row) uint32 {
+// arm64's fields (see above).
+const (
+	SavesNone = 0
+	SavesRA   = 1
+	SavesPair = 2
+
+	savesShift = 2
+	slotShift  = 4
+	maxSlot    = 1<<13 - 1
+	cfa8Shift  = 17
+	maxCFA8    = 1<<15 - 1
+)
+
+// encode turns a row into x86-64's rule word.
+func encode(r Row) uint32 { return X86_64.encode(r) }
+
+// encode turns a row into the architecture's rule word.
+func (a Arch) encode(r Row) uint32 {
+	if a.Machine == elf.EM_AARCH64 {
+		return encodeARM64(r)
+	}
+	return encodeX86(r)
+}
+
+func encodeARM64(r Row) uint32 {
+	if r.RA.Kind == RuleUndefined {
+		return stop(StopEnd)
+	}
+	if r.CFA.Kind != CFAReg || r.CFA.Offset < 0 || r.CFA.Offset%8 != 0 || r.CFA.Offset/8 > maxCFA8 {
+		return stop(StopUnsupported)
+	}
+	var base uint32
+	switch r.CFA.Reg {
+	case RegSP:
+		base = BaseRSP
+	case RegX29:
+		base = BaseRBP
+	default:
+		return stop(StopUnsupported)
+	}
+	var saves uint32
+	var at int64 // the slot, from the CFA
+	switch {
+	case r.RBP.Kind == RuleSame && r.RA.Kind == RuleSame:
+		saves = SavesNone
+	case r.RBP.Kind == RuleSame && r.RA.Kind == RuleOffset:
+		saves, at = SavesRA, r.RA.Offset
+	case r.RBP.Kind == RuleOffset && r.RA.Kind == RuleOffset && r.RA.Offset == r.RBP.Offset+8:
+		saves, at = SavesPair, r.RBP.Offset
+	default:
+		return stop(StopUnsupported)
+	}
+	n := -at / 8
+	if saves != SavesNone && (at%8 != 0 || n <= 0 || n > maxSlot) {
+		return stop(StopUnsupported)
+	}
+	return base | saves<<savesShift | uint32(n)<<slotShift | uint32(r.CFA.Offset/8)<<cfa8Shift
+}
+
+// encodeX86 turns a row into x86-64's rule word.
+func encodeX86(r Row) uint32 {
 	if r.RA.Kind == RuleUndefined {
 		return stop(StopEnd)
 	}
@@ -157,7 +231,28 @@ type Decoded struct {
 	CFAAt, RBPAt int64
 }
 
-// Decode takes a rule word apart.
+// DecodedARM64 is arm64's rule word taken apart.
+type DecodedARM64 struct {
+	Base   uint32 // BaseRSP (sp), BaseRBP (x29) or BaseStop
+	Offset uint32 // the CFA's offset in bytes; BaseStop: the Stop reason
+	Saves  uint32 // SavesNone, SavesRA or SavesPair
+	Slot   int64  // SavesRA: x30 at CFA + Slot; SavesPair: x29 there, x30 8 above
+}
+
+// DecodeARM64 takes arm64's rule word apart.
+func DecodeARM64(rule uint32) DecodedARM64 {
+	d := DecodedARM64{Base: rule & 3}
+	if d.Base == BaseStop {
+		d.Offset = rule >> offShift
+		return d
+	}
+	d.Saves = rule >> savesShift & 3
+	d.Slot = -8 * int64(rule>>slotShift&maxSlot)
+	d.Offset = 8 * (rule >> cfa8Shift)
+	return d
+}
+
+// Decode takes x86-64's rule word apart.
 func Decode(rule uint32) Decoded {
 	n := int64(int8(uint8(rule >> rbpShift)))
 	d := Decoded{Base: rule & 3, RBPSaved: n != 0, RBPOffset: 8 * n, Offset: rule >> offShift}
@@ -172,8 +267,11 @@ func Decode(rule uint32) Decoded {
 // Compile turns FDEs into sorted entries: identical neighbours merged, a
 // StopNoRow entry wherever no FDE covers the addresses that follow. Where
 // FDEs overlap, the one that begins later wins.
-func Compile(fdes []FDE) ([]Entry, error) {
-	var b builder
+func Compile(fdes []FDE) ([]Entry, error) { return X86_64.Compile(fdes) }
+
+// Compile is Compile for the architecture's rule words.
+func (a Arch) Compile(fdes []FDE) ([]Entry, error) {
+	b := builder{arch: a.orDefault()}
 	for _, f := range fdes {
 		if err := b.add(f); err != nil {
 			return nil, err
@@ -186,12 +284,18 @@ func Compile(fdes []FDE) ([]Entry, error) {
 // address addr; debug for .debug_frame) as Compile does, within a bound
 // set by the limits, not by the section: see ParseMemory.
 func Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entry, error) {
+	return X86_64.Read(src, size, addr, debug)
+}
+
+// Read is Read for the architecture's frames and rule words.
+func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entry, error) {
+	a = a.orDefault()
 	if size > MaxSection {
 		// The time a parse takes grows with the section.
 		return nil, limitf("a section of %d MiB, more than %d", size>>20, MaxSection>>20)
 	}
-	var b builder
-	if err := walk(src, size, addr, debug, b.add); err != nil {
+	b := builder{arch: a}
+	if err := walk(src, size, addr, debug, a, b.add); err != nil {
 		return nil, err
 	}
 	return b.compile()
@@ -219,6 +323,7 @@ const ParseMemory = 2*16*MaxFDEs + 8*rawChunk*rawChunks + 8*(MaxRows+1) +
 
 // builder keeps each FDE's rows, encoded, until all are read.
 type builder struct {
+	arch Arch
 	fdes []fdeRows
 	raw  [][]Entry // chunks of rawChunk rows
 	n    int       // rows in raw
@@ -247,7 +352,7 @@ func (b *builder) add(f FDE) error {
 		if r.PC >= f.End {
 			break
 		}
-		rule := encode(r)
+		rule := b.arch.encode(r)
 		if b.n > first && last == rule {
 			continue
 		}

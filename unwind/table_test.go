@@ -11,7 +11,7 @@ func compiled(t testing.TB, name string) ([]FDE, []Entry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := Compile(fdes)
+	entries, err := archOfName(name).Compile(fdes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,8 +22,9 @@ func compiled(t testing.TB, name string) ([]FDE, []Entry) {
 // row's address and just before the next, the search finds that row's rule;
 // past every FDE's end with no FDE after it, it finds StopNoRow.
 func TestCompile(t *testing.T) {
-	for _, name := range []string{"chain-pie", "libc"} {
+	for _, name := range []string{"chain-pie", "libc", "chain-arm64", "libc-arm64"} {
 		fdes, entries := compiled(t, name)
+		encode := archOfName(name).encode
 		if !sort.SliceIsSorted(entries, func(i, j int) bool { return entries[i].PC < entries[j].PC }) {
 			t.Fatalf("%s: entries not sorted", name)
 		}
@@ -126,7 +127,7 @@ func FuzzParse(f *testing.F) {
 // rbp: DW_OP_breg6 0), is one rule word the unwinder follows: CFA =
 // *(rbp - 8), rbp = *(rbp + 0). Other expressions stay unsupported.
 func TestDerefRule(t *testing.T) {
-	cfa := cfaExpression([]byte{0x76, 0x78, 0x06})
+	cfa := cfaExpression([]byte{0x76, 0x78, 0x06}, X86_64)
 	if cfa.Kind != CFADeref || cfa.Offset != -8 {
 		t.Fatalf("DW_OP_breg6 -8; DW_OP_deref: %+v", cfa)
 	}
@@ -160,8 +161,72 @@ func TestDerefRule(t *testing.T) {
 		{0x76, 0x78, 0x06, 0x06}, // two derefs
 		{0x76, 0xf8},             // an unended LEB128
 	} {
-		if c := cfaExpression(e); c.Kind != CFAExpression {
+		if c := cfaExpression(e, X86_64); c.Kind != CFAExpression {
 			t.Errorf("% x: %+v, want a CFA expression not followed", e, c)
+		}
+	}
+}
+
+// TestEncodeARM64: every row of the arm64 sections that saves nothing
+// yet, x30 alone or the pair x29, x30, from a CFA of sp or x29, is one
+// rule word that gives back its CFA, and where x29 and x30 were saved:
+// all of the chain fixture's, and all of Debian's arm64 libc's but the 3
+// rows whose CFA is another register (x0: setcontext's, and the like).
+func TestEncodeARM64(t *testing.T) {
+	for name, wantUnsupported := range map[string]int{"chain-arm64": 0, "chain-arm64-pac": 0, "libc-arm64": 3} {
+		fdes, err := Parse(section(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unsupported, rows := 0, 0
+		for _, f := range fdes {
+			for _, r := range f.Rows {
+				rows++
+				d := DecodeARM64(ARM64.encode(r))
+				if r.RA.Kind == RuleUndefined {
+					if d.Base != BaseStop || Stop(d.Offset) != StopEnd {
+						t.Errorf("%s 0x%x: %+v, want the end of the stack", name, r.PC, d)
+					}
+					continue
+				}
+				if d.Base == BaseStop {
+					unsupported++
+					continue
+				}
+				reg := map[uint32]uint64{BaseRSP: RegSP, BaseRBP: RegX29}[d.Base]
+				fp, ra := Rule{Kind: RuleSame}, Rule{Kind: RuleSame}
+				switch d.Saves {
+				case SavesRA:
+					ra = Rule{Kind: RuleOffset, Offset: d.Slot}
+				case SavesPair:
+					fp, ra = Rule{Kind: RuleOffset, Offset: d.Slot}, Rule{Kind: RuleOffset, Offset: d.Slot + 8}
+				}
+				if reg != r.CFA.Reg || int64(d.Offset) != r.CFA.Offset || fp != r.RBP || ra != r.RA {
+					t.Errorf("%s 0x%x: %+v decoded as CFA r%d+%d, x29 %+v, x30 %+v", name, r.PC, r, reg, d.Offset, fp, ra)
+				}
+			}
+		}
+		t.Logf("%s: %d rows, %d unsupported", name, rows, unsupported)
+		if unsupported != wantUnsupported {
+			t.Errorf("%s: %d rows unsupported, want %d", name, unsupported, wantUnsupported)
+		}
+	}
+	// The fields' bounds.
+	for _, c := range []struct {
+		row Row
+		ok  bool
+	}{
+		{Row{CFA: CFA{Kind: CFAReg, Reg: RegSP, Offset: 8 * maxCFA8}, RBP: Rule{Kind: RuleOffset, Offset: -8 * maxSlot}, RA: Rule{Kind: RuleOffset, Offset: -8*maxSlot + 8}}, true},
+		{Row{CFA: CFA{Kind: CFAReg, Reg: RegSP, Offset: 8*maxCFA8 + 8}}, false},
+		{Row{CFA: CFA{Kind: CFAReg, Reg: RegSP, Offset: 16}, RA: Rule{Kind: RuleOffset, Offset: -8*maxSlot - 8}}, false},
+		{Row{CFA: CFA{Kind: CFAReg, Reg: RegSP, Offset: 12}}, false},
+		{Row{CFA: CFA{Kind: CFAReg, Reg: RegSP, Offset: 16}, RBP: Rule{Kind: RuleOffset, Offset: -16}}, false},                                         // x29 alone
+		{Row{CFA: CFA{Kind: CFAReg, Reg: RegSP, Offset: 32}, RBP: Rule{Kind: RuleOffset, Offset: -8}, RA: Rule{Kind: RuleOffset, Offset: -32}}, false}, // not a pair
+		{Row{CFA: CFA{Kind: CFAReg, Reg: RegSP, Offset: 16}, RA: Rule{Kind: RuleOffset, Offset: 8}}, false},                                            // above the CFA
+		{Row{CFA: CFA{Kind: CFAReg, Reg: 0, Offset: 16}}, false},
+	} {
+		if w := ARM64.encode(c.row); (DecodeARM64(w).Base != BaseStop) != c.ok {
+			t.Errorf("%+v: rule %#x, want encodable %v", c.row, w, c.ok)
 		}
 	}
 }
