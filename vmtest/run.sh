@@ -110,7 +110,7 @@ done
 # paths the dynamic linker looks in, busybox and /init.
 stages=$(mktemp -d)
 trap 'rm -rf "$stages"' EXIT
-pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind
+pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind ldso
   writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile profile/prog)
 make_stage() { # make_stage ARCH
   local arch=$1 stage=$stages/$1 cc=gcc
