@@ -21,6 +21,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/internal/regular"
 )
 
 // Limits on what one call reads: the files followed, the size of a
@@ -100,13 +102,9 @@ type object struct {
 }
 
 func open(path string) (obj *object, err error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path) // a FIFO named like a library never blocks the open
 	if err != nil {
 		return nil, err
-	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("%s: not a regular file", path)
 	}
 	defer func() {
 		if p := recover(); p != nil { // debug/elf has panicked on malformed files
@@ -228,7 +226,7 @@ func (s *search) find(name string, obj *object) string {
 // machine: the loader passes over the others (a 32-bit library first in
 // a directory list).
 func (s *search) fits(path string) bool {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return false
 	}
@@ -282,12 +280,12 @@ func ConfDirs(path string) []string {
 	includes := 0
 	var read func(path string, depth int)
 	read = func(path string, depth int) {
-		f, err := os.Open(path)
+		f, err := regular.Open(path)
 		if err != nil {
 			return
 		}
 		defer f.Close()
-		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() > maxConfFile {
+		if st, err := f.Stat(); err != nil || st.Size() > maxConfFile {
 			return
 		}
 		b, err := io.ReadAll(io.LimitReader(f, maxConfFile))
