@@ -8,6 +8,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -119,6 +120,15 @@ func Follow(coll *ebpf.Collection, root int, attach func(prog *ebpf.Program, gro
 		return err
 	}
 	return attach(exits, "sched", "sched_process_exit")
+}
+
+// Skipped is how many runs of the tree's programs the kernel skipped
+// (loader.Misses; on 7.x kernels a program preempted mid-run makes the
+// next event on its CPU skip every program): forks not seen, each a
+// process (and its descendants) not followed, and exits not seen, each a
+// pid left in the map until the run ends.
+func Skipped(coll *ebpf.Collection) (forks, exits uint64) {
+	return loader.Misses(coll.Programs[followProg]), loader.Misses(coll.Programs[forgetProg])
 }
 
 // Unfollowed says how many of the processes the tree's programs saw were

@@ -236,6 +236,9 @@ func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
 		if n, room := proctree.Unfollowed(coll); n > 0 {
 			fmt.Fprintf(s.Stderr, "%s: %d of the command's processes were not followed: more than %d ran at once (--max-tree), and their events are missing\n", s.Tool, n, room)
 		}
+		if forks, exits := proctree.Skipped(coll); forks+exits > 0 {
+			fmt.Fprintf(s.Stderr, "%s: the kernel skipped following the command's processes %d times (preempted mid-run on a CPU that the next event then reached): %d forks not seen, their processes' events are missing; %d exits not seen\n", s.Tool, forks+exits, forks, exits)
+		}
 		return nil
 	})
 	return nil

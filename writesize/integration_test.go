@@ -364,6 +364,8 @@ func TestUsageErrors(t *testing.T) {
 func TestPerProcessDrained(t *testing.T) {
 	privtest.Require(t)
 	work := `for w in 1 2 3; do i=0; while [ $i -lt 30 ]; do ( echo x > /dev/null ) & i=$((i+1)); done; wait; sleep 1.5; done`
+	// skipped: the kernel's skipped runs of the write program, and of the
+	// fork follower (a process not followed: its one write not counted).
 	reports := func(args ...string) (procs, total, lost, skipped, n int) {
 		t.Helper()
 		r := runTool(t, append([]string{"-P", "--json", "--max-keys", "70", "-c", work}, args...)...)
@@ -382,11 +384,13 @@ func TestPerProcessDrained(t *testing.T) {
 				total += int(h.Total)
 			}
 		}
-		return len(seen), total, lost, int(tooltest.SkippedRuns("writesize", r.Stderr)), n
+		return len(seen), total, lost, int(tooltest.SkippedRuns("writesize", r.Stderr) + tooltest.ForksNotSeen("writesize", r.Stderr)), n
 	}
 	// A write the kernel did not count (it skipped the program: preempted
 	// mid-run on a 7.x kernel, another task's write on that CPU) is said
 	// at the end: with -c, skipped runs are not all the command's writes.
+	// So is a fork it did not follow (the 7.2 guest's CI once counted 89
+	// of 90 processes, none skipped, before the follower's skips were said).
 	if procs, total, lost, skipped, n := reports("0.5"); procs != total || lost != 0 || total > 90 || total+skipped < 90 {
 		t.Errorf("every 0.5 s: %d processes, %d writes, %d lost over %d reports, %d runs skipped; want 90 writes of 90 processes, each counted or among the skipped, none lost", procs, total, lost, n, skipped)
 	}

@@ -770,3 +770,20 @@ func SkippedRuns(tool, stderr string) uint64 {
 	}
 	return 0
 }
+
+// forksRE is the line a run with -c ends with when the kernel skipped the
+// program that follows the command's forks (run.Session.FollowProcessTree).
+var forksRE = regexp.MustCompile(`(?m)^([a-z]+): the kernel skipped following the command's processes \d+ times .*: (\d+) forks not seen`)
+
+// ForksNotSeen is how many of the command's forks the kernel skipped
+// following, as the end of the run says on stderr (0 where it says
+// nothing): each a process whose events are missing.
+func ForksNotSeen(tool, stderr string) uint64 {
+	for _, m := range forksRE.FindAllStringSubmatch(stderr, -1) {
+		if m[1] == tool {
+			n, _ := strconv.ParseUint(m[2], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
