@@ -205,6 +205,9 @@ func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *S
 				why = "stdout is blocked (nothing reads it): ended without the final report"
 			case now.Sub(start) >= giveUpAfter:
 				why = fmt.Sprintf("not done %v after the signal: ended without the final report", giveUpAfter)
+				if p := s.Phase(); p != "" {
+					why = fmt.Sprintf("not done %v after the signal (%s): ended without the final report", giveUpAfter, p)
+				}
 			}
 		}
 	}

@@ -58,6 +58,30 @@ type Session struct {
 
 	stdoutFD int // polled for a reader that went away; -1 for none
 	stdout   *trackedWriter
+
+	// phase is the step of the ending under way, for the watchdog's
+	// message when the ending takes too long (see watchStuck).
+	phase atomic.Pointer[phase]
+}
+
+// phase is a step of a run's ending and when it began.
+type phase struct {
+	what  string
+	start time.Time
+}
+
+func (s *Session) setPhase(format string, args ...any) {
+	s.phase.Store(&phase{what: fmt.Sprintf(format, args...), start: time.Now()})
+}
+
+// Phase says which step of the ending is under way and for how long, ""
+// before the ending.
+func (s *Session) Phase() string {
+	p := s.phase.Load()
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s, for %.1f s", p.what, time.Since(p.start).Seconds())
 }
 
 type closer struct {
@@ -137,7 +161,7 @@ func (s *Session) Detach() {
 	}
 	s.closers = keep
 	s.mu.Unlock()
-	errs := runClosers(ds)
+	errs := s.runClosers("detaching", ds)
 	s.mu.Lock()
 	s.detachErr = errors.Join(s.detachErr, errs)
 	s.mu.Unlock()
@@ -172,14 +196,15 @@ func (s *Session) close() (first bool, err error) {
 	cs, detachErr := s.closers, s.detachErr
 	s.closers = nil
 	s.mu.Unlock()
-	return true, errors.Join(detachErr, runClosers(cs))
+	return true, errors.Join(detachErr, s.runClosers("closing", cs))
 }
 
 // runClosers runs cs last first, each once, and joins their errors: one
-// failure never keeps the rest open.
-func runClosers(cs []closer) error {
+// failure never keeps the rest open. The phase says how far it got.
+func (s *Session) runClosers(what string, cs []closer) error {
 	var errs []error
 	for i := len(cs) - 1; i >= 0; i-- {
+		s.setPhase("%s: %d of %d done", what, len(cs)-1-i, len(cs))
 		if err := cs[i].close(); err != nil {
 			if cs[i].what != "" {
 				err = fmt.Errorf("%s: %w", cs[i].what, err)
@@ -458,11 +483,13 @@ func (s *Session) Loop(ctx context.Context, what string, report func(final bool)
 	// wait on its reader (a pager) as long as the reader likes.
 	final := func() error {
 		if s.cmd != nil {
+			s.setPhase("ending the command")
 			if err := s.cmd.Stop(); err != nil {
 				return err
 			}
 		}
 		s.Detach()
+		s.setPhase("the final report")
 		return report(true)
 	}
 	for n := 0; ; {
