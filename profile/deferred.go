@@ -41,7 +41,7 @@ type waitID struct {
 const deferredWait = 5 * time.Second
 
 // maxDeferred bounds the samples waiting (each holds its stack copy, 8
-// KiB): past it, a sample is unwound at once with the tables there are.
+// KiB): past it, the oldest is unwound at once with the tables there are.
 const maxDeferred = 512
 
 // deferrer keeps the deferred samples until their tables are read, and the
@@ -96,9 +96,20 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 		s.wait = waitID{s.pid, binary.LittleEndian.Uint64(raw[d.cfg.WaitTime():])}
 	}
 	ps.miss(s.pid, s.lookup) // read the process's mappings, load the file's table
+	d.queue(ps, s)
+}
+
+// queue keeps s until its tables are read (see resolve).
+func (d *deferrer) queue(ps *processes, s *deferredSample) {
 	if len(d.pending) >= maxDeferred {
-		d.finish(ps, s, true)
-		return
+		// The oldest is unwound as far as it goes, not the newest: a
+		// process whose big file is parsed for seconds (or a hostile
+		// one) fills the queue, and a new process's first samples still
+		// wait their turn for its libraries' tables, read in
+		// milliseconds.
+		d.finish(ps, d.pending[0], true)
+		copy(d.pending, d.pending[1:])
+		d.pending = d.pending[:len(d.pending)-1]
 	}
 	d.pending = append(d.pending, s)
 }

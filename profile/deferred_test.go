@@ -1,0 +1,54 @@
+package profile
+
+import (
+	"debug/elf"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tracekit/tracekit/profile/prog"
+)
+
+// TestDeferredQueueFull: with the queue full of samples waiting on a file
+// still being read (a big table parsed for seconds), a new sample waits
+// too, and the oldest is unwound as far as it goes; once a table is there,
+// its samples are counted at the next resolve.
+func TestDeferredQueueFull(t *testing.T) {
+	x86 := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_X86_64}}
+	big := &file{name: "big", elf: x86, first: -1}     // being read
+	small := &file{name: "small", elf: x86, first: -1} // not yet read
+	ps := &processes{files: map[fileKey]*file{}, procs: map[uint32]*process{
+		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: big}}},
+		2: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: small}}},
+	}}
+	cfg := prog.Config{UserDepth: 4, KernelDepth: 2}
+	d := newDeferrer(cfg)
+	sample := func(pid uint32) *deferredSample {
+		return &deferredSample{pid: pid, lookup: 0x1100, pc: 0x1100, key: make([]byte, cfg.KeySize()), arrived: time.Now()}
+	}
+	for range maxDeferred {
+		d.queue(ps, sample(1))
+	}
+	d.queue(ps, sample(2))
+	if len(d.pending) != maxDeferred || d.pending[len(d.pending)-1].pid != 2 {
+		t.Fatalf("%d pending, the newest of pid %d; want %d, the newest of pid 2", len(d.pending), d.pending[len(d.pending)-1].pid, maxDeferred)
+	}
+	var counted uint64
+	for _, n := range d.counts {
+		counted += n
+	}
+	if counted != 1 {
+		t.Errorf("%d samples counted; want 1, the oldest, unwound as far as it goes", counted)
+	}
+	// The small file is read: it has no table (its sample ends there).
+	small.tried, small.err = true, errors.New("no .eh_frame or .debug_frame")
+	d.resolve(ps, false)
+	if len(d.pending) != maxDeferred-1 {
+		t.Errorf("%d pending after the small table came; want %d (pid 2's counted)", len(d.pending), maxDeferred-1)
+	}
+	for _, s := range d.pending {
+		if s.pid != 1 {
+			t.Fatalf("a sample of pid %d still pending", s.pid)
+		}
+	}
+}
