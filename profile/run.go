@@ -258,8 +258,14 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 		ps.preload(o.Command)
 	}
-	// Deferred samples are 10 KiB records: 32 pages a CPU hold a dozen.
-	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 32, perfevent.WakeEach)
+	// Process notices are 16 or 24 bytes: 8 pages a CPU hold a thousand.
+	// Deferred samples are 10 KiB records, in a ring of their own (see
+	// prog.Collection): 32 pages a CPU hold a dozen.
+	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8, perfevent.WakeEach)
+	if err != nil {
+		return err
+	}
+	stacks, err := s.OpenOutputRings(coll.Maps["stacks"], "deferred samples", 32, perfevent.WakeEach)
 	if err != nil {
 		return err
 	}
@@ -280,21 +286,32 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			deferred.waited(pid, smp.Raw)
 		}
 	}
+	// The notices first: a process's exec before its deferred samples.
+	read := func() {
+		rings.Read(handle)
+		stacks.Read(handle)
+	}
 	// New processes wake the reader at once (WakeEach); the tick refreshes
 	// the table of processes that changed their maps.
-	stop, err := rings.Drain(50*time.Millisecond, func() error {
+	drain := func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		rings.Read(handle)
+		read()
 		ps.collect()
 		ps.refresh()
 		deferred.resolve(ps, false)
 		return nil
-	}, s.Stop)
+	}
+	stop, err := rings.Drain(50*time.Millisecond, drain, s.Stop)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	stopStacks, err := stacks.Drain(0, drain, s.Stop)
+	if err != nil {
+		return err
+	}
+	defer stopStacks()
 
 	what := "on-CPU stacks"
 	if o.OffCPU {
@@ -340,7 +357,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	return s.Loop(ctx, what, func(final bool) error {
 		mu.Lock()
 		defer mu.Unlock()
-		rings.Read(handle)
+		read()
 		deferred.resolve(ps, final)
 		return r.report(time.Now(), final)
 	})

@@ -89,7 +89,7 @@ func switchIn(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.StoreMem(bpf.RFP, fpWaited+8, bpf.R1, bpf.DWord))
 		insns.Add(bpf.StoreMem(bpf.RFP, fpWaited+16, bpf.R9, bpf.DWord))
 		insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, {tgid, 6, time, waited}, 24)")))
-		insns.Append(output(bpf.RFP, fpWaited, 24))
+		insns.Append(output("events", bpf.RFP, fpWaited, 24))
 		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "in_forget"))
 		// Not sent (the ring is full): the wait is counted here, with the
 		// stack as far as the kernel walked it, rather than lost.

@@ -231,7 +231,13 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 			"scratch": {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(cfg.scratchSize()), MaxEntries: 1},
 			"lost":    {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 			"seen":    {Name: "profile_seen", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxSeen},
-			"events":  {Name: "profile_events", Type: ebpf.PerfEventArray},
+			// Two rings: the process notices (16 to 24 bytes), and the
+			// deferred samples (10 KiB each, see deferred), so that a
+			// flood of deferrals a starved profile reads too slowly (a
+			// process whose big table is parsed for a minute) never drops
+			// another process's exec notice.
+			"events": {Name: "profile_events", Type: ebpf.PerfEventArray},
+			"stacks": {Name: "profile_stacks", Type: ebpf.PerfEventArray},
 		},
 		Programs: map[string]*ebpf.ProgramSpec{},
 	}
@@ -489,15 +495,16 @@ func notify(kind int32) bpf.Instructions {
 	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpEvent+8, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord))
-	insns.Append(output(bpf.RFP, fpEvent, 16))
+	insns.Append(output("events", bpf.RFP, fpEvent, 16))
 	return insns.Instructions
 }
 
-// output sends size bytes at from+off to user space, the context in R1:
-// bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, from+off, size).
-func output(from bpf.Register, off, size int32) bpf.Instructions {
+// output sends size bytes at from+off to user space through the perf
+// event array ring, the context in R1:
+// bpf_perf_event_output(ctx, ring, BPF_F_CURRENT_CPU, from+off, size).
+func output(ring string, from bpf.Register, off, size int32) bpf.Instructions {
 	return bpf.Instructions{
-		bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"),
+		bpf.LoadMapPtr(bpf.R2, 0).WithReference(ring),
 		bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
 		bpf.Mov.Reg(bpf.R4, from),
 		bpf.Add.Imm(bpf.R4, off),
@@ -895,8 +902,8 @@ func deferred(cfg Config) bpf.Instructions {
 	copyStack("", 512)
 	insns.Add(bpf.Mov.Imm(bpf.R6, 0))
 	insns.Add(bpf.StoreMem(bpf.R9, deferHeader+40, bpf.R6, bpf.DWord).WithSymbol("deferred_send"))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, header, %d): not counted here", cfg.DeferredSize()))))
-	insns.Append(output(bpf.R9, deferHeader, int32(cfg.DeferredSize())))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, stacks, BPF_F_CURRENT_CPU, header, %d): not counted here", cfg.DeferredSize()))))
+	insns.Append(output("stacks", bpf.R9, deferHeader, int32(cfg.DeferredSize())))
 	if cfg.OffCPU == nil {
 		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
 		insns.Add(bpf.Ja.Label("no_table"))
