@@ -761,8 +761,12 @@ var skipsRE = regexp.MustCompile(`(?m)^([a-z]+): the kernel skipped its programs
 
 // SkippedRuns is how many runs of tool's programs the kernel skipped, as
 // the end of the run says on stderr (0 where it says nothing).
-func SkippedRuns(tool, stderr string) uint64 {
-	for _, m := range skipsRE.FindAllStringSubmatch(stderr, -1) {
+func SkippedRuns(tool, stderr string) uint64 { return toolCount(skipsRE, tool, stderr) }
+
+// toolCount is the number re's second group finds on tool's line
+// (re's first group), 0 where there is none.
+func toolCount(re *regexp.Regexp, tool, stderr string) uint64 {
+	for _, m := range re.FindAllStringSubmatch(stderr, -1) {
 		if m[1] == tool {
 			n, _ := strconv.ParseUint(m[2], 10, 64)
 			return n
@@ -778,12 +782,4 @@ var forksRE = regexp.MustCompile(`(?m)^([a-z]+): the kernel skipped following th
 // ForksNotSeen is how many of the command's forks the kernel skipped
 // following, as the end of the run says on stderr (0 where it says
 // nothing): each a process whose events are missing.
-func ForksNotSeen(tool, stderr string) uint64 {
-	for _, m := range forksRE.FindAllStringSubmatch(stderr, -1) {
-		if m[1] == tool {
-			n, _ := strconv.ParseUint(m[2], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
+func ForksNotSeen(tool, stderr string) uint64 { return toolCount(forksRE, tool, stderr) }
