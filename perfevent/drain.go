@@ -31,6 +31,8 @@ func (r *Rings) Drain(tick time.Duration, fn func() error, fail func(error)) (st
 		timeout = int(tick.Milliseconds())
 	}
 	done := make(chan struct{})
+	d := &drain{wake: wake, done: done}
+	r.drain = d
 	go func() {
 		defer close(done)
 		defer func() {
@@ -56,13 +58,39 @@ func (r *Rings) Drain(tick time.Duration, fn func() error, fail func(error)) (st
 			}
 		}
 	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
-			unix.Write(wake, one)
-			<-done
-			unix.Close(wake)
-		})
-	}, nil
+	return d.stop, nil
+}
+
+// drain is a Drain's goroutine: woken through wake to end, done once it
+// has.
+type drain struct {
+	wake            int
+	done            chan struct{}
+	signal, closeFD sync.Once
+}
+
+// ask wakes the goroutine to end.
+func (d *drain) ask() {
+	d.signal.Do(func() { unix.Write(d.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) })
+}
+
+// stop ends the goroutine and waits for it.
+func (d *drain) stop() {
+	d.ask()
+	<-d.done
+	d.closeFD.Do(func() { unix.Close(d.wake) })
+}
+
+// ended asks the goroutine to end and says whether it did within wait.
+// The eventfd stays open if not (a close under it could reach another
+// file with the same number).
+func (d *drain) ended(wait time.Duration) bool {
+	d.ask()
+	select {
+	case <-d.done:
+		d.closeFD.Do(func() { unix.Close(d.wake) })
+		return true
+	case <-time.After(wait):
+		return false
+	}
 }

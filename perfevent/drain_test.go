@@ -63,3 +63,53 @@ func TestDrain(t *testing.T) {
 		t.Error("fail was called twice")
 	}
 }
+
+// Close ends the rings' Drain before it unmaps them; a Drain whose fn is
+// blocked (the run's ending hung, the watchdog closing the run under it)
+// keeps the rings mapped, and its next Read does not fault.
+func TestCloseUnderDrain(t *testing.T) {
+	privtest.Require(t)
+	if err := loader.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerfEventArray})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, blocked := range []bool{false, true} {
+		rings, err := OpenOutputRings(m, "test", 1, WakeEach)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release, inFn := make(chan struct{}), make(chan struct{}, 1)
+		stop, err := rings.Drain(time.Millisecond, func() error {
+			select {
+			case inFn <- struct{}{}:
+			default:
+			}
+			if blocked {
+				<-release
+			}
+			rings.Read(func(Sample) {})
+			return nil
+		}, func(err error) { t.Errorf("fail: %v", err) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-inFn
+		start := time.Now()
+		if err := rings.Close(); err != nil {
+			t.Error(err)
+		}
+		took := time.Since(start)
+		if want := rings.mmaps != nil; want != blocked {
+			t.Errorf("blocked %v: rings mapped after Close: %v", blocked, want)
+		}
+		if blocked && (took < drainWait || took > drainWait+time.Second) {
+			t.Errorf("Close took %v under a blocked Drain, want %v", took, drainWait)
+		}
+		close(release) // its Read, after the Close: no fault
+		stop()
+	}
+}

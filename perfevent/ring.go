@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -35,7 +36,12 @@ type Rings struct {
 	nameMmaps [][]byte
 	namesLost uint64
 	pending   []name // names read, applied in time order
+
+	drain *drain // the Drain reading the rings, if any
 }
+
+// drainWait bounds how long Close waits for a Drain's goroutine to end.
+const drainWait = time.Second
 
 // Sample is one PERF_RECORD_SAMPLE with TID, TIME, CPU and RAW.
 type Sample struct {
@@ -313,7 +319,10 @@ func parseSample(b []byte) (Sample, bool) {
 
 // Close disables and closes every CPU's event (which detaches the program)
 // and the name events, and unmaps the rings; every step is tried. Twice is
-// harmless.
+// harmless. A Drain still reading them is ended first: if it does not end
+// within drainWait (its fn blocked, as when the run's own ending hangs and
+// the watchdog closes the run under it), the rings stay mapped, for the
+// process's exit to unmap: unmapped, its next read faulted.
 func (r *Rings) Close() error {
 	var errs []error
 	if r.events != nil {
@@ -321,6 +330,9 @@ func (r *Rings) Close() error {
 	}
 	if r.names != nil {
 		errs = append(errs, r.names.Close())
+	}
+	if r.drain != nil && !r.drain.ended(drainWait) {
+		return errors.Join(errs...)
 	}
 	errs = append(errs, r.unmap(), unmap("the task names of "+r.what, &r.nameMmaps))
 	return errors.Join(errs...)

@@ -96,6 +96,7 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 		s.wait = waitID{s.pid, binary.LittleEndian.Uint64(raw[d.cfg.WaitTime():])}
 	}
 	ps.miss(s.pid, s.lookup) // read the process's mappings, load the file's table
+	ps.deferredIn(s.pid, s.lookup)
 	d.queue(ps, s)
 }
 

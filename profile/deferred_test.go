@@ -2,6 +2,7 @@ package profile
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
@@ -50,5 +51,35 @@ func TestDeferredQueueFull(t *testing.T) {
 		if s.pid != 1 {
 			t.Fatalf("a sample of pid %d still pending", s.pid)
 		}
+	}
+}
+
+// TestDeferredPerFile: a file whose table is being read is held after
+// maxDeferredPerFile deferred samples (its mappings then say "no rows",
+// and the kernel defers no more of them), and no longer once its table
+// is read or refused.
+func TestDeferredPerFile(t *testing.T) {
+	x86 := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_X86_64}}
+	big := &file{name: "big", elf: x86, first: -1, tried: true} // in the background parse
+	ps := &processes{files: map[fileKey]*file{}, procs: map[uint32]*process{
+		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: big}}, scanned: time.Now(), every: time.Hour},
+	}}
+	cfg := prog.Config{UserDepth: 4, KernelDepth: 2}
+	d := newDeferrer(cfg)
+	raw := make([]byte, cfg.DeferredSize())
+	binary.LittleEndian.PutUint32(raw, 1)
+	binary.LittleEndian.PutUint64(raw[8:], 0x1100)
+	for i := 1; i <= maxDeferredPerFile+10; i++ {
+		d.add(ps, raw)
+		if want := i >= maxDeferredPerFile; big.held != want {
+			t.Fatalf("after %d deferred samples: held %v, want %v", i, big.held, want)
+		}
+	}
+	if len(d.pending) != maxDeferredPerFile+10 {
+		t.Errorf("%d pending, want %d: a held file's samples still wait for its table", len(d.pending), maxDeferredPerFile+10)
+	}
+	ps.loaded(big, nil, errors.New("refused"))
+	if big.held {
+		t.Error("still held once its table was refused")
 	}
 }

@@ -43,6 +43,11 @@ type file struct {
 	rows  int
 	tried bool  // loading its rows was tried
 	err   error // why its rows are not loaded
+	// deferrals counts its samples deferred while its table is read;
+	// held: past maxDeferredPerFile of them, its mappings say "no rows"
+	// until the table comes, and the unwinder defers no more of them.
+	deferrals int
+	held      bool
 
 	labelSyms    map[string]elf.Symbol // the --label and context symbols it defines
 	labelSymsErr error                 // why its symbols are unreadable
@@ -350,6 +355,32 @@ func (ps *processes) fileOf(pid uint32, m mapping) (*file, error) {
 	return f, nil
 }
 
+// maxDeferredPerFile is how many of the samples waiting for one file's
+// table may be deferred (of maxDeferred): a process whose huge table is
+// parsed for a minute (a hostile file, a slow machine) sent every sample
+// to user space, 10 KiB each, and when profile read them too slowly the
+// ring dropped other processes' deferrals with them.
+const maxDeferredPerFile = 64
+
+// deferredIn counts a sample deferred at addr in pid against the file
+// there, if its table is being read; at maxDeferredPerFile the file is
+// held: its samples are counted as far as the loaded tables go (frame
+// pointers in auto mode), not deferred, until its table comes.
+func (ps *processes) deferredIn(pid uint32, addr uint64) {
+	m := ps.mappingAt(pid, addr)
+	if m == nil {
+		return
+	}
+	f := m.file
+	if f.first >= 0 || f.tried && f.err != nil || f.held {
+		return
+	}
+	if f.deferrals++; f.deferrals >= maxDeferredPerFile {
+		f.held = true
+		ps.repoint(f)
+	}
+}
+
 // noteDenied counts p, once, where err says the kernel would not let us
 // read its maps or files.
 func (ps *processes) noteDenied(p *process, err error) {
@@ -600,11 +631,21 @@ func (ps *processes) loaded(f *file, entries []unwind.Entry, err error) {
 	if err == nil {
 		err = ps.storeRows(f, entries)
 	}
+	f.held = false
 	if f.err = err; err != nil {
 		var limit *unwind.LimitError
 		if errors.As(err, &limit) {
 			ps.refused = append(ps.refused, fmt.Sprintf("%s: %v", f.name, err))
 		}
+	}
+	// Its rows, or (refused, unreadable) none: either way the unwinder
+	// stops deferring its samples now, not at the processes' next scans.
+	ps.repoint(f)
+}
+
+// repoint points the processes that map f anew (see point).
+func (ps *processes) repoint(f *file) {
+	if ps.lpm == nil {
 		return
 	}
 	for pid, p := range ps.procs {
@@ -690,10 +731,10 @@ func (ps *processes) point(pid uint32, p *process) {
 		switch {
 		case f.first >= 0 && m.End-m.bias <= 1<<32 && m.Start >= m.bias:
 			add(m.Start, m.End, lpmValue{First: uint32(f.first), Count: uint32(f.rows), Bias: m.bias})
-		case f.first >= 0 || f.tried && f.err != nil:
+		case f.first >= 0 || f.tried && f.err != nil || f.held:
 			// Known to have no table (or none the unwinder can use: past
-			// 4 GiB): no rows (Count 0), so that the unwinder does not
-			// defer its samples to user space.
+			// 4 GiB), or held (see deferredIn): no rows (Count 0), so
+			// that the unwinder does not defer its samples to user space.
 			add(m.Start, m.End, lpmValue{})
 		}
 		// Else not read yet: its samples are deferred until it is.
