@@ -291,23 +291,27 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		rings.Read(handle)
 		stacks.Read(handle)
 	}
-	// New processes wake the reader at once (WakeEach); the tick refreshes
-	// the table of processes that changed their maps.
-	drain := func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		read()
-		ps.collect()
-		ps.refresh()
-		deferred.resolve(ps, false)
-		return nil
+	// New processes and deferred samples wake their readers at once
+	// (WakeEach), each reading its own rings (a ring's Close ends its
+	// reader before it unmaps them); the tick refreshes the table of
+	// processes that changed their maps.
+	drain := func(r *perfevent.Rings) func() error {
+		return func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			r.Read(handle)
+			ps.collect()
+			ps.refresh()
+			deferred.resolve(ps, false)
+			return nil
+		}
 	}
-	stop, err := rings.Drain(50*time.Millisecond, drain, s.Stop)
+	stop, err := rings.Drain(50*time.Millisecond, drain(rings), s.Stop)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	stopStacks, err := stacks.Drain(0, drain, s.Stop)
+	stopStacks, err := stacks.Drain(0, drain(stacks), s.Stop)
 	if err != nil {
 		return err
 	}
