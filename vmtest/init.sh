@@ -23,8 +23,9 @@ for t in /tk/t/*.test; do
   # host, and 240 s was the bound.
   "$t" -test.count=1 -test.v -test.timeout=600s > /tmp/out 2>&1
   rc=$?
-  # Every test's verdict line, and the failures' output, for the host.
-  grep -E '^(--- |=== RUN|\s+\S+\.go:[0-9]+:|FAIL|ok|PASS|panic:)' /tmp/out | grep -v '^=== RUN' | sed "s|^|TK-OUT $pkg: |"
+  # Every test's verdict line, and the failures' output with its
+  # continuation lines (a tool's stderr quoted in a message), for the host.
+  grep -E '^(--- |=== RUN|\s+\S+\.go:[0-9]+:|\s{8,}\S|FAIL|ok|PASS|panic:)' /tmp/out | grep -v '^=== RUN' | cut -c1-400 | sed "s|^|TK-OUT $pkg: |"
   echo "TK-RESULT $pkg $rc"
 done
 echo "TK-DONE"
