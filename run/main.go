@@ -172,17 +172,20 @@ func Main(t Tool, args []string) (status int) {
 
 // stuckAfter is how long a write to stdout may wait once a signal came:
 // one blocked that long is on a stdout nobody reads (a full pipe; a
-// terminal held with Ctrl-S). giveUpAfter bounds the rest of the ending,
-// whatever it waits on (the live heatmap's terminal writes are not
-// tracked).
+// terminal held with Ctrl-S). giveUpAfter bounds each step of the rest of
+// the ending (Session.Phase: ending the command, each detach, the final
+// report), whatever it waits on (the live heatmap's terminal writes are
+// not tracked): an ending that goes on step by step is slow, not stuck
+// (on a 1-CPU guest under emulation, each tracepoint's close waits out
+// grace periods, 20 s in all).
 const (
 	stuckAfter  = StopGrace + 2*time.Second
 	giveUpAfter = 30 * time.Second
 )
 
 // watchStuck ends a run that a signal did not end: blocked writing to
-// stdout for stuckAfter, or not done after giveUpAfter. A final report that
-// is only slow to compute is left to finish. It closes the session itself
+// stdout for stuckAfter, or giveUpAfter in one step of its ending (or
+// after the signal, before the ending began). It closes the session itself
 // (programs detached, probes removed, the command ended) and exits 1. A
 // run that is closing already is left to finish.
 func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *Session) {
@@ -203,10 +206,10 @@ func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *S
 			switch {
 			case s.stdout.blockedFor(now) >= stuckAfter:
 				why = "stdout is blocked (nothing reads it): ended without the final report"
-			case now.Sub(start) >= giveUpAfter:
-				why = fmt.Sprintf("not done %v after the signal: ended without the final report", giveUpAfter)
+			case now.Sub(latest(start, s.phaseStart())) >= giveUpAfter:
+				why = fmt.Sprintf("not done %v after the signal: ended without the final report", now.Sub(start).Round(time.Second))
 				if p := s.Phase(); p != "" {
-					why = fmt.Sprintf("not done %v after the signal (%s): ended without the final report", giveUpAfter, p)
+					why = fmt.Sprintf("not done %v after the signal (%s): ended without the final report", now.Sub(start).Round(time.Second), p)
 				}
 			}
 		}
@@ -364,4 +367,12 @@ func parse(t Tool, args []string) error {
 		return t.Validate()
 	}
 	return nil
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -74,6 +74,15 @@ func (s *Session) setPhase(format string, args ...any) {
 	s.phase.Store(&phase{what: fmt.Sprintf(format, args...), start: time.Now()})
 }
 
+// phaseStart is when the step of the ending under way began (zero before
+// the ending).
+func (s *Session) phaseStart() time.Time {
+	if p := s.phase.Load(); p != nil {
+		return p.start
+	}
+	return time.Time{}
+}
+
 // Phase says which step of the ending is under way and for how long, ""
 // before the ending.
 func (s *Session) Phase() string {
