@@ -534,9 +534,9 @@ func hostileFrames(t *testing.T, path string) {
 // TestHostileFrames profiles a process whose .eh_frame is 64 MiB (any
 // user can make one) beside the chain fixture: its table is refused with
 // one line naming the limit, profile's memory stays within its bound, and
-// the chain's samples are as whole as beside a spinner of no such file,
-// measured first on the same machine (at least 95% where profile is not
-// starved of the CPU).
+// the chain's samples are at least 95% whole, or (where profile is
+// starved of the CPU) as whole as beside a spinner of no such file on the
+// same machine, 5 points given.
 //
 // In the 1-CPU guests under emulation the parse takes a minute, and every
 // sample of the spinner in that time was deferred to user space (10 KiB
@@ -557,10 +557,6 @@ func TestHostileFrames(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "chain-pie"), calm); err != nil {
 		t.Fatal(err)
 	}
-	base := spinBeside(t, dir, calm+" 600 user", "calmframes")
-	if len(base.refused) != 0 {
-		t.Errorf("beside a spinner of a small table: refused %q, want none", base.refused)
-	}
 	hostile := spinBeside(t, dir, spin, "bigframes")
 	want := fmt.Sprintf("bigframes: more than %d FDEs", unwind.MaxFDEs)
 	if len(hostile.refused) != 1 || hostile.refused[0] != want {
@@ -569,7 +565,16 @@ func TestHostileFrames(t *testing.T) {
 	if hostile.spun < 100 {
 		t.Errorf("%d samples of bigframes spinning, want 100 or more", hostile.spun)
 	}
-	floor := min(0.95, base.share-0.05)
+	// Under 95%, the same beside a calm spinner (measured only then: in
+	// the guests each run takes a minute and more).
+	floor, base := 0.95, beside{share: 1}
+	if hostile.share < floor {
+		base = spinBeside(t, dir, calm+" 600 user", "calmframes")
+		if len(base.refused) != 0 {
+			t.Errorf("beside a spinner of a small table: refused %q, want none", base.refused)
+		}
+		floor = min(floor, base.share-0.05)
+	}
 	if hostile.n < 100 || hostile.share < floor {
 		t.Errorf("%.1f%% of %d samples of the chain have the whole chain beside bigframes, %.1f%% beside a calm spinner; want at least %.1f%% of 100 or more", 100*hostile.share, hostile.n, 100*base.share, 100*floor)
 		for _, st := range hostile.r.Stacks {
@@ -632,7 +637,9 @@ func spinBeside(t *testing.T, dir, spin, comm string) beside {
 	}()
 	// Its peak resident memory (VmHWM, which only grows), read as it runs.
 	var b beside
-	deadline := time.After(120 * time.Second)
+	// In the 1-CPU guests the 64 MiB parse takes 60 to 100 s beside the
+	// two spinners.
+	deadline := time.After(240 * time.Second)
 	signalled := false
 	for open := true; open; {
 		select {
@@ -642,7 +649,9 @@ func spinBeside(t *testing.T, dir, spin, comm string) beside {
 				break
 			}
 			b.r.Stacks = append(b.r.Stacks, l.Stacks...)
-			b.refused = l.Refused
+			if len(l.Refused) > 0 {
+				b.refused = l.Refused
+			}
 			done := len(b.refused) > 0 || comm != "bigframes"
 			if _, n := chainShare(b.r, "chain-pie", true); !signalled && done && n >= 100 {
 				signalled = true
@@ -658,7 +667,7 @@ func spinBeside(t *testing.T, dir, spin, comm string) beside {
 			for _, st := range b.r.Stacks {
 				comms[st.Comm] += st.Count
 			}
-			t.Fatalf("%s: no refusal and 100 samples of the chain within 120 s: refused %q, %d samples in c; samples by comm %v\n%s", comm, b.refused, n, comms, stderr.String())
+			t.Fatalf("%s: no refusal and 100 samples of the chain within 240 s: refused %q, %d samples in c; samples by comm %v\n%s", comm, b.refused, n, comms, stderr.String())
 		}
 	}
 	if err := tool.Wait(); err != nil {
