@@ -14,15 +14,7 @@ import (
 // Drain blocks in poll without a tick (no periodic wake-ups), stop wakes
 // it at once, and an error from fn ends it and reaches fail once.
 func TestDrain(t *testing.T) {
-	privtest.Require(t)
-	if err := loader.RemoveMemlock(); err != nil {
-		t.Fatal(err)
-	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerfEventArray})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := outputMap(t)
 	rings, err := OpenOutputRings(m, "test", 1, WakeEach)
 	if err != nil {
 		t.Fatal(err)
@@ -68,15 +60,7 @@ func TestDrain(t *testing.T) {
 // blocked (the run's ending hung, the watchdog closing the run under it)
 // keeps the rings mapped, and its next Read does not fault.
 func TestCloseUnderDrain(t *testing.T) {
-	privtest.Require(t)
-	if err := loader.RemoveMemlock(); err != nil {
-		t.Fatal(err)
-	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerfEventArray})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := outputMap(t)
 	for _, blocked := range []bool{false, true} {
 		rings, err := OpenOutputRings(m, "test", 1, WakeEach)
 		if err != nil {
@@ -112,4 +96,19 @@ func TestCloseUnderDrain(t *testing.T) {
 		close(release) // its Read, after the Close: no fault
 		stop()
 	}
+}
+
+// outputMap is a perf event array for output rings, closed with the test.
+func outputMap(t *testing.T) *ebpf.Map {
+	t.Helper()
+	privtest.Require(t)
+	if err := loader.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerfEventArray})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
