@@ -825,6 +825,11 @@ func labelsPerThread(t *testing.T, exe string) {
 			total += int(st.Count)
 		}
 	}
+	if total < 100 {
+		// The arm64 guest's CI once had none (map[]), and 5 runs by hand
+		// had 163 to 190: say whose samples there were.
+		logStacks(t, r.Stacks)
+	}
 	checkPhases(t, by, total)
 
 	p := readPprof(t, pb)
@@ -849,6 +854,21 @@ func labelsPerThread(t *testing.T, exe string) {
 // placed the labels over a second after the command's start (the tables
 // of its libraries read first), samples with no labels at all (69 of 224
 // in the 7.2 guest of the CI of b2a8e81, alpha's share cut to a tenth).
+// logStacks logs each process's samples and its most sampled stacks.
+func logStacks(t *testing.T, stacks []jsonStack) {
+	t.Helper()
+	byComm := map[string]uint64{}
+	for _, st := range stacks {
+		byComm[fmt.Sprintf("%s %d", st.Comm, st.Pid)] += st.Count
+	}
+	t.Logf("samples by process: %v", byComm)
+	top := slices.Clone(stacks)
+	slices.SortFunc(top, func(a, b jsonStack) int { return int(b.Count) - int(a.Count) })
+	for _, st := range top[:min(len(top), 8)] {
+		t.Logf("  %d %s %d (%s) %q", st.Count, st.Comm, st.Pid, st.End, st.User)
+	}
+}
+
 func inPhases(st jsonStack) bool {
 	return slices.Contains(st.User, "main_phase") || slices.Contains(st.User, "other")
 }
