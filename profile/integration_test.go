@@ -1507,10 +1507,18 @@ func TestSignalFrames(t *testing.T) {
 			// The handler's samples are those in hc, its spin (named by
 			// the pc, no unwinding needed); on_signal's and hb's few
 			// instructions (2-3% in the 5.10 guest) are not counted.
-			var inHandler, whole uint64
+			var inHandler, whole, inLibc uint64
 			for _, st := range r.Stacks {
 				i := slices.Index(st.User, "hc")
 				if st.Comm != filepath.Base(c.bin) || i < 0 {
+					continue
+				}
+				// musl: the signal came in libc's code, which has no
+				// unwind rows, and the stack ends there, by musl's design
+				// (the 6.1 guest's CI: 12 of 201 samples, 11 in an unnamed
+				// function of the static binary's libc, 1 in __ofl_lock).
+				if musl && st.End == "[unwind error: no unwind row]" && len(st.User) == i+5 && !slices.Contains(want, st.User[i+4]) {
+					inLibc += st.Count
 					continue
 				}
 				inHandler += st.Count
@@ -1526,7 +1534,7 @@ func TestSignalFrames(t *testing.T) {
 				}
 				whole += st.Count
 			}
-			t.Logf("%d of %d samples in the handler whole: %v", whole, inHandler, want)
+			t.Logf("%d of %d samples in the handler whole: %v (%d more interrupted in musl's libc)", whole, inHandler, want, inLibc)
 			// hc spins 70% of the time (timers) or more (plt): 210 of 1.5
 			// s at 199 Hz, fewer where the host is busy (perf's timer of
 			// a qemu guest whose CPU waits for the host's fires late).
