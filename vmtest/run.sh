@@ -234,19 +234,23 @@ for k in "${kernels[@]}"; do
     [ "$rc" = 0 ] || status=1
   done < <(grep '^TK-RESULT' "$log")
   # A recap for the end of the output, where CI's excerpt looks: each
-  # failure with the test lines logged just before it in its package, and
-  # their continuation lines (a tool's stderr quoted by t.Fatalf), up to 10.
+  # failure with the test lines logged before it in its package, and their
+  # continuation lines (a tool's stderr quoted by t.Fatalf): those that
+  # say what was wanted (up to 3), then the last 6.
   recap+=$(awk -v k="$kver" '
-    /^TK-OUT / { split($2, p, ":"); if (p[1] != pkg) { pkg = p[1]; n = 0 } }
-    /^TK-OUT [^ ]+ +[^ ]+_test\.go:[0-9]+:/ { last[n++ % 10] = substr($0, 1, 400); cont = 1; next }
-    /^TK-OUT [^ ]+         / { if (cont) last[n++ % 10] = substr($0, 1, 400); next }
+    /^TK-OUT / { split($2, p, ":"); if (p[1] != pkg) { pkg = p[1]; n = 0; w = 0 } }
+    /^TK-OUT [^ ]+ +[^ ]+_test\.go:[0-9]+:/ { keep(); cont = 1; next }
+    /^TK-OUT [^ ]+         / { if (cont) keep(); next }
     /^TK-OUT / { cont = 0 }
-    /^TK-OUT [^ ]+ --- (PASS|SKIP)/ { n = 0 }
+    /^TK-OUT [^ ]+ --- (PASS|SKIP)/ { n = 0; w = 0 }
     /^TK-OUT [^ ]+ --- FAIL/ {
       printf "test-vm: kernel %s: %s\n", k, substr($0, 8)
-      for (i = (n > 10 ? n - 10 : 0); i < n; i++) printf "test-vm:   %s\n", substr(last[i % 10], 8)
-      n = 0
-    }' "$log")$'\n'
+      for (i = 0; i < w; i++) printf "test-vm:   %s\n", substr(wants[i], 8)
+      if (n > 6) printf "test-vm:   ... the last 6 of %d lines:\n", n
+      for (i = (n > 6 ? n - 6 : 0); i < n; i++) printf "test-vm:   %s\n", substr(last[i % 6], 8)
+      n = 0; w = 0
+    }
+    function keep() { line = substr($0, 1, 400); if (w < 3 && line ~ /want/) wants[w++] = line; last[n % 6] = line; n++ }' "$log")$'\n'
 done
 echo "test-vm: $(( $(date +%s) - start )) s for ${#kernels[@]} kernels"
 [ $status = 0 ] || [ $all_failed -gt 0 ] || all_failed=1 # a guest that died counts
