@@ -95,8 +95,9 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 	if d.cfg.OffCPU != nil {
 		s.wait = waitID{s.pid, binary.LittleEndian.Uint64(raw[d.cfg.WaitTime():])}
 	}
-	ps.miss(s.pid, s.lookup) // read the process's mappings, load the file's table
-	ps.deferredIn(s.pid, s.lookup)
+	// Read the process's mappings, load the file's table, count the
+	// sample against it.
+	ps.deferredIn(ps.miss(s.pid, s.lookup))
 	d.queue(ps, s)
 }
 
@@ -228,7 +229,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 		if m != nil {
 			f := m.file
 			if f.first < 0 {
-				if !f.tried || f.err == nil {
+				if !f.settled() {
 					return frames, prog.StopNoTable, fp, true // being read
 				}
 			} else if r, ok := ps.ruleAt(f, lookup-m.bias); ok {

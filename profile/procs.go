@@ -295,19 +295,20 @@ func (ps *processes) refresh() {
 
 // miss loads the table of the file at addr in a process, which the
 // unwinder met without one, and points every known process that maps the
-// file at it.
-func (ps *processes) miss(pid uint32, addr uint64) {
-	if ps.lpm == nil {
-		return
-	}
+// file at it. It returns the mapping there, if one is known.
+func (ps *processes) miss(pid uint32, addr uint64) *procMapping {
 	m := ps.mappingAt(pid, addr)
+	if ps.lpm == nil {
+		return m
+	}
 	if m == nil {
 		ps.scan(pid, false) // a library mapped since the last scan, or JIT code
 		if m = ps.mappingAt(pid, addr); m == nil {
-			return
+			return nil
 		}
 	}
 	ps.load(m.file) // once; it points the processes that map the file at its rows
+	return m
 }
 
 func (ps *processes) mappingAt(pid uint32, addr uint64) *procMapping {
@@ -362,17 +363,16 @@ func (ps *processes) fileOf(pid uint32, m mapping) (*file, error) {
 // ring dropped other processes' deferrals with them.
 const maxDeferredPerFile = 64
 
-// deferredIn counts a sample deferred at addr in pid against the file
-// there, if its table is being read; at maxDeferredPerFile the file is
+// deferredIn counts a sample deferred in mapping m (nil: none known)
+// against its file, if its table is being read; at maxDeferredPerFile the file is
 // held: its samples are counted as far as the loaded tables go (frame
 // pointers in auto mode), not deferred, until its table comes.
-func (ps *processes) deferredIn(pid uint32, addr uint64) {
-	m := ps.mappingAt(pid, addr)
+func (ps *processes) deferredIn(m *procMapping) {
 	if m == nil {
 		return
 	}
 	f := m.file
-	if f.first >= 0 || f.tried && f.err != nil || f.held {
+	if f.settled() || f.held {
 		return
 	}
 	if f.deferrals++; f.deferrals >= maxDeferredPerFile {
@@ -643,6 +643,10 @@ func (ps *processes) loaded(f *file, entries []unwind.Entry, err error) {
 	ps.repoint(f)
 }
 
+// settled says whether the file's table is known: its rows loaded, or
+// refused or unreadable. Else it is being read (or not yet tried).
+func (f *file) settled() bool { return f.first >= 0 || f.tried && f.err != nil }
+
 // repoint points the processes that map f anew (see point).
 func (ps *processes) repoint(f *file) {
 	if ps.lpm == nil {
@@ -731,7 +735,7 @@ func (ps *processes) point(pid uint32, p *process) {
 		switch {
 		case f.first >= 0 && m.End-m.bias <= 1<<32 && m.Start >= m.bias:
 			add(m.Start, m.End, lpmValue{First: uint32(f.first), Count: uint32(f.rows), Bias: m.bias})
-		case f.first >= 0 || f.tried && f.err != nil || f.held:
+		case f.settled() || f.held:
 			// Known to have no table (or none the unwinder can use: past
 			// 4 GiB), or held (see deferredIn): no rows (Count 0), so
 			// that the unwinder does not defer its samples to user space.
