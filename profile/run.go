@@ -265,9 +265,12 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	stacks, err := s.OpenOutputRings(coll.Maps["stacks"], "deferred samples", 32, perfevent.WakeEach)
-	if err != nil {
-		return err
+	// Frame pointers defer nothing: no ring, no reader.
+	var stacks *perfevent.Rings
+	if cfg.Mode != prog.UnwindFP {
+		if stacks, err = s.OpenOutputRings(coll.Maps["stacks"], "deferred samples", 32, perfevent.WakeEach); err != nil {
+			return err
+		}
 	}
 	var mu sync.Mutex
 	handle := func(smp perfevent.Sample) {
@@ -289,7 +292,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	// The notices first: a process's exec before its deferred samples.
 	read := func() {
 		rings.Read(handle)
-		stacks.Read(handle)
+		if stacks != nil {
+			stacks.Read(handle)
+		}
 	}
 	// New processes and deferred samples wake their readers at once
 	// (WakeEach), each reading its own rings (a ring's Close ends its
@@ -311,11 +316,13 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return err
 	}
 	defer stop()
-	stopStacks, err := stacks.Drain(0, drain(stacks), s.Stop)
-	if err != nil {
-		return err
+	if stacks != nil {
+		stopStacks, err := stacks.Drain(0, drain(stacks), s.Stop)
+		if err != nil {
+			return err
+		}
+		defer stopStacks()
 	}
-	defer stopStacks()
 
 	what := "on-CPU stacks"
 	if o.OffCPU {
