@@ -207,10 +207,11 @@ func watchStuck(ctx context.Context, finished <-chan struct{}, name string, s *S
 			case s.stdout.blockedFor(now) >= stuckAfter:
 				why = "stdout is blocked (nothing reads it): ended without the final report"
 			case now.Sub(latest(start, s.phaseStart())) >= giveUpAfter:
-				why = fmt.Sprintf("not done %v after the signal: ended without the final report", now.Sub(start).Round(time.Second))
+				step := ""
 				if p := s.Phase(); p != "" {
-					why = fmt.Sprintf("not done %v after the signal (%s): ended without the final report", now.Sub(start).Round(time.Second), p)
+					step = " (" + p + ")"
 				}
+				why = fmt.Sprintf("not done %v after the signal%s: ended without the final report", now.Sub(start).Round(time.Second), step)
 			}
 		}
 	}
