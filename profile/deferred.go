@@ -70,7 +70,8 @@ func newDeferrer(cfg prog.Config) *deferrer {
 // add takes a record from the kernel: the header, the key, the context
 // and the stack copy (see prog.EventStack).
 func (d *deferrer) add(ps *processes, raw []byte) {
-	if len(raw) < d.cfg.DeferredSize() {
+	base := d.cfg.DeferredSize() - prog.StackCopy // the stack copy's offset
+	if len(raw) < base {
 		return // not a record of this run's program
 	}
 	h := raw[:prog.DeferHeaderSize]
@@ -82,11 +83,12 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 		bp:      binary.LittleEndian.Uint64(h[32:]),
 		arrived: time.Now(),
 	}
-	n := min(binary.LittleEndian.Uint64(h[40:]), prog.StackCopy)
+	// The record ends with the copy, as long as the kernel could read (perf
+	// pads the record to 8 bytes).
+	n := min(binary.LittleEndian.Uint64(h[40:]), prog.StackCopy, uint64(len(raw)-base))
 	keySize := d.cfg.KeySize()
 	s.key = append([]byte(nil), raw[prog.DeferHeaderSize:prog.DeferHeaderSize+keySize]...)
-	stack := raw[d.cfg.DeferredSize()-prog.StackCopy : d.cfg.DeferredSize()] // perf pads the record
-	s.stack = append([]byte(nil), stack[:n]...)
+	s.stack = append([]byte(nil), raw[base:base+int(n)]...)
 	user := 8 + 8*d.cfg.KernelDepth
 	for s.n < d.cfg.UserDepth && binary.LittleEndian.Uint64(s.key[user+8*s.n:]) != 0 {
 		s.n++

@@ -83,3 +83,62 @@ func TestDeferredPerFile(t *testing.T) {
 		t.Error("still held once its table was refused")
 	}
 }
+
+// TestDeferredRecordLength: a deferred record is as long as its stack
+// copy (perf pads it to 8 bytes); a length past the record's end is cut
+// to what the record holds, and a record shorter than its header and key
+// is not one of ours.
+func TestDeferredRecordLength(t *testing.T) {
+	ps := &processes{files: map[fileKey]*file{}, procs: map[uint32]*process{
+		1: {gone: true}, // no scan: its maps are not read here
+	}}
+	cfg := prog.Config{UserDepth: 4, KernelDepth: 2}
+	base := cfg.DeferredSize() - prog.StackCopy
+	record := func(claim, copied, pad int) []byte {
+		raw := make([]byte, base+copied+pad)
+		binary.LittleEndian.PutUint32(raw, 1)
+		binary.LittleEndian.PutUint64(raw[40:], uint64(claim))
+		for i := range copied {
+			raw[base+i] = byte(i + 1)
+		}
+		return raw
+	}
+	for _, c := range []struct{ claim, copied, pad, want int }{
+		{300, 300, 4, 300}, // a shallow stack, padded
+		{prog.StackCopy, prog.StackCopy, 0, prog.StackCopy}, // a whole copy
+		{0, 0, 0, 0},                  // no copy could be read
+		{prog.StackCopy, 100, 0, 100}, // claims more than it holds
+	} {
+		d := newDeferrer(cfg)
+		d.add(ps, record(c.claim, c.copied, c.pad))
+		if len(d.pending) != 1 {
+			t.Fatalf("claim %d, copied %d: %d pending, want 1", c.claim, c.copied, len(d.pending))
+		}
+		s := d.pending[0].stack
+		if len(s) != c.want || c.want > 0 && (s[0] != 1 || s[len(s)-1] != byte(c.want)) {
+			t.Errorf("claim %d, copied %d: a copy of %d bytes (%v...), want %d from the record's copy", c.claim, c.copied, len(s), s[:min(len(s), 4)], c.want)
+		}
+	}
+	d := newDeferrer(cfg)
+	d.add(ps, make([]byte, base-1))
+	if len(d.pending) != 0 {
+		t.Errorf("a record of %d bytes, shorter than header and key (%d): taken", base-1, base)
+	}
+}
+
+// TestHoldReadingOnLoss: when the deferred samples' ring overflows, every
+// file whose table is still being read is held (its samples are no longer
+// deferred); files with a table, or refused, or not tried yet are not.
+func TestHoldReadingOnLoss(t *testing.T) {
+	reading := &file{name: "reading", first: -1, tried: true}
+	loaded := &file{name: "loaded", first: 0, rows: 16, tried: true}
+	refused := &file{name: "refused", first: -1, tried: true, err: errors.New("too big")}
+	untried := &file{name: "untried", first: -1}
+	ps := &processes{files: map[fileKey]*file{{Inode: 1}: reading, {Inode: 2}: loaded, {Inode: 3}: refused, {Inode: 4}: untried, {Inode: 5}: nil}}
+	ps.holdReading()
+	for _, f := range []*file{reading, loaded, refused, untried} {
+		if want := f == reading; f.held != want {
+			t.Errorf("%s: held %v, want %v", f.name, f.held, want)
+		}
+	}
+}

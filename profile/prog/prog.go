@@ -219,7 +219,8 @@ func (c Config) waitTimeOff() int { return c.stackOff() - 8 }
 // WaitTime is where a deferred off-CPU record has its switch-out time.
 func (c Config) WaitTime() int { return c.waitTimeOff() - deferHeader }
 
-// DeferredSize is the size of a deferred sample's record.
+// DeferredSize is the size of a deferred sample's record with a whole
+// copy of the stack (StackCopy bytes); a record is as long as its copy.
 func (c Config) DeferredSize() int { return c.scratchSize() - deferHeader }
 
 // Collection builds the sampling program (and, unwinding by tables, the
@@ -232,7 +233,7 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 			"lost":    {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
 			"seen":    {Name: "profile_seen", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxSeen},
 			// Two rings: the process notices (16 to 24 bytes), and the
-			// deferred samples (10 KiB each, see deferred), so that a
+			// deferred samples (up to 10 KiB each, see deferred), so that a
 			// flood of deferrals a starved profile reads too slowly (a
 			// process whose big table is parsed for a minute) never drops
 			// another process's exec notice.
@@ -509,6 +510,20 @@ func output(ring string, from bpf.Register, off, size int32) bpf.Instructions {
 		bpf.Mov.Reg(bpf.R4, from),
 		bpf.Add.Imm(bpf.R4, off),
 		bpf.Mov.Imm(bpf.R5, size),
+		bpf.FnPerfEventOutput.Call(),
+	}
+}
+
+// outputSized is output of size+reg bytes: a record as long as what it
+// holds (reg bounded by the verifier's knowledge of it).
+func outputSized(ring string, from bpf.Register, off int32, reg bpf.Register, size int32) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadMapPtr(bpf.R2, 0).WithReference(ring),
+		bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
+		bpf.Mov.Reg(bpf.R4, from),
+		bpf.Add.Imm(bpf.R4, off),
+		bpf.Mov.Reg(bpf.R5, reg),
+		bpf.Add.Imm(bpf.R5, size),
 		bpf.FnPerfEventOutput.Call(),
 	}
 }
@@ -847,8 +862,10 @@ const MaxFrame = 8 << 20
 // space (EventStack), which unwinds the rest with the same rules once the
 // file's table is read. The copy ends where the process's stack started
 // (mm->start_stack) if that is within StackCopy, else it is StackCopy
-// bytes, or 2048, or 512, the first that can be read. If the record cannot
-// be sent (the ring is full), the stack is counted as it is, with no table.
+// bytes, or 2048, or 512, the first that can be read; the record ends with
+// the copy (a main thread's shallow stack: a few hundred bytes, not 8 KiB,
+// so the ring holds tens of records, not a dozen). If the record cannot be
+// sent (the ring is full), the stack is counted as it is, with no table.
 func deferred(cfg Config) bpf.Instructions {
 	var insns asm.Seq
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word).WithSymbol("deferred").WithSource(bpf.Comment("an address in no known mapping: defer the sample to user space with a copy of the stack")))
@@ -902,8 +919,8 @@ func deferred(cfg Config) bpf.Instructions {
 	copyStack("", 512)
 	insns.Add(bpf.Mov.Imm(bpf.R6, 0))
 	insns.Add(bpf.StoreMem(bpf.R9, deferHeader+40, bpf.R6, bpf.DWord).WithSymbol("deferred_send"))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, stacks, BPF_F_CURRENT_CPU, header, %d): not counted here", cfg.DeferredSize()))))
-	insns.Append(output("stacks", bpf.R9, deferHeader, int32(cfg.DeferredSize())))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, stacks, BPF_F_CURRENT_CPU, header, %d + the copy's length): not counted here", cfg.DeferredSize()-StackCopy))))
+	insns.Append(outputSized("stacks", bpf.R9, deferHeader, bpf.R6, int32(cfg.DeferredSize()-StackCopy)))
 	if cfg.OffCPU == nil {
 		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
 		insns.Add(bpf.Ja.Label("no_table"))
