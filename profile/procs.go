@@ -127,6 +127,7 @@ type processes struct {
 	full              int      // files left out: the row table was full
 	denied            int      // processes whose maps the kernel would not let us read
 	refused           []string // files past the parse's limits, and why
+	deferLost         uint64   // deferred samples the kernel could not send: their ring was full
 	loadTime          time.Duration
 	preloaded         int // files of the -c command read before its release
 
@@ -359,8 +360,9 @@ func (ps *processes) fileOf(pid uint32, m mapping) (*file, error) {
 // maxDeferredPerFile is how many of the samples waiting for one file's
 // table may be deferred (of maxDeferred): a process whose huge table is
 // parsed for a minute (a hostile file, a slow machine) sent every sample
-// to user space, 10 KiB each, and when profile read them too slowly the
-// ring dropped other processes' deferrals with them.
+// to user space, up to 10 KiB each, and when profile read them too slowly
+// the ring dropped other processes' deferrals with them. (A ring that
+// overflows all the same holds every file being read: holdReading.)
 const maxDeferredPerFile = 64
 
 // deferredIn counts a sample deferred in mapping m (nil: none known)
@@ -378,6 +380,20 @@ func (ps *processes) deferredIn(m *procMapping) {
 	if f.deferrals++; f.deferrals >= maxDeferredPerFile {
 		f.held = true
 		ps.repoint(f)
+	}
+}
+
+// holdReading holds every file whose table is still being read (see
+// deferredIn): the deferred samples' ring overflowed, profile reads it
+// too slowly, and the samples of files parsed for seconds (a big library
+// on a starved machine, a hostile file) took the room a new process's
+// first samples need. Lost records name no file: all of them are held.
+func (ps *processes) holdReading() {
+	for _, f := range ps.files {
+		if f != nil && f.tried && !f.settled() && !f.held {
+			f.held = true
+			ps.repoint(f)
+		}
 	}
 }
 

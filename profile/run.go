@@ -259,8 +259,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		ps.preload(o.Command)
 	}
 	// Process notices are 16 or 24 bytes: 8 pages a CPU hold a thousand.
-	// Deferred samples are 10 KiB records, in a ring of their own (see
-	// prog.Collection): 32 pages a CPU hold a dozen.
+	// Deferred samples are records of 1.6 to 10 KiB (as long as their
+	// stack's copy), in a ring of their own (see prog.Collection): 32 pages
+	// a CPU hold a dozen whole copies, tens of a main thread's.
 	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8, perfevent.WakeEach)
 	if err != nil {
 		return err
@@ -305,6 +306,10 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			mu.Lock()
 			defer mu.Unlock()
 			r.Read(handle)
+			if r == stacks && stacks.Lost > ps.deferLost {
+				ps.deferLost = stacks.Lost
+				ps.holdReading()
+			}
 			ps.collect()
 			ps.refresh()
 			deferred.resolve(ps, false)
@@ -746,6 +751,9 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 			fmt.Fprintf(w, "; %d files left out: the table is full (--table-mib)", r.ps.full)
 		}
 		w.WriteString("\n")
+		if r.ps.deferLost > 0 {
+			fmt.Fprintf(w, "  %d samples not deferred: profile read the deferred samples too slowly (their ring was full); counted as far as the kernel walked them\n", r.ps.deferLost)
+		}
 		if r.ps.denied > 0 {
 			n := fmt.Sprintf("%d processes", r.ps.denied)
 			if r.ps.denied == 1 {
