@@ -1,6 +1,8 @@
 package procfs
 
 import (
+	"context"
+	"errors"
 	"os"
 	"regexp"
 	"slices"
@@ -142,5 +144,20 @@ func TestTrimTracer(t *testing.T) {
 		if got := TrimTracer(c.in); !slices.Equal(got, c.want) {
 			t.Errorf("TrimTracer(%q) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// TestKernelFunctionsCancelled: a done context ends the pass with its
+// error, before /proc/kallsyms is read through.
+func TestKernelFunctionsCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	names, _, err := kernelFunctions(ctxReader{ctx, strings.NewReader(kallsyms)}, []uint64{0xffffffff81e91234})
+	if !errors.Is(err, context.Canceled) || len(names) != 0 {
+		t.Errorf("%d names, error %v; want none and context.Canceled", len(names), err)
+	}
+	names, _, err = kernelFunctions(ctxReader{context.Background(), strings.NewReader(kallsyms)}, []uint64{0xffffffff81e91234})
+	if err != nil || names[0xffffffff81e91234] != "__udp4_lib_rcv" {
+		t.Errorf("%v, %v; want __udp4_lib_rcv", names, err)
 	}
 }
