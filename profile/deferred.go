@@ -57,6 +57,11 @@ type deferrer struct {
 	// (0: out of the bounds, not counted). Each bounded as the counts.
 	stacks map[waitID]stackKey
 	waits  map[waitID]uint64
+	// resolved: processes.changes at the last resolve. Until it changes
+	// no waiting sample can go on, and resolve does nothing (but for
+	// samples that waited deferredWait): a starved profile walked every
+	// waiting sample at every record it read.
+	resolved uint64
 }
 
 // maxDeferredStacks bounds the stacks counted here, as the kernel's counts
@@ -122,6 +127,10 @@ func (d *deferrer) queue(ps *processes, s *deferredSample) {
 // final, or once they waited deferredWait).
 func (d *deferrer) resolve(ps *processes, final bool) {
 	now := time.Now()
+	if !final && ps.changes == d.resolved && (len(d.pending) == 0 || now.Sub(d.pending[0].arrived) <= deferredWait) {
+		return
+	}
+	d.resolved = ps.changes
 	kept := d.pending[:0]
 	for _, s := range d.pending {
 		if !d.finish(ps, s, final || now.Sub(s.arrived) > deferredWait) {

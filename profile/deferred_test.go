@@ -42,7 +42,8 @@ func TestDeferredQueueFull(t *testing.T) {
 		t.Errorf("%d samples counted; want 1, the oldest, unwound as far as it goes", counted)
 	}
 	// The small file is read: it has no table (its sample ends there).
-	small.tried, small.err = true, errors.New("no .eh_frame or .debug_frame")
+	small.tried = true
+	ps.loaded(small, nil, errors.New("no .eh_frame or .debug_frame"))
 	d.resolve(ps, false)
 	if len(d.pending) != maxDeferred-1 {
 		t.Errorf("%d pending after the small table came; want %d (pid 2's counted)", len(d.pending), maxDeferred-1)
@@ -54,15 +55,17 @@ func TestDeferredQueueFull(t *testing.T) {
 	}
 }
 
-// TestDeferredPerFile: a file whose table is being read is held after
+// TestDeferredPerFile: a big file whose table is being read is held after
 // maxDeferredPerFile deferred samples (its mappings then say "no rows",
 // and the kernel defers no more of them), and no longer once its table
-// is read or refused.
+// is read or refused; a small file is never held.
 func TestDeferredPerFile(t *testing.T) {
 	x86 := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_X86_64}}
-	big := &file{name: "big", elf: x86, first: -1, tried: true} // in the background parse
+	big := &file{name: "big", elf: x86, first: -1, tried: true, big: true} // in the big files' lane
+	small := &file{name: "small", elf: x86, first: -1, tried: true}
 	ps := &processes{files: map[fileKey]*file{}, procs: map[uint32]*process{
 		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: big}}, scanned: time.Now(), every: time.Hour},
+		2: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: small}}, scanned: time.Now(), every: time.Hour},
 	}}
 	cfg := prog.Config{UserDepth: 4, KernelDepth: 2}
 	d := newDeferrer(cfg)
@@ -77,6 +80,13 @@ func TestDeferredPerFile(t *testing.T) {
 	}
 	if len(d.pending) != maxDeferredPerFile+10 {
 		t.Errorf("%d pending, want %d: a held file's samples still wait for its table", len(d.pending), maxDeferredPerFile+10)
+	}
+	binary.LittleEndian.PutUint32(raw, 2)
+	for range 2 * maxDeferredPerFile {
+		d.add(ps, raw)
+	}
+	if small.held {
+		t.Errorf("a small file held after %d deferred samples", 2*maxDeferredPerFile)
 	}
 	ps.loaded(big, nil, errors.New("refused"))
 	if big.held {
@@ -127,18 +137,66 @@ func TestDeferredRecordLength(t *testing.T) {
 }
 
 // TestHoldReadingOnLoss: when the deferred samples' ring overflows, every
-// file whose table is still being read is held (its samples are no longer
-// deferred); files with a table, or refused, or not tried yet are not.
+// big file whose table is still being read is held (its samples are no
+// longer deferred); a small file being read, files with a table, or
+// refused, or not tried yet are not.
 func TestHoldReadingOnLoss(t *testing.T) {
-	reading := &file{name: "reading", first: -1, tried: true}
+	reading := &file{name: "reading", first: -1, tried: true, big: true}
+	small := &file{name: "small", first: -1, tried: true}
 	loaded := &file{name: "loaded", first: 0, rows: 16, tried: true}
 	refused := &file{name: "refused", first: -1, tried: true, err: errors.New("too big")}
 	untried := &file{name: "untried", first: -1}
-	ps := &processes{files: map[fileKey]*file{{Inode: 1}: reading, {Inode: 2}: loaded, {Inode: 3}: refused, {Inode: 4}: untried, {Inode: 5}: nil}}
+	ps := &processes{files: map[fileKey]*file{{Inode: 1}: reading, {Inode: 2}: loaded, {Inode: 3}: refused, {Inode: 4}: untried, {Inode: 5}: nil, {Inode: 6}: small}}
 	ps.holdReading()
-	for _, f := range []*file{reading, loaded, refused, untried} {
+	for _, f := range []*file{reading, small, loaded, refused, untried} {
 		if want := f == reading; f.held != want {
 			t.Errorf("%s: held %v, want %v", f.name, f.held, want)
+		}
+	}
+}
+
+// TestResolveOnChange: resolve walks the waiting samples only when
+// something that may let one go on changed (processes.changes), or when
+// the oldest has waited deferredWait.
+func TestResolveOnChange(t *testing.T) {
+	x86 := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_X86_64}}
+	f := &file{name: "f", elf: x86, first: -1, tried: true}
+	ps := &processes{files: map[fileKey]*file{}, procs: map[uint32]*process{
+		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}},
+	}}
+	cfg := prog.Config{UserDepth: 4, KernelDepth: 2}
+	d := newDeferrer(cfg)
+	d.queue(ps, &deferredSample{pid: 1, lookup: 0x1100, pc: 0x1100, key: make([]byte, cfg.KeySize()), arrived: time.Now()})
+	d.resolve(ps, false)
+	f.err = errors.New("no table") // settled, but not through loaded: no change counted
+	d.resolve(ps, false)
+	if len(d.pending) != 1 {
+		t.Fatalf("%d pending after a resolve with no change; want 1", len(d.pending))
+	}
+	ps.changes++
+	d.resolve(ps, false)
+	if len(d.pending) != 0 {
+		t.Fatalf("%d pending after a change; want 0", len(d.pending))
+	}
+	// With no change, a sample that waited deferredWait is counted.
+	f.err = nil
+	d.queue(ps, &deferredSample{pid: 1, lookup: 0x1100, pc: 0x1100, key: make([]byte, cfg.KeySize()), arrived: time.Now().Add(-deferredWait - time.Second)})
+	d.resolve(ps, false)
+	if len(d.pending) != 0 {
+		t.Errorf("%d pending: a sample past deferredWait still waits", len(d.pending))
+	}
+}
+
+// TestRingPages: the deferred samples' ring is 1 MiB in all on machines of
+// few CPUs, 128 KiB a CPU on bigger ones, a power of two of pages (one
+// page at least, of 64 KiB pages too).
+func TestRingPages(t *testing.T) {
+	for _, c := range []struct{ cpus, page, want int }{
+		{1, 4096, 256}, {2, 4096, 128}, {3, 4096, 64}, {8, 4096, 32}, {256, 4096, 32},
+		{1, 65536, 16}, {64, 65536, 2}, {0, 4096, 256},
+	} {
+		if got := ringPages(c.cpus, c.page); got != c.want {
+			t.Errorf("%d CPUs, %d-byte pages: %d pages, want %d", c.cpus, c.page, got, c.want)
 		}
 	}
 }

@@ -534,7 +534,7 @@ func hostileFrames(t *testing.T, path string) {
 // TestHostileFrames profiles a process whose .eh_frame is 64 MiB (any
 // user can make one) beside the chain fixture: its table is refused with
 // one line naming the limit, profile's memory stays within its bound, and
-// the chain's samples are at least 95% whole (80% in the emulated
+// the chain's samples are at least 95% whole (90% in the emulated
 // guests, see below), or as whole as beside a spinner of no such file on
 // the same machine, 5 points given.
 //
@@ -543,7 +543,11 @@ func hostileFrames(t *testing.T, path string) {
 // each), faster than a starved profile read them: the ring dropped the
 // chain's deferrals and exec notice with them (73% to 92% whole in the
 // 7.2 guest). The notices have a ring of their own now, and one file's
-// deferrals stop at maxDeferredPerFile.
+// deferrals stop at maxDeferredPerFile. Then (0% to 87%): the readers of
+// the rings waited on each report's pass over kallsyms (10 to 20 s there)
+// and on libc's parse (2 s), and the hold cut libc's samples short while
+// it was read; a record took 10 KiB whatever its copy. Since those were
+// fixed: 100% in each of 5 runs in the 7.2 guest.
 func TestHostileFrames(t *testing.T) {
 	privtest.Require(t)
 	if runtime.GOARCH != "amd64" {
@@ -566,15 +570,12 @@ func TestHostileFrames(t *testing.T) {
 		t.Errorf("%d samples of bigframes spinning, want 100 or more", hostile.spun)
 	}
 	// At least 95%; in the matrix's 1-CPU emulated guests (TRACEKIT_BIN),
-	// where profile is starved beside the parse and two spinners, 80%: in
-	// the 7.2 guest 12 to 23 of ~180 samples still end "no table" at the
-	// chain's libc (its table late to the kernel, the cause not found
-	// yet; beside a calm spinner 100%: issue 28's note). Under that, the
-	// same beside a calm spinner (measured only then: in the guests each
-	// run takes a minute and more).
+	// where profile is starved beside the parse and two spinners, 90%.
+	// Under that, the same beside a calm spinner (measured only then: in
+	// the guests each run takes a minute and more).
 	floor, base := 0.95, beside{share: 1}
 	if os.Getenv("TRACEKIT_BIN") != "" {
-		floor = 0.80
+		floor = 0.90
 	}
 	if hostile.share < floor {
 		base = spinBeside(t, dir, calm+" 600 user", "calmframes")
@@ -584,7 +585,7 @@ func TestHostileFrames(t *testing.T) {
 		floor = min(floor, base.share-0.05)
 	}
 	if hostile.n < 100 || hostile.share < floor {
-		t.Errorf("%.1f%% of %d samples of the chain have the whole chain beside bigframes, %.1f%% beside a calm spinner; want at least %.1f%% of 100 or more", 100*hostile.share, hostile.n, 100*base.share, 100*floor)
+		t.Errorf("%.1f%% of %d samples of the chain have the whole chain beside bigframes, %.1f%% beside a calm spinner; want at least %.1f%% of 100 or more\n%s", 100*hostile.share, hostile.n, 100*base.share, 100*floor, hostile.stderr)
 		for _, st := range hostile.r.Stacks {
 			if st.Comm == "chain-pie" && !((st.End == "complete" || st.End == "frame pointers") && hasChain(st.User)) {
 				t.Logf("  %d (%s) %q", st.Count, st.End, st.User)
@@ -606,14 +607,33 @@ type beside struct {
 	spun    int     // samples of the spinner
 	share   float64 // of the chain's samples in c, the whole ones
 	n       int     // the chain's samples in c
+	unseen  uint64  // the command's forks the kernel skipped following
+	// notDeferred: samples the full deferred ring turned away; stderr:
+	// profile's.
+	notDeferred uint64
+	stderr      string
 }
 
 // spinBeside profiles spin (a command line, its process named comm) and
 // beside it the chain fixture's 4 s of spinning. Reports come every 0.5 s
 // until the chain has 100 samples in c and (a spinner of bigframes) one
 // names the refused file; then SIGINT ends the run (the guests' busybox
-// has no nice to lower the spinners).
+// has no nice to lower the spinners). A run in which the kernel skipped
+// following one of the command's forks (7.x, see
+// run.Session.FollowProcessTree) lost a spinner's samples: it is run
+// again, up to three times.
 func spinBeside(t *testing.T, dir, spin, comm string) beside {
+	t.Helper()
+	for try := 1; ; try++ {
+		b := spinBesideOnce(t, dir, spin, comm)
+		if b.unseen == 0 || try == 3 {
+			return b
+		}
+		t.Logf("beside %s: the kernel skipped following %d of the command's forks: run again", comm, b.unseen)
+	}
+}
+
+func spinBesideOnce(t *testing.T, dir, spin, comm string) beside {
 	t.Helper()
 	cmd := spin + " & " + filepath.Join(dir, "chain-pie") + " 4 user; wait"
 	tool := exec.Command(tooltest.Tool(t, "profile"), "--json", "-F", "199", "-c", cmd, "0.5")
@@ -629,7 +649,8 @@ func spinBeside(t *testing.T, dir, spin, comm string) beside {
 	defer tool.Process.Kill()
 	type line struct {
 		report
-		Refused []string `json:"refused"`
+		Refused     []string `json:"refused"`
+		NotDeferred uint64   `json:"not_deferred"`
 	}
 	lines := make(chan line)
 	go func() {
@@ -660,6 +681,7 @@ func spinBeside(t *testing.T, dir, spin, comm string) beside {
 			if len(l.Refused) > 0 {
 				b.refused = l.Refused
 			}
+			b.notDeferred = l.NotDeferred
 			done := len(b.refused) > 0 || comm != "bigframes"
 			if _, n := chainShare(b.r, "chain-pie", true); !signalled && done && n >= 100 {
 				signalled = true
@@ -682,12 +704,14 @@ func spinBeside(t *testing.T, dir, spin, comm string) beside {
 		t.Fatalf("%s: profile: %v\n%s", comm, err, stderr.String())
 	}
 	b.share, b.n = chainShare(b.r, "chain-pie", true)
+	b.unseen = tooltest.ForksNotSeen("profile", stderr.String())
+	b.stderr = stderr.String()
 	for _, st := range b.r.Stacks {
 		if st.Comm == comm {
 			b.spun += int(st.Count)
 		}
 	}
-	t.Logf("beside %s: VmHWM %d KiB; refused %q; %d samples of %s; chain: %d samples, %.1f%% whole", comm, b.hwm, b.refused, b.spun, comm, b.n, 100*b.share)
+	t.Logf("beside %s: VmHWM %d KiB; refused %q; %d samples of %s; chain: %d samples, %.1f%% whole; %d samples not deferred (a full ring)", comm, b.hwm, b.refused, b.spun, comm, b.n, 100*b.share, b.notDeferred)
 	return b
 }
 

@@ -48,6 +48,7 @@ type file struct {
 	// until the table comes, and the unwinder defers no more of them.
 	deferrals int
 	held      bool
+	big       bool // its table is read in the big files' lane
 
 	labelSyms    map[string]elf.Symbol // the --label and context symbols it defines
 	labelSymsErr error                 // why its symbols are unreadable
@@ -128,8 +129,11 @@ type processes struct {
 	denied            int      // processes whose maps the kernel would not let us read
 	refused           []string // files past the parse's limits, and why
 	deferLost         uint64   // deferred samples the kernel could not send: their ring was full
-	loadTime          time.Duration
-	preloaded         int // files of the -c command read before its release
+	// changes counts what may let a deferred sample go on: a table
+	// loaded (or refused), a process's mappings read anew, a process gone.
+	changes   uint64
+	loadTime  time.Duration
+	preloaded int // files of the -c command read before its release
 
 	labels     []labelSpec     // --label
 	context    bool            // not --no-context: the OpenTelemetry context and custom labels
@@ -137,16 +141,29 @@ type processes struct {
 	labelMap   *ebpf.Map       // pid -> the labels' locations in it
 	labelNotes []string        // why labels are unset, once each
 
-	// The background parser: a file at a time, its result on done.
-	queue   []parseJob
-	parsing bool
+	// The background parsers, one a lane (small files, big ones), each a
+	// file at a time, their results on done.
+	lanes   [2]parseLane
 	done    chan parseResult
 	closing atomic.Bool
 	parsed  sync.WaitGroup
 }
 
+// parseLane is a background parser's queue.
+type parseLane struct {
+	queue []parseJob
+	busy  bool
+}
+
+// The lanes: a small file's table (libc's) is not read behind a big one
+// (libLLVM's, a hostile file's) parsed for seconds.
+const (
+	laneSmall = iota
+	laneBig
+)
+
 func newProcesses(rows, fences, lpm *ebpf.Map, capacity int, eager bool) *processes {
-	ps := &processes{rows: rows, fences: fences, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}, done: make(chan parseResult, 1)}
+	ps := &processes{rows: rows, fences: fences, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}, done: make(chan parseResult, len(processes{}.lanes))}
 	if fences != nil {
 		ps.fenceCopy = make([]uint32, fences.ValueSize()/4)
 	}
@@ -178,6 +195,7 @@ func (ps *processes) announced(pid uint32) {
 func (ps *processes) exited(pid uint32) {
 	if p := ps.procs[pid]; p != nil {
 		p.gone, p.exited = true, true
+		ps.changes++
 	}
 }
 
@@ -196,6 +214,7 @@ func (ps *processes) scan(pid uint32, force bool) {
 		}
 		ps.noteDenied(p, err)
 		p.gone = true // exited (or not ours to read): keep what an earlier scan recorded
+		ps.changes++
 		if p.denied && p.maps == nil && ps.lpm != nil {
 			// Its maps are not ours to read: every address of it is known
 			// to have no table (else each of its samples would be deferred
@@ -263,6 +282,7 @@ func (ps *processes) scan(pid uint32, force bool) {
 	}
 	p.every = rescanFirst
 	p.maps, p.anon = found, anon
+	ps.changes++
 	if ps.labelMap != nil {
 		ps.placeLabels(pid, p)
 	}
@@ -366,15 +386,19 @@ func (ps *processes) fileOf(pid uint32, m mapping) (*file, error) {
 const maxDeferredPerFile = 64
 
 // deferredIn counts a sample deferred in mapping m (nil: none known)
-// against its file, if its table is being read; at maxDeferredPerFile the file is
-// held: its samples are counted as far as the loaded tables go (frame
-// pointers in auto mode), not deferred, until its table comes.
+// against its file, if its table is being read in the big files' lane; at
+// maxDeferredPerFile the file is held: its samples are counted as far as
+// the loaded tables go (frame pointers in auto mode), not deferred, until
+// its table comes. A small file is never held: its table comes in a
+// moment (in the 1-CPU guests, starved, libc's took 2 s: held, a new
+// process's samples in it were cut short meanwhile), and its samples wait
+// for it in the queue.
 func (ps *processes) deferredIn(m *procMapping) {
 	if m == nil {
 		return
 	}
 	f := m.file
-	if f.settled() || f.held {
+	if !f.big || f.settled() || f.held {
 		return
 	}
 	if f.deferrals++; f.deferrals >= maxDeferredPerFile {
@@ -383,14 +407,16 @@ func (ps *processes) deferredIn(m *procMapping) {
 	}
 }
 
-// holdReading holds every file whose table is still being read (see
+// holdReading holds every big file whose table is still being read (see
 // deferredIn): the deferred samples' ring overflowed, profile reads it
 // too slowly, and the samples of files parsed for seconds (a big library
 // on a starved machine, a hostile file) took the room a new process's
-// first samples need. Lost records name no file: all of them are held.
+// first samples need. Lost records name no file: all of those are held.
+// (Not the small files': read in a moment, their samples are the first
+// ones of new processes, which the deferral is for.)
 func (ps *processes) holdReading() {
 	for _, f := range ps.files {
-		if f != nil && f.tried && !f.settled() && !f.held {
+		if f != nil && f.big && !f.settled() && !f.held {
 			f.held = true
 			ps.repoint(f)
 		}
@@ -418,10 +444,14 @@ func (ps *processes) close() {
 	}
 }
 
-// A frame section larger than this is parsed by the background parser,
-// one file at a time, while the samples of other processes' files go on
-// being read and their tables loaded; a smaller one (libc's is 0.2 MiB,
-// python3.11's 0.6) at once. The parse of any one file allocates at most
+// A frame section larger than this is parsed in the big files' lane, one
+// file at a time, while the samples of other processes' files go on being
+// read and their tables loaded; a smaller one (libc's is 0.2 MiB,
+// python3.11's 0.6) in the small files' lane. Neither parse holds up the
+// reading of the rings: a starved profile that parsed libc in its reader
+// (one to two seconds in the 1-CPU guests beside TestHostileFrames'
+// parse) let the deferred samples' ring overflow meanwhile. The parse of
+// any one file allocates at most
 // unwind.ParseMemory (43 MiB), whatever its size; a file past the parse's
 // limits (unwind.MaxFDEs FDEs, unwind.MaxRows rows) is refused and named in
 // the report.
@@ -477,8 +507,8 @@ func frames(ef *elf.File) (fs frameSource, err error) {
 	return fs, nil
 }
 
-// load reads a file's unwind rows into the table, once: at once when its
-// frame section is small, else through the background parser.
+// load has a file's unwind rows read into the table, once, by the
+// background parser of its lane; collect loads them when they are read.
 func (ps *processes) load(f *file) {
 	if f.tried {
 		return
@@ -489,15 +519,12 @@ func (ps *processes) load(f *file) {
 		f.err = err
 		return
 	}
-	if fs.size <= inlineFrames {
-		start := time.Now()
-		entries, err := readFrames(fs, nil)
-		ps.loadTime += time.Since(start)
-		ps.loaded(f, entries, err)
-		return
+	lane := laneSmall
+	if fs.size > inlineFrames {
+		lane, f.big = laneBig, true
 	}
-	ps.queue = append(ps.queue, parseJob{f, fs})
-	ps.startParse()
+	ps.lanes[lane].queue = append(ps.lanes[lane].queue, parseJob{f, fs})
+	ps.startParse(lane)
 }
 
 // parseJob is a file for the background parser.
@@ -507,50 +534,85 @@ type parseJob struct {
 }
 
 type parseResult struct {
+	lane    int
 	f       *file
 	entries []unwind.Entry
 	err     error
 	took    time.Duration
 }
 
-// startParse hands the next queued file to the background parser, if it
-// is idle.
-func (ps *processes) startParse() {
-	if ps.parsing || len(ps.queue) == 0 {
+// startParse hands a lane's next queued file to its parser, if it is
+// idle.
+func (ps *processes) startParse(lane int) {
+	l := &ps.lanes[lane]
+	if l.busy || len(l.queue) == 0 {
 		return
 	}
-	job := ps.queue[0]
-	ps.queue = ps.queue[1:]
-	ps.parsing = true
+	job := l.queue[0]
+	l.queue = l.queue[1:]
+	l.busy = true
 	ps.parsed.Add(1)
 	go func() {
 		defer ps.parsed.Done()
 		start := time.Now()
 		entries, err := readFrames(job.fs, &ps.closing)
-		ps.done <- parseResult{job.f, entries, err, time.Since(start)}
+		ps.done <- parseResult{lane, job.f, entries, err, time.Since(start)}
 	}()
 }
 
-// collect takes the background parser's result, if there is one, loads it
-// and starts the next file.
+// parsing says whether a lane's parser (laneSmall, laneBig; -1: either)
+// is at work.
+func (ps *processes) parsing(lane int) bool {
+	if lane >= 0 {
+		return ps.lanes[lane].busy
+	}
+	return ps.lanes[laneSmall].busy || ps.lanes[laneBig].busy
+}
+
+// collect loads the tables the parsers have read, and starts their next
+// files.
 func (ps *processes) collect() {
-	select {
-	case res := <-ps.done:
-		ps.collected(res)
-	default:
+	for {
+		select {
+		case res := <-ps.done:
+			ps.collected(res)
+		default:
+			return
+		}
 	}
 }
 
+// await loads the tables the parsers read (of one lane, or -1: both) until
+// the lane is idle or the wait is over; it says whether the lane is idle.
+func (ps *processes) await(lane int, wait time.Duration) bool {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for ps.parsing(lane) {
+		select {
+		case res := <-ps.done:
+			ps.collected(res)
+		case <-deadline.C:
+			return false
+		}
+	}
+	return true
+}
+
 func (ps *processes) collected(res parseResult) {
-	ps.parsing = false
+	ps.lanes[res.lane].busy = false
 	ps.loadTime += res.took
 	ps.loaded(res.f, res.entries, res.err)
-	ps.startParse()
+	ps.startParse(res.lane)
 }
 
 // preloadWait bounds how long the -c command waits for the tables of
-// its files read by the background parser (the largest libraries).
+// its files (the largest libraries' take longest).
 const preloadWait = 2 * time.Second
+
+// finalWait bounds how long the final report waits for the small files'
+// tables still being read: the samples deferred for them are unwound
+// whole, not cut short at the end.
+const finalWait = time.Second
 
 // preload reads the tables of the files a -c command will map before it
 // is released (its executable, its interpreter and libraries as
@@ -596,16 +658,7 @@ func (ps *processes) preload(line string) {
 		ps.preloaded++
 		ps.load(f)
 	}
-	deadline := time.NewTimer(preloadWait)
-	defer deadline.Stop()
-	for ps.parsing {
-		select {
-		case res := <-ps.done:
-			ps.collected(res)
-		case <-deadline.C:
-			return
-		}
-	}
+	ps.await(-1, preloadWait)
 }
 
 // readFrames parses a frame section; a closing flag set ends it at its
@@ -648,6 +701,7 @@ func (ps *processes) loaded(f *file, entries []unwind.Entry, err error) {
 		err = ps.storeRows(f, entries)
 	}
 	f.held = false
+	ps.changes++
 	if f.err = err; err != nil {
 		var limit *unwind.LimitError
 		if errors.As(err, &limit) {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -260,8 +261,8 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	// Process notices are 16 or 24 bytes: 8 pages a CPU hold a thousand.
 	// Deferred samples are records of 1.6 to 10 KiB (as long as their
-	// stack's copy), in a ring of their own (see prog.Collection): 32 pages
-	// a CPU hold a dozen whole copies, tens of a main thread's.
+	// stack's copy), in a ring of their own (see prog.Collection) of
+	// deferredRingPages.
 	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8, perfevent.WakeEach)
 	if err != nil {
 		return err
@@ -269,7 +270,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	// Frame pointers defer nothing: no ring, no reader.
 	var stacks *perfevent.Rings
 	if cfg.Mode != prog.UnwindFP {
-		if stacks, err = s.OpenOutputRings(coll.Maps["stacks"], "deferred samples", 32, perfevent.WakeEach); err != nil {
+		if stacks, err = s.OpenOutputRings(coll.Maps["stacks"], "deferred samples", deferredRingPages(), perfevent.WakeEach); err != nil {
 			return err
 		}
 	}
@@ -372,10 +373,53 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
 	return s.Loop(ctx, what, func(final bool) error {
 		mu.Lock()
-		defer mu.Unlock()
+		locked := true
+		defer func() {
+			if locked {
+				mu.Unlock()
+			}
+		}()
 		read()
+		ps.collect()
+		if final {
+			ps.await(laneSmall, finalWait)
+		}
 		deferred.resolve(ps, final)
-		return r.report(time.Now(), final)
+		c, err := r.gather()
+		if err != nil {
+			return err
+		}
+		if !final {
+			// Kernel names take a pass over kallsyms: 10 to 20 s in the
+			// 1-CPU guests beside two spinners, and the ring readers
+			// waited for it: the deferred samples' ring overflowed and a
+			// new process's first samples were cut short. (The final
+			// report keeps the lock: no sample it has counted is added
+			// twice, none added after it is missed.)
+			mu.Unlock()
+			locked = false
+		}
+		// An interval report the signal overtook is left out (the final
+		// one, next, counts its samples): in a starved guest its pass over
+		// kallsyms outlasted the 30 s the watchdog gives the ending.
+		kctx := ctx
+		if final {
+			kctx = context.Background()
+		}
+		if err := r.resolveKernel(kctx, c.cur); err != nil {
+			if !final && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if !locked {
+			mu.Lock()
+			locked = true
+		}
+		if !final && ctx.Err() != nil {
+			return nil
+		}
+		return r.report(time.Now(), final, c)
 	})
 }
 
@@ -448,7 +492,15 @@ var ends = map[int32]string{
 	prog.StopNoRegs:      "[no user registers]",
 }
 
-func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
+// counted is what a report reads: the stacks' counts, the kernel's and
+// the deferred samples', and the samples lost.
+type counted struct {
+	cur  map[stackKey]uint64
+	lost uint64
+}
+
+// gather reads the counts.
+func (r *reporter) gather() (counted, error) {
 	cur := map[stackKey]uint64{}
 	var k []byte
 	var v uint64
@@ -457,26 +509,27 @@ func (r *reporter) stacks() (delta, all []stack, lost uint64, err error) {
 		cur[stackKey(k)] = v
 	}
 	if err := it.Err(); err != nil {
-		return nil, nil, 0, fmt.Errorf("read stack counts: %w", err)
+		return counted{}, fmt.Errorf("read stack counts: %w", err)
 	}
 	for k, n := range r.deferred.counts {
 		cur[k] += n
 	}
 	total, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
 	if err != nil {
-		return nil, nil, 0, err
+		return counted{}, err
 	}
-	total += r.deferred.lost
-	if err := r.resolveKernel(cur); err != nil {
-		return nil, nil, 0, err
-	}
-	r.raw = cur
-	return r.named(r.counts.Step(cur), false), r.named(cur, false), r.lost.Counter(total), nil
+	return counted{cur, total + r.deferred.lost}, nil
+}
+
+// stacks names the counts gathered (their kernel addresses resolved).
+func (r *reporter) stacks(c counted) (delta, all []stack, lost uint64) {
+	r.raw = c.cur
+	return r.named(r.counts.Step(c.cur), false), r.named(c.cur, false), r.lost.Counter(c.lost)
 }
 
 // resolveKernel names the kernel addresses not named yet, in one pass over
 // kallsyms (read at report time: the run itself keeps no kernel symbols).
-func (r *reporter) resolveKernel(cur map[stackKey]uint64) error {
+func (r *reporter) resolveKernel(ctx context.Context, cur map[stackKey]uint64) error {
 	var todo []uint64
 	seen := map[uint64]bool{}
 	for k := range cur {
@@ -490,7 +543,7 @@ func (r *reporter) resolveKernel(cur map[stackKey]uint64) error {
 	if len(todo) == 0 {
 		return nil
 	}
-	names, hidden, err := procfs.KernelFunctions(todo)
+	names, hidden, err := procfs.KernelFunctions(ctx, todo)
 	if err != nil {
 		return err
 	}
@@ -572,11 +625,8 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 	return out
 }
 
-func (r *reporter) report(now time.Time, final bool) error {
-	stacks, all, lost, err := r.stacks()
-	if err != nil {
-		return err
-	}
+func (r *reporter) report(now time.Time, final bool, c counted) error {
+	stacks, all, lost := r.stacks(c)
 	if final {
 		// The files hold the whole run, whatever the interval reports showed.
 		if r.pprof != nil {
@@ -618,7 +668,7 @@ func (r *reporter) report(now time.Time, final bool) error {
 		writeStacks(&b, stacks)
 		r.summary(&b, stacks, lost)
 	}
-	_, err = io.WriteString(r.s.Stdout, b.String())
+	_, err := io.WriteString(r.s.Stdout, b.String())
 	return err
 }
 
@@ -791,7 +841,10 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		Lost    uint64      `json:"lost"`
 		Stacks  []jsonStack `json:"stacks"`
 		Refused []string    `json:"refused"` // files whose tables were past the parse's limits, and why
-	}{Tool: "profile", Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}, Refused: append([]string{}, r.ps.refused...)}
+		// NotDeferred: samples the full deferred ring turned away since the
+		// start (counted as far as the kernel walked them).
+		NotDeferred uint64 `json:"not_deferred,omitempty"`
+	}{Tool: "profile", Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}, Refused: append([]string{}, r.ps.refused...), NotDeferred: r.ps.deferLost}
 	var total uint64
 	if r.o.OffCPU {
 		out.Usecs = &total
@@ -866,4 +919,28 @@ func threadPointer() (int, error) {
 		return 0, fmt.Errorf("--label tls: the thread pointer's place in task_struct: %w", err)
 	}
 	return off, nil
+}
+
+// deferredRingPages sizes each CPU's ring of deferred samples: 128 KiB (a
+// dozen whole stack copies, tens of a main thread's), and on a machine of
+// few CPUs 1 MiB in all. A 1-CPU machine is the one where profile is
+// starved beside busy processes and reads the ring late; 128 KiB there
+// overflowed while it read a big table (TestHostileFrames in the guests).
+func deferredRingPages() int {
+	n := 1
+	if cpus, err := perfevent.OnlineCPUs(); err == nil && len(cpus) > 0 {
+		n = len(cpus)
+	}
+	return ringPages(n, os.Getpagesize())
+}
+
+// ringPages is the most pages (a power of two, at least one) within
+// max(128 KiB, 1 MiB / cpus).
+func ringPages(cpus, page int) int {
+	bytes := max(128<<10, (1<<20)/max(cpus, 1))
+	pages := 1
+	for pages*2*page <= bytes {
+		pages *= 2
+	}
+	return pages
 }
