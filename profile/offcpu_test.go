@@ -29,7 +29,15 @@ func offCPUChains(t *testing.T, r report) (a, b int) {
 			continue
 		}
 		whole := st.End == "complete" && len(st.User) > 0 && st.User[len(st.User)-1] == "_start"
-		if runtime.GOARCH == "amd64" && st.Count >= 50000 && !whole {
+		// A wait of the dynamic loader, before the program runs (paging
+		// in a library: 259 ms once in the 7.2 guest of the CI of
+		// cc25766), ends at the loader's entry, whose code has no unwind
+		// rows: perf's stacks end there too.
+		loader := st.End == "[unwind error: no unwind row]" && len(st.User) > 0 && strings.HasPrefix(st.User[len(st.User)-1], "ld-linux")
+		if loader && st.Count >= 50000 {
+			t.Logf("a wait of %d us in the loader's start, before main: %v", st.Count, st.User)
+		}
+		if runtime.GOARCH == "amd64" && st.Count >= 50000 && !whole && !loader {
 			t.Errorf("a wait of %d us ends %q, not whole to _start: %v", st.Count, st.End, st.User)
 		}
 		var sum *int

@@ -252,8 +252,34 @@ func TestSignalEndsARunBlockedOnStdout(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	// A report a millisecond fills the pipe's 64 KiB well within this.
-	time.Sleep(2 * time.Second)
+	// Reports a millisecond apart fill the pipe; the signal comes once
+	// the tool is blocked writing, which the pipe says by holding as much
+	// as it did 600 ms ago. (A fixed 2 s was too short in the arm64 guest
+	// of the CI of cc25766: the pipe not full yet, the final report
+	// written, exit 0.)
+	size, err := unix.FcntlInt(r.Fd(), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func() int {
+		n, _ := unix.IoctlGetInt(int(r.Fd()), unix.TIOCINQ) // FIONREAD
+		return n
+	}
+	for start, last, same := time.Now(), -1, 0; same < 3; {
+		if time.Since(start) > time.Minute {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the pipe holds %d of %d bytes after a minute of reports a millisecond apart", held(), size)
+		}
+		time.Sleep(200 * time.Millisecond)
+		n := held()
+		if n == last && n >= size/2 {
+			same++
+		} else {
+			same = 0
+		}
+		last = n
+	}
 	cmd.Process.Signal(syscall.SIGINT)
 	ended := make(chan error, 1)
 	go func() { ended <- cmd.Wait() }()
