@@ -504,28 +504,25 @@ func notify(kind int32) bpf.Instructions {
 // event array ring, the context in R1:
 // bpf_perf_event_output(ctx, ring, BPF_F_CURRENT_CPU, from+off, size).
 func output(ring string, from bpf.Register, off, size int32) bpf.Instructions {
-	return bpf.Instructions{
-		bpf.LoadMapPtr(bpf.R2, 0).WithReference(ring),
-		bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
-		bpf.Mov.Reg(bpf.R4, from),
-		bpf.Add.Imm(bpf.R4, off),
-		bpf.Mov.Imm(bpf.R5, size),
-		bpf.FnPerfEventOutput.Call(),
-	}
+	return outputR5(ring, from, off, bpf.Mov.Imm(bpf.R5, size))
 }
 
 // outputSized is output of size+reg bytes: a record as long as what it
 // holds (reg bounded by the verifier's knowledge of it).
 func outputSized(ring string, from bpf.Register, off int32, reg bpf.Register, size int32) bpf.Instructions {
-	return bpf.Instructions{
+	return outputR5(ring, from, off, bpf.Mov.Reg(bpf.R5, reg), bpf.Add.Imm(bpf.R5, size))
+}
+
+// outputR5 is the output call, its size set in R5 by setSize.
+func outputR5(ring string, from bpf.Register, off int32, setSize ...bpf.Instruction) bpf.Instructions {
+	insns := bpf.Instructions{
 		bpf.LoadMapPtr(bpf.R2, 0).WithReference(ring),
 		bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
 		bpf.Mov.Reg(bpf.R4, from),
 		bpf.Add.Imm(bpf.R4, off),
-		bpf.Mov.Reg(bpf.R5, reg),
-		bpf.Add.Imm(bpf.R5, size),
-		bpf.FnPerfEventOutput.Call(),
 	}
+	insns = append(insns, setSize...)
+	return append(insns, bpf.FnPerfEventOutput.Call())
 }
 
 // count adds one to counts[key], the key at keyBase of the scratch value in
