@@ -20,6 +20,7 @@ import (
 type deferredSample struct {
 	pid                uint32
 	lookup, pc, sp, bp uint64
+	lr                 uint64 // arm64's x30
 	stack              []byte // the copy of the stack from sp
 	key                []byte // the key as far as the kernel walked it
 	arrived            time.Time
@@ -86,11 +87,12 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 		pc:      binary.LittleEndian.Uint64(h[16:]),
 		sp:      binary.LittleEndian.Uint64(h[24:]),
 		bp:      binary.LittleEndian.Uint64(h[32:]),
+		lr:      binary.LittleEndian.Uint64(h[40:]),
 		arrived: time.Now(),
 	}
 	// The record ends with the copy, as long as the kernel could read (perf
 	// pads the record to 8 bytes).
-	n := min(binary.LittleEndian.Uint64(h[40:]), prog.StackCopy, uint64(len(raw)-base))
+	n := min(binary.LittleEndian.Uint64(h[48:]), prog.StackCopy, uint64(len(raw)-base))
 	keySize := d.cfg.KeySize()
 	s.key = append([]byte(nil), raw[prog.DeferHeaderSize:prog.DeferHeaderSize+keySize]...)
 	s.stack = append([]byte(nil), raw[base:base+int(n)]...)
@@ -214,7 +216,7 @@ func (d *deferrer) waited(pid uint32, raw []byte) {
 // last one, why the walk ended, whether a frame-pointer step was taken,
 // and wait if a table it needs is still being read.
 func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, stop int32, fp, wait bool) {
-	pc, sp, bp, lookup := s.pc, s.sp, s.bp, s.lookup
+	pc, sp, bp, lr, lookup := s.pc, s.sp, s.bp, s.lr, s.lookup
 	read := func(addr uint64) (uint64, bool) {
 		if addr < s.sp || addr-s.sp > uint64(len(s.stack)) || uint64(len(s.stack))-(addr-s.sp) < 8 {
 			return 0, false
@@ -250,7 +252,40 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			}
 		}
 		var why int32 = prog.StopNoTable
-		if haveRule {
+		if haveRule && ps.arm64 {
+			// arm64's word (see prog's stepARM64): x30 holds the return
+			// address of a frame that saved none, known where pc is exact.
+			dr := unwind.DecodeARM64(rule)
+			if dr.Base == unwind.BaseStop {
+				if why = int32(dr.Offset & unwind.KindMask); why == prog.StopEnd {
+					return frames, prog.StopEnd, fp, false
+				}
+			} else if dr.Saves != unwind.SavesNone || lookup == pc {
+				cfa = sp + uint64(dr.Offset)
+				if dr.Base == unwind.BaseRBP {
+					cfa = bp + uint64(dr.Offset)
+				}
+				ok := true
+				switch dr.Saves {
+				case unwind.SavesNone:
+					next = lr
+				case unwind.SavesRA:
+					next, ok = read(cfa + uint64(dr.Slot))
+				case unwind.SavesPair:
+					var ok2 bool
+					bp, ok = read(cfa + uint64(dr.Slot))
+					next, ok2 = read(cfa + uint64(dr.Slot) + 8)
+					ok = ok && ok2
+				}
+				if !ok {
+					return frames, prog.StopRead, fp, false
+				}
+				sp, next = cfa, next&prog.UserAddressMask
+				goto step
+			} else {
+				why = prog.StopUnsupported
+			}
+		} else if haveRule {
 			dr := unwind.Decode(rule)
 			switch dr.Base {
 			case unwind.BaseRSP:
@@ -295,7 +330,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			}
 		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp == 0 {
 			return frames, prog.StopEnd, fp, false
-		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp > sp && bp-sp <= prog.MaxFrame && bp&7 == 0 {
+		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp > sp && bp-sp <= prog.MaxFrame && bp&7 == 0 && !(ps.arm64 && m != nil && m.file.isSigreturn(pc-m.bias)) {
 			// Known to have no table (JIT code, a file without one): the
 			// frame pointer, where it is plausible, as the kernel steps.
 			// Never where the mapping is unknown (a process gone before
@@ -305,11 +340,31 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			if !ok1 || !ok2 {
 				return frames, prog.StopRead, fp, false
 			}
+			if ps.arm64 {
+				ra &= prog.UserAddressMask
+			}
 			sp, bp, next, fp = bp+16, saved, ra, true
 			goto step
 		}
 		// No step: the signal trampoline, or the end.
-		if pm := ps.mappingAt(s.pid, pc); pm != nil && pm.file.isSigreturn(pc-pm.bias) {
+		if pm := ps.mappingAt(s.pid, pc); pm != nil && pm.file.isSigreturn(pc-pm.bias) && ps.arm64 {
+			x29, ok1 := read(sp + prog.SignalX29ARM64)
+			x30, ok2 := read(sp + prog.SignalX29ARM64 + 8)
+			xsp, ok3 := read(sp + prog.SignalSPARM64)
+			xpc, ok4 := read(sp + prog.SignalSPARM64 + 8)
+			if !ok1 || !ok2 || !ok3 || !ok4 {
+				return frames, prog.StopRead, fp, false
+			}
+			sp, bp, lr, pc, lookup = xsp, x29, x30, xpc, xpc
+			if len(frames) >= room {
+				return frames, prog.StopTruncated, fp, false
+			}
+			if pc == 0 {
+				return frames, prog.StopEnd, fp, false
+			}
+			frames = append(frames, pc)
+			continue
+		} else if pm != nil && pm.file.isSigreturn(pc-pm.bias) {
 			rsp, ok1 := read(sp + prog.SignalRSP)
 			rip, ok2 := read(sp + prog.SignalRSP + 8)
 			rbp, ok3 := read(sp + prog.SignalRBP)

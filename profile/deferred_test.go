@@ -107,7 +107,7 @@ func TestDeferredRecordLength(t *testing.T) {
 	record := func(claim, copied, pad int) []byte {
 		raw := make([]byte, base+copied+pad)
 		binary.LittleEndian.PutUint32(raw, 1)
-		binary.LittleEndian.PutUint64(raw[40:], uint64(claim))
+		binary.LittleEndian.PutUint64(raw[48:], uint64(claim))
 		for i := range copied {
 			raw[base+i] = byte(i + 1)
 		}

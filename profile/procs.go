@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -120,6 +121,7 @@ type processes struct {
 	eager             bool
 	short             bool              // --no-params: names without parameters
 	mode              string            // the unwind mode (prog.Unwind*)
+	arm64             bool              // the rule words and registers are arm64's
 	names             map[string]string // demangled names by symbol
 	capacity          int               // rows the table holds
 	next              int               // its first free row, at a block's start
@@ -462,6 +464,8 @@ const (
 
 // frameSource is where a file's frame section is read from.
 type frameSource struct {
+	arch  unwind.Arch
+	extra []unwind.FDE // rows the section lacks (arm64's PLT)
 	src   io.ReaderAt
 	size  int64
 	addr  uint64
@@ -475,8 +479,13 @@ func frames(ef *elf.File) (fs frameSource, err error) {
 			err = fmt.Errorf("malformed ELF file (%v)", p)
 		}
 	}()
-	if ef.Machine != elf.EM_X86_64 {
-		return fs, fmt.Errorf("%v: the unwinder reads x86-64 frames only", ef.Machine)
+	if want := hostMachine(); ef.Machine != want {
+		// The rule words are the running unwinder's architecture's.
+		return fs, fmt.Errorf("%v: the unwinder here reads %v frames only", ef.Machine, want)
+	}
+	fs.arch, _ = unwind.ArchOf(ef.Machine)
+	if plt := ef.Section(".plt"); plt != nil && ef.Machine == elf.EM_AARCH64 && plt.Type == elf.SHT_PROGBITS && plt.Addr+plt.Size < 1<<32 {
+		fs.extra = append(fs.extra, unwind.PLTARM64(plt.Addr, plt.Size))
 	}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD && p.Vaddr+p.Memsz > 1<<32 {
@@ -505,6 +514,15 @@ func frames(ef *elf.File) (fs frameSource, err error) {
 	}
 	fs.src, fs.size = bytes.NewReader(data), int64(len(data))
 	return fs, nil
+}
+
+// hostMachine is the ELF machine of the architecture profile runs on:
+// the one whose frames the in-kernel unwinder steps.
+func hostMachine() elf.Machine {
+	if runtime.GOARCH == "arm64" {
+		return elf.EM_AARCH64
+	}
+	return elf.EM_X86_64
 }
 
 // load has a file's unwind rows read into the table, once, by the
@@ -673,7 +691,7 @@ func readFrames(fs frameSource, closing *atomic.Bool) (entries []unwind.Entry, e
 	if closing != nil {
 		src = stoppable{src, closing}
 	}
-	entries, err = unwind.Read(src, fs.size, fs.addr, fs.debug)
+	entries, err = fs.arch.Read(src, fs.size, fs.addr, fs.debug, fs.extra...)
 	if err == nil && len(entries) == 0 {
 		err = errors.New("no unwind rows")
 	}

@@ -43,11 +43,11 @@ func validate(o *options) error {
 	if o.Frequency < 1 || o.Frequency > 10000 {
 		return usage.Errorf("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
 	}
-	if runtime.GOARCH != "amd64" {
-		// The rows, the register offsets and the PLT rule are x86-64's.
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		// The rows and the register offsets are x86-64's and arm64's.
 		switch o.Unwind {
 		case prog.UnwindEH:
-			return usage.Errorf("--unwind=eh: the in-kernel unwinder reads x86-64 frames only; on %s use --unwind=fp", runtime.GOARCH)
+			return usage.Errorf("--unwind=eh: the in-kernel unwinder reads x86-64 and arm64 frames only; on %s use --unwind=fp", runtime.GOARCH)
 		case prog.UnwindAuto:
 			o.Unwind = prog.UnwindFP
 		}
@@ -140,7 +140,7 @@ func (k stackKey) decode(cfg prog.Config) decodedKey {
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
 	cfg := prog.Config{Mode: o.Unwind, Pid: o.Pid, Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
-		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}
+		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames, ARM64: runtime.GOARCH == "arm64"}
 	ns, err := kernel.PidNamespace()
 	if err != nil {
 		return err
@@ -225,7 +225,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return err
 	}
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
-	ps.short, ps.mode = o.NoParams, cfg.Mode
+	ps.short, ps.mode, ps.arm64 = o.NoParams, cfg.Mode, cfg.ARM64
 	deferred := newDeferrer(cfg)
 	defer ps.close()
 	ps.labels, ps.labelMap, ps.context = o.labels, coll.Maps["labels"], cfg.Context

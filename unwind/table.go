@@ -287,8 +287,9 @@ func Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entry, error)
 	return X86_64.Read(src, size, addr, debug)
 }
 
-// Read is Read for the architecture's frames and rule words.
-func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entry, error) {
+// Read is Read for the architecture's frames and rule words; extra are
+// FDEs the section lacks (arm64's PLT, see PLTARM64), added after its own.
+func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool, extra ...FDE) ([]Entry, error) {
 	a = a.orDefault()
 	if size > MaxSection {
 		// The time a parse takes grows with the section.
@@ -297,6 +298,11 @@ func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entr
 	b := builder{arch: a}
 	if err := walk(src, size, addr, debug, a, b.add); err != nil {
 		return nil, err
+	}
+	for _, f := range extra {
+		if err := b.add(f); err != nil {
+			return nil, err
+		}
 	}
 	return b.compile()
 }
@@ -478,4 +484,25 @@ func (l Layout) Search(pc uint32) (int, bool) {
 		}
 	}
 	return lo, lo < l.n && l.rows[lo].PC <= pc
+}
+
+// PLTARM64 is the FDE arm64's linkers do not write for a .plt of size
+// bytes at addr: its 32-byte header pushes x16 and x30 (stp x16, x30,
+// [sp, #-16]!) and jumps to the resolver; its stubs touch neither sp nor
+// x30 (adrp x16; ldr x17; add x16; br x17, after a bti c where branch
+// protection asks), so a stub's return address is still in x30.
+func PLTARM64(addr, size uint64) FDE {
+	const header = 32
+	lr := Row{PC: addr, CFA: CFA{Kind: CFAReg, Reg: RegSP}, RBP: Rule{Kind: RuleSame}, RA: Rule{Kind: RuleSame}}
+	pushed := Row{PC: addr + 4, CFA: CFA{Kind: CFAReg, Reg: RegSP, Offset: 16}, RBP: Rule{Kind: RuleSame}, RA: Rule{Kind: RuleOffset, Offset: -8}}
+	rows := []Row{lr}
+	if size > 4 {
+		rows = append(rows, pushed)
+	}
+	if size > header {
+		stubs := lr
+		stubs.PC = addr + header
+		rows = append(rows, stubs)
+	}
+	return FDE{Begin: addr, End: addr + size, Rows: rows}
 }

@@ -127,8 +127,8 @@ make_stage() { # make_stage ARCH
   done
   local fx="$stage/tk/src/filter/testdata/usdt/build"
   CC=$cc bash filter/testdata/usdt/build.sh "$fx"
-  # arm64's chain keeps frame pointers: profile unwinds by them there.
-  CC=$cc CHAIN_FP=$([ "$arch" = arm64 ] && echo 1) bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
+  # Without frame pointers on both: the in-kernel unwinder does the work.
+  CC=$cc bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
   if [ "$arch" = arm64 ]; then
     mkdir -p "$stage/lib/aarch64-linux-gnu"
     cp -L /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 "$stage/lib/"

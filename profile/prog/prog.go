@@ -28,8 +28,13 @@ const (
 	stateN    = 24 // frames stored so far
 	stateRA   = 32 // u32: 1 if pc is a return address (its call is at pc-1), 0 if it is where the code was stopped
 	stateWait = 36 // u32, off-CPU: not 0 if the thread goes to sleep (prev_state has a flag), 0 if it is preempted
-	stateRegs = 40 // a copy of the task's user pt_regs
+	stateRegs = 40 // a copy of the task's user pt_regs (arm64: of x29 to pstate, see armRegs)
 	ptRegsLen = asm.AMD64Size
+	// stateLR is arm64's x30 in the walk: the return address of a frame
+	// that has not saved it yet, known where pc is exact (the sampled
+	// frame, and one a signal interrupted). In the room of the registers'
+	// copy, past arm64's, below the deferred header.
+	stateLR = stateRegs + 64
 
 	keyBase    = stateRegs + ptRegsLen
 	keyPid     = keyBase     // u32 tgid
@@ -106,12 +111,12 @@ const (
 	// EventStack is a deferred sample: an address in no file whose table
 	// (or lack of one) the unwinder knows yet, typically a process's first
 	// milliseconds. Its record is the header {u32 tgid; u32 kind; u64
-	// lookup, pc, sp, bp, len}, the key as far as the kernel walked it (its
+	// lookup, pc, sp, bp, lr (arm64's x30; not set on x86-64), len}, the key as far as the kernel walked it (its
 	// last user frame the pc), the context (Config.Context), and len bytes
 	// of the user stack from sp (StackCopy bytes sent): user space unwinds
 	// it once the file's table is read, and counts it.
 	EventStack      = 4
-	DeferHeaderSize = 48
+	DeferHeaderSize = 56
 )
 
 // Map sizes.
@@ -169,6 +174,9 @@ type Config struct {
 	// OffCPU: the programs count the time threads wait, at
 	// sched:sched_switch, not samples (see offcpu.go).
 	OffCPU *OffCPU
+	// ARM64: the unwinder reads arm64's registers and rule words
+	// (unwind.ARM64), else x86-64's.
+	ARM64 bool
 }
 
 // TaskStartStack is where the kernel keeps a process's initial stack
@@ -388,14 +396,33 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	// The user registers: the sample's own if it interrupted user mode,
 	// else the task's saved ones (bpf_task_pt_regs, 5.15+). A thread
 	// switched out is always in the kernel.
-	if cfg.OffCPU == nil {
+	if cfg.OffCPU == nil && cfg.ARM64 {
+		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, armPstate, bpf.DWord).WithSource(bpf.Comment("user mode (pstate: EL0, AArch64): the sample's registers are the user's")))
+		insns.Add(bpf.And.Imm(bpf.R1, armModeMask))
+		insns.Add(bpf.JNE.Imm(bpf.R1, 0, "kernel_mode"))
+		insns.Append(loadRegsARM64(asm.RegCtx, 0))
+		insns.Add(bpf.Ja.Label("have_regs"))
+	} else if cfg.OffCPU == nil {
 		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, regs.CS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")))
 		insns.Add(bpf.And.Imm(bpf.R1, 3))
 		insns.Add(bpf.JNE.Imm(bpf.R1, 3, "kernel_mode"))
 		insns.Append(loadRegs(asm.RegCtx))
 		insns.Add(bpf.Ja.Label("have_regs"))
 	}
-	if cfg.TaskRegs {
+	if cfg.TaskRegs && cfg.ARM64 {
+		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy x29 to pstate of bpf_task_pt_regs(current)")))
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
+		insns.Add(bpf.FnTaskPtRegs.Call())
+		insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R0))
+		insns.Add(bpf.Add.Imm(bpf.R3, armFP))
+		insns.Append(copyRegs(cfg))
+		insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R8))
+		insns.Add(bpf.Add.Imm(bpf.R7, stateRegs))
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.R7, armPstate-armFP, bpf.DWord).WithSource(bpf.Comment("a 32-bit task's registers are not unwound")))
+		insns.Add(bpf.And.Imm(bpf.R1, armModeMask))
+		insns.Add(bpf.JNE.Imm(bpf.R1, 0, "no_regs"))
+		insns.Append(loadRegsARM64(bpf.R7, armFP))
+	} else if cfg.TaskRegs {
 		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy bpf_task_pt_regs(current)")))
 		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
 		insns.Add(bpf.FnTaskPtRegs.Call())
@@ -404,6 +431,9 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R8))
 		insns.Add(bpf.Add.Imm(bpf.R7, stateRegs))
 		insns.Append(loadRegs(bpf.R7))
+	} else if cfg.ARM64 {
+		// Before 5.15 arm64's pt_regs has no fixed size to find it by.
+		insns.Add(bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no way to the user registers before 5.15 on arm64")))
 	} else if cfg.TaskStack > 0 {
 		// Before 5.15: the user registers are the last thing on the task's
 		// kernel stack (task_pt_regs: stack + THREAD_SIZE - sizeof(pt_regs),
@@ -469,7 +499,11 @@ func copyRegs(cfg Config) bpf.Instructions {
 	var insns asm.Seq
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8))
 	insns.Add(bpf.Add.Imm(bpf.R1, stateRegs))
-	insns.Add(bpf.Mov.Imm(bpf.R2, ptRegsLen))
+	size := int32(ptRegsLen)
+	if cfg.ARM64 {
+		size = armRegsLen
+	}
+	insns.Add(bpf.Mov.Imm(bpf.R2, size))
 	insns.Add(cfg.Readers.Kernel.Call())
 	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "no_regs"))
 	return insns.Instructions
@@ -483,6 +517,32 @@ func loadRegs(from bpf.Register) bpf.Instructions {
 		bpf.LoadMem(bpf.R1, from, regs.IP, bpf.DWord),
 		bpf.LoadMem(bpf.R2, from, regs.SP, bpf.DWord),
 		bpf.LoadMem(bpf.R3, from, regs.FP, bpf.DWord),
+	}
+}
+
+// arm64's user registers (struct user_pt_regs, the start of pt_regs and
+// of a perf_event program's context): x29 at 232, x30, sp, pc, then
+// pstate, whose mode bits are 0 in EL0 (user mode, AArch64: a 32-bit
+// task's have PSR_MODE32_BIT). A kernel-mode sample copies these five.
+const (
+	armFP       = 29 * 8
+	armLR       = 30 * 8
+	armSP       = 31 * 8
+	armPC       = 32 * 8
+	armPstate   = 33 * 8
+	armModeMask = 0x1f
+	armRegsLen  = armPstate + 8 - armFP
+)
+
+// loadRegsARM64 loads pc, sp and x29 of the registers at from (less base:
+// the copy starts at x29) into R1, R2, R3, and x30 into the walk's state.
+func loadRegsARM64(from bpf.Register, base int16) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadMem(bpf.R1, from, armPC-base, bpf.DWord),
+		bpf.LoadMem(bpf.R2, from, armSP-base, bpf.DWord),
+		bpf.LoadMem(bpf.R3, from, armFP-base, bpf.DWord),
+		bpf.LoadMem(bpf.R4, from, armLR-base, bpf.DWord),
+		bpf.StoreMem(bpf.R8, stateLR, bpf.R4, bpf.DWord),
 	}
 }
 
@@ -649,6 +709,14 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.JGT.Reg(bpf.R1, bpf.R6, "no_row"))
 	insns.Add(bpf.LoadMem(bpf.R2, bpf.R0, 4, bpf.Word).WithSource(bpf.Comment("the rule: base (bits 0-1), saved rbp (2-9), offset (10-31)")))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpRule, bpf.R2, bpf.DWord))
+	if cfg.ARM64 {
+		insns.Append(stepARM64(cfg, p, next))
+		insns.Append(noTable(cfg, p, next))
+		if !last {
+			insns.Add(asm.Nop().WithSymbol(next))
+		}
+		return insns.Instructions
+	}
 	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R2))
 	insns.Add(bpf.And.Imm(bpf.R3, 3))
 	insns.Add(bpf.Mov.Reg(bpf.R4, bpf.R2))
@@ -702,6 +770,90 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 		insns.Add(asm.Nop().WithSymbol(next))
 	}
 	return insns.Instructions
+}
+
+// stepARM64 steps an arm64 frame by its rule word (R2, also at fpRule;
+// see unwind.ARM64): CFA = sp or x29 + offset; the return address in
+// x30 (a frame that has not saved it: only where pc is exact, the
+// sampled frame or one a signal interrupted), or at CFA - 8n, with x29
+// below it if the frame saved the pair. The return address loses its
+// pointer authentication code (the bits above the 48 of a user address).
+func stepARM64(cfg Config, p, next string) bpf.Instructions {
+	var insns asm.Seq
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R2).WithSource(bpf.Comment("the rule: base (bits 0-1), saves (2-3), slot (4-16), cfa/8 (17-31); a stop's reason in 10-13")))
+	insns.Add(bpf.And.Imm(bpf.R3, 3))
+	insns.Add(bpf.JNE.Imm(bpf.R3, unwind.BaseStop, p+"_base"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R2))
+	insns.Add(bpf.RSh.Imm(bpf.R1, 10))
+	insns.Add(bpf.And.Imm(bpf.R1, unwind.KindMask))
+	insns.Add(bpf.JEq.Imm(bpf.R1, StopEnd, "stop"))
+	insns.Add(bpf.Ja.Label("signal"))
+	insns.Add(bpf.LoadMem(bpf.R5, bpf.R9, stateSP, bpf.DWord).WithSymbol(p + "_base"))
+	insns.Add(bpf.JEq.Imm(bpf.R3, unwind.BaseRSP, p+"_cfa"))
+	insns.Add(bpf.LoadMem(bpf.R5, bpf.R9, stateBP, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R4, bpf.R2).WithSymbol(p + "_cfa"))
+	insns.Add(bpf.RSh.Imm(bpf.R4, armCFAShift))
+	insns.Add(bpf.LSh.Imm(bpf.R4, 3))
+	insns.Add(bpf.Add.Reg(bpf.R5, bpf.R4))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpCFA, bpf.R5, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R4, bpf.R2))
+	insns.Add(bpf.RSh.Imm(bpf.R4, armSavesShift))
+	insns.Add(bpf.And.Imm(bpf.R4, 3))
+	insns.Add(bpf.JNE.Imm(bpf.R4, unwind.SavesNone, p+"_saved"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord).WithSource(bpf.Comment("nothing saved: the return address is x30's, known only where pc is exact")))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord))
+	insns.Add(bpf.JEq.Reg(bpf.R1, bpf.R3, p+"_lr"))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopUnsupported))
+	insns.Add(bpf.Ja.Label("signal"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateLR, bpf.DWord).WithSymbol(p + "_lr"))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpRead, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Ja.Label(p + "_step"))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R2).WithSymbol(p + "_saved").WithSource(bpf.Comment("the slot: cfa - 8n")))
+	insns.Add(bpf.RSh.Imm(bpf.R3, armSlotShift))
+	insns.Add(bpf.And.Imm(bpf.R3, armSlotMask))
+	insns.Add(bpf.LSh.Imm(bpf.R3, 3))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R5))
+	insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R3))
+	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R1))
+	insns.Add(bpf.JEq.Imm(bpf.R4, unwind.SavesPair, p+"_pair"))
+	insns.Append(read8(bpf.RFP, fpRead, cfg.Readers.User.Call(), "read_error"))
+	insns.Add(bpf.Ja.Label(p + "_step"))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSymbol(p + "_pair").WithSource(bpf.Comment("the pair: x29, then x30")))
+	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpRead, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord).WithSymbol(p + "_step").WithSource(bpf.Comment("the caller: sp = cfa, pc = return address without its authentication code")))
+	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Append(stripPAC(bpf.R1, bpf.R2))
+	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
+	insns.Add(bpf.Ja.Label(next))
+	return insns.Instructions
+}
+
+// arm64's rule word's fields (see unwind.ARM64).
+const (
+	armSavesShift = 2
+	armSlotShift  = 4
+	armSlotMask   = 1<<13 - 1
+	armCFAShift   = 17
+	// UserAddressMask keeps the 48 bits of an arm64 user address: a
+	// return address signed by pointer authentication (or tagged) has
+	// its code above them.
+	UserAddressMask = 1<<48 - 1
+)
+
+// stripPAC clears the bits of reg above a user address (tmp clobbered).
+func stripPAC(reg, tmp bpf.Register) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadImm(tmp, UserAddressMask, bpf.DWord),
+		bpf.And.Reg(reg, tmp),
+	}
 }
 
 // derefRBP computes the CFA of a realigned frame (gcc's DRAP: the rule
@@ -769,6 +921,9 @@ const (
 // expression (glibc): only its code says what it is. Every stack that
 // ends early pays one read of nine bytes; whole ones pay nothing.
 func signalFrame(cfg Config) bpf.Instructions {
+	if cfg.ARM64 {
+		return signalFrameARM64(cfg)
+	}
 	var insns asm.Seq
 	insns.Add(bpf.StoreMem(bpf.RFP, fpRule, bpf.R1, bpf.DWord).WithSymbol("signal").WithSource(bpf.Comment("no step past pc: is it the sigreturn trampoline (mov $15, %rax; syscall)?")))
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
@@ -786,6 +941,57 @@ func signalFrame(cfg Config) bpf.Instructions {
 	regs[0] = regs[0].WithSource(bpf.Comment("a signal frame: rsp and rip, then rbp, as the signal found them"))
 	insns.Append(regs)
 	insns.Append(readStack(cfg, SignalRBP, bpf.R9, stateBP, 8))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
+	insns.Add(bpf.StoreImm(bpf.R9, stateRA, 0, bpf.Word))
+	insns.Add(bpf.Ja.Label("next"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRule, bpf.DWord).WithSymbol("signal_not"))
+	insns.Add(bpf.Ja.Label("stop"))
+	return insns.Instructions
+}
+
+// arm64's sigreturn trampoline, the vdso's __kernel_rt_sigreturn and
+// musl's __restore_rt alike: mov x8, #139 (rt_sigreturn); svc #0, as a
+// little-endian u64.
+const sigreturnARM64 = -0x2bfffffe2d7fee98 // 0xd4000001d2801168
+
+// Where the interrupted code's registers are in arm64's signal frame, from
+// the stack pointer at the trampoline (the frame's start, struct
+// rt_sigframe): its siginfo (128 bytes), then the ucontext, whose
+// uc_mcontext (after uc_flags, uc_link, uc_stack and a 128-byte
+// uc_sigmask, aligned to 16: at 176) is a struct sigcontext,
+// fault_address, x0 to x30, sp, pc.
+const (
+	SignalRegsARM64 = 128 + 176 + 8
+	SignalX29ARM64  = SignalRegsARM64 + 29*8 // x30 follows
+	SignalSPARM64   = SignalRegsARM64 + 31*8 // pc follows
+)
+
+// signalFrameARM64 is signalFrame for arm64: from the trampoline, the
+// interrupted code's pc, sp, x29 and x30 (its return address if it saved
+// none: a leaf, or a function's first instructions).
+func signalFrameARM64(cfg Config) bpf.Instructions {
+	var insns asm.Seq
+	insns.Add(bpf.StoreMem(bpf.RFP, fpRule, bpf.R1, bpf.DWord).WithSymbol("signal").WithSource(bpf.Comment("no step past pc: is it the sigreturn trampoline (mov x8, #139; svc #0)?")))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord))
+	insns.Add(cfg.Readers.User.Call())
+	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "signal_not"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.LoadImm(bpf.R2, int64(sigreturnARM64), bpf.DWord))
+	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, "signal_not"))
+	regs := readStack(cfg, SignalX29ARM64, bpf.RFP, fpRead, 16)
+	regs[0] = regs[0].WithSource(bpf.Comment("a signal frame: x29 and x30, then sp and pc, as the signal found them"))
+	insns.Append(regs)
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateLR, bpf.R1, bpf.DWord))
+	insns.Append(readStack(cfg, SignalSPARM64, bpf.RFP, fpRead, 16))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
@@ -822,7 +1028,23 @@ func noTable(cfg Config, p, next string) bpf.Instructions {
 		insns.Add(bpf.Ja.Label("no_table").WithSymbol(p + "_notable"))
 		return insns.Instructions
 	}
-	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSymbol(p + "_notable").WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp, if rbp is a plausible frame")))
+	first := bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp, if rbp is a plausible frame"))
+	if cfg.ARM64 {
+		// The vdso's trampoline has no table, and a frame record that
+		// holds x30, not pc: the signal frame has them both.
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSymbol(p + "_notable").WithSource(bpf.Comment("not the sigreturn trampoline (mov x8, #139; svc #0): its frame record is not the interrupted code's")))
+		insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
+		insns.Add(bpf.Mov.Imm(bpf.R2, 8))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord))
+		insns.Add(cfg.Readers.User.Call())
+		insns.Add(bpf.JNE.Imm(bpf.R0, 0, p+"_fp"))
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+		insns.Add(bpf.LoadImm(bpf.R2, int64(sigreturnARM64), bpf.DWord))
+		insns.Add(bpf.JEq.Reg(bpf.R1, bpf.R2, "no_table"))
+		insns.Add(first.WithSymbol(p + "_fp"))
+	} else {
+		insns.Add(first.WithSymbol(p + "_notable"))
+	}
 	insns.Add(bpf.JEq.Imm(bpf.R3, 0, "end"))
 	insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stateSP, bpf.DWord))
 	insns.Add(bpf.JGE.Reg(bpf.R2, bpf.R3, "no_table"))
@@ -844,6 +1066,9 @@ func noTable(cfg Config, p, next string) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
+	if cfg.ARM64 {
+		insns.Append(stripPAC(bpf.R1, bpf.R2))
+	}
 	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
 	insns.Add(bpf.Ja.Label(next))
 	return insns.Instructions
@@ -880,6 +1105,10 @@ func deferred(cfg Config) bpf.Instructions {
 		insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, off, bpf.DWord))
 		insns.Add(bpf.StoreMem(bpf.R9, deferHeader+16+8*int16(i), bpf.R1, bpf.DWord))
 	}
+	if cfg.ARM64 {
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateLR, bpf.DWord))
+		insns.Add(bpf.StoreMem(bpf.R9, deferHeader+40, bpf.R1, bpf.DWord))
+	}
 	insns.Add(bpf.Mov.Imm(bpf.R6, StackCopy))
 	if ss := cfg.StartStack; ss != nil {
 		insns.Append(currentU64(cfg, ss.MM, fpRead, fmt.Sprintf("the copy's size: up to current->mm (+%d)->start_stack (+%d), if within it", ss.MM, ss.StartStack)))
@@ -915,7 +1144,7 @@ func deferred(cfg Config) bpf.Instructions {
 	copyStack("", 2048)
 	copyStack("", 512)
 	insns.Add(bpf.Mov.Imm(bpf.R6, 0))
-	insns.Add(bpf.StoreMem(bpf.R9, deferHeader+40, bpf.R6, bpf.DWord).WithSymbol("deferred_send"))
+	insns.Add(bpf.StoreMem(bpf.R9, deferHeader+48, bpf.R6, bpf.DWord).WithSymbol("deferred_send"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, stacks, BPF_F_CURRENT_CPU, header, %d + the copy's length): not counted here", cfg.DeferredSize()-StackCopy))))
 	insns.Append(outputSized("stacks", bpf.R9, deferHeader, bpf.R6, int32(cfg.DeferredSize()-StackCopy)))
 	if cfg.OffCPU == nil {
