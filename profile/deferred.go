@@ -330,7 +330,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			}
 		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp == 0 {
 			return frames, prog.StopEnd, fp, false
-		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp > sp && bp-sp <= prog.MaxFrame && bp&7 == 0 && !(ps.arm64 && m != nil && m.file.isSigreturn(pc-m.bias)) {
+		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && ps.plausibleFrame(sp, bp) && !(ps.arm64 && m != nil && m.file.isSigreturn(pc-m.bias)) {
 			// Known to have no table (JIT code, a file without one): the
 			// frame pointer, where it is plausible, as the kernel steps.
 			// Never where the mapping is unknown (a process gone before
@@ -392,6 +392,18 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 		pc, lookup = next, next-1
 		frames = append(frames, pc)
 	}
+}
+
+// plausibleFrame reports whether bp may be a frame pointer at sp, as the
+// kernel judges it (noTable in prog): above sp (arm64: from sp-8, where
+// Go's frames keep it), within prog.MaxFrame, aligned.
+func (ps *processes) plausibleFrame(sp, bp uint64) bool {
+	low := bp
+	if ps.arm64 {
+		low += 8
+		return low >= sp && low-sp <= prog.MaxFrame && bp&7 == 0
+	}
+	return low > sp && low-sp <= prog.MaxFrame && bp&7 == 0
 }
 
 // ruleAt is the rule of the last row at or below v among a file's rows

@@ -4,10 +4,15 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/unwind"
 )
 
 // TestDeferredQueueFull: with the queue full of samples waiting on a file
@@ -197,6 +202,56 @@ func TestRingPages(t *testing.T) {
 	} {
 		if got := ringPages(c.cpus, c.page); got != c.want {
 			t.Errorf("%d CPUs, %d-byte pages: %d pages, want %d", c.cpus, c.page, got, c.want)
+		}
+	}
+}
+
+// TestUnwindCopyARM64: a deferred arm64 sample is unwound in user space
+// as the kernel walks it: the sampled frame's return address from x30
+// (only where pc is exact), a saved x29/x30 pair, its pointer
+// authentication code stripped, to the outermost frame.
+func TestUnwindCopyARM64(t *testing.T) {
+	privtest.Require(t)
+	same := unwind.Rule{Kind: unwind.RuleSame}
+	sp := func(off int64) unwind.CFA { return unwind.CFA{Kind: unwind.CFAReg, Reg: unwind.RegSP, Offset: off} }
+	entries, err := unwind.ARM64.Compile([]unwind.FDE{
+		{Begin: 0x1000, End: 0x1100, Rows: []unwind.Row{{PC: 0x1000, CFA: sp(0), RBP: same, RA: same}}}, // a leaf
+		{Begin: 0x1100, End: 0x1200, Rows: []unwind.Row{{PC: 0x1100, CFA: sp(32), RBP: unwind.Rule{Kind: unwind.RuleOffset, Offset: -32}, RA: unwind.Rule{Kind: unwind.RuleOffset, Offset: -24}}}},
+		{Begin: 0x1200, End: 0x1300, Rows: []unwind.Row{{PC: 0x1200, CFA: sp(0), RBP: same, RA: unwind.Rule{Kind: unwind.RuleUndefined}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, fences := unwind.Blocks(entries)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Put(uint32(0), rows); err != nil {
+		t.Fatal(err)
+	}
+	arm := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_AARCH64}}
+	f := &file{name: "f", elf: arm, first: 0, rows: len(entries), tried: true}
+	ps := &processes{arm64: true, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
+		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
+	}}
+	stack := make([]byte, 64)
+	binary.LittleEndian.PutUint64(stack[0:], 0x7100)             // g's x29
+	binary.LittleEndian.PutUint64(stack[8:], 0x002a000000001250) // g's x30, signed
+	for _, c := range []struct {
+		name   string
+		lookup uint64
+		want   []uint64
+		stop   int32
+	}{
+		{"exact", 0x1010, []uint64{0x1150, 0x1250}, prog.StopEnd},
+		{"return address", 0x100f, nil, prog.StopUnsupported}, // x30 is not the caller's above the sampled frame
+	} {
+		s := &deferredSample{pid: 1, pc: 0x1010, lookup: c.lookup, sp: 0x7000, lr: 0x1150, stack: stack}
+		frames, stop, fp, wait := ps.unwindCopy(s, 10)
+		if !slices.Equal(frames, c.want) || stop != c.stop || fp || wait {
+			t.Errorf("%s: frames %#x, stop %d, fp %v, wait %v; want %#x, stop %d", c.name, frames, stop, fp, wait, c.want, c.stop)
 		}
 	}
 }

@@ -191,7 +191,7 @@ func TestCommandChildFromFirstSample(t *testing.T) {
 func TestKernelModeBefore515(t *testing.T) {
 	privtest.Require(t)
 	if runtime.GOARCH != "amd64" {
-		t.Skipf("the pre-5.15 path reads x86-64's pt_regs and code segment; on %s profile unwinds by frame pointers, which need no user registers", runtime.GOARCH)
+		t.Skipf("the pre-5.15 path reads x86-64's pt_regs and code segment; on %s, whose pt_regs has no fixed size, a kernel-mode sample has no user stack before 5.15", runtime.GOARCH)
 	}
 	dir := fixtures(t)
 	r := profileJSON(t, "-F", "199", "--unwind=eh", "--assume-missing=task_pt_regs", "-c", filepath.Join(dir, "chain-pie")+" 1.5 syscall")
@@ -463,7 +463,14 @@ func hostileFrames(t *testing.T, path string) {
 	le := binary.LittleEndian
 	var frames []byte
 	frames = le.AppendUint32(frames, 20)
-	frames = append(frames, 0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78, 16, 1, 0x1b, 0x0c, 7, 8, 0x90, 1, 0, 0)
+	// A CIE: x86-64's return address at CFA-8, CFA = rsp+8; arm64's in
+	// x30, CFA = sp (then DW_CFA_nop).
+	machine, code, cie := uint16(0x3e), []byte{0xeb, 0xfe}, []byte{16, 1, 0x1b, 0x0c, 7, 8, 0x90, 1, 0, 0} // jmp .
+	if runtime.GOARCH == "arm64" {
+		machine, code, cie = 0xb7, []byte{0x00, 0x00, 0x00, 0x14}, []byte{30, 1, 0x1b, 0x0c, 31, 0, 0, 0, 0, 0} // b .
+	}
+	frames = append(frames, 0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78)
+	frames = append(frames, cie...)
 	for pc := uint32(0); len(frames)+20 <= size; pc++ {
 		at := len(frames)
 		frames = le.AppendUint32(frames, 16)
@@ -478,8 +485,8 @@ func hostileFrames(t *testing.T, path string) {
 	shOff := (shstrOff + len(shstr) + 7) &^ 7
 	f := make([]byte, shOff+4*64)
 	copy(f, "\x7fELF\x02\x01\x01")
-	le.PutUint16(f[16:], 2)    // ET_EXEC
-	le.PutUint16(f[18:], 0x3e) // EM_X86_64
+	le.PutUint16(f[16:], 2) // ET_EXEC
+	le.PutUint16(f[18:], machine)
 	le.PutUint32(f[20:], 1)
 	le.PutUint64(f[24:], base+codeOff) // entry
 	le.PutUint64(f[32:], 64)           // program headers
@@ -495,10 +502,10 @@ func hostileFrames(t *testing.T, path string) {
 	le.PutUint32(ph[4:], 5) // R+X
 	le.PutUint64(ph[16:], base)
 	le.PutUint64(ph[24:], base)
-	le.PutUint64(ph[32:], codeOff+2)
-	le.PutUint64(ph[40:], codeOff+2)
+	le.PutUint64(ph[32:], codeOff+uint64(len(code)))
+	le.PutUint64(ph[40:], codeOff+uint64(len(code)))
 	le.PutUint64(ph[48:], 0x1000)
-	copy(f[codeOff:], []byte{0xeb, 0xfe}) // jmp .
+	copy(f[codeOff:], code)
 	copy(f[frameOff:], frames)
 	copy(f[shstrOff:], shstr)
 	section := func(i int, name, typ uint32, flags, addr, off, size uint64) {
@@ -511,7 +518,7 @@ func hostileFrames(t *testing.T, path string) {
 		le.PutUint64(sh[32:], size)
 		le.PutUint64(sh[48:], 1)
 	}
-	section(1, 1, 1, 6, base+codeOff, codeOff, 2)                 // .text
+	section(1, 1, 1, 6, base+codeOff, codeOff, uint64(len(code))) // .text
 	section(2, 7, 1, 2, frameAt, frameOff, uint64(len(frames)))   // .eh_frame
 	section(3, 17, 3, 0, 0, uint64(shstrOff), uint64(len(shstr))) // .shstrtab
 	if err := os.WriteFile(path, f, 0o755); err != nil {
@@ -538,9 +545,6 @@ func hostileFrames(t *testing.T, path string) {
 // fixed: 100% in each of 5 runs in the 7.2 guest.
 func TestHostileFrames(t *testing.T) {
 	privtest.Require(t)
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("the in-kernel unwinder reads x86-64 frames only; on %s no table is read", runtime.GOARCH)
-	}
 	dir := fixtures(t)
 	spin := filepath.Join(t.TempDir(), "bigframes")
 	hostileFrames(t, spin)
@@ -1650,7 +1654,6 @@ func TestThreadAndVfork(t *testing.T) {
 					continue
 				}
 				inC += st.Count
-				// On arm64 the fixture keeps frame pointers (auto: fp there).
 				if st.End != "complete" && st.End != "frame pointers" || len(st.User) < i+len(want) || !slices.Equal(st.User[i:i+len(want)], want) {
 					continue
 				}
@@ -1658,7 +1661,7 @@ func TestThreadAndVfork(t *testing.T) {
 				if len(st.User) == i+len(want) && form == "thread" {
 					continue // the thread's root is libc's, below run
 				}
-				if runtime.GOARCH == "amd64" && !strings.Contains(last, root) && !(form == "thread" && strings.HasPrefix(last, "libc.so")) {
+				if !strings.Contains(last, root) && !(form == "thread" && strings.HasPrefix(last, "libc.so")) {
 					continue
 				}
 				whole += st.Count
@@ -1682,9 +1685,6 @@ func TestThreadAndVfork(t *testing.T) {
 // in the matrix's guests, the loader and libc too.
 func TestPreload(t *testing.T) {
 	privtest.Require(t)
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the in-kernel unwinder reads x86-64 frames only: no tables")
-	}
 	for _, exe := range []string{"tls", "musl/tls"} {
 		t.Run(exe, func(t *testing.T) {
 			path := filepath.Join(fixtures(t), exe)
@@ -1735,9 +1735,6 @@ func fileID(t *testing.T, path string) [2]uint64 {
 // rest cut short, or frame-pointer garbage in auto mode).
 func TestShortLivedProcesses(t *testing.T) {
 	privtest.Require(t)
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the in-kernel unwinder reads x86-64 frames only")
-	}
 	// The matrix's guests (TRACEKIT_BIN) are emulated; their CPU model
 	// is not always named QEMU (not on an AMD EPYC host).
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil && strings.Contains(string(b), "QEMU Virtual CPU") || os.Getenv("TRACEKIT_BIN") != "" {

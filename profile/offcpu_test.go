@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -37,7 +36,7 @@ func offCPUChains(t *testing.T, r report) (a, b int) {
 		if loader && st.Count >= 50000 {
 			t.Logf("a wait of %d us in the loader's start, before main: %v", st.Count, st.User)
 		}
-		if runtime.GOARCH == "amd64" && st.Count >= 50000 && !whole && !loader {
+		if st.Count >= 50000 && !whole && !loader {
 			t.Errorf("a wait of %d us ends %q, not whole to _start: %v", st.Count, st.End, st.User)
 		}
 		var sum *int
@@ -60,7 +59,7 @@ func offCPUChains(t *testing.T, r report) (a, b int) {
 			t.Errorf("a stack of %d us has no kernel frames (the wait's)", st.Count)
 		}
 	}
-	if runtime.GOARCH == "amd64" && cut > (a+b)/20 {
+	if cut > (a+b)/20 {
 		t.Errorf("%d of the %d us under main -> a and main -> b have stacks cut short, want at most 5%%", cut, a+b)
 	}
 	return a, b

@@ -1047,9 +1047,18 @@ func noTable(cfg Config, p, next string) bpf.Instructions {
 	}
 	insns.Add(bpf.JEq.Imm(bpf.R3, 0, "end"))
 	insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stateSP, bpf.DWord))
-	insns.Add(bpf.JGE.Reg(bpf.R2, bpf.R3, "no_table"))
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R3))
-	insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R2))
+	if cfg.ARM64 {
+		// Go's arm64 frames keep x29 8 bytes below sp (the frame pointer
+		// saved at sp-8, the return address at sp).
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R3).WithSource(bpf.Comment("x29 at sp-8 or above (Go's frames), within 8 MiB")))
+		insns.Add(bpf.Add.Imm(bpf.R1, 8))
+		insns.Add(bpf.JGT.Reg(bpf.R2, bpf.R1, "no_table"))
+		insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R2))
+	} else {
+		insns.Add(bpf.JGE.Reg(bpf.R2, bpf.R3, "no_table"))
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R3))
+		insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R2))
+	}
 	insns.Add(bpf.JGT.Imm(bpf.R1, MaxFrame, "no_table"))
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R3))
 	insns.Add(bpf.And.Imm(bpf.R1, 7))
