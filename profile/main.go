@@ -57,10 +57,12 @@ exec), a -c command's executable and libraries before it is released;
 tracing everything, a file's table is loaded when the unwinder first meets
 an address in it. A sample that meets a file whose table is not read yet
 is not cut short: a copy of the top of its stack (8 KiB at most) goes to
-user space, which unwinds it once the table is read. auto (the default) uses the tables where a file has one and frame
-pointers elsewhere (JIT code); fp uses only frame pointers. The unwinder
-reads x86-64 frames only: on other architectures auto means fp, and eh is
-refused.
+user space, which unwinds it once the table is read. auto (the default) uses
+the tables where a file has one and frame pointers elsewhere (JIT code); fp
+uses only frame pointers. The unwinder reads x86-64 and arm64 frames (on
+arm64: the return address in x30 where a frame saved none, pointer
+authentication codes stripped, signal frames through the vdso's trampoline);
+on other architectures auto means fp, and eh is refused.
 
 --label reads the sampled thread's own memory at each sample (the idea of
 strobemeta): a request id, the endpoint being served, a tenant. A stack
