@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"github.com/cilium/ebpf"
 )
@@ -13,10 +14,14 @@ import (
 // offCPUSuite compares profile --off-cpu with libbpf-tools' offcputime, both
 // system-wide, on the same context switches: testdata/offcpu.c's pingpong
 // (no frame pointers), a parent and a child passing a byte back and forth
-// through pipes. The figure is the BPF time per context switch: the
-// kernel's run time of each tool's programs over the runs of its
-// sched_switch program (the most run), the tail-called unwinder included
-// (a tail call runs within its caller's accounting).
+// through pipes. The figure is the BPF time per wait of the fixture: the
+// kernel's run time of each tool's programs (the tail-called unwinder
+// included: a tail call runs within its caller's accounting) over the
+// fixture's voluntary context switches (its rusage, the child's with it).
+// Over every run of the sched_switch program instead, the figure moved
+// between runs with the mix of switches: a wait's switch-out (the stack
+// walked) against the cheap switch-ins from the idle task, whose number
+// depends on where the scheduler puts the two processes.
 func offCPUSuite() error {
 	fx, _ := filepath.Abs(filepath.Join(*fxDir, "offcpu"))
 	if _, err := os.Stat(fx); err != nil {
@@ -28,14 +33,20 @@ func offCPUSuite() error {
 		// The same without the unwinder: the kernel stack, the key, the maps.
 		{"profile --off-cpu --unwind=fp", toolProcess(*bin+"/profile", []string{"--off-cpu", "--unwind=fp"})},
 	}
+	if alt := os.Getenv("BENCH_ALT_PROFILE"); alt != "" {
+		// Another build's profile (a link named profile), interleaved with
+		// this one's in the same run: an A/B of a change.
+		tracers = append(tracers, tracer{"profile --off-cpu (" + alt + ")", toolProcess(alt, []string{"--off-cpu"})})
+	}
 	if p, err := exec.LookPath("offcputime"); err == nil {
 		tracers = append(tracers, tracer{"offcputime (libbpf-tools)", quietProcess(p, nil)})
 	} else {
 		fmt.Fprintln(os.Stderr, "bench: offcputime (libbpf-tools) not found: its row is left out")
 	}
 	const trips = 50000
-	perSwitch := make([][]float64, len(tracers))
+	perWait := make([][]float64, len(tracers))
 	switches := make([][]float64, len(tracers))
+	waits := make([][]float64, len(tracers))
 	for r := 0; r < *rounds; r++ {
 		for i := range tracers {
 			k := (i + r) % len(tracers)
@@ -44,28 +55,31 @@ func offCPUSuite() error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", tracers[k].name, err)
 			}
-			if out, err := exec.Command(fx, "pingpong", strconv.Itoa(trips)).CombinedOutput(); err != nil {
+			cmd := exec.Command(fx, "pingpong", strconv.Itoa(trips))
+			if out, err := cmd.CombinedOutput(); err != nil {
 				stop()
 				return fmt.Errorf("%s pingpong: %v: %s", fx, err, out)
 			}
 			ns, runs := switchCost(before)
 			stop()
-			if runs > 0 {
-				perSwitch[k] = append(perSwitch[k], ns/float64(runs))
+			w := float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Nvcsw)
+			if runs > 0 && w > 0 {
+				perWait[k] = append(perWait[k], ns/w)
 				switches[k] = append(switches[k], float64(runs))
+				waits[k] = append(waits[k], w)
 			}
 		}
 	}
 	fmt.Printf("\ncontext switches: %d round trips of a byte between two processes through pipes (profile/testdata/offcpu.c pingpong, no frame pointers), system-wide\n\n", trips)
-	fmt.Println("| tracer | BPF ns per context switch | switches per run | vs offcputime |")
-	fmt.Println("| --- | ---: | ---: | ---: |")
+	fmt.Println("| tracer | BPF ns per wait of the fixture | fixture's waits per run | sched_switch runs per run | vs offcputime |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: |")
 	last := len(tracers) - 1
 	for k, t := range tracers {
 		ratio := "-"
-		if last > 0 && len(perSwitch[last]) > 0 {
-			ratio = fmt.Sprintf("%.2fx", median(perSwitch[k])/median(perSwitch[last]))
+		if last > 0 && len(perWait[last]) > 0 {
+			ratio = fmt.Sprintf("%.2fx", median(perWait[k])/median(perWait[last]))
 		}
-		fmt.Printf("| %s | %.0f | %.0f | %s |\n", t.name, median(perSwitch[k]), median(switches[k]), ratio)
+		fmt.Printf("| %s | %.0f | %.0f | %.0f | %s |\n", t.name, median(perWait[k]), median(waits[k]), median(switches[k]), ratio)
 	}
 	return nil
 }

@@ -29,6 +29,13 @@ type profileRun struct {
 // c spinning) at 99 Hz, in interleaved rounds.
 var profileSecs = flag.Int("profile-secs", 10, "seconds the profile suite's fixtures spin in each run")
 
+// sampler is a sampling profiler's command line.
+type sampler struct {
+	name string
+	cmd  []string
+	post []string // run after the sampler ends (perf script)
+}
+
 func profileSuite() error {
 	fx, _ := filepath.Abs(filepath.Join(*fxDir, "chain-nopie"))
 	if _, err := os.Stat(fx); err != nil {
@@ -36,11 +43,6 @@ func profileSuite() error {
 		return nil
 	}
 	secs := *profileSecs
-	type sampler struct {
-		name string
-		cmd  []string
-		post []string // run after the sampler ends (perf script)
-	}
 	var samplers []sampler
 	if p, err := exec.LookPath("bpftrace"); err == nil {
 		samplers = append(samplers, sampler{name: "bpftrace @[ustack, kstack] = count()", cmd: []string{p, "-e", "profile:hz:99 { @[ustack, kstack] = count(); }"}})
@@ -59,19 +61,53 @@ func profileSuite() error {
 		fmt.Fprintln(os.Stderr, "bench: perf (linux-perf) not found: its row is left out")
 	}
 	rounds := max(*rounds/3, 5)
-	res := make([][]profileRun, len(samplers))
-	for r := 0; r < rounds; r++ {
-		for i := range samplers {
-			k := (i + r) % len(samplers)
-			s := samplers[k]
-			run, err := sample(s.cmd, s.post, fx, secs)
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
+	run := func(fixture []string) ([][]profileRun, error) {
+		res := make([][]profileRun, len(samplers))
+		for r := 0; r < rounds; r++ {
+			for i := range samplers {
+				k := (i + r) % len(samplers)
+				s := samplers[k]
+				run, err := sample(s.cmd, s.post, fixture)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", s.name, err)
+				}
+				res[k] = append(res[k], run)
 			}
-			res[k] = append(res[k], run)
 		}
+		return res, nil
+	}
+	res, err := run([]string{fx, fmt.Sprint(secs)})
+	if err != nil {
+		return err
 	}
 	fmt.Printf("\nSampling at 99 Hz while %s spins on every CPU for %d s (gcc -O2 -fomit-frame-pointer main -> a -> b -> c), %d interleaved rounds, medians\n\n", filepath.Base(fx), secs, rounds)
+	perSampleNs := samplingTable(samplers, res)
+	// Signal-heavy: the time in a SIGALRM handler, whose stacks run
+	// through the kernel's signal frame (profile/testdata/signal.c).
+	if sig, _ := filepath.Abs(filepath.Join(*fxDir, "signal")); fileExists(sig) {
+		res, err := run([]string{sig, "alrm", fmt.Sprint(secs)})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\nSampling at 99 Hz while signal alrm spins in a SIGALRM handler on every CPU for %d s (hc <- hb <- on_signal <- __restore_rt <- b <- a <- main, no frame pointers), %d interleaved rounds, medians\n\n", secs, rounds)
+		samplingTable(samplers, res)
+	} else {
+		fmt.Fprintf(os.Stderr, "bench: no signal fixture (%s): its rows are left out\n", sig)
+	}
+	if err := labelCost(fx, perSampleNs["profile --unwind=eh"]); err != nil {
+		return err
+	}
+	return tablesCost()
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// samplingTable prints the samplers' runs (perf's last, the whole CPU's
+// reference) and returns each one's BPF ns per sample.
+func samplingTable(samplers []sampler, res [][]profileRun) map[string]float64 {
 	fmt.Println("| sampler | BPF ns per sample | whole CPU ms per run | whole CPU vs perf |")
 	fmt.Println("| --- | ---: | ---: | ---: |")
 	perfCPU := 0.0
@@ -98,10 +134,7 @@ func profileSuite() error {
 		}
 		fmt.Printf("| %s | %s | %.1f | %s |\n", s.name, ns, whole, ratio)
 	}
-	if err := labelCost(fx, perSampleNs["profile --unwind=eh"]); err != nil {
-		return err
-	}
-	return tablesCost()
+	return perSampleNs
 }
 
 // benchLabels are the label counts the label suite samples with.
@@ -183,7 +216,7 @@ func medianOf(runs []profileRun, f func(profileRun) float64) float64 {
 // sample starts a sampler, waits until it samples, runs one fixture per
 // CPU for secs, stops the sampler with SIGINT and waits for its report
 // (and runs post, if any).
-func sample(cmdline, post []string, fx string, secs int) (profileRun, error) {
+func sample(cmdline, post []string, fixture []string) (profileRun, error) {
 	before := programIDs()
 	cmd := exec.Command(cmdline[0], cmdline[1:]...)
 	cmd.Stdout = io.Discard
@@ -226,7 +259,7 @@ func sample(cmdline, post []string, fx string, secs int) (profileRun, error) {
 	}
 	var fixtures []*exec.Cmd
 	for i := 0; i < 2; i++ {
-		f := exec.Command(fx, fmt.Sprint(secs))
+		f := exec.Command(fixture[0], fixture[1:]...)
 		if err := f.Start(); err != nil {
 			return profileRun{}, err
 		}
