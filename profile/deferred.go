@@ -347,31 +347,24 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			goto step
 		}
 		// No step: the signal trampoline, or the end.
-		if pm := ps.mappingAt(s.pid, pc); pm != nil && pm.file.isSigreturn(pc-pm.bias) && ps.arm64 {
-			x29, ok1 := read(sp + prog.SignalX29ARM64)
-			x30, ok2 := read(sp + prog.SignalX29ARM64 + 8)
-			xsp, ok3 := read(sp + prog.SignalSPARM64)
-			xpc, ok4 := read(sp + prog.SignalSPARM64 + 8)
-			if !ok1 || !ok2 || !ok3 || !ok4 {
+		if pm := ps.mappingAt(s.pid, pc); pm != nil && pm.file.isSigreturn(pc-pm.bias) {
+			// The interrupted code's registers, in the signal frame.
+			var ok [4]bool
+			rsp, rip, rbp := prog.SignalRSP, prog.SignalRSP+8, prog.SignalRBP
+			if ps.arm64 {
+				rsp, rip, rbp = prog.SignalSPARM64, prog.SignalSPARM64+8, prog.SignalX29ARM64
+				lr, ok[3] = read(sp + prog.SignalX29ARM64 + 8)
+			} else {
+				ok[3] = true
+			}
+			at := sp
+			sp, ok[0] = read(at + uint64(rsp))
+			pc, ok[1] = read(at + uint64(rip))
+			bp, ok[2] = read(at + uint64(rbp))
+			if ok != [4]bool{true, true, true, true} {
 				return frames, prog.StopRead, fp, false
 			}
-			sp, bp, lr, pc, lookup = xsp, x29, x30, xpc, xpc
-			if len(frames) >= room {
-				return frames, prog.StopTruncated, fp, false
-			}
-			if pc == 0 {
-				return frames, prog.StopEnd, fp, false
-			}
-			frames = append(frames, pc)
-			continue
-		} else if pm != nil && pm.file.isSigreturn(pc-pm.bias) {
-			rsp, ok1 := read(sp + prog.SignalRSP)
-			rip, ok2 := read(sp + prog.SignalRSP + 8)
-			rbp, ok3 := read(sp + prog.SignalRBP)
-			if !ok1 || !ok2 || !ok3 {
-				return frames, prog.StopRead, fp, false
-			}
-			sp, bp, pc, lookup = rsp, rbp, rip, rip
+			lookup = pc
 			if len(frames) >= room {
 				return frames, prog.StopTruncated, fp, false
 			}

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -232,23 +233,35 @@ func TestUnwindCopyARM64(t *testing.T) {
 		t.Fatal(err)
 	}
 	arm := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_AARCH64}}
-	f := &file{name: "f", elf: arm, first: 0, rows: len(entries), tried: true}
+	// The sigreturn trampoline at 0x1400, in no FDE.
+	code := make([]byte, 0x1000)
+	copy(code[0x400:], []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4})
+	text := &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Vaddr: 0x1000, Filesz: 0x1000}, ReaderAt: bytes.NewReader(code)}
+	f := &file{name: "f", elf: arm, progs: []*elf.Prog{text}, first: 0, rows: len(entries), tried: true}
 	ps := &processes{arm64: true, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
 		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
 	}}
-	stack := make([]byte, 64)
+	stack := make([]byte, 0x310)
 	binary.LittleEndian.PutUint64(stack[0:], 0x7100)             // g's x29
 	binary.LittleEndian.PutUint64(stack[8:], 0x002a000000001250) // g's x30, signed
+	// A signal frame at 0x7000 (the trampoline's sp): the interrupted
+	// x29, x30, sp and pc, f's; g's pair at that sp.
+	for i, v := range []uint64{0x7400, 0x1150, 0x7300, 0x1010} {
+		binary.LittleEndian.PutUint64(stack[prog.SignalX29ARM64+8*i:], v)
+	}
+	binary.LittleEndian.PutUint64(stack[0x300:], 0x7400)
+	binary.LittleEndian.PutUint64(stack[0x308:], 0x1250)
 	for _, c := range []struct {
-		name   string
-		lookup uint64
-		want   []uint64
-		stop   int32
+		name       string
+		pc, lookup uint64
+		want       []uint64
+		stop       int32
 	}{
-		{"exact", 0x1010, []uint64{0x1150, 0x1250}, prog.StopEnd},
-		{"return address", 0x100f, nil, prog.StopUnsupported}, // x30 is not the caller's above the sampled frame
+		{"exact", 0x1010, 0x1010, []uint64{0x1150, 0x1250}, prog.StopEnd},
+		{"return address", 0x1010, 0x100f, nil, prog.StopUnsupported}, // x30 is not the caller's above the sampled frame
+		{"signal", 0x1400, 0x13ff, []uint64{0x1010, 0x1150, 0x1250}, prog.StopEnd},
 	} {
-		s := &deferredSample{pid: 1, pc: 0x1010, lookup: c.lookup, sp: 0x7000, lr: 0x1150, stack: stack}
+		s := &deferredSample{pid: 1, pc: c.pc, lookup: c.lookup, sp: 0x7000, lr: 0x1150, stack: stack}
 		frames, stop, fp, wait := ps.unwindCopy(s, 10)
 		if !slices.Equal(frames, c.want) || stop != c.stop || fp || wait {
 			t.Errorf("%s: frames %#x, stop %d, fp %v, wait %v; want %#x, stop %d", c.name, frames, stop, fp, wait, c.want, c.stop)

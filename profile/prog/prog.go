@@ -925,13 +925,7 @@ func signalFrame(cfg Config) bpf.Instructions {
 		return signalFrameARM64(cfg)
 	}
 	var insns asm.Seq
-	insns.Add(bpf.StoreMem(bpf.RFP, fpRule, bpf.R1, bpf.DWord).WithSymbol("signal").WithSource(bpf.Comment("no step past pc: is it the sigreturn trampoline (mov $15, %rax; syscall)?")))
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
-	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
-	insns.Add(bpf.Mov.Imm(bpf.R2, 9))
-	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord))
-	insns.Add(cfg.Readers.User.Call())
-	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "signal_not"))
+	insns.Append(signalCode(cfg, 9, "mov $15, %rax; syscall"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
 	insns.Add(bpf.LoadImm(bpf.R2, sigreturnHead, bpf.DWord))
 	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, "signal_not"))
@@ -941,15 +935,38 @@ func signalFrame(cfg Config) bpf.Instructions {
 	regs[0] = regs[0].WithSource(bpf.Comment("a signal frame: rsp and rip, then rbp, as the signal found them"))
 	insns.Append(regs)
 	insns.Append(readStack(cfg, SignalRBP, bpf.R9, stateBP, 8))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
-	insns.Add(bpf.StoreImm(bpf.R9, stateRA, 0, bpf.Word))
-	insns.Add(bpf.Ja.Label("next"))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRule, bpf.DWord).WithSymbol("signal_not"))
-	insns.Add(bpf.Ja.Label("stop"))
+	insns.Append(signalResume())
 	return insns.Instructions
+}
+
+// signalCode stores the stop's reason (R1) and reads the n bytes of code
+// at pc (the sigreturn trampoline's are code) into fpRead; a failed read
+// is no trampoline.
+func signalCode(cfg Config, n int32, code string) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.StoreMem(bpf.RFP, fpRule, bpf.R1, bpf.DWord).WithSymbol("signal").WithSource(bpf.Comment("no step past pc: is it the sigreturn trampoline (" + code + ")?")),
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, fpRead),
+		bpf.Mov.Imm(bpf.R2, n),
+		bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, "signal_not"),
+	}
+}
+
+// signalResume goes on from the interrupted code's sp and pc (at fpRead),
+// an exact pc; signal_not stops for the reason stored.
+func signalResume() bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord),
+		bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord),
+		bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord),
+		bpf.StoreImm(bpf.R9, stateRA, 0, bpf.Word),
+		bpf.Ja.Label("next"),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRule, bpf.DWord).WithSymbol("signal_not"),
+		bpf.Ja.Label("stop"),
+	}
 }
 
 // arm64's sigreturn trampoline, the vdso's __kernel_rt_sigreturn and
@@ -974,13 +991,7 @@ const (
 // none: a leaf, or a function's first instructions).
 func signalFrameARM64(cfg Config) bpf.Instructions {
 	var insns asm.Seq
-	insns.Add(bpf.StoreMem(bpf.RFP, fpRule, bpf.R1, bpf.DWord).WithSymbol("signal").WithSource(bpf.Comment("no step past pc: is it the sigreturn trampoline (mov x8, #139; svc #0)?")))
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
-	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
-	insns.Add(bpf.Mov.Imm(bpf.R2, 8))
-	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord))
-	insns.Add(cfg.Readers.User.Call())
-	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "signal_not"))
+	insns.Append(signalCode(cfg, 8, "mov x8, #139; svc #0"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
 	insns.Add(bpf.LoadImm(bpf.R2, int64(sigreturnARM64), bpf.DWord))
 	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, "signal_not"))
@@ -992,14 +1003,7 @@ func signalFrameARM64(cfg Config) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R9, stateLR, bpf.R1, bpf.DWord))
 	insns.Append(readStack(cfg, SignalSPARM64, bpf.RFP, fpRead, 16))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
-	insns.Add(bpf.StoreImm(bpf.R9, stateRA, 0, bpf.Word))
-	insns.Add(bpf.Ja.Label("next"))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRule, bpf.DWord).WithSymbol("signal_not"))
-	insns.Add(bpf.Ja.Label("stop"))
+	insns.Append(signalResume())
 	return insns.Instructions
 }
 
