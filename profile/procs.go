@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -105,9 +106,16 @@ type lpmKey struct {
 	Addr      [8]byte
 }
 
+// lpmValue is the trie's value as the unwinder reads it (prog.MappingSize
+// bytes: the index below is out of range otherwise).
+var _ = [1]struct{}{}[unsafe.Sizeof(lpmValue{})-prog.MappingSize]
+
 type lpmValue struct {
 	First, Count uint32
 	Bias         uint64
+	// Start and End are the mapping's (every prefix of it has them): the
+	// unwinder caches the last frame's and looks up no other frame in it.
+	Start, End uint64
 }
 
 // processes records the processes seen during the run: their mappings and
@@ -811,6 +819,7 @@ func (ps *processes) point(pid uint32, p *process) {
 	var keep []lpmKey
 	kept := map[lpmKey]bool{}
 	add := func(start, end uint64, v lpmValue) {
+		v.Start, v.End = start, end
 		for _, k := range prefixes(pid, start, end) {
 			if ps.lpm.Put(k, v) == nil {
 				keep = append(keep, k)

@@ -28,8 +28,16 @@ const (
 	stateN    = 24 // frames stored so far
 	stateRA   = 32 // u32: 1 if pc is a return address (its call is at pc-1), 0 if it is where the code was stopped
 	stateWait = 36 // u32, off-CPU: not 0 if the thread goes to sleep (prev_state has a flag), 0 if it is preempted
-	stateRegs = 40 // a copy of the task's user pt_regs (arm64: of x29 to pstate, see armRegs)
-	ptRegsLen = asm.AMD64Size
+	// The mapping of the last frame looked up (its value in the mappings
+	// trie): a frame in the same mapping, as most of a stack's are, needs
+	// no trie lookup. Empty (length 0) at the start of each walk.
+	stateMapStart = 40 // u64
+	stateMapLen   = 48 // u64: End - Start
+	stateMapBias  = 56 // u64
+	stateMapFirst = 64 // u32: its file's first row
+	stateMapCount = 68 // u32: its rows (0: none)
+	stateRegs     = 72 // a copy of the task's user pt_regs (arm64: of x29 to pstate, see armRegs)
+	ptRegsLen     = asm.AMD64Size
 	// stateLR is arm64's x30 in the walk: the return address of a frame
 	// that has not saved it yet, known where pc is exact (the sampled
 	// frame, and one a signal interrupted). In the room of the registers'
@@ -118,6 +126,10 @@ const (
 	EventStack      = 4
 	DeferHeaderSize = 56
 )
+
+// MappingSize is the mappings trie's value: {u32 first row; u32 rows;
+// u64 bias; u64 start; u64 end} of the mapping the prefix is part of.
+const MappingSize = 32
 
 // Map sizes.
 const (
@@ -285,7 +297,7 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		// Both are written through syscalls, not mapped into memory: a
 		// mapping of the table is resident in full, 8 MiB more RSS.
 		spec.Maps["fences"] = &ebpf.MapSpec{Name: "profile_fences", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(4 * cfg.fences()), MaxEntries: 1}
-		spec.Maps["mappings"] = &ebpf.MapSpec{Name: "profile_maps", Type: ebpf.LPMTrie, KeySize: 16, ValueSize: 16, MaxEntries: maxMappings, Flags: 1 /* BPF_F_NO_PREALLOC, required */}
+		spec.Maps["mappings"] = &ebpf.MapSpec{Name: "profile_maps", Type: ebpf.LPMTrie, KeySize: 16, ValueSize: MappingSize, MaxEntries: maxMappings, Flags: 1 /* BPF_F_NO_PREALLOC, required */}
 		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: typ, License: "GPL", Instructions: unwindProg(cfg)}
 	}
@@ -471,6 +483,9 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns.Add(bpf.Mov.Imm(bpf.R1, 0))
 	insns.Add(bpf.StoreMem(bpf.R8, stateN, bpf.R1, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R8, stateRA, bpf.R1, bpf.Word))
+	if cfg.Mode != UnwindFP {
+		insns.Add(bpf.StoreMem(bpf.R8, stateMapLen, bpf.R1, bpf.DWord).WithSource(bpf.Comment("no mapping cached yet")))
+	}
 	if cfg.OffCPU != nil {
 		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpTime, bpf.DWord).WithSource(bpf.Comment("the time switched out, for the unwinder's stash")))
 		insns.Add(bpf.StoreMem(bpf.R8, stashTime, bpf.R1, bpf.DWord))
@@ -690,6 +705,11 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.Sub.Reg(bpf.R2, bpf.R3))
 	insns.Add(bpf.StoreImm(bpf.R9, stateRA, 1, bpf.Word))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpLookup, bpf.R2, bpf.DWord))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R2).WithSource(bpf.Comment("in the mapping cached (address - start < length): no trie lookup")))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateMapStart, bpf.DWord))
+	insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R3))
+	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateMapLen, bpf.DWord))
+	insns.Add(bpf.JGT.Reg(bpf.R3, bpf.R1, p+"_mapped"))
 	insns.Add(bpf.StoreImm(bpf.RFP, fpLPM, 96, bpf.Word).WithSource(bpf.Comment("mappings: longest prefix of {pid, address}, big-endian")))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, keyPid, bpf.Word))
 	insns.Add(bpf.HostTo(bpf.BE, bpf.R1, bpf.Word))
@@ -698,11 +718,20 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.StoreMem(bpf.RFP, fpLPM+8, bpf.R2, bpf.DWord))
 	insns.Append(asm.MapLookup("mappings", fpLPM))
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "deferred"))
-	insns.Add(bpf.LoadMem(bpf.R6, bpf.RFP, fpLookup, bpf.DWord).WithSource(bpf.Comment("r6 = the address in the file; r7, r8 = its rows (none: a mapping known to have no table)")))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("cache it: first and rows, bias, start, length")))
+	insns.Add(bpf.StoreMem(bpf.R9, stateMapFirst, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateMapBias, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 16, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateMapStart, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R2, bpf.R0, 24, bpf.DWord))
+	insns.Add(bpf.Sub.Reg(bpf.R2, bpf.R1))
+	insns.Add(bpf.StoreMem(bpf.R9, stateMapLen, bpf.R2, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R6, bpf.RFP, fpLookup, bpf.DWord).WithSymbol(p + "_mapped").WithSource(bpf.Comment("r6 = the address in the file; r7, r8 = its rows (none: a mapping known to have no table)")))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateMapBias, bpf.DWord))
 	insns.Add(bpf.Sub.Reg(bpf.R6, bpf.R1))
-	insns.Add(bpf.LoadMem(bpf.R7, bpf.R0, 0, bpf.Word))
-	insns.Add(bpf.LoadMem(bpf.R8, bpf.R0, 4, bpf.Word))
+	insns.Add(bpf.LoadMem(bpf.R7, bpf.R9, stateMapFirst, bpf.Word))
+	insns.Add(bpf.LoadMem(bpf.R8, bpf.R9, stateMapCount, bpf.Word))
 	insns.Add(bpf.JEq.Imm(bpf.R8, 0, p+"_notable"))
 	insns.Append(asm.RowSearch(p+"_search", "rows", "fences", int32(cfg.fences()-1), bpf.R6, bpf.R7, bpf.R8, fpSearch, "no_row"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word).WithSource(bpf.Comment("the row's address: above the target, the target is below the file's first row")))
