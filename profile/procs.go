@@ -192,12 +192,24 @@ const (
 // announced rescans a process its first sample, or its exec, announced.
 // A pid whose process exited belongs to another process now: it starts
 // afresh (its labels, their key names), but for its prefixes in the
-// mappings trie, which the scan replaces.
+// mappings trie, which the scan replaces. Unless the scan finds no
+// mapping there: then the announcement was the exited process's own, a
+// sample taken in its last thread's exit after the exit's notice (which
+// made it new to the kernel's seen map again), and it keeps its record.
+// Replaced, its every frame was "[unknown]" at the report.
 func (ps *processes) announced(pid uint32) {
-	if p := ps.procs[pid]; p != nil && p.exited {
-		ps.procs[pid] = &process{comm: p.comm, prefixes: p.prefixes}
+	p := ps.procs[pid]
+	if p == nil || !p.exited {
+		ps.scan(pid, true)
+		return
 	}
+	fresh := &process{comm: p.comm, prefixes: p.prefixes}
+	ps.procs[pid] = fresh
 	ps.scan(pid, true)
+	if len(fresh.maps) == 0 {
+		p.prefixes = fresh.prefixes
+		ps.procs[pid] = p
+	}
 }
 
 // exited marks a process whose last thread exited: it is not rescanned,

@@ -3,7 +3,9 @@ package profile
 import (
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"math/rand"
+	"os"
 	"strings"
 	"testing"
 
@@ -93,5 +95,30 @@ func TestKeyOf(t *testing.T) {
 	}
 	if keyOf(maps[1]) != (fileKey{Name: "[vdso]"}) || keyOf(maps[0]) != (fileKey{Dev: "fd:01", Inode: 1835234}) {
 		t.Errorf("keys: %+v %+v", keyOf(maps[1]), keyOf(maps[0]))
+	}
+}
+
+// TestAnnouncedAfterExit: a process announced again after its exit's
+// notice, with no mapping left to read (a sample in its last thread's
+// exit), keeps its record and its frames' names; a pid that maps files
+// again is a new process, whose record starts afresh.
+func TestAnnouncedAfterExit(t *testing.T) {
+	gone := uint32(1<<22 - 1) // above every pid_max: no such process
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", gone)); err == nil {
+		t.Skipf("pid %d exists here", gone)
+	}
+	f := &file{name: "tls", first: -1, syms: []symbol{{name: "spin", value: 0x1000, size: 0x100}}, named: true}
+	old := &process{comm: "tls", exited: true, gone: true, maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}}
+	ps := &processes{files: map[fileKey]*file{}, procs: map[uint32]*process{gone: old}}
+	ps.announced(gone)
+	if got := ps.symbolize(gone, 0x1010, false); got != "spin" {
+		t.Errorf("after a late announcement of the exited process: %q, want spin (its record kept)", got)
+	}
+	// Our own pid maps files: a new process of an exited one's pid.
+	self := uint32(os.Getpid())
+	ps.procs[self] = &process{comm: "old", exited: true, gone: true, maps: old.maps}
+	ps.announced(self)
+	if p := ps.procs[self]; p.exited || len(p.maps) == 0 || p.maps[0].file == f {
+		t.Errorf("a pid announced again with files mapped: exited %v, %d mappings; want a fresh record of them", p.exited, len(p.maps))
 	}
 }
