@@ -24,7 +24,8 @@ type deferredSample struct {
 	stack              []byte // the copy of the stack from sp
 	key                []byte // the key as far as the kernel walked it
 	arrived            time.Time
-	n                  int // user frames in key
+	deadline           time.Time // when it is counted as far as it goes, whatever it waits for
+	n                  int       // user frames in key
 	fp                 bool
 	wait               waitID // off-CPU: the wait it is the stack of
 }
@@ -37,9 +38,16 @@ type waitID struct {
 }
 
 // deferredWait is how long a deferred sample waits for the tables it
-// needs (a big file parsed in the background) before it is counted as far
-// as it goes.
-const deferredWait = 5 * time.Second
+// needs (a big file parsed in the background, a mapping not read yet)
+// before it is counted as far as it goes; smallFileWait, for a small
+// file's table (libc's). That one is read in milliseconds, but on a
+// starved machine (the 1-CPU guests beside a big parse and two spinners)
+// it took past 5 s, and a new process's first samples ended at libc
+// ([unwind error: no table]). Memory stays bounded by maxDeferred.
+const (
+	deferredWait  = 5 * time.Second
+	smallFileWait = 60 * time.Second
+)
 
 // maxDeferred bounds the samples waiting (each holds its stack copy, 8
 // KiB): past it, the oldest is unwound at once with the tables there are.
@@ -60,9 +68,10 @@ type deferrer struct {
 	waits  map[waitID]uint64
 	// resolved: processes.changes at the last resolve. Until it changes
 	// no waiting sample can go on, and resolve does nothing (but for
-	// samples that waited deferredWait): a starved profile walked every
-	// waiting sample at every record it read.
+	// samples past their deadline, the first of which is next): a starved
+	// profile walked every waiting sample at every record it read.
 	resolved uint64
+	next     time.Time
 }
 
 // maxDeferredStacks bounds the stacks counted here, as the kernel's counts
@@ -90,6 +99,7 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 		lr:      binary.LittleEndian.Uint64(h[40:]),
 		arrived: time.Now(),
 	}
+	s.deadline = s.arrived.Add(deferredWait)
 	// The record ends with the copy, as long as the kernel could read (perf
 	// pads the record to 8 bytes).
 	n := min(binary.LittleEndian.Uint64(h[48:]), prog.StackCopy, uint64(len(raw)-base))
@@ -118,24 +128,30 @@ func (d *deferrer) queue(ps *processes, s *deferredSample) {
 		// one) fills the queue, and a new process's first samples still
 		// wait their turn for its libraries' tables, read in
 		// milliseconds.
-		d.finish(ps, d.pending[0], true)
+		d.finish(ps, d.pending[0], true, time.Now())
 		copy(d.pending, d.pending[1:])
 		d.pending = d.pending[:len(d.pending)-1]
 	}
 	d.pending = append(d.pending, s)
+	if len(d.pending) == 1 || s.deadline.Before(d.next) {
+		d.next = s.deadline
+	}
 }
 
 // resolve unwinds the samples whose tables are there (all of them if
-// final, or once they waited deferredWait).
+// final, or once past their deadline).
 func (d *deferrer) resolve(ps *processes, final bool) {
 	now := time.Now()
-	if !final && ps.changes == d.resolved && (len(d.pending) == 0 || now.Sub(d.pending[0].arrived) <= deferredWait) {
+	if !final && ps.changes == d.resolved && (len(d.pending) == 0 || !now.After(d.next)) {
 		return
 	}
 	d.resolved = ps.changes
 	kept := d.pending[:0]
 	for _, s := range d.pending {
-		if !d.finish(ps, s, final || now.Sub(s.arrived) > deferredWait) {
+		if !d.finish(ps, s, final, now) {
+			if len(kept) == 0 || s.deadline.Before(d.next) {
+				d.next = s.deadline
+			}
 			kept = append(kept, s)
 		}
 	}
@@ -144,11 +160,14 @@ func (d *deferrer) resolve(ps *processes, final bool) {
 }
 
 // finish unwinds a sample and counts it, or (unless force) leaves it
-// waiting for a table being read.
-func (d *deferrer) finish(ps *processes, s *deferredSample, force bool) bool {
+// waiting for a table being read, until its deadline (from arrival, as
+// long as what it waits for allows) has passed at now.
+func (d *deferrer) finish(ps *processes, s *deferredSample, force bool, now time.Time) bool {
 	frames, stop, fp, wait := ps.unwindCopy(s, d.cfg.UserDepth-s.n)
-	if wait && !force {
-		return false
+	if wait > 0 && !force {
+		if s.deadline = s.arrived.Add(wait); !now.After(s.deadline) {
+			return false
+		}
 	}
 	key := s.key
 	user := 8 + 8*d.cfg.KernelDepth
@@ -214,8 +233,9 @@ func (d *deferrer) waited(pid uint32, raw []byte) {
 // unwindCopy walks a deferred sample's stack from where the kernel left
 // it, as the kernel does (frame in prog): the frames after the sample's
 // last one, why the walk ended, whether a frame-pointer step was taken,
-// and wait if a table it needs is still being read.
-func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, stop int32, fp, wait bool) {
+// and, if a table it needs is still being read (or a mapping), how long
+// from its arrival it may wait for it (0: it waits for nothing).
+func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, stop int32, fp bool, wait time.Duration) {
 	pc, sp, bp, lr, lookup := s.pc, s.sp, s.bp, s.lr, s.lookup
 	read := func(addr uint64) (uint64, bool) {
 		if addr < s.sp || addr-s.sp > uint64(len(s.stack)) || uint64(len(s.stack))-(addr-s.sp) < 8 {
@@ -233,7 +253,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			if p := ps.procs[s.pid]; p != nil && !p.gone {
 				ps.miss(s.pid, lookup)
 				if m = ps.mappingAt(s.pid, lookup); m == nil {
-					return frames, prog.StopNoTable, fp, true
+					return frames, prog.StopNoTable, fp, deferredWait
 				}
 			}
 		}
@@ -242,8 +262,11 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 		if m != nil {
 			f := m.file
 			if f.first < 0 {
-				if !f.settled() {
-					return frames, prog.StopNoTable, fp, true // being read
+				if !f.settled() { // being read
+					if f.big {
+						return frames, prog.StopNoTable, fp, deferredWait
+					}
+					return frames, prog.StopNoTable, fp, smallFileWait
 				}
 			} else if r, ok := ps.ruleAt(f, lookup-m.bias); ok {
 				rule, haveRule = r, true
@@ -258,7 +281,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			dr := unwind.DecodeARM64(rule)
 			if dr.Base == unwind.BaseStop {
 				if why = int32(dr.Offset & unwind.KindMask); why == prog.StopEnd {
-					return frames, prog.StopEnd, fp, false
+					return frames, prog.StopEnd, fp, 0
 				}
 			} else if dr.Saves != unwind.SavesNone || lookup == pc {
 				cfa = sp + uint64(dr.Offset)
@@ -278,7 +301,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 					ok = ok && ok2
 				}
 				if !ok {
-					return frames, prog.StopRead, fp, false
+					return frames, prog.StopRead, fp, 0
 				}
 				sp, next = cfa, next&prog.UserAddressMask
 				goto step
@@ -306,7 +329,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 					saved, ok2 := read(bp + uint64(dr.RBPAt))
 					ra, ok3 := read(c - 8)
 					if !ok1 || !ok2 || !ok3 {
-						return frames, prog.StopRead, fp, false
+						return frames, prog.StopRead, fp, 0
 					}
 					sp, bp, next = c, saved, ra
 					goto step
@@ -315,21 +338,21 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			if dr.Base != unwind.BaseStop {
 				ra, ok := read(cfa - 8)
 				if !ok {
-					return frames, prog.StopRead, fp, false
+					return frames, prog.StopRead, fp, 0
 				}
 				if dr.RBPSaved {
 					if bp, ok = read(cfa + uint64(dr.RBPOffset)); !ok {
-						return frames, prog.StopRead, fp, false
+						return frames, prog.StopRead, fp, 0
 					}
 				}
 				sp, next = cfa, ra
 				goto step
 			}
 			if why == prog.StopEnd {
-				return frames, prog.StopEnd, fp, false
+				return frames, prog.StopEnd, fp, 0
 			}
 		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp == 0 {
-			return frames, prog.StopEnd, fp, false
+			return frames, prog.StopEnd, fp, 0
 		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && ps.plausibleFrame(sp, bp) && !(ps.arm64 && m != nil && m.file.isSigreturn(pc-m.bias)) {
 			// Known to have no table (JIT code, a file without one): the
 			// frame pointer, where it is plausible, as the kernel steps.
@@ -338,7 +361,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			saved, ok1 := read(bp)
 			ra, ok2 := read(bp + 8)
 			if !ok1 || !ok2 {
-				return frames, prog.StopRead, fp, false
+				return frames, prog.StopRead, fp, 0
 			}
 			if ps.arm64 {
 				ra &= prog.UserAddressMask
@@ -362,25 +385,25 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			pc, ok[1] = read(at + uint64(rip))
 			bp, ok[2] = read(at + uint64(rbp))
 			if ok != [4]bool{true, true, true, true} {
-				return frames, prog.StopRead, fp, false
+				return frames, prog.StopRead, fp, 0
 			}
 			lookup = pc
 			if len(frames) >= room {
-				return frames, prog.StopTruncated, fp, false
+				return frames, prog.StopTruncated, fp, 0
 			}
 			if pc == 0 {
-				return frames, prog.StopEnd, fp, false
+				return frames, prog.StopEnd, fp, 0
 			}
 			frames = append(frames, pc)
 			continue
 		}
-		return frames, why, fp, false
+		return frames, why, fp, 0
 	step:
 		if next == 0 {
-			return frames, prog.StopEnd, fp, false
+			return frames, prog.StopEnd, fp, 0
 		}
 		if len(frames) >= room {
-			return frames, prog.StopTruncated, fp, false
+			return frames, prog.StopTruncated, fp, 0
 		}
 		pc, lookup = next, next-1
 		frames = append(frames, pc)
