@@ -104,6 +104,25 @@ for series in ${TK_VM_ARM64_SERIES-'6\.1\.0-[0-9]+'}; do
   fi
   kernels+=("arm64:$dir")
 done
+# musl for arm64 (Debian's arm64 musl and musl-dev, unpacked here), built
+# with the cross compiler through musl's specs file rewritten to point here:
+# profile's musl fixtures.
+musl_arm64=$(pwd)/$cache/musl-arm64
+if [[ " ${kernels[*]} " == *" arm64:"* ]] && [ ! -x "$musl_arm64/musl-gcc" ]; then
+  [ -n "$arm_updated" ] || [ -n "$(ls "$arm_dir/lists" | grep -v partial)" ] || apt-get "${arm[@]}" update -qq
+  rm -rf "$musl_arm64" && mkdir -p "$musl_arm64"
+  (cd "$musl_arm64" && apt-get "${arm[@]}" download -qq musl:arm64 musl-dev:arm64 2>/dev/null)
+  for deb in "$musl_arm64"/*.deb; do dpkg -x "$deb" "$musl_arm64"; done
+  # Debian's /lib is /usr/lib: the linker finds libc.so (from musl, in
+  # /lib) beside the rest (musl-dev's, in /usr/lib). Without it the link
+  # takes libc.a, and dlopen says "Dynamic loading not supported".
+  ln -s ../../../lib/aarch64-linux-musl/libc.so "$musl_arm64/usr/lib/aarch64-linux-musl/libc.so"
+  sed -e "s#/usr/include/aarch64-linux-musl#$musl_arm64/usr/include/aarch64-linux-musl#g" \
+    -e "s#/usr/lib/aarch64-linux-musl#$musl_arm64/usr/lib/aarch64-linux-musl#g" \
+    "$musl_arm64/usr/lib/aarch64-linux-musl/musl-gcc.specs" > "$musl_arm64/musl.specs"
+  printf '#!/bin/sh\nexec aarch64-linux-gnu-gcc -specs=%s "$@"\n' "$musl_arm64/musl.specs" > "$musl_arm64/musl-gcc.tmp"
+  chmod +x "$musl_arm64/musl-gcc.tmp" && mv "$musl_arm64/musl-gcc.tmp" "$musl_arm64/musl-gcc"
+fi
 
 # Per architecture: static tools and test binaries, the fixtures (built
 # here: the guests have no compiler), the C library they run on at the
@@ -128,12 +147,15 @@ make_stage() { # make_stage ARCH
   local fx="$stage/tk/src/filter/testdata/usdt/build"
   CC=$cc bash filter/testdata/usdt/build.sh "$fx"
   # Without frame pointers on both: the in-kernel unwinder does the work.
-  CC=$cc bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
+  local musl=
+  [ "$arch" = arm64 ] && musl=$musl_arm64/musl-gcc
+  CC=$cc MUSL_CC=$musl bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
   if [ "$arch" = arm64 ]; then
     mkdir -p "$stage/lib/aarch64-linux-gnu"
     cp -L /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 "$stage/lib/"
     cp -L /usr/aarch64-linux-gnu/lib/libc.so.6 "$stage/lib/aarch64-linux-gnu/"
     cp "$cache/busybox-arm64/bin/busybox" "$stage/bin/busybox"
+    cp -L "$musl_arm64/lib/ld-musl-aarch64.so.1" "$stage/lib/"
   else
     for lib in $(ldd "$fx/fx-pie-O2" | grep -o '/[^ ]*'); do
       mkdir -p "$stage$(dirname "$lib")"

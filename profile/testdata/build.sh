@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the profile fixtures into $1 (the tls ones also with musl-gcc,
-# from Debian's musl-tools, on x86-64), all gcc -O2 -fomit-frame-pointer (a
+# Builds the profile fixtures into $1 (the tls and signal ones also on
+# musl, see MUSL_CC below), all gcc -O2 -fomit-frame-pointer (a
 # chain main -> a -> b -> c whose functions keep no frame pointer): a PIE,
 # a non-PIE, and a PIE whose a, b and c are in a shared library
 # (libchain.so, found through its rpath). Needs gcc; CC=aarch64-linux-gnu-gcc
@@ -56,13 +56,19 @@ tls() { # tls CC DIR: the libraries and the executable into DIR
   "$cc" -O2 -fPIE -pie -pthread -o "$dir/tls" "$src/tls.c" -L"$dir" -ltkgd -ltkie -ltkdesc -Wl,-rpath,'$ORIGIN'
 }
 tls "${CC:-gcc}" "$out"
-# The same on musl (x86-64, where Debian's musl-tools has it): in musl/,
-# and a static executable without the libraries, tls-static.
-if [ "$(uname -m)" = x86_64 ] && [[ $("${CC:-gcc}" -dumpmachine) == x86_64* ]]; then
-  tls musl-gcc "$out/musl"
-  musl-gcc -O2 -static -pthread -DNOLIB -o "$out/musl/tls-static" "$src/tls.c"
-  musl-gcc $cflags -o "$out/musl/signal" "$src/signal.c"
-  musl-gcc $cflags -static -o "$out/musl/signal-static" "$src/signal.c"
+# The same on musl, in musl/, and a static executable without the
+# libraries, tls-static: with MUSL_CC (vmtest's for arm64 runs the cross
+# compiler with a specs file over Debian's arm64 musl), else
+# with musl-gcc (Debian's musl-tools) where CC builds for this x86-64.
+musl=${MUSL_CC:-}
+if [ -z "$musl" ] && [ "$(uname -m)" = x86_64 ] && [[ $("${CC:-gcc}" -dumpmachine) == x86_64* ]]; then
+  musl=musl-gcc
+fi
+if [ -n "$musl" ]; then
+  tls "$musl" "$out/musl"
+  "$musl" -O2 -static -pthread -DNOLIB -o "$out/musl/tls-static" "$src/tls.c"
+  "$musl" $cflags -o "$out/musl/signal" "$src/signal.c"
+  "$musl" $cflags -static -o "$out/musl/signal-static" "$src/signal.c"
 fi
 # The context processes publish for profilers, written by the public
 # layouts: otelctx (the OpenTelemetry thread context, exported by the
