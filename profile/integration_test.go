@@ -1600,8 +1600,8 @@ func wholeChain(t *testing.T, fx string) {
 // *(rbp - 8), the caller's rbp = *(rbp), a CFA expression that
 // dereferences): at least 95% of the samples in c have the whole chain
 // c <- b <- a <- main from _start. Before, the walk stopped at b
-// ("unsupported unwind rule"). On arm64 the fixture keeps frame pointers,
-// which auto follows there.
+// ("unsupported unwind rule"). arm64 has no DRAP: gcc keeps b's frame
+// record and takes the CFA from x29, and the aligned buffer above it.
 func TestRealignedStack(t *testing.T) {
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "realign")
