@@ -9,7 +9,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/profile/prog"
 )
 
 // TestBias: the address in the file is found through the PT_LOAD segment
@@ -120,5 +125,38 @@ func TestAnnouncedAfterExit(t *testing.T) {
 	ps.announced(self)
 	if p := ps.procs[self]; p.exited || len(p.maps) == 0 || p.maps[0].file == f {
 		t.Errorf("a pid announced again with files mapped: exited %v, %d mappings; want a fresh record of them", p.exited, len(p.maps))
+	}
+}
+
+// TestNoFrameSectionPointed: a file with no frame section (a Go binary)
+// is settled the moment it is tried, and the processes that map it are
+// pointed at no rows in the mappings trie at once. They were not: its
+// mappings never entered the trie, and every sample of theirs was
+// deferred to user space for the whole run (profile's own threads, in the
+// off-CPU bench: 100,000 deferrals a run, twice the BPF time).
+func TestNoFrameSectionPointed(t *testing.T) {
+	privtest.Require(t)
+	lpm, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LPMTrie, KeySize: 16, ValueSize: prog.MappingSize, MaxEntries: 64, Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lpm.Close()
+	f := &file{name: "gobin", elf: &elf.File{FileHeader: elf.FileHeader{Machine: hostMachine()}}, first: -1}
+	const pid, start, end, pc = 1<<22 - 1, 0x400000, 0x9ac000, 0x48f483
+	ps := &processes{lpm: lpm, files: map[fileKey]*file{}, procs: map[uint32]*process{
+		pid: {maps: []procMapping{{mapping: mapping{Start: start, End: end}, file: f}}},
+	}}
+	if m := ps.miss(pid, pc); m == nil || !m.file.settled() {
+		t.Fatalf("miss at %#x: mapping %v; want the file's, settled", pc, m)
+	}
+	k := lpmKey{Prefixlen: 96}
+	binary.BigEndian.PutUint32(k.Pid[:], pid)
+	binary.BigEndian.PutUint64(k.Addr[:], pc)
+	var v lpmValue
+	if err := lpm.Lookup(&k, &v); err != nil {
+		t.Fatalf("%#x of the process is not in the trie (%v): the unwinder defers its samples", pc, err)
+	}
+	if v != (lpmValue{Start: start, End: end}) {
+		t.Errorf("trie value %+v, want no rows over [%#x, %#x)", v, start, end)
 	}
 }
