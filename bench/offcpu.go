@@ -36,9 +36,10 @@ func offCPUSuite() error {
 		// The same without the unwinder: the kernel stack, the key, the maps.
 		{"profile --off-cpu --unwind=fp", toolProcess(*bin+"/profile", []string{"--off-cpu", "--unwind=fp"})},
 	}
-	if alt := os.Getenv("BENCH_ALT_PROFILE"); alt != "" {
-		// Another build's profile (a link named profile), interleaved with
-		// this one's in the same run: an A/B of a change.
+	// Other builds' profiles (links named profile, or scripts that exec
+	// one), colon-separated, interleaved with this one's in the same run:
+	// an A/B of a change.
+	for _, alt := range filepath.SplitList(os.Getenv("BENCH_ALT_PROFILE")) {
 		tracers = append(tracers, tracer{"profile --off-cpu (" + alt + ")", toolProcess(alt, []string{"--off-cpu"})})
 	}
 	if p, err := exec.LookPath("offcputime"); err == nil {
