@@ -121,7 +121,9 @@ Each distinct context read has an id in a kernel table of 4096: a stack's
 key grows by 8 bytes, whatever the context holds.
 
 A stack that ends before _start is marked by why:
-  [unwind error: no unwind row]  the address is in no FDE of its file
+  [unwind error: no unwind row]  the address is in no FDE of its file (not
+                                 at the loader's _start, the first call: there
+                                 the stack is complete)
   [unwind error: no table]       the address is in no file with a loaded table
   [unwind error: read]           the stack could not be read (paged out)
   [unwind error: unsupported unwind rule]  a signal frame or hand-written CFI

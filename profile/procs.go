@@ -367,6 +367,22 @@ func (ps *processes) mappingAt(pid uint32, addr uint64) *procMapping {
 	return nil
 }
 
+// afterEntry says whether ret, a return address of a process, is the
+// one of its first call: just past the entry point of its file. There the
+// dynamic loader's _start (glibc's ld.so: mov %rsp,%rdi; call _dl_start,
+// ret = entry+8; arm64's the same in two instructions) has no unwind row,
+// and a stack taken in the loader's first work ends with "no unwind row"
+// where it is whole. (An executable's _start marks its return address
+// undefined, and ends complete by its row.)
+func (ps *processes) afterEntry(pid uint32, ret uint64) bool {
+	m := ps.mappingAt(pid, ret-1)
+	if m == nil || m.file.elf == nil || m.file.elf.Entry == 0 || ret-1 < m.bias {
+		return false
+	}
+	at := ret - 1 - m.bias
+	return at >= m.file.elf.Entry && at < m.file.elf.Entry+16
+}
+
 func sameMappings(a, b []procMapping) bool {
 	if len(a) != len(b) {
 		return false

@@ -160,3 +160,30 @@ func TestNoFrameSectionPointed(t *testing.T) {
 		t.Errorf("trie value %+v, want no rows over [%#x, %#x)", v, start, end)
 	}
 }
+
+// TestAfterEntry: the return address of a process's first call, just past
+// its loader's entry point (glibc's ld.so: entry+8), is where its stack
+// ends whole; an address before the entry, or past its first
+// instructions, is not.
+func TestAfterEntry(t *testing.T) {
+	const pid, base, entry = 7, 0x7f0000000000, 0x1ab70
+	ld := &file{name: "ld-linux-x86-64.so.2", elf: &elf.File{FileHeader: elf.FileHeader{Entry: entry}}, first: -1}
+	ps := &processes{procs: map[uint32]*process{
+		pid: {maps: []procMapping{{mapping: mapping{Start: base, End: base + 0x40000}, bias: base, file: ld}}},
+	}}
+	for _, c := range []struct {
+		ret  uint64
+		want bool
+	}{
+		{base + entry + 8, true},
+		{base + entry + 1, true},
+		{base + entry, false}, // its call is before the entry
+		{base + entry + 17, false},
+		{base + 0x1465b, false},
+		{0x1000, false}, // in no mapping
+	} {
+		if got := ps.afterEntry(pid, c.ret); got != c.want {
+			t.Errorf("afterEntry(%#x) = %v, want %v", c.ret, got, c.want)
+		}
+	}
+}

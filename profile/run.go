@@ -574,6 +574,9 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 		}
 		k := raw.decode(r.cfg)
 		end := ends[int32(k.Stop)]
+		if int32(k.Stop) == prog.StopNoRow && len(k.User) > 1 && r.ps.afterEntry(k.Pid, k.User[len(k.User)-1]) {
+			end = "" // the process's first frame: its loader's _start has no row
+		}
 		if end == "" && k.FP {
 			end = "[frame pointers]" // whole, if the frame pointers were what they seemed
 		}
