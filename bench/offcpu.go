@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/tracekit/tracekit/profile/prog"
 )
 
 // offCPUSuite compares profile --off-cpu with libbpf-tools' offcputime, both
@@ -42,7 +44,7 @@ func offCPUSuite() error {
 		{"profile --off-cpu --unwind=fp", toolProcess(*bin+"/profile", []string{"--off-cpu", "--unwind=fp"})},
 	}
 	// The floor: a program that only takes the kernel stack at each
-	// switch, as every row's does (64 frames, profile's depth).
+	// switch, as every row's does (prog.KernelFrames, profile's depth).
 	tracers = append(tracers, tracer{"floor: the kernel stack alone", kernelStackFloor})
 	// Other builds' profiles (links named profile, or scripts that exec
 	// one), colon-separated, interleaved with this one's in the same run:
@@ -107,16 +109,16 @@ func switchCost(before map[ebpf.ProgramID]bool) (ns float64, runs uint64) {
 }
 
 // kernelStackFloor attaches, at sched:sched_switch, a program that takes
-// the kernel stack (bpf_get_stack, 64 frames, into a per-CPU buffer) and
-// nothing else: what any tool that keys waits by kernel stack pays at
-// each switch, whatever else it does.
+// the kernel stack (bpf_get_stack, profile's depth, into a per-CPU
+// buffer) and nothing else: what any tool that keys waits by kernel stack
+// pays at each switch, whatever else it does.
 func kernelStackFloor() (func(), error) {
-	const depth = 64
+	const depth = prog.KernelFrames
 	buf, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 * depth, MaxEntries: 1})
 	if err != nil {
 		return nil, err
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.TracePoint, License: "GPL", Instructions: asm.Instructions{
+	sw, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.TracePoint, License: "GPL", Instructions: asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
 		asm.LoadMapPtr(asm.R1, buf.FD()),
@@ -136,11 +138,11 @@ func kernelStackFloor() (func(), error) {
 		buf.Close()
 		return nil, err
 	}
-	l, err := link.Tracepoint("sched", "sched_switch", prog, nil)
+	l, err := link.Tracepoint("sched", "sched_switch", sw, nil)
 	if err != nil {
-		prog.Close()
+		sw.Close()
 		buf.Close()
 		return nil, err
 	}
-	return func() { l.Close(); prog.Close(); buf.Close() }, nil
+	return func() { l.Close(); sw.Close(); buf.Close() }, nil
 }
