@@ -350,6 +350,12 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
+	if err := checkReturnOnly(ev, root, act); err != nil {
+		return err
+	}
+	if isCall(ev, root, act) {
+		return runCall(ctx, s, o, ev, root, act, target)
+	}
 	if ev.user() {
 		return runUser(ctx, s, o, ev, root, act, target.SelfPid, target.NS)
 	}

@@ -211,7 +211,11 @@ func (c *compiler) store(v value, off int16, size int) error {
 		n := min(v.strLen, size)
 		c.read(n, off)
 		c.zero(off+int16(n), size-n)
-	case v.src == srcCtx:
+	case v.src == srcCtx, v.src == srcStash:
+		from := asm.RegCtx
+		if v.src == srcStash {
+			from = regStash
+		}
 		n := min(v.strLen, size)
 		for i := 0; i < n; {
 			w := 8
@@ -219,7 +223,7 @@ func (c *compiler) store(v value, off int16, size int) error {
 				w /= 2
 			}
 			c.emit(
-				bpf.LoadMem(bpf.R1, asm.RegCtx, int16(v.ctxOff+i), sizeOf(w)),
+				bpf.LoadMem(bpf.R1, from, int16(v.ctxOff+i), sizeOf(w)),
 				bpf.StoreMem(bpf.RFP, off+int16(i), bpf.R1, sizeOf(w)),
 			)
 			i += w

@@ -70,6 +70,7 @@ type compiler struct {
 	t       Target
 	option  string // the option expr came from ("" is --where)
 	expr    string
+	orig    string // the --where expression (expr is the text being compiled)
 	insns   bpf.Instructions
 	n       int               // label counter
 	pending string            // a label waiting for the next instruction
@@ -111,7 +112,25 @@ func (c *compiler) emit(insns ...bpf.Instruction) {
 // runs only when the left side does not decide. Every action but Keep
 // returns 0, so the kernel stores nothing.
 func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
-	c := &compiler{t: t, expr: expr, alias: map[string]string{}}
+	c := newCompiler(t, expr)
+	c.filters()
+	if err := c.where(root); err != nil {
+		return nil, err
+	}
+	prog, err := c.action(act)
+	if err != nil {
+		return nil, err
+	}
+	return c.finish(prog, asm.Return("reject", 0))
+}
+
+func newCompiler(t Target, expr string) *compiler {
+	return &compiler{t: t, expr: expr, orig: expr, alias: map[string]string{}}
+}
+
+// filters emits the prologue and the pid filters, which jump to "reject".
+func (c *compiler) filters() {
+	t := c.t
 	c.emit(asm.Prologue()...)
 	if t.NS != nil && t.Tree {
 		// The tree holds the kernel's pids; SelfPid and Pid are the
@@ -133,22 +152,27 @@ func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
 	if t.NS == nil && t.Tree {
 		c.emit(asm.PidInSet(proctree.PidsMap, countKey, "reject")...)
 	}
-	if root != nil {
-		var always *bool
-		root, always = c.fold(root)
-		if always != nil && !*always {
-			return nil, c.errAt(0, "the expression never holds: no event would pass")
-		}
+}
+
+// where emits the expression (nil: none), jumping to "reject" when it
+// does not hold.
+func (c *compiler) where(root Node) error {
+	if root == nil {
+		return nil
 	}
-	if root != nil {
-		if err := c.branch(root, "reject", false); err != nil {
-			return nil, err
-		}
+	root, always := c.fold(root)
+	if always != nil && !*always {
+		return c.errAt(0, "the expression never holds: no event would pass")
 	}
-	prog, err := c.action(act)
-	if err != nil {
-		return nil, err
+	if root == nil {
+		return nil
 	}
+	return c.branch(root, "reject", false)
+}
+
+// finish resolves the labels, puts the epilogue (whose first instruction
+// is "reject") where something jumps to it, and checks the size.
+func (c *compiler) finish(prog *Program, epilogue bpf.Instructions) (*Program, error) {
 	for i, ins := range c.insns {
 		if a, ok := c.alias[ins.Reference()]; ok {
 			c.insns[i] = ins.WithReference(a)
@@ -158,12 +182,12 @@ func Compile(expr string, root Node, t Target, act Action) (*Program, error) {
 	// instructions (no --where; a != that always holds).
 	for _, ins := range c.insns {
 		if ins.Reference() == "reject" {
-			c.emit(asm.Return("reject", 0)...)
+			c.emit(epilogue...)
 			break
 		}
 	}
 	if n := slotCount(c.insns); n > maxInsns {
-		c.option, c.expr = "", expr
+		c.option, c.expr = "", c.orig
 		return nil, c.errAt(0, "the expression compiles to %d instructions, more than the %d a program may have on kernels before 5.2: shorten it", n, maxInsns)
 	}
 	prog.Insns = c.insns

@@ -64,6 +64,17 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		narrow = v.signed && v.size < 8 // loaded at its size: zero-extended already
 	case srcUSDT:
 		return c.fetchUSDT(v, dst)
+	case srcStash:
+		c.emit(bpf.LoadMem(dst, regStash, int16(v.ctxOff), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s, as the entry had it", dst, v.name))))
+		return nil // stashed as 8 bytes, extended
+	case srcDuration:
+		c.emit(
+			bpf.FnKtimeGetNs.Call().WithSource(bpf.Comment(fmt.Sprintf("%s = duration: now - the entry's time", dst))),
+			bpf.Mov.Reg(dst, bpf.R0),
+			bpf.LoadMem(bpf.R0, regStash, stashTime, bpf.DWord),
+			bpf.Sub.Reg(dst, bpf.R0),
+		)
+		return nil
 	case srcBuiltin:
 		switch v.builtin {
 		case "pid", "tid":

@@ -32,6 +32,8 @@ const (
 	srcBuiltin               // from a helper
 	srcUSDT                  // a USDT argument, as its spec says
 	srcEntry                 // a syscall's argument or number, in the user's pt_regs at regOff (SyscallEntry)
+	srcStash                 // a call's entry value, in its stash record at ctxOff (Return)
+	srcDuration              // a call's nanoseconds since its entry (Return)
 )
 
 // space is the address space a string pointer points into.
@@ -66,6 +68,11 @@ type value struct {
 // resolve finds what an operand denotes. For a walked path it emits the
 // code that leaves the address in R1; fetch it right after.
 func (c *compiler) resolve(o Operand) (value, error) {
+	if r, ok := c.t.Event.(*Return); ok {
+		if v, ok := r.stashed[o.key()]; ok && !o.IsConst() {
+			return v, nil // (char *)arg0 too: its string was read at the entry
+		}
+	}
 	if o.CharPtr {
 		inner := o
 		inner.CharPtr = false

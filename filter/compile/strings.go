@@ -22,6 +22,8 @@ func (c *compiler) fetchStr(v value, n int) (bpf.Register, int16, error) {
 		c.readStr(v, strOff, n)
 	case v.src == srcCtx:
 		return asm.RegCtx, int16(v.ctxOff), nil
+	case v.src == srcStash:
+		return regStash, int16(v.ctxOff), nil
 	case v.src == srcDataLoc:
 		c.dataLocAddr(v)
 		c.read(n, strOff)

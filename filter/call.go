@@ -1,0 +1,156 @@
+package filter
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/filter/compile"
+	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/proctree"
+	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// isCall reports whether a run sees each call of the event's function
+// whole: a function's entry (kprobe:, uprobe:) whose --where or action
+// names ret or duration.
+func isCall(ev event, root compile.Node, act compile.Action) bool {
+	return (ev.kind == "kprobe" || ev.kind == "uprobe") && compile.IsCall(root, act)
+}
+
+// checkReturnOnly refuses duration on a return probe: the entry's time is
+// not there.
+func checkReturnOnly(ev event, root compile.Node, act compile.Action) error {
+	if ev.kind != "kretprobe" && ev.kind != "uretprobe" || !compile.IsCall(root, act) {
+		return nil
+	}
+	if _, ok := compile.Names(root, act, "duration"); ok {
+		entry := strings.Replace(ev.String(), "ret", "", 1)
+		return usage.Errorf("duration needs the call's entry too: trace %s, where ret is the return value and every argument is the entry's", entry)
+	}
+	return nil
+}
+
+// runCall traces each call of a function as one event: a program at its
+// entry stashes what the return needs, a program at its return judges
+// and acts (compile.CompileCall). Through a kprobe and its kretprobe, or a
+// uprobe and its uretprobe: BPF trampolines (fentry, fexit) do not pair
+// calls yet.
+func runCall(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, target compile.Target) error {
+	name, off := tracefs.SplitSymbol(ev.symbol)
+	if off != 0 {
+		return usage.Errorf("%s: ret and duration are a call's: probe the function's entry, %s, not an offset in it", ev, name)
+	}
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		return fmt.Errorf("%s: %w", ev, err)
+	}
+	offer := hook.Offer{Hook: hook.Perf}
+	var entry, exit tracefs.Probe
+	var ret compile.Arg
+	tree := false
+	if ev.kind == "kprobe" {
+		offer.Have = func() error {
+			if !perfevent.KprobesAvailable() {
+				return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, perfevent.ErrNoKprobes)
+			}
+			return nil
+		}
+		spec, err := kbtf.Kernel()
+		if err != nil {
+			return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
+		}
+		_, proto, err := funcProto(spec, ev.symbol)
+		if err != nil {
+			return err
+		}
+		t, _, _ := kprobeTarget(ev, proto, regs, false)
+		target.Event, target.BTF = t.Event, spec
+		ret = compile.Arg{Name: "ret", Type: proto.Return, RegOff: regs.Ret}
+		entry = ev.probe()
+		exit = entry
+		exit.Ret = true
+	} else {
+		if !tracefs.Uprobe.Available() {
+			return fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
+		}
+		sites, err := userSites(&ev, o.Pid)
+		if err != nil {
+			return userErr(err)
+		}
+		target.Event = userTarget(ev, sites[0], regs).Event
+		ret = compile.UretprobeArgs(regs)[0]
+		entry = sites[0].probe
+		exit = entry
+		exit.Ret = true
+		tree = s.CommandPid() != 0
+		target.Tree = tree
+	}
+	if _, err := hook.Choose(o.Attach, ev.String(), offer); err != nil {
+		return err
+	}
+	if act.Kind == compile.Keep {
+		act = compile.Action{Kind: compile.Emit, Columns: compile.CallColumns(target.Event)}
+	}
+	call, err := compile.CompileCall(o.Where, root, target, ret, act)
+	if err != nil {
+		return usageOr(err)
+	}
+	multi := ev.kind == "uprobe" && perfevent.UprobeMulti()
+	attachType := ebpf.AttachNone
+	if multi {
+		attachType = ebpf.AttachTraceUprobeMulti
+	}
+	spec := &ebpf.CollectionSpec{
+		Maps: compile.Maps(act.Kind, call.Return),
+		Programs: map[string]*ebpf.ProgramSpec{
+			"entry":  {Name: "filter_entry", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: call.Entry.Insns},
+			"return": {Name: "filter_return", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: call.Return.Insns},
+		},
+	}
+	maps.Copy(spec.Maps, compile.CallMaps(call))
+	if tree {
+		t, err := proctree.New(s.CommandPid(), target.NS, o.MaxTree)
+		if err != nil {
+			return err
+		}
+		if err := proctree.Add(spec, t); err != nil {
+			return err
+		}
+	}
+	coll, err := s.Load(spec)
+	if err != nil {
+		return err
+	}
+	if tree {
+		if err := s.FollowProcessTree(coll, s.CommandPid()); err != nil {
+			return err
+		}
+	}
+	// The return first: a call whose entry is stashed then always finds
+	// its return armed (one that began before finds no stash, and passes
+	// nothing).
+	if ev.kind == "kprobe" {
+		if err := s.AttachProbe(coll.Programs["return"], exit, false); err != nil {
+			return err
+		}
+		if err := s.AttachProbe(coll.Programs["entry"], entry, false); err != nil {
+			return err
+		}
+	} else {
+		for _, set := range []run.ProbeSet{{Prog: coll.Programs["return"], Probes: []tracefs.Probe{exit}}, {Prog: coll.Programs["entry"], Probes: []tracefs.Probe{entry}}} {
+			if err := s.AttachUprobes([]run.ProbeSet{set}, multi); err != nil {
+				return fmt.Errorf("%s: %w", ev, err)
+			}
+		}
+	}
+	return report(ctx, s, o, ev, coll, call.Return, act)
+}

@@ -1,0 +1,356 @@
+package compile
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+)
+
+// A call seen whole (ksnoop's entry judged by its return): on a
+// function's entry, an expression or an action that names ret or duration
+// makes two programs. The entry's evaluates what needs only the entry (the
+// conjuncts of --where that name neither) and stashes, per thread, the
+// values the return needs and the time; the return's finds them again
+// (asm.CallPush, asm.CallPop), judges the rest of --where and acts, and
+// deletes the stash.
+
+// Maps and sizes of a call.
+const (
+	DepthMap = "depth" // u32 tid → u64 calls in progress
+	StashMap = "stash" // {u32 tid; u32 depth} → the entry's record
+	// MaxDepth is how deeply a thread's calls of the function nest and
+	// still pair: deeper calls are counted (so that the returns stay
+	// paired) but not stashed, and their returns pass nothing. It is the
+	// kernel's own limit for uretprobes (MAX_URETPROBE_DEPTH).
+	MaxDepth = 64
+	// CallsInFlight is the room of both LRU maps: calls in progress at
+	// once, over every thread.
+	CallsInFlight = 10240
+)
+
+// regStash holds the return's stash record (a map value) while the
+// expression and the action run: helpers keep R6-R9, and filter's
+// programs use R6 (the context), R7 and R8.
+const regStash = bpf.R9
+
+// stash record: the key, the entry's time, then the columns.
+const (
+	stashTime    = 8
+	stashColumns = 16
+)
+
+// Call is what CompileCall builds.
+type Call struct {
+	Entry, Return *Program
+	// StashSize is the bytes of a stash record.
+	StashSize int
+}
+
+// Return is a function's return, paired with its entry: ret is the return
+// value (Ret, a register), duration the nanoseconds since the entry, and
+// every other operand the value it had at the entry, read from the stash.
+// A builtin the entry does not have as an argument is the return's own.
+type Return struct {
+	Ret     Arg
+	Entry   Event
+	stashed map[string]value
+}
+
+// callName reports an operand only a call has.
+func callName(o Operand) bool {
+	return !o.IsConst() && (o.Base == "ret" || o.Base == "duration")
+}
+
+// IsCall reports whether an expression or an action names ret or
+// duration, which on a function's entry make it a call (CompileCall).
+func IsCall(root Node, act Action) bool {
+	if mentionsCall(root) {
+		return true
+	}
+	for _, o := range act.operands() {
+		if callName(o) {
+			return true
+		}
+	}
+	return false
+}
+
+func mentionsCall(n Node) bool {
+	switch n := n.(type) {
+	case *Or:
+		return mentionsCall(n.L) || mentionsCall(n.R)
+	case *And:
+		return mentionsCall(n.L) || mentionsCall(n.R)
+	case *Not:
+		return mentionsCall(n.X)
+	case *Cmp:
+		return callName(n.Left) || callName(n.Right)
+	}
+	return false
+}
+
+// operands are the action's operands: its columns, or its histogram's.
+func (act Action) operands() []Operand {
+	if act.Kind == Hist {
+		return []Operand{act.Hist}
+	}
+	return act.Columns
+}
+
+// conjuncts are the sides of n's top-level &&s.
+func conjuncts(n Node) []Node {
+	if a, ok := n.(*And); ok {
+		return append(conjuncts(a.L), conjuncts(a.R)...)
+	}
+	if n == nil {
+		return nil
+	}
+	return []Node{n}
+}
+
+func joinAnd(ns []Node) Node {
+	if len(ns) == 0 {
+		return nil
+	}
+	n := ns[0]
+	for _, r := range ns[1:] {
+		n = &And{L: n, R: r}
+	}
+	return n
+}
+
+// key names what an operand reads, however it was written.
+func (o Operand) key() string {
+	var b strings.Builder
+	if o.CharPtr {
+		b.WriteString("str ")
+	}
+	if o.Cast != "" {
+		fmt.Fprintf(&b, "(struct %s *)", o.Cast)
+	}
+	b.WriteString(o.Base)
+	for _, s := range o.Steps {
+		if s.Deref {
+			b.WriteString("->")
+		} else {
+			b.WriteString(".")
+		}
+		b.WriteString(s.Member)
+	}
+	return b.String()
+}
+
+// stashed is an operand the return reads from the entry's stash, and the
+// text it was written in (for errors).
+type stashed struct {
+	op             Operand
+	option, source string
+}
+
+// CompileCall compiles a call: entry is the function's entry (its
+// arguments; the pid filters apply there), ret its return value at the
+// return. act may not be Keep: a call's record is always built.
+func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Call, error) {
+	var atEntry, atReturn []Node
+	for _, n := range conjuncts(root) {
+		if mentionsCall(n) {
+			atReturn = append(atReturn, n)
+		} else {
+			atEntry = append(atEntry, n)
+		}
+	}
+	if act.Kind == Keep {
+		return nil, fmt.Errorf("a call has no record of the kernel's to keep: build one (Emit)")
+	}
+	ec := newCompiler(entry, expr)
+	var need []stashed
+	seen := map[string]bool{}
+	add := func(o Operand, option, source string) error {
+		if o.IsConst() || callName(o) || seen[o.key()] {
+			return nil
+		}
+		ec.option, ec.expr = option, source
+		if _, ok, err := ec.eventOperand(o); err != nil {
+			return err
+		} else if !ok && isBuiltin(o.Base) && !o.CharPtr {
+			return nil // the return's own: the same thread
+		}
+		if _, _, err := ec.typeOf(o); err != nil {
+			return err
+		}
+		seen[o.key()] = true
+		need = append(need, stashed{o, option, source})
+		return nil
+	}
+	for _, n := range atReturn {
+		if err := eachCmp(n, func(c *Cmp) error {
+			if err := add(c.Left, "", expr); err != nil {
+				return err
+			}
+			return add(c.Right, "", expr)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range act.operands() {
+		if err := add(o, act.Option, act.Source); err != nil {
+			return nil, err
+		}
+	}
+	ec.option, ec.expr = "", expr
+
+	// The entry: its filters, its part of --where, then the stash.
+	ec.filters()
+	if err := ec.where(joinAnd(atEntry)); err != nil {
+		return nil, err
+	}
+	var ops []Operand
+	for _, s := range need {
+		ops = append(ops, s.op)
+	}
+	stash := &Program{}
+	if err := ec.columns(ops, stash, true); err != nil {
+		return nil, err
+	}
+	size := stashColumns + stash.Size
+	if size > maxRecord {
+		return nil, ec.errAt(0, "the values the return needs take %d bytes, more than the %d of stack a program has left: drop a string", size, maxRecord)
+	}
+	rec := int16(valOff - size)
+	ec.emit(
+		bpf.FnKtimeGetNs.Call().WithSource(bpf.Comment("the entry's time")),
+		bpf.StoreMem(bpf.RFP, rec+stashTime, bpf.R0, bpf.DWord),
+	)
+	ec.emit(asm.CallPush("call", DepthMap, StashMap, countKey, rec, MaxDepth, "reject")...)
+	entryProg, err := ec.finish(stash, asm.Return("reject", 0))
+	if err != nil {
+		return nil, err
+	}
+
+	// The return: the stash, the rest of --where, the action.
+	r := &Return{Ret: ret, Entry: entry.Event, stashed: map[string]value{}}
+	for i, col := range stash.Columns {
+		v := value{name: col.Name, kind: kInt, size: 8, src: srcStash, ctxOff: stashColumns + col.Offset,
+			signed: col.Signed, pointer: col.Pointer, symbols: col.Symbols}
+		if col.String {
+			v.kind, v.size, v.strLen = kString, 0, col.Size
+		}
+		r.stashed[need[i].op.key()] = v
+	}
+	rt := Target{Event: r, BTF: entry.BTF, Read: entry.Read, NS: entry.NS}
+	rc := newCompiler(rt, expr)
+	rc.emit(asm.Prologue()...)
+	rc.emit(asm.CallPop("call", DepthMap, StashMap, countKey, scratchOff, MaxDepth, regStash, "out")...)
+	if err := rc.where(joinAnd(atReturn)); err != nil {
+		return nil, err
+	}
+	retProg, err := rc.action(act)
+	if err != nil {
+		return nil, err
+	}
+	epilogue := asm.CallDrop(StashMap, regStash, scratchOff)
+	epilogue[0] = epilogue[0].WithSymbol("reject")
+	epilogue = append(epilogue, asm.Return("out", 0)...)
+	if retProg, err = rc.finish(retProg, epilogue); err != nil {
+		return nil, err
+	}
+	return &Call{Entry: entryProg, Return: retProg, StashSize: size}, nil
+}
+
+// eventOperand resolves o on the event alone (no builtin), keeping no
+// code: whether the event has it.
+func (c *compiler) eventOperand(o Operand) (value, bool, error) {
+	start, pending := len(c.insns), c.pending
+	inner := o
+	inner.CharPtr = false
+	v, ok, err := c.t.Event.operand(c, inner)
+	c.insns, c.pending = c.insns[:start], pending
+	return v, ok, err
+}
+
+// eachCmp calls f on every comparison of n.
+func eachCmp(n Node, f func(*Cmp) error) error {
+	switch n := n.(type) {
+	case *Or:
+		if err := eachCmp(n.L, f); err != nil {
+			return err
+		}
+		return eachCmp(n.R, f)
+	case *And:
+		if err := eachCmp(n.L, f); err != nil {
+			return err
+		}
+		return eachCmp(n.R, f)
+	case *Not:
+		return eachCmp(n.X, f)
+	case *Cmp:
+		return f(n)
+	}
+	return nil
+}
+
+func (e *Return) operand(c *compiler, o Operand) (value, bool, error) {
+	switch o.Base {
+	case "ret":
+		return argOperand(c, []Arg{e.Ret}, false, o)
+	case "duration":
+		if len(o.Steps) > 0 || o.Cast != "" {
+			return value{}, true, c.errAt(o.Pos, "duration is a number of nanoseconds: it has no members")
+		}
+		return value{name: "duration", kind: kInt, size: 8, src: srcDuration}, true, nil
+	}
+	if v, ok := e.stashed[o.key()]; ok {
+		return v, true, nil
+	}
+	return value{}, false, nil
+}
+
+func (e *Return) unknown(c *compiler, o Operand) error { return e.Entry.unknown(c, o) }
+func (e *Return) userSpace() bool                      { return e.Entry.userSpace() }
+
+// Columns are the entry's, then ret and duration.
+func (e *Return) Columns() []Operand {
+	return append(e.Entry.Columns(), Operand{Base: "ret", Text: "ret"}, Operand{Base: "duration", Text: "duration"})
+}
+
+func (e *Return) HasStringPointer() bool { return false }
+
+// CallColumns are what a call prints by default: the entry's arguments,
+// then ret and duration.
+func CallColumns(entry Event) []Operand {
+	return (&Return{Entry: entry}).Columns()
+}
+
+// CallMaps are the maps a call's two programs share, besides the action's.
+func CallMaps(c *Call) map[string]*ebpf.MapSpec {
+	return map[string]*ebpf.MapSpec{
+		DepthMap: {Name: "filter_depth", Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: CallsInFlight},
+		StashMap: {Name: "filter_stash", Type: ebpf.LRUHash, KeySize: 8, ValueSize: uint32(c.StashSize), MaxEntries: CallsInFlight},
+	}
+}
+
+// Names finds an operand named name in an expression or an action.
+func Names(root Node, act Action, name string) (Operand, bool) {
+	var found *Operand
+	_ = eachCmp(root, func(c *Cmp) error {
+		for _, o := range []Operand{c.Left, c.Right} {
+			if found == nil && !o.IsConst() && o.Base == name {
+				found = &o
+			}
+		}
+		return nil
+	})
+	for _, o := range act.operands() {
+		if found == nil && o.Base == name {
+			found = &o
+		}
+	}
+	if found == nil {
+		return Operand{}, false
+	}
+	return *found, true
+}

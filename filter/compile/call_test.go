@@ -1,0 +1,119 @@
+package compile
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/loadtest"
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/proctree"
+)
+
+// callCases are the calls the goldens pin and the load test proves: the
+// entry's program and the return's, for each.
+var callCases = []struct {
+	golden, target, expr, act string
+}{
+	// do_sys_openat2 failing: dfd judged at the entry, the filename stashed.
+	{"kopen_ret", "kopen", `ret == -2 && dfd == -100`, "fields:filename,ret,duration"},
+	// A disjunction with the return is judged at the return: skb->len stashed.
+	{"kprobe_or", "kprobe", `ret != 0 || skb->len > 100`, "count-by:skb->dev->name,ret"},
+	{"uprobe_hist", "uprobe", `arg0 < 5`, "hist:duration"},
+	{"uprobe_str", "uprobe", `(char *)arg0 == "x" || ret == 1`, "count-by:str(arg0),comm"},
+	{"uprobe_tree", "uprobe_tree", `ret > 0 && duration > 1000`, "count"},
+	{"uprobe_emit", "uprobe", ``, "emit"},
+}
+
+// retArg is the return value of a case's function.
+func retArg(target string) Arg {
+	if strings.HasPrefix(target, "uprobe") {
+		return UretprobeArgs(asm.AMD64)[0]
+	}
+	return Arg{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}
+}
+
+func compileCall(t *testing.T, ts map[string]Target, i int) (*Call, Action) {
+	t.Helper()
+	tc := callCases[i]
+	var root Node
+	if tc.expr != "" {
+		var err error
+		if root, err = Parse(tc.expr); err != nil {
+			t.Fatalf("%s: %v", tc.expr, err)
+		}
+	}
+	act := caseAction(t, ts[tc.target], tc.act)
+	if tc.act == "emit" {
+		act.Columns = CallColumns(ts[tc.target].Event)
+	}
+	if !IsCall(root, act) {
+		t.Fatalf("%s %s: not a call", tc.expr, tc.act)
+	}
+	call, err := CompileCall(tc.expr, root, ts[tc.target], retArg(tc.target), act)
+	if err != nil {
+		t.Fatalf("%s: %v", tc.expr, err)
+	}
+	return call, act
+}
+
+func TestCallGoldens(t *testing.T) {
+	ts := targets(t)
+	for i, tc := range callCases {
+		call, _ := compileCall(t, ts, i)
+		golden.Check(t, "call_"+tc.golden, fmt.Sprintf("%s\n--%s\nstash %d bytes\n\nentry:\n%s%v\nreturn:\n%s%v",
+			tc.expr, tc.act, call.StashSize, layout(call.Entry), call.Entry.Insns, layout(call.Return), call.Return.Insns))
+	}
+}
+
+// TestCallLoad hands both programs of every call to the verifier, with
+// their maps.
+func TestCallLoad(t *testing.T) {
+	privtest.Require(t)
+	ts := targets(t)
+	for i, tc := range callCases {
+		call, act := compileCall(t, ts, i)
+		m := Maps(act.Kind, call.Return)
+		for k, v := range CallMaps(call) {
+			m[k] = v
+		}
+		if ts[tc.target].Tree {
+			m[proctree.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+		}
+		loadtest.Spec(t, tc.golden, &ebpf.CollectionSpec{Maps: m, Programs: map[string]*ebpf.ProgramSpec{
+			"entry":  {Name: "filter_entry", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Entry.Insns},
+			"return": {Name: "filter_return", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Return.Insns},
+		}})
+	}
+}
+
+// What a call refuses, and what it splits.
+func TestCallErrors(t *testing.T) {
+	ts := targets(t)
+	for _, tc := range []struct {
+		target, expr, act, want string
+	}{
+		{"kopen", `ret == -2 && nosuch == 1`, "", `no argument or builtin "nosuch"`},
+		{"kopen", `ret == -2`, "fields:filename,nosuch", "no argument or builtin \"nosuch\" (arguments: dfd, filename; builtins: pid, tid, comm, cpu, uid, gid)\n  filename,nosuch\n           ^"},
+		{"kopen", `duration->x == 1`, "count", "duration is a number of nanoseconds: it has no members"},
+		{"kopen", `ret == "x"`, "count", "ret is a number"},
+	} {
+		root, err := Parse(tc.expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		act := Action{Kind: Count}
+		if tc.act != "" {
+			act = caseAction(t, ts[tc.target], tc.act)
+		}
+		_, err = CompileCall(tc.expr, root, ts[tc.target], retArg(tc.target), act)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: %v, want %q", tc.expr, tc.act, err, tc.want)
+		}
+	}
+}

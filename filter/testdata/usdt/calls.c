@@ -1,0 +1,34 @@
+// A fixture for calls seen whole: argv[1] times, tk_recurse(9, i) recurses
+// to depth 0 and each level returns i*100 + its depth argument (so a
+// return paired with the wrong entry shows), and tk_name(s) returns the
+// length of a string known from i ("call-i", "-" when i is a multiple of
+// 3). Built at -O0: gcc -O2 turns the recursion into a loop.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((noinline)) long tk_recurse(long depth, long i) {
+	if (depth == 0)
+		return i * 100;
+	return tk_recurse(depth - 1, i) + 1;
+}
+
+__attribute__((noinline)) long tk_name(const char *s) {
+	return (long)strlen(s);
+}
+
+int main(int argc, char **argv) {
+	int n = argc > 1 ? atoi(argv[1]) : 1;
+	char buf[32];
+	long sum = 0;
+	for (int i = 0; i < n; i++) {
+		sum += tk_recurse(9, i);
+		if (i % 3 == 0)
+			strcpy(buf, "-");
+		else
+			snprintf(buf, sizeof buf, "call-%d", i);
+		sum += tk_name(buf);
+	}
+	printf("%ld\n", sum);
+	return 0;
+}
