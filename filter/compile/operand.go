@@ -25,15 +25,15 @@ const (
 type source int
 
 const (
-	srcCtx     source = iota // a tracepoint field at ctxOff
-	srcDataLoc               // a __data_loc string of the record
-	srcArg                   // a probe's argument, in the register at regOff
-	srcWalk                  // at the address resolve left in R1
-	srcBuiltin               // from a helper
-	srcUSDT                  // a USDT argument, as its spec says
-	srcEntry                 // a syscall's argument or number, in the user's pt_regs at regOff (SyscallEntry)
-	srcStash                 // a call's entry value, in its stash record at ctxOff (Return)
-	srcDuration              // a call's nanoseconds since its entry (Return)
+	srcCtx      source = iota // a tracepoint field at ctxOff
+	srcDataLoc                // a __data_loc string of the record
+	srcArg                    // a probe's argument, in the register at regOff
+	srcWalk                   // at the address resolve left in R1
+	srcBuiltin                // from a helper
+	srcUSDT                   // a USDT argument, as its spec says
+	srcEntry                  // a syscall's argument or number, in the user's pt_regs at regOff (SyscallEntry)
+	srcStash                  // a call's entry value, in its stash record at ctxOff (Return)
+	srcDuration               // a call's nanoseconds since its entry (Return)
 )
 
 // space is the address space a string pointer points into.
