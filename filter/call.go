@@ -135,6 +135,14 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 			return err
 		}
 	}
+	s.OnClose("", func() error {
+		// Once detached: calls whose entries were stashed and whose returns
+		// did not come (still running, or their threads exited in them).
+		if n := countKeys(coll.Maps[compile.StashMap], compile.CallsInFlight); n > 0 {
+			fmt.Fprintf(s.Stderr, "%s: %d calls of %s had begun and not returned when tracing stopped: they are not in the output\n", s.Tool, n, name)
+		}
+		return nil
+	})
 	// The return first: a call whose entry is stashed then always finds
 	// its return armed (one that began before finds no stash, and passes
 	// nothing).
@@ -153,4 +161,15 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 		}
 	}
 	return report(ctx, s, o, ev, coll, call.Return, act)
+}
+
+// countKeys counts a hash's keys, at most limit (its room).
+func countKeys(m *ebpf.Map, limit int) int {
+	n := 0
+	var k []byte
+	it := m.Iterate()
+	for n < limit && it.Next(&k, new([]byte)) {
+		n++
+	}
+	return n
 }

@@ -116,6 +116,9 @@ func threads(arg string) int {
 type Open struct {
 	Path  string
 	Times int
+	// Missing: the path does not exist, and each open fails with ENOENT
+	// (a known outcome for a call's return value).
+	Missing bool
 }
 
 // Opens is the shell command that opens each file its number of times
@@ -127,7 +130,11 @@ func Opens(t testing.TB, comm string, files ...Open) string {
 		if strings.ContainsAny(f.Path, ",: '") {
 			t.Fatalf("workload path %q holds ',', ':', ' ' or a quote", f.Path)
 		}
-		parts = append(parts, fmt.Sprintf("%s:%d", f.Path, f.Times))
+		mark := ""
+		if f.Missing {
+			mark = "!"
+		}
+		parts = append(parts, fmt.Sprintf("%s%s:%d", mark, f.Path, f.Times))
 	}
 	env, err := exec.LookPath("env")
 	if err != nil {
@@ -156,6 +163,7 @@ func opens(spec, comm string) int {
 	}
 	for _, part := range strings.Split(spec, ",") {
 		path, n, ok := strings.Cut(part, ":")
+		path, missing := strings.CutPrefix(path, "!")
 		times, err := strconv.Atoi(n)
 		if !ok || err != nil {
 			return 3
@@ -166,6 +174,9 @@ func opens(spec, comm string) int {
 		}
 		for i := 0; i < times; i++ {
 			fd, err := unix.Open(path, unix.O_RDONLY, 0)
+			if missing && err == unix.ENOENT {
+				continue
+			}
 			if err != nil {
 				fmt.Fprintln(os.Stderr, path, err)
 				return 4

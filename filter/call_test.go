@@ -1,0 +1,125 @@
+package filter
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+)
+
+// countByJSON runs filter --json --count-by and decodes its report.
+func countByJSON(t *testing.T, args ...string) (countByReport, tooltest.Result) {
+	t.Helper()
+	r := filter(t, append([]string{"--json", "--count-by"}, args...)...)
+	var rep countByReport
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || r.Status != 0 {
+		t.Fatalf("filter --count-by %q: exit %d, %v: %q %q", args, r.Status, err, r.Stdout, r.Stderr)
+	}
+	return rep, r
+}
+
+// num is a JSON number of a key.
+func num(v any) int64 {
+	f, _ := v.(float64)
+	return int64(f)
+}
+
+// histTotal sums a printed histogram's buckets.
+func histTotal(out string) int {
+	n := 0
+	for _, m := range regexp.MustCompile(`(?m)^\s+\d+ -> \d+\s+: (\d+)`).FindAllStringSubmatch(out, -1) {
+		c, _ := strconv.Atoi(m[1])
+		n += c
+	}
+	return n
+}
+
+const notReturned = "had begun and not returned"
+
+// A recursion to depth 10, N times: every return paired with its own
+// entry (each level returns i*100 + its depth argument), each call once,
+// and nothing left in the stash when the command is done.
+func TestCallRecursion(t *testing.T) {
+	privtest.Require(t)
+	fx := fixtures(t) + "/fx-calls"
+	const n = 40
+	rep, r := countByJSON(t, "arg0,ret", "uprobe:"+fx+":tk_recurse", "-c", fmt.Sprintf("%s %d", fx, n))
+	if len(rep.Counts) != 10*n || rep.Total != 10*n || rep.Lost != 0 {
+		t.Errorf("%d keys, %d calls, %d lost: want %d, %d, 0", len(rep.Counts), rep.Total, rep.Lost, 10*n, 10*n)
+	}
+	for _, c := range rep.Counts {
+		depth, ret := num(c.Key["arg0"]), num(c.Key["ret"])
+		if c.Count != 1 || ret%100 != depth || ret/100 >= n || depth > 9 {
+			t.Errorf("arg0=%d ret=%d count %d: a return paired with another entry, or counted twice", depth, ret, c.Count)
+		}
+	}
+	if strings.Contains(r.Stderr, notReturned) {
+		t.Errorf("stash not empty after the command: %s", r.Stderr)
+	}
+}
+
+// A string argument read at the entry, judged with the return value.
+func TestCallStrings(t *testing.T) {
+	privtest.Require(t)
+	fx := fixtures(t) + "/fx-calls"
+	const n = 30
+	work := fmt.Sprintf("%s %d", fx, n)
+	ev := "uprobe:" + fx + ":tk_name"
+	rep, _ := countByJSON(t, "str(arg0),ret", ev, "--where", "ret > 1", "-c", work)
+	want := 0
+	for i := 1; i < n; i++ {
+		if i%3 != 0 {
+			want++
+		}
+	}
+	if len(rep.Counts) != want || rep.Total != want {
+		t.Errorf("%d keys, %d calls: want %d each\n%+v", len(rep.Counts), rep.Total, want, rep.Counts)
+	}
+	for _, c := range rep.Counts {
+		s, _ := c.Key["str(arg0)"].(string)
+		var i int
+		if _, err := fmt.Sscanf(s, "call-%d", &i); err != nil || i%3 == 0 || num(c.Key["ret"]) != int64(len(s)) || c.Count != 1 {
+			t.Errorf("key %v count %d: want call-I with ret its length, once", c.Key, c.Count)
+		}
+	}
+	// ret == 1: "-" every third call; or the string of call 2.
+	if got := countOf(t, ev, "--where", `ret == 1 || str(arg0) == "call-2"`, "-c", work); got != n/3+1 {
+		t.Errorf("ret == 1 || str(arg0) == \"call-2\": %d, want %d", got, n/3+1)
+	}
+	r := filter(t, "--hist", "duration", ev, "-c", work)
+	if got := histTotal(r.Stdout); r.Status != 0 || got != n {
+		t.Errorf("--hist duration: %d calls, want %d (exit %d):\n%s%s", got, n, r.Status, r.Stdout, r.Stderr)
+	}
+}
+
+// do_sys_openat2 of a missing path returns -ENOENT: judged at the return
+// with the filename the entry saw, N times exactly; the other opens by the
+// same command are in the duration histogram, not in the failures.
+func TestCallKprobe(t *testing.T) {
+	privtest.RequireKprobes(t)
+	dir := t.TempDir()
+	a, missing := dir+"/a", dir+"/missing"
+	openFiles(t, a)
+	const na, nm = 5, 7
+	work := tooltest.Opens(t, "tk-call", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: missing, Times: nm, Missing: true})
+	ours := fmt.Sprintf(`filename ~ "%s/*"`, dir)
+	rep, r := countByJSON(t, "filename,ret", "kprobe:do_sys_openat2", "--where", "ret == -2 && "+ours, "-c", work)
+	if len(rep.Counts) != 1 || rep.Total != nm || rep.Counts[0].Key["filename"] != missing || num(rep.Counts[0].Key["ret"]) != -2 {
+		t.Errorf("ret == -2: %+v, want %s and -2, %d times\n%s", rep.Counts, missing, nm, r.Stderr)
+	}
+	r = filter(t, "--hist", "duration", "kprobe:do_sys_openat2", "--where", ours, "-c", work)
+	if got := histTotal(r.Stdout); r.Status != 0 || got != na+nm {
+		t.Errorf("--hist duration: %d calls, want %d (exit %d):\n%s%s", got, na+nm, r.Status, r.Stdout, r.Stderr)
+	}
+	// Printed: the entry's arguments, then ret and duration.
+	r = filter(t, "kprobe:do_sys_openat2", "--where", "ret < 0 && "+ours, "-c", work)
+	ls := lines(r.Stdout)
+	if len(ls) != nm || !strings.Contains(ls[0], " filename="+missing+" ") || !strings.Contains(ls[0], " ret=-2 duration=") {
+		t.Errorf("printed: %d lines, want %d with filename, ret and duration:\n%s%s", len(ls), nm, r.Stdout, r.Stderr)
+	}
+}
