@@ -105,6 +105,24 @@ Examples:
   filter kretprobe:ksys_write --where 'ret < 0'
   filter --info kprobe:do_sys_openat2
 
+A call seen whole (ksnoop's "ip_send_skb(skb, return!=0)"): on
+kprobe:FUNCTION or uprobe:PATH:FUNCTION, naming ret (the return value) or
+duration (nanoseconds from the entry to the return) in --where, --fields,
+--count-by or --hist pairs each call's entry with its return, in the
+kernel: the parts of --where joined by && that need only the entry are
+judged there; the values the rest and the output need are read at the
+entry (a string too) and stashed per thread and depth, so recursion pairs
+exactly (to a depth of 64 per thread, the kernel's own limit for
+uretprobes: deeper calls are not reported); the return judges the rest and
+reports. Printed, a call shows its arguments, then ret and duration. Up to
+10240 calls may be in progress at once; a call whose return never comes
+(its thread exits in it) is pushed out by newer ones, and the run says at
+the end how many had begun and not returned. Through the kprobe and its
+kretprobe (uprobe and uretprobe): a BPF trampoline does not pair calls.
+  filter kprobe:do_sys_openat2 --where 'ret == -2 && filename ~ "/etc/*"'
+  filter --hist duration kprobe:vfs_read --where 'comm == "cat"'
+  filter --count-by str(arg0),ret uprobe:libc.so.6:getenv --where 'ret == 0'
+
 A bad --where is a usage error; the message points at the offending part.
 `
 
