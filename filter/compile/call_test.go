@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -116,4 +117,31 @@ func TestCallErrors(t *testing.T) {
 			t.Errorf("%s %s: %v, want %q", tc.expr, tc.act, err, tc.want)
 		}
 	}
+}
+
+// fuzzCall is FuzzCompile's case of a call: both programs compile, and
+// load.
+func fuzzCall(t *testing.T, seed int64, target Target, base, expr string, root Node, actText string) {
+	act := caseAction(t, target, actText)
+	if actText == "emit" {
+		act.Columns = CallColumns(target.Event)
+	}
+	call, err := CompileCall(expr, root, target, retArg(base), act)
+	if err != nil && strings.Contains(err.Error(), "never holds") {
+		return
+	}
+	if err != nil {
+		t.Fatalf("%s on %s (%s): %v", expr, base, actText, err)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	m := Maps(act.Kind, call.Return)
+	for k, v := range CallMaps(call) {
+		m[k] = v
+	}
+	loadtest.Spec(t, fmt.Sprintf("seed %d: %s on %s call (%s)", seed, expr, base, actText), &ebpf.CollectionSpec{Maps: m, Programs: map[string]*ebpf.ProgramSpec{
+		"entry":  {Name: "filter_entry", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Entry.Insns},
+		"return": {Name: "filter_return", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Return.Insns},
+	}})
 }

@@ -443,6 +443,17 @@ var operandsOf = map[string]struct {
 		strs:    map[string]int{"comm": 16, "str(arg0)": 0},
 		actions: []string{"count", "count-by:arg0", "hist:arg1", "fields:arg0,arg1,str(arg2)"},
 	},
+	// Calls (CompileCall) of kopen's and uprobe's functions.
+	"kopen_call": {
+		ints:    map[string]bool{"dfd": true, "pid": false, "ret": true, "duration": false},
+		strs:    map[string]int{"filename": 0, "comm": 16},
+		actions: []string{"count", "count-by:filename,ret", "hist:duration", "emit", "fields:ret,comm,filename"},
+	},
+	"uprobe_call": {
+		ints:    map[string]bool{"arg0": false, "ret": true, "duration": false, "tid": false},
+		strs:    map[string]int{"str(arg0)": 0, "comm": 16},
+		actions: []string{"count-by:str(arg1),ret", "hist:ret", "emit", "fields:duration,arg2"},
+	},
 	"kopen": {
 		ints:    map[string]bool{"dfd": true, "pid": false, "gid": false},
 		strs:    map[string]int{"filename": 0, "comm": 16},
@@ -519,7 +530,7 @@ func FuzzCompile(f *testing.F) {
 		f.Add(seed)
 	}
 	ts := targets(&testing.T{})
-	targetNames := []string{"kopen", "openat", "switch", "usdt", "uprobe"}
+	targetNames := []string{"kopen", "openat", "switch", "usdt", "uprobe", "kopen_call", "uprobe_call"}
 	f.Fuzz(func(t *testing.T, seed int64) {
 		r := rand.New(rand.NewSource(seed))
 		target := targetNames[r.Intn(len(targetNames))]
@@ -529,6 +540,10 @@ func FuzzCompile(f *testing.F) {
 		root, err := Parse(expr)
 		if err != nil {
 			t.Fatalf("%s: %v", expr, err)
+		}
+		if base, ok := strings.CutSuffix(target, "_call"); ok {
+			fuzzCall(t, seed, ts[base], base, expr, root, actText)
+			return
 		}
 		act := caseAction(t, ts[target], actText)
 		prog, err := Compile(expr, root, ts[target], act)
