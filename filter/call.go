@@ -14,7 +14,6 @@ import (
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/perfevent"
-	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -117,23 +116,9 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 		},
 	}
 	maps.Copy(spec.Maps, compile.CallMaps(call))
-	if tree {
-		t, err := proctree.New(s.CommandPid(), target.NS, o.MaxTree)
-		if err != nil {
-			return err
-		}
-		if err := proctree.Add(spec, t); err != nil {
-			return err
-		}
-	}
-	coll, err := s.Load(spec)
+	coll, err := loadFollowing(s, spec, tree, target.NS, o.MaxTree)
 	if err != nil {
 		return err
-	}
-	if tree {
-		if err := s.FollowProcessTree(coll, s.CommandPid()); err != nil {
-			return err
-		}
 	}
 	s.OnClose("", func() error {
 		// Once detached: calls whose entries were stashed and whose returns

@@ -523,23 +523,9 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 		sets[i].Probes = append(sets[i].Probes, st.probe)
 	}
 	spec.Maps = compile.Maps(act.Kind, prog)
-	if tree {
-		t, err := proctree.New(s.CommandPid(), ns, o.MaxTree)
-		if err != nil {
-			return err
-		}
-		if err := proctree.Add(spec, t); err != nil {
-			return err
-		}
-	}
-	coll, err := s.Load(spec)
+	coll, err := loadFollowing(s, spec, tree, ns, o.MaxTree)
 	if err != nil {
 		return err
-	}
-	if tree {
-		if err := s.FollowProcessTree(coll, s.CommandPid()); err != nil {
-			return err
-		}
 	}
 	for i := range sets {
 		sets[i].Prog = coll.Programs[fmt.Sprintf("filter%d", i)]
@@ -762,4 +748,28 @@ func hasDataLoc(f *tracefs.Format) bool {
 // probe is the kprobe or kretprobe of ev.
 func (e event) probe() tracefs.Probe {
 	return tracefs.Probe{Type: tracefs.Kprobe, Symbol: e.symbol, Ret: e.kind == "kretprobe"}
+}
+
+// loadFollowing loads spec; with tree, its programs keep to the -c
+// command's process tree (proctree), which is followed from then on.
+func loadFollowing(s *run.Session, spec *ebpf.CollectionSpec, tree bool, ns *asm.PidNS, maxTree uint32) (*ebpf.Collection, error) {
+	if tree {
+		t, err := proctree.New(s.CommandPid(), ns, maxTree)
+		if err != nil {
+			return nil, err
+		}
+		if err := proctree.Add(spec, t); err != nil {
+			return nil, err
+		}
+	}
+	coll, err := s.Load(spec)
+	if err != nil {
+		return nil, err
+	}
+	if tree {
+		if err := s.FollowProcessTree(coll, s.CommandPid()); err != nil {
+			return nil, err
+		}
+	}
+	return coll, nil
 }
