@@ -36,7 +36,7 @@ var (
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
 	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, stream, sample or switch; or startup")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, call, stream, sample or switch; or startup")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -183,6 +183,24 @@ func run() error {
 				{"empty program", emptyUprobe(fx, off)},
 				{"filter --count", toolProcess(*bin+"/filter", []string{"--count", "usdt:" + fx + ":tk:plain"})},
 			}, peer("bpftrace count()", "usdt:"+fx+":tk:plain { @ = count(); }")...),
+		})
+	}
+	if _, err := os.Stat(fx); err == nil {
+		// A call timed from entry to return: tk_add, once per loop.
+		const calls = 200000
+		timed := append([]tracer{
+			{"untraced", untraced},
+			{"filter --hist duration", toolProcess(*bin+"/filter", []string{"--hist", "duration", "uprobe:" + fx + ":tk_add"})},
+		}, peer("bpftrace hist(nsecs - @s[tid])", fmt.Sprintf("uprobe:%s:tk_add { @s[tid] = nsecs; } uretprobe:%s:tk_add { @ = hist(nsecs - @s[tid]); }", fx, fx))...)
+		if p, err := exec.LookPath("funclatency"); err == nil {
+			timed = append(timed, tracer{"funclatency (libbpf-tools)", toolProcess("stdbuf", []string{"-oL", p, fx + ":tk_add"})})
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: funclatency (libbpf-tools) not found: its row is left out")
+		}
+		suites = append(suites, suite{
+			title: "a C function's calls timed, uprobe and uretprobe (a fixture's loop; the process's own CPU time)", unit: "call", ops: calls,
+			external: func() (int64, error) { return childCPU(fx, strconv.Itoa(calls)) },
+			tracers:  timed,
 		})
 	}
 	fmt.Printf("%d interleaved rounds, medians, %s\n", *rounds, time.Now().UTC().Format("2006-01-02"))
