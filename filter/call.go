@@ -2,6 +2,7 @@ package filter
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"strings"
@@ -123,7 +124,7 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 	s.OnClose("", func() error {
 		// Once detached: calls whose entries were stashed and whose returns
 		// did not come (still running, or their threads exited in them).
-		if n := countKeys(coll.Maps[compile.StashMap], compile.CallsInFlight); n > 0 {
+		if n := inProgress(coll.Maps[compile.StashMap], compile.CallsInFlight); n > 0 {
 			fmt.Fprintf(s.Stderr, "%s: %d calls of %s had begun and not returned when tracing stopped: they are not in the output\n", s.Tool, n, name)
 		}
 		return nil
@@ -148,13 +149,18 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 	return report(ctx, s, o, ev, coll, call.Return, act)
 }
 
-// countKeys counts a hash's keys, at most limit (its room).
-func countKeys(m *ebpf.Map, limit int) int {
-	n := 0
-	var k []byte
+// inProgress counts the stash records whose time is set (calls whose
+// returns have not read them), over at most limit records (the map's
+// room).
+func inProgress(m *ebpf.Map, limit int) int {
+	n, seen := 0, 0
+	var k, v []byte
 	it := m.Iterate()
-	for n < limit && it.Next(&k, new([]byte)) {
-		n++
+	for seen < limit && it.Next(&k, &v) {
+		seen++
+		if len(v) >= compile.StashTime+8 && binary.NativeEndian.Uint64(v[compile.StashTime:]) != 0 {
+			n++
+		}
 	}
 	return n
 }

@@ -16,7 +16,7 @@ import (
 // conjuncts of --where that name neither) and stashes, per thread, the
 // values the return needs and the time; the return's finds them again
 // (asm.CallPush, asm.CallPop), judges the rest of --where and acts, and
-// deletes the stash.
+// marks the stash read (asm.CallDone).
 
 // Maps and sizes of a call.
 const (
@@ -39,9 +39,13 @@ const regStash = bpf.R9
 
 // stash record: the key, the entry's time, then the columns.
 const (
-	stashTime    = 8
+	stashTime    = 8 // StashTime
 	stashColumns = 16
 )
+
+// StashTime is the offset of a stash record's entry time: 0 once its
+// return has read it.
+const StashTime = stashTime
 
 // Call is what CompileCall builds.
 type Call struct {
@@ -225,7 +229,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 		bpf.FnKtimeGetNs.Call().WithSource(bpf.Comment("the entry's time")),
 		bpf.StoreMem(bpf.RFP, rec+stashTime, bpf.R0, bpf.DWord),
 	)
-	ec.emit(asm.CallPush("call", DepthMap, StashMap, countKey, rec, MaxDepth, "reject")...)
+	ec.emit(asm.CallPush("call", DepthMap, StashMap, countKey, rec, size, MaxDepth, "reject")...)
 	entryProg, err := ec.finish(stash, asm.Return("reject", 0))
 	if err != nil {
 		return nil, err
@@ -244,7 +248,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	rt := Target{Event: r, BTF: entry.BTF, Read: entry.Read, NS: entry.NS}
 	rc := newCompiler(rt, expr)
 	rc.emit(asm.Prologue()...)
-	rc.emit(asm.CallPop("call", DepthMap, StashMap, countKey, scratchOff, MaxDepth, regStash, "out")...)
+	rc.emit(asm.CallPop("call", DepthMap, StashMap, countKey, scratchOff, stashTime, MaxDepth, regStash, "out")...)
 	if err := rc.where(joinAnd(atReturn)); err != nil {
 		return nil, err
 	}
@@ -252,7 +256,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	if err != nil {
 		return nil, err
 	}
-	epilogue := asm.CallDrop(StashMap, regStash, scratchOff)
+	epilogue := asm.CallDone(regStash, stashTime)
 	epilogue[0] = epilogue[0].WithSymbol("reject")
 	epilogue = append(epilogue, asm.Return("out", 0)...)
 	if retProg, err = rc.finish(retProg, epilogue); err != nil {
