@@ -28,13 +28,22 @@ import (
 // size bytes (a multiple of 8); its first 8 bytes are the key, filled
 // here. tidOff is 4 bytes of stack for the tid. The thread's depth grows
 // by one; past maxDepth it still counts, so that the returns stay paired,
-// but nothing is stashed. Ends with a jump to done.
-func CallPush(prefix, depthMap, stashMap string, tidOff, recOff int16, size int, maxDepth int32, done string) bpf.Instructions {
+// but nothing is stashed. Ends with a jump to done. With tidKnown, the
+// tid is at tidOff already (stored by the pid filter's helper call).
+func CallPush(prefix, depthMap, stashMap string, tidOff, recOff int16, size int, maxDepth int32, tidKnown bool, done string) bpf.Instructions {
 	first, push, insert := prefix+"_first", prefix+"_push", prefix+"_insert"
 	var s Seq
-	s.Add(bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment(fmt.Sprintf("%s[tid]++: the call's depth in its thread", depthMap))))
-	s.Add(StoreKey(tidOff, bpf.R0, bpf.Word))
-	s.Append(MapLookup(depthMap, tidOff))
+	note := fmt.Sprintf("%s[tid]++: the call's depth in its thread", depthMap)
+	if !tidKnown {
+		s.Add(bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment(note)))
+		s.Add(StoreKey(tidOff, bpf.R0, bpf.Word))
+		note = ""
+	}
+	lookup := MapLookup(depthMap, tidOff)
+	if note != "" {
+		lookup[0] = lookup[0].WithSource(bpf.Comment(note))
+	}
+	s.Append(lookup)
 	s.Add(bpf.JEq.Imm(bpf.R0, 0, first))
 	s.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord))
 	s.Add(bpf.Mov.Reg(bpf.R2, bpf.R1))

@@ -208,6 +208,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	ec.option, ec.expr = "", expr
 
 	// The entry: its filters, its part of --where, then the stash.
+	ec.keepTid = true
 	ec.filters()
 	if err := ec.where(joinAnd(atEntry)); err != nil {
 		return nil, err
@@ -229,7 +230,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 		bpf.FnKtimeGetNs.Call().WithSource(bpf.Comment("the entry's time")),
 		bpf.StoreMem(bpf.RFP, rec+stashTime, bpf.R0, bpf.DWord),
 	)
-	ec.emit(asm.CallPush("call", DepthMap, StashMap, countKey, rec, size, MaxDepth, "reject")...)
+	ec.emit(asm.CallPush("call", DepthMap, StashMap, callTid, rec, size, MaxDepth, ec.tidKept, "reject")...)
 	entryProg, err := ec.finish(stash, asm.Return("reject", 0))
 	if err != nil {
 		return nil, err
@@ -248,7 +249,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	rt := Target{Event: r, BTF: entry.BTF, Read: entry.Read, NS: entry.NS}
 	rc := newCompiler(rt, expr)
 	rc.emit(asm.Prologue()...)
-	rc.emit(asm.CallPop("call", DepthMap, StashMap, countKey, scratchOff, stashTime, MaxDepth, regStash, "out")...)
+	rc.emit(asm.CallPop("call", DepthMap, StashMap, callTid, scratchOff, stashTime, MaxDepth, regStash, "out")...)
 	if err := rc.where(joinAnd(atReturn)); err != nil {
 		return nil, err
 	}

@@ -52,6 +52,7 @@ const (
 	strOff     = -144 // probe-read target of strings (up to maxString+2 bytes)
 	maxString  = 127
 	countKey   = -148 // a u32 array key
+	callTid    = -152 // a call's tid, the key of its depth
 	valOff     = -160 // a u64 value to insert
 	// The key (--count-by) or record (--fields) sits below, up to the
 	// 512 bytes of stack a program has.
@@ -75,6 +76,9 @@ type compiler struct {
 	n       int               // label counter
 	pending string            // a label waiting for the next instruction
 	alias   map[string]string // labels that ended up at the same instruction
+	// keepTid: the pid filter's helper call also stores the tid at
+	// callTid (a call's entry), and tidKept says it did.
+	keepTid, tidKept bool
 }
 
 func (c *compiler) errAt(pos int, format string, args ...any) error {
@@ -142,6 +146,10 @@ func (c *compiler) filters() {
 		c.emit(asm.CurrentNsPid(*t.NS, scratchOff)...)
 	} else if t.NS == nil && (t.SelfPid != 0 || t.Pid != 0 || t.Tree) {
 		c.emit(asm.CurrentPid()...)
+		if c.keepTid {
+			c.emit(asm.StoreKey(callTid, bpf.R0, bpf.Word).WithSource(bpf.Comment("and the tid, for the call's depth")))
+			c.tidKept = true
+		}
 	}
 	if t.SelfPid != 0 {
 		c.emit(bpf.JEq.Imm(asm.RegPid, int32(t.SelfPid), "reject").WithSource(bpf.Comment("not filter's own events (--self includes them)")))
