@@ -20,15 +20,14 @@ import (
 
 // Maps and sizes of a call.
 const (
-	DepthMap = "depth" // u32 tid → u64 calls in progress
-	StashMap = "stash" // {u32 tid; u32 depth} → the entry's record
+	StashMap = "stash" // {u32 tid; u32 depth} → the entry's record (asm.CallPush)
 	// MaxDepth is how deeply a thread's calls of the function nest and
 	// still pair: deeper calls are counted (so that the returns stay
 	// paired) but not stashed, and their returns pass nothing. It is the
 	// kernel's own limit for uretprobes (MAX_URETPROBE_DEPTH).
 	MaxDepth = 64
-	// CallsInFlight is the room of both LRU maps: calls in progress at
-	// once, over every thread.
+	// CallsInFlight is the room of the stash, an LRU hash: calls in
+	// progress at once, over every thread.
 	CallsInFlight = 10240
 )
 
@@ -37,10 +36,11 @@ const (
 // programs use R6 (the context), R7 and R8.
 const regStash = bpf.R9
 
-// stash record: the key, the entry's time, then the columns.
+// stash record: the key, the entry's time, the thread's calls in
+// progress, then the columns.
 const (
-	stashTime    = 8 // StashTime
-	stashColumns = 16
+	stashTime    = asm.CallTime
+	stashColumns = asm.CallRecord
 )
 
 // StashTime is the offset of a stash record's entry time: 0 once its
@@ -230,7 +230,13 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 		bpf.FnKtimeGetNs.Call().WithSource(bpf.Comment("the entry's time")),
 		bpf.StoreMem(bpf.RFP, rec+stashTime, bpf.R0, bpf.DWord),
 	)
-	ec.emit(asm.CallPush("call", DepthMap, StashMap, callTid, rec, size, MaxDepth, ec.tidKept, "reject")...)
+	if !ec.tidKept {
+		ec.emit(
+			bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment("the tid")),
+			asm.StoreKey(callTid, bpf.R0, bpf.Word),
+		)
+	}
+	ec.emit(asm.CallPush("call", StashMap, callTid, rec, size, MaxDepth, "reject")...)
 	entryProg, err := ec.finish(stash, asm.Return("reject", 0))
 	if err != nil {
 		return nil, err
@@ -249,7 +255,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	rt := Target{Event: r, BTF: entry.BTF, Read: entry.Read, NS: entry.NS}
 	rc := newCompiler(rt, expr)
 	rc.emit(asm.Prologue()...)
-	rc.emit(asm.CallPop("call", DepthMap, StashMap, callTid, scratchOff, stashTime, MaxDepth, regStash, "out")...)
+	rc.emit(asm.CallPop("call", StashMap, callTid, scratchOff, MaxDepth, regStash, "out")...)
 	if err := rc.where(joinAnd(atReturn)); err != nil {
 		return nil, err
 	}
@@ -257,7 +263,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	if err != nil {
 		return nil, err
 	}
-	epilogue := asm.CallDone(regStash, stashTime)
+	epilogue := asm.CallDone(regStash)
 	epilogue[0] = epilogue[0].WithSymbol("reject")
 	epilogue = append(epilogue, asm.Return("out", 0)...)
 	if retProg, err = rc.finish(retProg, epilogue); err != nil {
@@ -330,10 +336,9 @@ func CallColumns(entry Event) []Operand {
 	return (&Return{Entry: entry}).Columns()
 }
 
-// CallMaps are the maps a call's two programs share, besides the action's.
+// CallMaps are the map a call's two programs share, besides the action's.
 func CallMaps(c *Call) map[string]*ebpf.MapSpec {
 	return map[string]*ebpf.MapSpec{
-		DepthMap: {Name: "filter_depth", Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: CallsInFlight},
 		StashMap: {Name: "filter_stash", Type: ebpf.LRUHash, KeySize: 8, ValueSize: uint32(c.StashSize), MaxEntries: CallsInFlight},
 	}
 }
