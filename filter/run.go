@@ -353,6 +353,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err := checkReturnOnly(ev, root, act); err != nil {
 		return err
 	}
+	if compile.HasDump(act) && !kernel.HaveSnprintfBTF() {
+		return fmt.Errorf("%s: printing a structure (*PATH) needs bpf_snprintf_btf, Linux 5.10 and later: this kernel has none", o.Fields)
+	}
 	if isCall(ev, root, act) {
 		return runCall(ctx, s, o, ev, root, act, target)
 	}

@@ -101,3 +101,9 @@ func lookupProgram(m *ebpf.Map, tail ...bpf.Instruction) bpf.Instructions {
 	insns = append(insns, tail...)
 	return append(insns, bpf.Mov.Imm(bpf.R0, 0).WithSymbol("exit"), bpf.Return())
 }
+
+// HaveSnprintfBTF reports whether tracing programs may call
+// bpf_snprintf_btf (5.10+): a kernel structure written as text from BTF.
+func HaveSnprintfBTF() bool {
+	return features.HaveProgramHelper(ebpf.Kprobe, bpf.FnSnprintfBtf) == nil
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/slots"
@@ -45,6 +46,9 @@ type Column struct {
 	Offset, Size    int
 	Signed, Pointer bool
 	Symbols         map[uint64]string
+	// A structure's text (String too), written by bpf_snprintf_btf.
+	dump   bool
+	dumpID btf.TypeID
 }
 
 // Program is a compiled filter and the layout of what it produces.
@@ -56,6 +60,8 @@ type Program struct {
 	// CountBy: the hashes' room, and whether there are two (Action).
 	MaxKeys uint32
 	Swap    bool
+	// Dumps: Emit builds the record in a per-CPU buffer (DumpMap).
+	Dumps bool
 }
 
 // keyString is the room of a string that is not a char array of its own
@@ -88,7 +94,8 @@ func (c *compiler) action(act Action) (*Program, error) {
 	}
 	c.option, c.expr = act.Option, act.Source
 	start := len(c.insns)
-	if err := c.columns(act.Columns, prog, act.Kind == CountBy); err != nil {
+	l, err := c.layColumns(act.Columns, prog, act.Kind == CountBy)
+	if err != nil {
 		return nil, err
 	}
 	off := int16(valOff - prog.Size)
@@ -104,12 +111,22 @@ func (c *compiler) action(act Action) (*Program, error) {
 			c.emit(asm.HashIncrement("counts", "counts", off, valOff, "lost", nil)...)
 		}
 	case Emit:
+		record := bpf.Instructions{bpf.Mov.Reg(bpf.R4, bpf.RFP), bpf.Add.Imm(bpf.R4, int32(off))}
+		if len(l.ptrs) > 0 {
+			if _, ok := c.t.Event.(*Return); ok {
+				return nil, c.errAt(0, "a call's return does not print a structure yet: print it without ret and duration")
+			}
+			prog.Dumps = true
+			c.emitDumps(prog, l.base, l.stackSize, l.ptrs)
+			record = bpf.Instructions{bpf.Mov.Reg(bpf.R4, regStash)}
+		}
 		c.emit(
 			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, record, %d)", prog.Size))),
 			bpf.LoadMapPtr(bpf.R2, 0).WithReference("events"),
 			bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord),
-			bpf.Mov.Reg(bpf.R4, bpf.RFP),
-			bpf.Add.Imm(bpf.R4, int32(off)),
+		)
+		c.emit(record...)
+		c.emit(
 			bpf.Mov.Imm(bpf.R5, int32(prog.Size)),
 			bpf.FnPerfEventOutput.Call(),
 		)
@@ -131,45 +148,87 @@ func (c *compiler) action(act Action) (*Program, error) {
 // two keys of one string would differ there (each taking a slot of the
 // hash: on the 1-CPU guests, 100 slots held 53 files).
 func (c *compiler) columns(ops []Operand, prog *Program, key bool) error {
+	_, err := c.layColumns(ops, prog, key)
+	return err
+}
+
+// laid is where layColumns put a record's structures: the stack holds
+// the record's other columns (stackSize bytes from base), then each
+// structure's pointer (ptrs), and emitDumps builds the record.
+type laid struct {
+	base      int16
+	stackSize int
+	ptrs      []int16
+}
+
+func (c *compiler) layColumns(ops []Operand, prog *Program, key bool) (laid, error) {
 	type planned struct {
 		v   value
 		col Column
 	}
 	// Lay out first (sizes), then fill: the record's place on the stack
-	// depends on its size.
+	// depends on its size. Structures go last in the record.
 	var plan []planned
-	size := 0
+	size, dumps := 0, 0
 	for _, o := range ops {
 		col := Column{Name: o.Text, Offset: size, Size: 8}
 		// The walk, if any, is emitted below, where it is used.
 		v, _, err := c.typeOf(o)
 		if err != nil {
-			return err
+			return laid{}, err
 		}
-		if v.kind == kString {
+		switch {
+		case v.kind == kDump && key:
+			return laid{}, c.errAt(o.Pos, "%s: a structure is printed (--fields), not counted by", o.Text)
+		case v.kind == kDump:
+			col.String, col.Size, col.dump, col.dumpID = true, DumpSize, true, v.dumpID
+			dumps++
+		case v.kind == kString:
 			col.String, col.Size = true, keyString
 			if v.strLen > 0 && v.ptr == nil {
 				col.Size = min((v.strLen+7)&^7, keyString)
 			}
-		} else {
+		default:
 			col.Signed, col.Pointer, col.Symbols = v.signed, v.pointer, v.symbols
 		}
+		if !col.dump {
+			size += col.Size
+		}
 		plan = append(plan, planned{v, col})
-		size += col.Size
 	}
-	if size > maxRecord {
-		return c.errAt(0, "the columns take %d bytes, more than the %d of stack a program has left for them: drop a string", size, maxRecord)
+	stackSize := size + 8*dumps
+	if stackSize > maxRecord {
+		return laid{}, c.errAt(0, "the columns take %d bytes, more than the %d of stack a program has left for them: drop a string", stackSize, maxRecord)
 	}
-	prog.Size = size
-	base := int16(valOff - size)
+	l := laid{base: int16(valOff - stackSize), stackSize: size}
+	for i := range plan {
+		if plan[i].col.dump {
+			plan[i].col.Offset = size + DumpSize*len(l.ptrs)
+			l.ptrs = append(l.ptrs, l.base+int16(size+8*len(l.ptrs)))
+		}
+	}
+	prog.Size = size + DumpSize*dumps
+	k := 0
 	for i, o := range ops {
 		col := plan[i].col
-		off := base + int16(col.Offset)
+		off := l.base + int16(col.Offset)
 		v, err := c.resolve(o) // emits the walk, if any, right before the fetch
 		if err != nil {
-			return err
+			return laid{}, err
 		}
 		first := len(c.insns)
+		if col.dump {
+			// Its pointer, for emitDumps.
+			off = l.ptrs[k]
+			k++
+			if err := c.fetchInt(*v.ptr, bpf.R1); err != nil {
+				return laid{}, c.errAt(o.Pos, "%v", err)
+			}
+			c.emit(bpf.StoreMem(bpf.RFP, off, bpf.R1, bpf.DWord))
+			c.insns[first] = c.insns[first].WithSource(bpf.Comment(fmt.Sprintf("column %s: the structure's address at fp%d", col.Name, off)))
+			prog.Columns = append(prog.Columns, col)
+			continue
+		}
 		if key && (v.ptr != nil || v.src == srcDataLoc) {
 			c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment(fmt.Sprintf("column %s at fp%d, cleared first: a string leaves old bytes after its NUL", col.Name, off))))
 			for i := 0; i < col.Size; i += 8 {
@@ -177,14 +236,14 @@ func (c *compiler) columns(ops []Operand, prog *Program, key bool) error {
 			}
 		}
 		if err := c.store(v, off, col.Size); err != nil {
-			return c.errAt(o.Pos, "%v", err)
+			return laid{}, c.errAt(o.Pos, "%v", err)
 		}
 		if first < len(c.insns) && c.insns[first].Source() == nil {
 			c.insns[first] = c.insns[first].WithSource(bpf.Comment(fmt.Sprintf("column %s at fp%d", col.Name, off)))
 		}
 		prog.Columns = append(prog.Columns, col)
 	}
-	return nil
+	return l, nil
 }
 
 // store emits code that writes a value to the stack at off: an integer as
@@ -262,8 +321,8 @@ func (c *compiler) hist(act Action, prog *Program) error {
 	if err != nil {
 		return err
 	}
-	if v.kind == kString {
-		return c.errAt(act.Hist.Pos, "%s is a string: a histogram needs a number", v.name)
+	if v.kind == kString || v.kind == kDump {
+		return c.errAt(act.Hist.Pos, "%s is not a number: a histogram needs one", v.name)
 	}
 	if v.typed {
 		return c.errAt(act.Hist.Pos, "%s is a struct pointer, which the verifier types at a BPF trampoline: a histogram cannot take its bits; use --attach=perf (a kprobe)", v.name)
@@ -312,7 +371,11 @@ func Maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
 		return m
 	case Emit:
 		// Sized by the kernel: one entry per possible CPU.
-		return map[string]*ebpf.MapSpec{"events": {Name: "filter_events", Type: ebpf.PerfEventArray}}
+		m := map[string]*ebpf.MapSpec{"events": {Name: "filter_events", Type: ebpf.PerfEventArray}}
+		if prog.Dumps {
+			m[DumpMap] = dumpMap(prog.Size)
+		}
+		return m
 	}
 	return map[string]*ebpf.MapSpec{}
 }

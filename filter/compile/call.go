@@ -133,6 +133,9 @@ func (o Operand) key() string {
 	if o.CharPtr {
 		b.WriteString("str ")
 	}
+	if o.Dump {
+		b.WriteString("*")
+	}
 	if o.Cast != "" {
 		fmt.Fprintf(&b, "(struct %s *)", o.Cast)
 	}
@@ -169,6 +172,10 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	}
 	if act.Kind == Keep {
 		return nil, fmt.Errorf("a call has no record of the kernel's to keep: build one (Emit)")
+	}
+	if HasDump(act) {
+		o, _ := dumpOperand(act)
+		return nil, (&compiler{option: act.Option, expr: act.Source}).errAt(o.Pos, "%s: a call (ret, duration) does not print a structure yet: print it on the event without them", o.Text)
 	}
 	ec := newCompiler(entry, expr)
 	var need []stashed

@@ -3,7 +3,7 @@ package compile
 // ColumnsNeedBTF reports whether an action's operands cast a field to a struct.
 func ColumnsNeedBTF(act Action) bool {
 	for _, o := range append(act.Columns, act.Hist) {
-		if o.Cast != "" {
+		if o.Cast != "" || o.Dump {
 			return true
 		}
 	}

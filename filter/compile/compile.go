@@ -402,6 +402,9 @@ func (c *compiler) cmp(cmp *Cmp, target string, when bool) error {
 	if err != nil {
 		return err
 	}
+	if v.kind == kDump || r.Dump {
+		return c.errAt(cmp.OpPos, "a structure (*PATH) is printed with --fields, not compared")
+	}
 	if !r.IsConst() {
 		return c.fieldCmp(v, l, r, op, cmp.OpPos, target, when)
 	}

@@ -178,6 +178,9 @@ type Operand struct {
 	// CharPtr: the path is the address of a NUL-terminated string,
 	// (char *)path or str(path).
 	CharPtr bool
+	// Dump: *path, the whole structure the path points to, printed from
+	// BTF (--fields only).
+	Dump bool
 	// A constant.
 	IsInt, IsString bool
 	Int             uint64
@@ -355,6 +358,15 @@ func (p *parser) operand1() (Operand, error) {
 			return p.strOf(o, t.pos)
 		}
 		return p.path()
+	case tStar:
+		// *path: a structure printed whole.
+		p.i++
+		o, err := p.path()
+		if err != nil {
+			return o, err
+		}
+		o.Dump, o.Pos = true, t.pos
+		return o, nil
 	case tLParen:
 		if p.isCharCast() {
 			for p.next().kind != tRParen {

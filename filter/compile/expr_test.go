@@ -178,6 +178,10 @@ var compileCases = []struct {
 	{"slots_emit_skb", "kprobe_slots", `skb != 0 && net != skb`, "emit"},
 	{"slots_str_arg", "kopen_slots", `filename == "/etc/passwd" && dfd == -100`, "count-by:comm,dfd"},
 	{"slots_ret", "kret_slots", `ret == 4321`, "hist:ret"},
+	// Structures printed whole (bpf_snprintf_btf), built in a per-CPU buffer.
+	{"dump_kprobe", "kprobe", `skb->len > 100`, "fields:skb->len,*skb,comm,*skb->dev"},
+	{"dump_cast", "netif", `len > 0`, "fields:*((struct sk_buff *)skbaddr),name"},
+	{"dump_slots", "kprobe_slots", ``, "fields:*skb"},
 }
 
 // compileCase compiles one case of compileCases.

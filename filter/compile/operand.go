@@ -19,6 +19,7 @@ type valueKind int
 const (
 	kInt valueKind = iota
 	kString
+	kDump // a structure printed from BTF, through the pointer ptr (dump.go)
 )
 
 // source is where a value is.
@@ -63,6 +64,8 @@ type value struct {
 	usdt    *uprobe.Arg       // srcUSDT
 	typed   bool              // a struct pointer in a trampoline's slot: no bit operations on it (Slots)
 	nr      bool              // srcEntry: the syscall's number, a 32-bit register
+	btfType btf.Type          // a pointer's type, where BTF gives one
+	dumpID  btf.TypeID        // kDump: the structure's type in the kernel's BTF
 }
 
 // resolve finds what an operand denotes. For a walked path it emits the
@@ -72,6 +75,9 @@ func (c *compiler) resolve(o Operand) (value, error) {
 		if v, ok := r.stashed[o.key()]; ok && !o.IsConst() {
 			return v, nil // (char *)arg0 too: its string was read at the entry
 		}
+	}
+	if o.Dump {
+		return c.dump(o)
 	}
 	if o.CharPtr {
 		inner := o
@@ -306,7 +312,7 @@ func scalar(v value, t btf.Type) (value, error) {
 		v.kind, v.signed, v.size = kInt, u.Signed, int(u.Size)
 		return v, nil
 	case *btf.Pointer:
-		v.kind, v.size, v.pointer = kInt, 8, true
+		v.kind, v.size, v.pointer, v.btfType = kInt, 8, true, t
 		return v, nil
 	case *btf.Array:
 		if i, ok := btf.UnderlyingType(u.Type).(*btf.Int); ok && i.Size == 1 && v.src == srcWalk {
