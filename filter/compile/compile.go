@@ -389,6 +389,9 @@ var negated = map[string]string{"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">
 
 func (c *compiler) cmp(cmp *Cmp, target string, when bool) error {
 	l, r, op := cmp.Left, cmp.Right, cmp.Op
+	if l.Dump || r.Dump {
+		return c.errAt(cmp.OpPos, "a structure (*PATH) is printed with --fields, not compared")
+	}
 	if l.IsConst() && r.IsConst() {
 		return c.errAt(l.Pos, "compare a field with a constant or another field: both sides are constants")
 	}
@@ -401,9 +404,6 @@ func (c *compiler) cmp(cmp *Cmp, target string, when bool) error {
 	v, err := c.resolve(l)
 	if err != nil {
 		return err
-	}
-	if v.kind == kDump || r.Dump {
-		return c.errAt(cmp.OpPos, "a structure (*PATH) is printed with --fields, not compared")
 	}
 	if !r.IsConst() {
 		return c.fieldCmp(v, l, r, op, cmp.OpPos, target, when)

@@ -50,11 +50,11 @@ func dumpOperand(act Action) (Operand, bool) {
 // a pointer argument or member, or a tracepoint field cast to a struct
 // pointer (*((struct sk_buff *)skbaddr)).
 func (c *compiler) dump(o Operand) (value, error) {
-	if c.t.BTF == nil {
-		return value{}, c.errAt(o.Pos, "*%s: a structure is printed from the kernel's BTF (/sys/kernel/btf/vmlinux)", o.Base)
-	}
 	if c.t.Event.userSpace() {
 		return value{}, c.errAt(o.Pos, "*%s: a structure is printed from the kernel's BTF, which describes kernel memory only", o.Base)
+	}
+	if c.t.BTF == nil {
+		return value{}, c.errAt(o.Pos, "*%s: a structure is printed from the kernel's BTF (/sys/kernel/btf/vmlinux)", o.Base)
 	}
 	inner := o
 	inner.Dump = false
@@ -82,7 +82,7 @@ func (c *compiler) dump(o Operand) (value, error) {
 		}
 		p, ok := btf.UnderlyingType(ptr.btfType).(*btf.Pointer)
 		if ptr.kind != kInt || !ok {
-			return value{}, c.errAt(o.Pos, "*%s: %s is %s, not a pointer BTF types; cast a tracepoint's field: *((struct NAME *)FIELD)", o.Base, ptr.name, ptr.describe())
+			return value{}, c.errAt(o.Pos, "*%s: %s is %s of no type BTF knows: cast it, as in *((struct NAME *)%s)", o.Base, ptr.name, ptr.describe(), o.Base)
 		}
 		if target, err = c.t.BTF.Complete(p.Target); err != nil {
 			return value{}, c.errAt(o.Pos, "*%s: %v", o.Base, err)

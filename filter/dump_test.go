@@ -1,0 +1,80 @@
+package filter
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/filter/compile"
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+)
+
+// printed is one --json event of filter.
+type printed struct {
+	Fields map[string]any `json:"fields"`
+}
+
+func printedEvents(t *testing.T, r tooltest.Result) []printed {
+	t.Helper()
+	var evs []printed
+	for _, l := range lines(r.Stdout) {
+		var e printed
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// A socket buffer printed whole from BTF, at a tracepoint whose field is
+// cast: its len member is the record's len, and the text, longer than
+// its room, is cut with "...".
+func TestStructDump(t *testing.T) {
+	privtest.Require(t)
+	const n = 5
+	dump := "*((struct sk_buff *)skbaddr)"
+	r := filter(t, "--json", "net:netif_receive_skb", "--where", `len == 328 && name == "lo"`, "--fields", "len,"+dump, "-c", tooltest.UDPSizes(t, fmt.Sprintf("300x%d", n)))
+	evs := printedEvents(t, r)
+	if r.Status != 0 || len(evs) != n {
+		t.Fatalf("exit %d, %d events, want %d: %s", r.Status, len(evs), n, r.Stderr)
+	}
+	for _, e := range evs {
+		text, _ := e.Fields[dump].(string)
+		if !strings.HasPrefix(text, "(struct sk_buff){") || !strings.Contains(text, ".len = (unsigned int)328,") {
+			t.Errorf("len %v, the structure: %q", e.Fields["len"], text)
+		}
+		if len(text) != compile.DumpSize-1 || !strings.HasSuffix(text, "...") {
+			t.Errorf("an sk_buff's text is longer than %d bytes: want it cut to %d, ending in ...: %d bytes, %q", compile.DumpSize, compile.DumpSize-1, len(text), text[max(0, len(text)-20):])
+		}
+	}
+}
+
+// do_sys_openat2's struct open_how, printed whole beside one of its
+// members read through the pointer: the same flags, and a structure short
+// enough to end in its own closing brace.
+func TestStructDumpKprobe(t *testing.T) {
+	privtest.RequireKprobes(t)
+	tooltest.ForEachFunctionHook(t, func(t *testing.T) {
+		dir := t.TempDir()
+		a := dir + "/a"
+		openFiles(t, a)
+		const n = 3
+		r := filter(t, "--json", "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`filename == "%s"`, a), "--fields", "how->flags,*how", "-c", tooltest.Opens(t, "", tooltest.Open{Path: a, Times: n}))
+		evs := printedEvents(t, r)
+		if r.Status != 0 || len(evs) != n {
+			t.Fatalf("exit %d, %d events, want %d: %s", r.Status, len(evs), n, r.Stderr)
+		}
+		for _, e := range evs {
+			text, _ := e.Fields["*how"].(string)
+			flags, _ := e.Fields["how->flags"].(float64)
+			m := regexp.MustCompile(`^\(struct open_how\)\{\.flags = \(__u64\)(\d+),\}$`).FindStringSubmatch(text)
+			if m == nil || m[1] != fmt.Sprint(uint64(flags)) {
+				t.Errorf("how->flags %v, *how %q: want (struct open_how){.flags = (__u64)%v,}", flags, text, uint64(flags))
+			}
+		}
+	}, "do_sys_openat2")
+}
