@@ -79,7 +79,11 @@ before 5.2); a longer one is refused.
 
 What passes is printed, one line per event, with the event's own fields
 (the kernel's record of it), or with the operands --fields lists (a record
-the program builds). A char * field prints as text: an event that has one
+the program builds). In --fields, *PATH prints the whole kernel structure
+PATH points to, from BTF, as ksnoop does (bpf_snprintf_btf, Linux 5.10+):
+*skb, *skb->dev, or a tracepoint field cast, *((struct sk_buff
+*)skbaddr). One line, members that are zero left out, at most 1023
+bytes: a longer one is cut and ends in "...". A char * field prints as text: an event that has one
 gets a record of its own by default. Instead of printing, the kernel can
 aggregate: --count (a count), --count-by KEYS (a table, largest first, as
 bpftrace's @[comm] = count()), --hist EXPR (a log2 histogram in BCC's
@@ -104,6 +108,7 @@ Examples:
   filter kprobe:ip_send_skb --where 'skb->len > 100 && skb->protocol == 8'
   filter kretprobe:ksys_write --where 'ret < 0'
   filter --info kprobe:do_sys_openat2
+  filter kprobe:do_sys_openat2 --fields 'filename,*how'
 
 A call seen whole (ksnoop's "ip_send_skb(skb, return!=0)"): on
 kprobe:FUNCTION or uprobe:PATH:FUNCTION, naming ret (the return value) or
