@@ -41,9 +41,9 @@ func checkReturnOnly(ev event, root compile.Node, act compile.Action) error {
 
 // runCall traces each call of a function as one event: a program at its
 // entry stashes what the return needs, a program at its return judges
-// and acts (compile.CompileCall). Through a kprobe and its kretprobe, or a
-// uprobe and its uretprobe: BPF trampolines (fentry, fexit) do not pair
-// calls yet.
+// and acts (compile.CompileCall). A kernel function through BPF
+// trampolines (fentry and fexit) where they attach, else its kprobe and
+// kretprobe; a user-space one through its uprobe and uretprobe.
 func runCall(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, target compile.Target) error {
 	name, off := tracefs.SplitSymbol(ev.symbol)
 	if off != 0 {
@@ -53,17 +53,26 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if err != nil {
 		return fmt.Errorf("%s: %w", ev, err)
 	}
-	offer := hook.Offer{Hook: hook.Perf}
-	var entry, exit tracefs.Probe
-	var ret compile.Arg
-	tree := false
-	if ev.kind == "kprobe" {
-		offer.Have = func() error {
-			if !perfevent.KprobesAvailable() {
-				return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, perfevent.ErrNoKprobes)
+	var call *compile.Call
+	var trampoline bool
+	build := func(t compile.Target, ret compile.Arg, fentry bool) func() error {
+		return func() error {
+			a := act
+			if a.Kind == compile.Keep {
+				a = compile.Action{Kind: compile.Emit, Columns: compile.CallColumns(t.Event)}
 			}
+			c, err := compile.CompileCall(o.Where, root, t, ret, a)
+			if err != nil {
+				return usageOr(err)
+			}
+			call, trampoline, act = c, fentry, a
 			return nil
 		}
+	}
+	var entry, exit tracefs.Probe
+	var offers []hook.Offer
+	tree := false
+	if ev.kind == "kprobe" {
 		spec, err := kbtf.Kernel()
 		if err != nil {
 			return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
@@ -72,12 +81,34 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 		if err != nil {
 			return err
 		}
-		t, _, _ := kprobeTarget(ev, proto, regs, false)
-		target.Event, target.BTF = t.Event, spec
-		ret = compile.Arg{Name: "ret", Type: proto.Return, RegOff: regs.Ret}
+		at := func(slots bool) compile.Target {
+			t, _, _ := kprobeTarget(ev, proto, regs, slots)
+			u := target
+			u.Event, u.BTF = t.Event, spec
+			return u
+		}
+		offers = []hook.Offer{
+			{Hook: hook.Fentry,
+				Have: func() error {
+					if err := slotsFit(proto); err != nil {
+						return fmt.Errorf("%s %v", name, err)
+					}
+					return hook.HasFentry(name)()
+				},
+				// fexit: the return value follows the arguments.
+				Build: build(at(true), compile.Arg{Name: "ret", Type: proto.Return, RegOff: int16(8 * len(proto.Params))}, true),
+			},
+			{Hook: hook.Perf,
+				Have: func() error {
+					if !perfevent.KprobesAvailable() {
+						return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, perfevent.ErrNoKprobes)
+					}
+					return nil
+				},
+				Build: build(at(false), compile.Arg{Name: "ret", Type: proto.Return, RegOff: regs.Ret}, false),
+			},
+		}
 		entry = ev.probe()
-		exit = entry
-		exit.Ret = true
 	} else {
 		if !tracefs.Uprobe.Available() {
 			return fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
@@ -86,36 +117,30 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 		if err != nil {
 			return userErr(err)
 		}
-		target.Event = userTarget(ev, sites[0], regs).Event
-		ret = compile.UretprobeArgs(regs)[0]
-		entry = sites[0].probe
-		exit = entry
-		exit.Ret = true
 		tree = s.CommandPid() != 0
-		target.Tree = tree
+		t := target
+		t.Event, t.Tree = userTarget(ev, sites[0], regs).Event, tree
+		offers = []hook.Offer{{Hook: hook.Perf, Build: build(t, compile.UretprobeArgs(regs)[0], false)}}
+		entry = sites[0].probe
 	}
-	if _, err := hook.Choose(o.Attach, ev.String(), offer); err != nil {
+	exit = entry
+	exit.Ret = true
+	if _, err := hook.Choose(o.Attach, ev.String(), offers...); err != nil {
 		return err
 	}
-	if act.Kind == compile.Keep {
-		act = compile.Action{Kind: compile.Emit, Columns: compile.CallColumns(target.Event)}
-	}
-	call, err := compile.CompileCall(o.Where, root, target, ret, act)
-	if err != nil {
-		return usageOr(err)
+	progs := map[string]*ebpf.ProgramSpec{
+		"entry":  {Name: "filter_entry", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Entry.Insns},
+		"return": {Name: "filter_return", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Return.Insns},
 	}
 	multi := ev.kind == "uprobe" && perfevent.UprobeMulti()
-	attachType := ebpf.AttachNone
-	if multi {
-		attachType = ebpf.AttachTraceUprobeMulti
+	switch {
+	case trampoline:
+		progs["entry"].Type, progs["entry"].AttachType, progs["entry"].AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, name
+		progs["return"].Type, progs["return"].AttachType, progs["return"].AttachTo = ebpf.Tracing, ebpf.AttachTraceFExit, name
+	case multi:
+		progs["entry"].AttachType, progs["return"].AttachType = ebpf.AttachTraceUprobeMulti, ebpf.AttachTraceUprobeMulti
 	}
-	spec := &ebpf.CollectionSpec{
-		Maps: compile.Maps(act.Kind, call.Return),
-		Programs: map[string]*ebpf.ProgramSpec{
-			"entry":  {Name: "filter_entry", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: call.Entry.Insns},
-			"return": {Name: "filter_return", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: call.Return.Insns},
-		},
-	}
+	spec := &ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, call.Return), Programs: progs}
 	maps.Copy(spec.Maps, compile.CallMaps(call))
 	coll, err := loadFollowing(s, spec, tree, target.NS, o.MaxTree)
 	if err != nil {
@@ -132,18 +157,23 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 	// The return first: a call whose entry is stashed then always finds
 	// its return armed (one that began before finds no stash, and passes
 	// nothing).
-	if ev.kind == "kprobe" {
-		if err := s.AttachProbe(coll.Programs["return"], exit, false); err != nil {
-			return err
-		}
-		if err := s.AttachProbe(coll.Programs["entry"], entry, false); err != nil {
-			return err
-		}
-	} else {
-		for _, set := range []run.ProbeSet{{Prog: coll.Programs["return"], Probes: []tracefs.Probe{exit}}, {Prog: coll.Programs["entry"], Probes: []tracefs.Probe{entry}}} {
-			if err := s.AttachUprobes([]run.ProbeSet{set}, multi); err != nil {
-				return fmt.Errorf("%s: %w", ev, err)
+	for _, half := range []struct {
+		prog  *ebpf.Program
+		probe tracefs.Probe
+	}{{coll.Programs["return"], exit}, {coll.Programs["entry"], entry}} {
+		var err error
+		switch {
+		case trampoline:
+			err = s.AttachHook(half.prog, hook.Fentry, "", name)
+		case ev.kind == "kprobe":
+			err = s.AttachProbe(half.prog, half.probe, false)
+		default:
+			if err = s.AttachUprobes([]run.ProbeSet{{Prog: half.prog, Probes: []tracefs.Probe{half.probe}}}, multi); err != nil {
+				err = fmt.Errorf("%s: %w", ev, err)
 			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return report(ctx, s, o, ev, coll, call.Return, act)

@@ -99,9 +99,14 @@ func TestCallStrings(t *testing.T) {
 
 // do_sys_openat2 of a missing path returns -ENOENT: judged at the return
 // with the filename the entry saw, N times exactly; the other opens by the
-// same command are in the duration histogram, not in the failures.
+// same command are in the duration histogram, not in the failures. On the
+// kprobe and kretprobe, and on fentry and fexit where they attach.
 func TestCallKprobe(t *testing.T) {
 	privtest.RequireKprobes(t)
+	tooltest.ForEachFunctionHook(t, func(t *testing.T) { callKprobe(t) }, "do_sys_openat2")
+}
+
+func callKprobe(t *testing.T) {
 	dir := t.TempDir()
 	a, missing := dir+"/a", dir+"/missing"
 	openFiles(t, a)

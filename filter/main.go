@@ -122,8 +122,10 @@ uretprobes: deeper calls are not reported); the return judges the rest and
 reports. Printed, a call shows its arguments, then ret and duration. Up to
 10240 calls may be in progress at once; a call whose return never comes
 (its thread exits in it) is pushed out by newer ones, and the run says at
-the end how many had begun and not returned. Through the kprobe and its
-kretprobe (uprobe and uretprobe): a BPF trampoline does not pair calls.
+the end how many had begun and not returned. A kernel function is
+reached through fentry and fexit where BPF trampolines attach (--attach
+as for kprobe:), else its kprobe and kretprobe; a user-space one through
+its uprobe and uretprobe.
   filter kprobe:do_sys_openat2 --where 'ret == -2 && filename ~ "/etc/*"'
   filter --hist duration kprobe:vfs_read --where 'comm == "cat"'
   filter --count-by str(arg0),ret uprobe:libc.so.6:getenv --where 'ret == 0'

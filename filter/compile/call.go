@@ -314,7 +314,8 @@ func eachCmp(n Node, f func(*Cmp) error) error {
 func (e *Return) operand(c *compiler, o Operand) (value, bool, error) {
 	switch o.Base {
 	case "ret":
-		return argOperand(c, []Arg{e.Ret}, false, o)
+		_, slots := e.Entry.(*Slots) // fexit: ret is the slot after the arguments
+		return argOperand(c, []Arg{e.Ret}, slots, o)
 	case "duration":
 		if len(o.Steps) > 0 || o.Cast != "" {
 			return value{}, true, c.errAt(o.Pos, "duration is a number of nanoseconds: it has no members")

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
@@ -29,12 +30,17 @@ var callCases = []struct {
 	{"uprobe_str", "uprobe", `(char *)arg0 == "x" || ret == 1`, "count-by:str(arg0),comm"},
 	{"uprobe_tree", "uprobe_tree", `ret > 0 && duration > 1000`, "count"},
 	{"uprobe_emit", "uprobe", ``, "emit"},
+	// fentry and fexit: the arguments and ret in the trampolines' slots.
+	{"slots_kopen", "kopen_slots", `ret == -2 && dfd == -100`, "fields:filename,ret,duration"},
 }
 
 // retArg is the return value of a case's function.
 func retArg(target string) Arg {
 	if strings.HasPrefix(target, "uprobe") {
 		return UretprobeArgs(asm.AMD64)[0]
+	}
+	if target == "kopen_slots" { // do_sys_openat2's three arguments, then ret
+		return Arg{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: 24}
 	}
 	return Arg{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}
 }
@@ -86,10 +92,19 @@ func TestCallLoad(t *testing.T) {
 		if ts[tc.target].Tree {
 			m[proctree.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		}
-		loadtest.Spec(t, tc.golden, &ebpf.CollectionSpec{Maps: m, Programs: map[string]*ebpf.ProgramSpec{
+		progs := map[string]*ebpf.ProgramSpec{
 			"entry":  {Name: "filter_entry", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Entry.Insns},
 			"return": {Name: "filter_return", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Return.Insns},
-		}})
+		}
+		if fn, ok := slotFuncs[tc.target]; ok {
+			if !hook.HaveFentry(fn) {
+				t.Logf("%s: this kernel has no BPF trampoline at %s: the matrix kernels that have one load it", tc.golden, fn)
+				continue
+			}
+			progs["entry"].Type, progs["entry"].AttachType, progs["entry"].AttachTo = ebpf.Tracing, ebpf.AttachTraceFEntry, fn
+			progs["return"].Type, progs["return"].AttachType, progs["return"].AttachTo = ebpf.Tracing, ebpf.AttachTraceFExit, fn
+		}
+		loadtest.Spec(t, tc.golden, &ebpf.CollectionSpec{Maps: m, Programs: progs})
 	}
 }
 

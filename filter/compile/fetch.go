@@ -51,7 +51,7 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		return nil // LoadField extends
 	case srcArg:
 		where := fmt.Sprintf("register at pt_regs+%d", v.regOff)
-		if _, slots := c.t.Event.(*Slots); slots {
+		if c.slots() {
 			where = fmt.Sprintf("the trampoline's slot %d", v.regOff/8)
 		}
 		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (%s)", dst, v.name, where))))
@@ -219,4 +219,15 @@ func (c *compiler) extend(dst bpf.Register, size int, signed bool) error {
 		c.emit(bpf.RSh.Imm(dst, shift))
 	}
 	return nil
+}
+
+// slots reports an event whose arguments are a trampoline's slots: fentry's,
+// or fexit's, a call's return paired with fentry.
+func (c *compiler) slots() bool {
+	e := c.t.Event
+	if r, ok := e.(*Return); ok {
+		e = r.Entry
+	}
+	_, ok := e.(*Slots)
+	return ok
 }
