@@ -150,7 +150,11 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 		// Once detached: calls whose entries were stashed and whose returns
 		// did not come (still running, or their threads exited in them).
 		if n := inProgress(coll.Maps[compile.StashMap], compile.CallsInFlight); n > 0 {
-			fmt.Fprintf(s.Stderr, "%s: %d calls of %s had begun and not returned when tracing stopped: they are not in the output\n", s.Tool, n, name)
+			calls := "calls"
+			if n == 1 {
+				calls = "call"
+			}
+			fmt.Fprintf(s.Stderr, "%s: %d %s of %s had begun and not returned when tracing stopped: not in the output\n", s.Tool, n, calls, name)
 		}
 		return nil
 	})

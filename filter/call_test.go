@@ -63,6 +63,18 @@ func TestCallRecursion(t *testing.T) {
 	}
 }
 
+// A process that ends inside a function: its call's return never comes,
+// and the run says so at the end.
+func TestCallNeverReturns(t *testing.T) {
+	privtest.Require(t)
+	fx := fixtures(t) + "/fx-calls"
+	r := filter(t, "--count", "--json", "uprobe:"+fx+":tk_exit", "--where", "ret == 0", "-c", fx+" 1 exit")
+	want := "1 call of tk_exit had begun and not returned when tracing stopped"
+	if r.Status != 0 || !strings.Contains(r.Stdout, `"count":0`) || !strings.Contains(r.Stderr, want) {
+		t.Errorf("exit %d, %q, %q: want a count of 0 and %q", r.Status, r.Stdout, r.Stderr, want)
+	}
+}
+
 // A string argument read at the entry, judged with the return value.
 func TestCallStrings(t *testing.T) {
 	privtest.Require(t)

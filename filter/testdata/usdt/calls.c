@@ -2,7 +2,9 @@
 // to depth 0 and each level returns i*100 + its depth argument (so a
 // return paired with the wrong entry shows), and tk_name(s) returns the
 // length of a string known from i ("call-i", "-" when i is a multiple of
-// 3). Built at -O0: gcc -O2 turns the recursion into a loop.
+// 3). With "exit" as argv[2], the process then ends inside tk_exit, whose
+// return never comes. Built at -O0: gcc -O2 turns the recursion into a
+// loop.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,11 @@ __attribute__((noinline)) long tk_recurse(long depth, long i) {
 
 __attribute__((noinline)) long tk_name(const char *s) {
 	return (long)strlen(s);
+}
+
+__attribute__((noinline)) long tk_exit(int code) {
+	fflush(stdout);
+	exit(code);
 }
 
 int main(int argc, char **argv) {
@@ -30,5 +37,7 @@ int main(int argc, char **argv) {
 		sum += tk_name(buf);
 	}
 	printf("%ld\n", sum);
+	if (argc > 2 && strcmp(argv[2], "exit") == 0)
+		tk_exit(0);
 	return 0;
 }
