@@ -32,12 +32,12 @@ const (
 	CallRecord = 24
 )
 
-// CallPush is the entry's half. The record is on the stack at recOff,
-// size bytes (a multiple of 8, at least CallRecord), its time set; its key
-// and depth are filled here. The tid is at tidOff (4 bytes), stored by the
+// CallPush is the entry's half. The record is at src+recOff (the stack,
+// RFP, or a map value), size bytes (a multiple of 8, at least
+// CallRecord), its time set; its key and depth are filled here. The tid is at tidOff (4 bytes), stored by the
 // caller. Past maxDepth a call still counts, so that the returns stay
 // paired, but nothing is stashed. Ends with a jump to done.
-func CallPush(prefix, stashMap string, tidOff, recOff int16, size int, maxDepth int32, done string) bpf.Instructions {
+func CallPush(prefix, stashMap string, tidOff int16, src bpf.Register, recOff int16, size int, maxDepth int32, done string) bpf.Instructions {
 	outer, nested, insert := prefix+"_outer", prefix+"_nested", prefix+"_insert"
 	// copyIn copies the record from the stack into the map value in R0,
 	// from byte from on, but the depth.
@@ -46,20 +46,28 @@ func CallPush(prefix, stashMap string, tidOff, recOff int16, size int, maxDepth 
 			if off == CallDepth {
 				continue
 			}
-			s.Add(bpf.LoadMem(bpf.R1, bpf.RFP, recOff+int16(off), bpf.DWord))
+			s.Add(bpf.LoadMem(bpf.R1, src, recOff+int16(off), bpf.DWord))
 			s.Add(bpf.StoreMem(bpf.R0, int16(off), bpf.R1, bpf.DWord))
 		}
 	}
+	// arg points reg at the record, as a helper's key or value.
+	arg := func(reg bpf.Register) bpf.Instructions {
+		return bpf.Instructions{bpf.Mov.Reg(reg, src), bpf.Add.Imm(reg, int32(recOff))}
+	}
+	lookup := func() bpf.Instructions {
+		insns := bpf.Instructions{bpf.LoadMapPtr(bpf.R1, 0).WithReference(stashMap)}
+		return append(append(insns, arg(bpf.R2)...), bpf.FnMapLookupElem.Call())
+	}
 	var s Seq
 	s.Add(bpf.LoadMem(bpf.R1, bpf.RFP, tidOff, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("%s[{tid, 0}]: the thread's outermost call, and how many it has in progress", stashMap))))
-	s.Add(bpf.StoreMem(bpf.RFP, recOff, bpf.R1, bpf.Word))
+	s.Add(bpf.StoreMem(src, recOff, bpf.R1, bpf.Word))
 	s.Add(bpf.Mov.Imm(bpf.R1, 0))
-	s.Add(bpf.StoreMem(bpf.RFP, recOff+4, bpf.R1, bpf.Word))
-	s.Add(bpf.StoreMem(bpf.RFP, recOff+CallDepth, bpf.R1, bpf.DWord).WithSource(bpf.Comment("a nested record's count: unused")))
-	s.Append(MapLookup(stashMap, recOff))
+	s.Add(bpf.StoreMem(src, recOff+4, bpf.R1, bpf.Word))
+	s.Add(bpf.StoreMem(src, recOff+CallDepth, bpf.R1, bpf.DWord).WithSource(bpf.Comment("a nested record's count: unused")))
+	s.Append(lookup())
 	s.Add(bpf.JNE.Imm(bpf.R0, 0, outer))
 	s.Add(bpf.Mov.Imm(bpf.R1, 1).WithSource(bpf.Comment("the thread's first call: its record made, one call in progress")))
-	s.Add(bpf.StoreMem(bpf.RFP, recOff+CallDepth, bpf.R1, bpf.DWord))
+	s.Add(bpf.StoreMem(src, recOff+CallDepth, bpf.R1, bpf.DWord))
 	s.Add(bpf.Ja.Label(insert))
 	s.Add(bpf.LoadMem(bpf.R1, bpf.R0, CallDepth, bpf.DWord).WithSymbol(outer))
 	s.Add(bpf.Mov.Reg(bpf.R2, bpf.R1))
@@ -69,13 +77,13 @@ func CallPush(prefix, stashMap string, tidOff, recOff int16, size int, maxDepth 
 	copyIn(&s, CallTime)
 	s.Add(bpf.Ja.Label(done))
 	s.Add(bpf.JGE.Imm(bpf.R1, maxDepth, done).WithSymbol(nested).WithSource(bpf.Comment(fmt.Sprintf("nested: %s[{tid, depth}]; deeper than %d: counted, not stashed", stashMap, maxDepth))))
-	s.Add(bpf.StoreMem(bpf.RFP, recOff+4, bpf.R1, bpf.Word))
-	s.Append(MapLookup(stashMap, recOff))
+	s.Add(bpf.StoreMem(src, recOff+4, bpf.R1, bpf.Word))
+	s.Append(lookup())
 	s.Add(bpf.JEq.Imm(bpf.R0, 0, insert))
 	copyIn(&s, CallTime)
 	s.Add(bpf.Ja.Label(done))
-	update := MapUpdate(stashMap, recOff, recOff, UpdateAny)
-	update[0] = update[0].WithSymbol(insert)
+	update := bpf.Instructions{bpf.LoadMapPtr(bpf.R1, 0).WithReference(stashMap).WithSymbol(insert)}
+	update = append(append(append(update, arg(bpf.R2)...), arg(bpf.R3)...), bpf.Mov.Imm(bpf.R4, UpdateAny), bpf.FnMapUpdateElem.Call())
 	s.Append(update)
 	s.Add(bpf.Ja.Label(done))
 	return s.Instructions

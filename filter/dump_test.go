@@ -55,7 +55,9 @@ func TestStructDump(t *testing.T) {
 
 // do_sys_openat2's struct open_how, printed whole beside one of its
 // members read through the pointer: the same flags, and a structure short
-// enough to end in its own closing brace.
+// enough to end in its own closing brace. As a call (ksnoop's entry judged
+// by its return): the structure as the entry saw it, printed for the calls
+// that failed, exactly those.
 func TestStructDumpKprobe(t *testing.T) {
 	privtest.RequireKprobes(t)
 	tooltest.ForEachFunctionHook(t, func(t *testing.T) {
@@ -74,6 +76,21 @@ func TestStructDumpKprobe(t *testing.T) {
 			m := regexp.MustCompile(`^\(struct open_how\)\{\.flags = \(__u64\)(\d+),\}$`).FindStringSubmatch(text)
 			if m == nil || m[1] != fmt.Sprint(uint64(flags)) {
 				t.Errorf("how->flags %v, *how %q: want (struct open_how){.flags = (__u64)%v,}", flags, text, uint64(flags))
+			}
+		}
+		missing := dir + "/missing"
+		const nm = 4
+		work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: n}, tooltest.Open{Path: missing, Times: nm, Missing: true})
+		r = filter(t, "--json", "kprobe:do_sys_openat2", "--where", fmt.Sprintf(`ret == -2 && filename ~ "%s/*"`, dir), "--fields", "filename,how->flags,*how,ret", "-c", work)
+		evs = printedEvents(t, r)
+		if r.Status != 0 || len(evs) != nm {
+			t.Fatalf("a call: exit %d, %d events, want %d: %s", r.Status, len(evs), nm, r.Stderr)
+		}
+		for _, e := range evs {
+			text, _ := e.Fields["*how"].(string)
+			flags, _ := e.Fields["how->flags"].(float64)
+			if e.Fields["filename"] != missing || e.Fields["ret"] != float64(-2) || text != fmt.Sprintf("(struct open_how){.flags = (__u64)%d,}", uint64(flags)) {
+				t.Errorf("a call: %v", e.Fields)
 			}
 		}
 	}, "do_sys_openat2")

@@ -46,9 +46,11 @@ type Column struct {
 	Offset, Size    int
 	Signed, Pointer bool
 	Symbols         map[uint64]string
-	// A structure's text (String too), written by bpf_snprintf_btf.
-	dump   bool
-	dumpID btf.TypeID
+	// A structure's text (String too), written by bpf_snprintf_btf; at a
+	// call's return, copied from the stash at stashed (else -1).
+	dump    bool
+	dumpID  btf.TypeID
+	stashed int
 }
 
 // Program is a compiled filter and the layout of what it produces.
@@ -94,7 +96,7 @@ func (c *compiler) action(act Action) (*Program, error) {
 	}
 	c.option, c.expr = act.Option, act.Source
 	start := len(c.insns)
-	l, err := c.layColumns(act.Columns, prog, act.Kind == CountBy)
+	l, err := c.layColumns(act.Columns, prog, act.Kind == CountBy, false)
 	if err != nil {
 		return nil, err
 	}
@@ -113,12 +115,9 @@ func (c *compiler) action(act Action) (*Program, error) {
 	case Emit:
 		record := bpf.Instructions{bpf.Mov.Reg(bpf.R4, bpf.RFP), bpf.Add.Imm(bpf.R4, int32(off))}
 		if len(l.ptrs) > 0 {
-			if _, ok := c.t.Event.(*Return); ok {
-				return nil, c.errAt(0, "a call's return does not print a structure yet: print it without ret and duration")
-			}
 			prog.Dumps = true
-			c.emitDumps(prog, l.base, l.stackSize, l.ptrs)
-			record = bpf.Instructions{bpf.Mov.Reg(bpf.R4, regStash)}
+			c.emitDumps(prog, l, 0)
+			record = bpf.Instructions{bpf.Mov.Reg(bpf.R4, regDump)}
 		}
 		c.emit(
 			bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, events, BPF_F_CURRENT_CPU, record, %d)", prog.Size))),
@@ -148,7 +147,7 @@ func (c *compiler) action(act Action) (*Program, error) {
 // two keys of one string would differ there (each taking a slot of the
 // hash: on the 1-CPU guests, 100 slots held 53 files).
 func (c *compiler) columns(ops []Operand, prog *Program, key bool) error {
-	_, err := c.layColumns(ops, prog, key)
+	_, err := c.layColumns(ops, prog, key, false)
 	return err
 }
 
@@ -161,7 +160,10 @@ type laid struct {
 	ptrs      []int16
 }
 
-func (c *compiler) layColumns(ops []Operand, prog *Program, key bool) (laid, error) {
+//
+// A key's strings are cleared first (see columns), and it takes no
+// structure; stash (a call's entry) clears strings too, and takes them.
+func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (laid, error) {
 	type planned struct {
 		v   value
 		col Column
@@ -178,10 +180,13 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key bool) (laid, err
 			return laid{}, err
 		}
 		switch {
-		case v.kind == kDump && key:
+		case v.kind == kDump && key && !stash:
 			return laid{}, c.errAt(o.Pos, "%s: a structure is printed (--fields), not counted by", o.Text)
 		case v.kind == kDump:
-			col.String, col.Size, col.dump, col.dumpID = true, DumpSize, true, v.dumpID
+			col.String, col.Size, col.dump, col.dumpID, col.stashed = true, DumpSize, true, v.dumpID, -1
+			if v.src == srcStash {
+				col.stashed = v.ctxOff
+			}
 			dumps++
 		case v.kind == kString:
 			col.String, col.Size = true, keyString
@@ -221,6 +226,10 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key bool) (laid, err
 			// Its pointer, for emitDumps.
 			off = l.ptrs[k]
 			k++
+			if col.stashed >= 0 {
+				prog.Columns = append(prog.Columns, col)
+				continue
+			}
 			if err := c.fetchInt(*v.ptr, bpf.R1); err != nil {
 				return laid{}, c.errAt(o.Pos, "%v", err)
 			}
@@ -229,7 +238,7 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key bool) (laid, err
 			prog.Columns = append(prog.Columns, col)
 			continue
 		}
-		if key && (v.ptr != nil || v.src == srcDataLoc) {
+		if (key || stash) && (v.ptr != nil || v.src == srcDataLoc) {
 			c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment(fmt.Sprintf("column %s at fp%d, cleared first: a string leaves old bytes after its NUL", col.Name, off))))
 			for i := 0; i < col.Size; i += 8 {
 				c.emit(bpf.StoreMem(bpf.RFP, off+int16(i), bpf.R1, bpf.DWord))

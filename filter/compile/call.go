@@ -50,8 +50,9 @@ const StashTime = stashTime
 // Call is what CompileCall builds.
 type Call struct {
 	Entry, Return *Program
-	// StashSize is the bytes of a stash record.
-	StashSize int
+	// StashSize is the bytes of a stash record; DumpBuffer, of the
+	// per-CPU buffer records with structures are built in (0: none).
+	StashSize, DumpBuffer int
 }
 
 // Return is a function's return, paired with its entry: ret is the return
@@ -173,10 +174,6 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	if act.Kind == Keep {
 		return nil, fmt.Errorf("a call has no record of the kernel's to keep: build one (Emit)")
 	}
-	if HasDump(act) {
-		o, _ := dumpOperand(act)
-		return nil, (&compiler{option: act.Option, expr: act.Source}).errAt(o.Pos, "%s: a call (ret, duration) does not print a structure yet: print it on the event without them", o.Text)
-	}
 	ec := newCompiler(entry, expr)
 	var need []stashed
 	seen := map[string]bool{}
@@ -225,14 +222,15 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 		ops = append(ops, s.op)
 	}
 	stash := &Program{}
-	if err := ec.columns(ops, stash, true); err != nil {
+	l, err := ec.layColumns(ops, stash, false, true)
+	if err != nil {
 		return nil, err
 	}
 	size := stashColumns + stash.Size
-	if size > maxRecord {
-		return nil, ec.errAt(0, "the values the return needs take %d bytes, more than the %d of stack a program has left: drop a string", size, maxRecord)
+	rec := l.base - stashColumns
+	if int(rec) < -512 {
+		return nil, ec.errAt(0, "the values the return needs take %d bytes of stack, more than the %d a program has left: drop a string", int(valOff-rec), maxRecord)
 	}
-	rec := int16(valOff - size)
 	ec.emit(
 		bpf.FnKtimeGetNs.Call().WithSource(bpf.Comment("the entry's time")),
 		bpf.StoreMem(bpf.RFP, rec+stashTime, bpf.R0, bpf.DWord),
@@ -243,7 +241,13 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 			asm.StoreKey(callTid, bpf.R0, bpf.Word),
 		)
 	}
-	ec.emit(asm.CallPush("call", StashMap, callTid, rec, size, MaxDepth, "reject")...)
+	src, srcOff := bpf.RFP, rec
+	if len(l.ptrs) > 0 {
+		// Structures: the record is built in the per-CPU buffer.
+		ec.emitDumps(stash, l, stashColumns)
+		src, srcOff = regDump, 0
+	}
+	ec.emit(asm.CallPush("call", StashMap, callTid, src, srcOff, size, MaxDepth, "reject")...)
 	entryProg, err := ec.finish(stash, asm.Return("reject", 0))
 	if err != nil {
 		return nil, err
@@ -254,7 +258,10 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	for i, col := range stash.Columns {
 		v := value{name: col.Name, kind: kInt, size: 8, src: srcStash, ctxOff: stashColumns + col.Offset,
 			signed: col.Signed, pointer: col.Pointer, symbols: col.Symbols}
-		if col.String {
+		switch {
+		case col.dump:
+			v.kind, v.size, v.dumpID = kDump, 0, col.dumpID
+		case col.String:
 			v.kind, v.size, v.strLen = kString, 0, col.Size
 		}
 		r.stashed[need[i].op.key()] = v
@@ -276,7 +283,14 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	if retProg, err = rc.finish(retProg, epilogue); err != nil {
 		return nil, err
 	}
-	return &Call{Entry: entryProg, Return: retProg, StashSize: size}, nil
+	buf := 0
+	if stash.Dumps = len(l.ptrs) > 0; stash.Dumps {
+		buf = size
+	}
+	if retProg.Dumps {
+		buf = max(buf, retProg.Size)
+	}
+	return &Call{Entry: entryProg, Return: retProg, StashSize: size, DumpBuffer: buf}, nil
 }
 
 // eventOperand resolves o on the event alone (no builtin), keeping no
@@ -346,9 +360,13 @@ func CallColumns(entry Event) []Operand {
 
 // CallMaps are the map a call's two programs share, besides the action's.
 func CallMaps(c *Call) map[string]*ebpf.MapSpec {
-	return map[string]*ebpf.MapSpec{
+	m := map[string]*ebpf.MapSpec{
 		StashMap: {Name: "filter_stash", Type: ebpf.LRUHash, KeySize: 8, ValueSize: uint32(c.StashSize), MaxEntries: CallsInFlight},
 	}
+	if c.DumpBuffer > 0 {
+		m[DumpMap] = dumpMap(c.DumpBuffer)
+	}
+	return m
 }
 
 // Names finds an operand named name in an expression or an action.

@@ -30,6 +30,10 @@ var callCases = []struct {
 	{"uprobe_str", "uprobe", `(char *)arg0 == "x" || ret == 1`, "count-by:str(arg0),comm"},
 	{"uprobe_tree", "uprobe_tree", `ret > 0 && duration > 1000`, "count"},
 	{"uprobe_emit", "uprobe", ``, "emit"},
+	// ksnoop's ip_send_skb(skb, return!=0): the structure written at the
+	// entry, into the stash (built in the per-CPU buffer), copied out at
+	// the return; and one written at the return.
+	{"kprobe_dump", "kprobe", `ret != 0`, "fields:*skb,ret,*skb->dev"},
 	// fentry and fexit: the arguments and ret in the trampolines' slots.
 	{"slots_kopen", "kopen_slots", `ret == -2 && dfd == -100`, "fields:filename,ret,duration"},
 }

@@ -103,36 +103,56 @@ func (c *compiler) dump(o Operand) (value, error) {
 	return value{name: o.Text, kind: kDump, ptr: &ptr, dumpID: id}, nil
 }
 
+// regDump holds the per-CPU buffer a record with structures is built in
+// (R8: free once the columns are built; a call's return keeps its stash in
+// R9).
+const regDump = bpf.R8
+
 // emitDumps builds a record with structures in the per-CPU buffer, which
-// it leaves in R9: the stack's record (stackSize bytes at base, where
-// each structure's column holds its pointer) is copied, then each
-// structure is written at its column.
-func (c *compiler) emitDumps(prog *Program, base int16, stackSize int, ptrs []int16) {
-	c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment(fmt.Sprintf("the record, %d bytes, is built in %s[0]: a structure's text does not fit the stack", prog.Size, DumpMap))))
+// it leaves in regDump: the stack's record (head bytes below base, then
+// the columns but the structures, stackSize bytes) is copied, then each
+// structure is written at its column: from its pointer (the stack's at
+// l.ptrs), or, at a call's return, copied from the stash.
+func (c *compiler) emitDumps(prog *Program, l laid, head int) {
+	total := head + prog.Size
+	c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment(fmt.Sprintf("the record, %d bytes, is built in %s[0]: a structure's text does not fit the stack", total, DumpMap))))
 	c.emit(bpf.StoreMem(bpf.RFP, countKey, bpf.R1, bpf.Word))
 	c.emit(bpf.LoadMapPtr(bpf.R1, 0).WithReference(DumpMap),
 		bpf.Mov.Reg(bpf.R2, bpf.RFP), bpf.Add.Imm(bpf.R2, countKey), bpf.FnMapLookupElem.Call(),
 		bpf.JEq.Imm(bpf.R0, 0, "reject"),
-		bpf.Mov.Reg(regStash, bpf.R0))
+		bpf.Mov.Reg(regDump, bpf.R0))
 	// The columns before the first structure: the stack's layout is the
 	// record's up to there.
-	for off := 0; off < stackSize; off += 8 {
-		c.emit(bpf.LoadMem(bpf.R1, bpf.RFP, base+int16(off), bpf.DWord), bpf.StoreMem(regStash, int16(off), bpf.R1, bpf.DWord))
+	for off := -head; off < l.stackSize; off += 8 {
+		c.emit(bpf.LoadMem(bpf.R1, bpf.RFP, l.base+int16(off), bpf.DWord), bpf.StoreMem(regDump, int16(head+off), bpf.R1, bpf.DWord))
 	}
 	k := 0
 	for _, col := range prog.Columns {
 		if !col.dump {
 			continue
 		}
+		at := head + col.Offset
+		if col.stashed >= 0 {
+			// Written at the call's entry: copied from its stash.
+			for off := 0; off < DumpSize; off += 8 {
+				ins := bpf.LoadMem(bpf.R1, regStash, int16(col.stashed+off), bpf.DWord)
+				if off == 0 {
+					ins = ins.WithSource(bpf.Comment(fmt.Sprintf("%s, as the entry wrote it", col.Name)))
+				}
+				c.emit(ins, bpf.StoreMem(regDump, int16(at+off), bpf.R1, bpf.DWord))
+			}
+			k++
+			continue
+		}
 		done := c.label("dumped")
 		c.emit(
-			bpf.LoadMem(bpf.R1, bpf.RFP, ptrs[k], bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_snprintf_btf(record+%d, %d, {%s, type %d}, compact)", col.Offset, DumpSize, col.Name, col.dumpID))),
+			bpf.LoadMem(bpf.R1, bpf.RFP, l.ptrs[k], bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_snprintf_btf(record+%d, %d, {%s, type %d}, compact)", at, DumpSize, col.Name, col.dumpID))),
 			bpf.StoreMem(bpf.RFP, btfPtrOff, bpf.R1, bpf.DWord),
 			bpf.Mov.Imm(bpf.R1, int32(col.dumpID)),
 			bpf.StoreMem(bpf.RFP, btfPtrOff+8, bpf.R1, bpf.Word),
 			bpf.StoreImm(bpf.RFP, btfPtrOff+12, 0, bpf.Word),
-			bpf.Mov.Reg(bpf.R1, regStash),
-			bpf.Add.Imm(bpf.R1, int32(col.Offset)),
+			bpf.Mov.Reg(bpf.R1, regDump),
+			bpf.Add.Imm(bpf.R1, int32(at)),
 			bpf.Mov.Imm(bpf.R2, DumpSize),
 			bpf.Mov.Reg(bpf.R3, bpf.RFP),
 			bpf.Add.Imm(bpf.R3, btfPtrOff),
@@ -147,7 +167,7 @@ func (c *compiler) emitDumps(prog *Program, base int16, stackSize int, ptrs []in
 		// Cut: the text ends in "..." and its NUL.
 		c.emit(
 			bpf.Mov.Imm(bpf.R1, int32('.'|'.'<<8|'.'<<16)).WithSource(bpf.Comment("longer than its room: it ends in \"...\"")),
-			bpf.StoreMem(regStash, int16(col.Offset+DumpSize-4), bpf.R1, bpf.Word),
+			bpf.StoreMem(regDump, int16(at+DumpSize-4), bpf.R1, bpf.Word),
 		)
 		c.mark(done)
 		k++
