@@ -116,7 +116,8 @@ duration (nanoseconds from the entry to the return) in --where, --fields,
 --count-by or --hist pairs each call's entry with its return, in the
 kernel: the parts of --where joined by && that need only the entry are
 judged there; the values the rest and the output need are read at the
-entry (a string too) and stashed per thread and depth, so recursion pairs
+entry (a string, a structure printed whole, too) and stashed per thread
+and depth, so recursion pairs
 exactly (to a depth of 64 per thread, the kernel's own limit for
 uretprobes: deeper calls are not reported); the return judges the rest and
 reports. Printed, a call shows its arguments, then ret and duration. Up to
@@ -129,6 +130,7 @@ its uprobe and uretprobe.
   filter kprobe:do_sys_openat2 --where 'ret == -2 && filename ~ "/etc/*"'
   filter --hist duration kprobe:vfs_read --where 'comm == "cat"'
   filter --count-by str(arg0),ret uprobe:libc.so.6:getenv --where 'ret == 0'
+  filter kprobe:ip_send_skb --where 'ret != 0' --fields '*skb,ret'
 
 A bad --where is a usage error; the message points at the offending part.
 `
