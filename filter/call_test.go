@@ -3,6 +3,7 @@ package filter
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tracefs"
 )
 
 // countByJSON runs filter --json --count-by and decodes its report.
@@ -138,5 +140,62 @@ func callKprobe(t *testing.T) {
 	ls := lines(r.Stdout)
 	if len(ls) != nm || !strings.Contains(ls[0], " filename="+missing+" ") || !strings.Contains(ls[0], " ret=-2 duration=") {
 		t.Errorf("printed: %d lines, want %d with filename, ret and duration:\n%s%s", len(ls), nm, r.Stdout, r.Stderr)
+	}
+}
+
+// A glob of kernel functions: each matching function counted apart by
+// func, exactly, each with its own arguments (filename at both); a
+// function without the argument the expression names is left out.
+func TestKprobeGlob(t *testing.T) {
+	privtest.RequireKprobes(t)
+	dir := t.TempDir()
+	a := dir + "/a"
+	openFiles(t, a)
+	const n = 6
+	work := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: n})
+	rep, r := countByJSON(t, "func", "kprobe:do_sys_open*", "--where", fmt.Sprintf(`filename == "%s"`, a), "-c", work)
+	found := false
+	for _, c := range rep.Counts {
+		name, _ := c.Key["func"].(string)
+		found = found || name == "do_sys_openat2"
+		if !strings.HasPrefix(name, "do_sys_open") || c.Count != n {
+			t.Errorf("%s: %d, want %d (every opening of ours goes through each)", name, c.Count, n)
+		}
+	}
+	if !found || !strings.Contains(r.Stderr, "functions attached in") {
+		t.Errorf("do_sys_openat2 not counted: %+v\n%s", rep.Counts, r.Stderr)
+	}
+	// Printed: each line named after its function.
+	r = filter(t, "kprobe:do_sys_openat2*", "--where", fmt.Sprintf(`filename == "%s"`, a), "--fields", "func,filename", "-c", work)
+	if ls := lines(r.Stdout); len(ls) != n || !strings.Contains(ls[0], ": do_sys_openat2: filename="+a) {
+		t.Errorf("printed: %d lines, want %d named do_sys_openat2:\n%s%s", len(ls), n, r.Stdout, r.Stderr)
+	}
+}
+
+// A glob of hundreds of functions attaches, counts and detaches; the run
+// says how long attaching took (README: the figures of the matrix's
+// kernels), and leaves no probe behind.
+func TestKprobeGlobMany(t *testing.T) {
+	privtest.RequireKprobes(t)
+	r := filter(t, "--count", "kprobe:*sys_*", "-c", "true")
+	m := regexp.MustCompile(`(\d+) functions attached in (\S+) \((.*)\)`).FindStringSubmatch(r.Stderr)
+	if r.Status != 0 || m == nil {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
+	}
+	n, _ := strconv.Atoi(m[1])
+	t.Logf("%d functions attached in %s (%s); the whole run: %s", n, m[2], m[3], r.Stderr)
+	if n < 500 {
+		t.Errorf("%d functions attached: want at least 500 from kprobe:*sys_*", n)
+	}
+	root, err := tracefs.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := os.ReadFile(root + "/kprobe_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(events), tracefs.GroupPrefix+"filter") {
+		t.Errorf("probe events left behind:\n%s", events)
 	}
 }

@@ -33,6 +33,7 @@ type event struct {
 	path        string // uprobe, usdt: the file
 	provider    string // usdt ("" until found: any)
 	probeName   string // usdt
+	glob        bool   // kprobe: symbol is a glob of functions (runGlob)
 }
 
 func (e event) String() string {
@@ -78,6 +79,15 @@ func parseEvent(s string, info bool) (event, error) {
 	}
 	switch a {
 	case "kprobe", "kretprobe":
+		if tracefs.IsGlob(b) {
+			if a == "kretprobe" {
+				return event{}, fmt.Errorf("%s: a glob names the functions' entries (kprobe:GLOB); their returns are not traced by glob yet", s)
+			}
+			if err := tracefs.ValidateGlob(b); err != nil {
+				return event{}, err
+			}
+			return event{kind: a, symbol: b, glob: true}, nil
+		}
 		if err := tracefs.ValidateSymbol(b); err != nil {
 			return event{}, err
 		}
@@ -310,6 +320,23 @@ func info(s *run.Session, ev event) error {
 	if err != nil {
 		return fmt.Errorf("read the kernel's BTF: %w (needs CONFIG_DEBUG_INFO_BTF)", err)
 	}
+	if ev.glob {
+		funcs, err := tracefs.Functions(ev.symbol)
+		if err != nil {
+			return usage.Errorf("%v", err)
+		}
+		if len(funcs) == 0 {
+			return usage.Errorf("%s: no traceable kernel function matches (available_filter_functions)", ev)
+		}
+		for _, name := range funcs {
+			if fn, proto, err := funcProto(spec, name); err == nil {
+				fmt.Fprintln(s.Stdout, signature(fn, proto))
+			} else {
+				fmt.Fprintf(s.Stdout, "%s(?); // no prototype in BTF: func and the builtins only\n", name)
+			}
+		}
+		return nil
+	}
 	fn, proto, err := funcProto(spec, ev.symbol)
 	if err != nil {
 		return err
@@ -355,6 +382,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	if compile.HasDump(act) && !kernel.HaveSnprintfBTF() {
 		return fmt.Errorf("%s: printing a structure (*PATH) needs bpf_snprintf_btf, Linux 5.10 and later: this kernel has none", o.Fields)
+	}
+	if ev.glob {
+		return runGlob(ctx, s, o, ev, root, act, target)
 	}
 	if isCall(ev, root, act) {
 		return runCall(ctx, s, o, ev, root, act, target)
@@ -464,7 +494,15 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 	if err != nil {
 		return err
 	}
-	return stream(ctx, s, ev, rings, recordFormat(ev, prog), nil)
+	var funcs map[uint64]string
+	if ev.glob {
+		for _, c := range prog.Columns {
+			if c.Name == "func" {
+				funcs = c.Symbols
+			}
+		}
+	}
+	return stream(ctx, s, ev, rings, recordFormat(ev, prog), nil, funcs)
 }
 
 // runUser runs a user-space probe: a program per argument layout (each

@@ -51,7 +51,7 @@ func streamKept(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collec
 	if err != nil {
 		return err
 	}
-	return stream(ctx, s, ev, rings, format, pointers)
+	return stream(ctx, s, ev, rings, format, pointers, nil)
 }
 
 // recordFormat describes the records a program emits as a format file
@@ -76,9 +76,13 @@ func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 
 // stream prints every record of the rings as format lays it out, and
 // reports lost ones.
-func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Rings, format *tracefs.Format, pointers map[string]bool) error {
+//
+// funcs, for a run over several functions (kprobe:GLOB), names the
+// function of a record's func field: it names the line, as a single
+// event's name does.
+func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Rings, format *tracefs.Format, pointers map[string]bool, funcs map[uint64]string) error {
 	// One write per batch of records, not per record.
-	p := &printer{s: s, ev: ev, format: format, pointers: pointers, comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
+	p := &printer{s: s, ev: ev, format: format, pointers: pointers, funcs: funcs, comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
 	if err := rings.FollowNames(p.remember); err != nil {
 		return err
 	}
@@ -120,6 +124,7 @@ type printer struct {
 	s        *run.Session
 	ev       event
 	format   *tracefs.Format
+	funcs    map[uint64]string // the func field's names (kprobe:GLOB)
 	pointers map[string]bool
 	comms    map[uint32]string
 	out      *bufio.Writer
@@ -238,12 +243,22 @@ func (p *printer) print(smp perfevent.Sample) {
 	if p.err != nil {
 		return
 	}
-	name := p.ev.shortName()
+	name, event := p.ev.shortName(), p.ev.String()
+	if p.funcs != nil {
+		if f, ok := p.format.Field("func"); ok && f.Offset+8 <= len(smp.Raw) {
+			name = p.funcs[binary.LittleEndian.Uint64(smp.Raw[f.Offset:])]
+			event = "kprobe:" + name
+		}
+	}
 	secs := float64(smp.Time) / 1e9
 	if p.s.Opts.JSON {
 		fields := map[string]any{}
 		for _, f := range p.format.Fields {
 			if f.Common || strings.HasPrefix(f.Name, "__probe") {
+				continue
+			}
+			if p.funcs != nil && f.Name == "func" {
+				fields[f.Name] = name
 				continue
 			}
 			if v, _ := fieldValue(f, smp.Raw, p.pointers[f.Name]); v != nil {
@@ -255,7 +270,7 @@ func (p *printer) print(smp perfevent.Sample) {
 		if !known {
 			jpid = nil // released: its process is no longer known
 		}
-		b, err := json.Marshal(map[string]any{"tool": "filter", "event": p.ev.String(), "comm": p.comm(pid),
+		b, err := json.Marshal(map[string]any{"tool": "filter", "event": event, "comm": p.comm(pid),
 			"pid": jpid, "tid": tid, "cpu": smp.CPU, "ts": secs, "fields": fields})
 		if err != nil {
 			p.err = fmt.Errorf("encode event: %w", err)
@@ -289,7 +304,7 @@ func (p *printer) print(smp perfevent.Sample) {
 	b = append(b, name...)
 	b = append(b, ':')
 	for _, f := range p.format.Fields {
-		if f.Common || strings.HasPrefix(f.Name, "__probe") {
+		if f.Common || strings.HasPrefix(f.Name, "__probe") || (p.funcs != nil && f.Name == "func") {
 			continue
 		}
 		b = p.appendField(b, f, smp.Raw)

@@ -116,3 +116,36 @@ func CloseAll(cs []func() error) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// KprobeMulti reports whether kernel probes attach many functions as one
+// link (BPF_LINK_TYPE_KPROBE_MULTI, 5.18+, through fprobe), unless
+// LegacyProbesEnv=1 forces the tracefs path: attaching and detaching
+// hundreds of functions then takes one ftrace update, not one per probe.
+// A program attached this way must be loaded with AttachType
+// ebpf.AttachTraceKprobeMulti.
+func KprobeMulti() bool {
+	return !legacyForced() && features.HaveBPFLinkKprobeMulti() == nil
+}
+
+// AttachKprobeMulti attaches prog, loaded with ebpf.AttachTraceKprobeMulti,
+// to the entries of the kernel functions symbols as one link, each with
+// its cookie (bpf_get_attach_cookie). Each name is validated first.
+func AttachKprobeMulti(prog *ebpf.Program, symbols []string, cookies []uint64) (*Link, error) {
+	if len(symbols) == 0 {
+		return nil, errors.New("attach: no functions")
+	}
+	for _, s := range symbols {
+		if err := tracefs.ValidateSymbol(s); err != nil {
+			return nil, fmt.Errorf("attach %w", err)
+		}
+	}
+	what := "kprobe:" + symbols[0]
+	if len(symbols) > 1 {
+		what = fmt.Sprintf("%s and %d more", what, len(symbols)-1)
+	}
+	l, err := link.KprobeMulti(prog, link.KprobeMultiOptions{Symbols: symbols, Cookies: cookies})
+	if err != nil {
+		return nil, fmt.Errorf("attach %s: kprobe_multi link: %w%s", what, err, privilegeHint(err))
+	}
+	return &Link{what: what, l: l}, nil
+}

@@ -44,6 +44,18 @@ type Target struct {
 	// NS: filter runs in a pid namespace of its own, whose pids SelfPid,
 	// Pid and the pid and tid builtins are (see procfs.PidNamespace).
 	NS *asm.PidNS
+	// Func, in a run over several functions (kprobe:GLOB), is what the
+	// func operand names: this program's function.
+	Func *Func
+}
+
+// Func is the function a program of a run over several runs at: its index
+// in Names, a constant of the program, or, with Cookie, the attach cookie
+// its link gave it (kprobe_multi: one program for many functions).
+type Func struct {
+	Index  uint64
+	Cookie bool
+	Names  map[uint64]string
 }
 
 // Stack layout of the filter program.

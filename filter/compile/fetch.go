@@ -67,6 +67,18 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 	case srcStash:
 		c.emit(bpf.LoadMem(dst, regStash, int16(v.ctxOff), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s, as the entry had it", dst, v.name))))
 		return nil // stashed as 8 bytes, extended
+	case srcFunc:
+		f := c.t.Func
+		if f.Cookie {
+			c.emit(
+				bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment(fmt.Sprintf("%s = func: the function's index, its link's cookie", dst))),
+				bpf.FnGetAttachCookie.Call(),
+				bpf.Mov.Reg(dst, bpf.R0),
+			)
+			return nil
+		}
+		c.emit(bpf.Mov.Imm(dst, int32(f.Index)).WithSource(bpf.Comment(fmt.Sprintf("%s = func: %s", dst, f.Names[f.Index]))))
+		return nil
 	case srcDuration:
 		c.emit(
 			bpf.FnKtimeGetNs.Call().WithSource(bpf.Comment(fmt.Sprintf("%s = duration: now - the entry's time", dst))),

@@ -35,6 +35,7 @@ const (
 	srcEntry                  // a syscall's argument or number, in the user's pt_regs at regOff (SyscallEntry)
 	srcStash                  // a call's entry value, in its stash record at ctxOff (Return)
 	srcDuration               // a call's nanoseconds since its entry (Return)
+	srcFunc                   // the function of a run over several (Target.Func)
 )
 
 // space is the address space a string pointer points into.
@@ -97,6 +98,12 @@ func (c *compiler) resolve(o Operand) (value, error) {
 	v, ok, err := c.t.Event.operand(c, o)
 	if ok || err != nil {
 		return v, err
+	}
+	if o.Base == "func" && c.t.Func != nil {
+		if len(o.Steps) > 0 || o.Cast != "" {
+			return value{}, c.errAt(o.Pos, "func names the function: it has no members")
+		}
+		return value{name: "func", kind: kInt, size: 8, src: srcFunc, symbols: c.t.Func.Names}, nil
 	}
 	if isBuiltin(o.Base) {
 		return c.builtin(o)

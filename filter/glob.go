@@ -1,0 +1,177 @@
+package filter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/filter/compile"
+	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// runGlob traces every kernel function a glob matches (kprobe:tcp_*), each
+// with its own arguments from BTF, func naming which one. A program is
+// compiled per function and functions whose programs come out the same
+// share one: with kprobe_multi links (5.18+) one link per program, the
+// function's index its cookie (attach and detach take one ftrace update
+// each, whatever the number of functions); elsewhere a kprobe per
+// function, func a constant of its program. A function the expression or
+// the fields cannot be compiled for (it has no argument of that name) is
+// left out, and the run says how many were.
+func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, target compile.Target) error {
+	if compile.IsCall(root, act) {
+		return usage.Errorf("%s: ret and duration are a call's: name one function, not a glob", ev)
+	}
+	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf, Have: func() error {
+		if !perfevent.KprobesAvailable() {
+			return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, perfevent.ErrNoKprobes)
+		}
+		return nil
+	}}); err != nil {
+		return err
+	}
+	funcs, err := tracefs.Functions(ev.symbol)
+	if err != nil {
+		return usage.Errorf("%v", err)
+	}
+	if len(funcs) == 0 {
+		return usage.Errorf("%s: no traceable kernel function matches (available_filter_functions)", ev)
+	}
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		return fmt.Errorf("%s: %w", ev, err)
+	}
+	spec, err := kbtf.Kernel()
+	if err != nil {
+		return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
+	}
+	if act.Kind == compile.Keep {
+		// A kprobe_multi link makes no record of the kernel's: ours, with
+		// the function's name.
+		act = compile.Action{Kind: compile.Emit, Columns: []compile.Operand{{Base: "func", Text: "func"}}}
+	}
+	names := map[uint64]string{}
+	for i, fn := range funcs {
+		names[uint64(i)] = fn
+	}
+	multi := perfevent.KprobeMulti()
+	attachType := ebpf.AttachNone
+	if multi {
+		attachType = ebpf.AttachTraceKprobeMulti
+	}
+	type set struct {
+		prog    string
+		funcs   []string
+		cookies []uint64
+	}
+	var sets []*set
+	byInsns := map[string]*set{}
+	progs := map[string]*ebpf.ProgramSpec{}
+	var prog *compile.Program
+	var left []string
+	var firstErr error
+	for i, fn := range funcs {
+		t := target
+		t.BTF = spec
+		t.Func = &compile.Func{Index: uint64(i), Cookie: multi, Names: names}
+		t.Event = &compile.Registers{} // no prototype in BTF: no arguments
+		if _, proto, err := funcProto(spec, fn); err == nil {
+			k, _, _ := kprobeTarget(event{kind: "kprobe", symbol: fn}, proto, regs, false)
+			t.Event = k.Event
+		}
+		p, err := compile.Compile(o.Where, root, t, act)
+		if err != nil {
+			var ee *compile.ExprError
+			if !errors.As(err, &ee) {
+				return err
+			}
+			left = append(left, fn)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%s: %w", fn, usageOr(err))
+			}
+			continue
+		}
+		if prog != nil && p.Size != prog.Size {
+			left = append(left, fn)
+			continue // its columns lay out otherwise (a string of another room)
+		}
+		prog = p
+		key := insnsKey(p.Insns)
+		st, ok := byInsns[key]
+		if !ok {
+			st = &set{prog: fmt.Sprintf("filter%d", len(sets))}
+			byInsns[key] = st
+			sets = append(sets, st)
+			progs[st.prog] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: p.Insns}
+		}
+		st.funcs = append(st.funcs, fn)
+		st.cookies = append(st.cookies, uint64(i))
+	}
+	if prog == nil {
+		return firstErr
+	}
+	cs := &ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, prog), Programs: progs}
+	coll, err := s.Load(cs)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	attached, failed := 0, 0
+	var failErr error
+	for _, st := range sets {
+		p := coll.Programs[st.prog]
+		if multi {
+			l, err := perfevent.AttachKprobeMulti(p, st.funcs, st.cookies)
+			if err != nil {
+				return fmt.Errorf("%s: %w", ev, err)
+			}
+			s.OnDetach("", l.Close)
+			attached += len(st.funcs)
+			continue
+		}
+		for _, fn := range st.funcs {
+			// One that cannot be probed (the kprobe blacklist) is left out.
+			if err := s.AttachProbe(p, tracefs.Probe{Type: tracefs.Kprobe, Symbol: fn}, false); err != nil {
+				failed++
+				if failErr == nil {
+					failErr = err
+				}
+				continue
+			}
+			attached++
+		}
+	}
+	if attached == 0 {
+		return fmt.Errorf("%s: no function could be probed: %w", ev, failErr)
+	}
+	how := "a kprobe each"
+	if multi {
+		how = fmt.Sprintf("%d kprobe_multi link(s)", len(sets))
+	}
+	fmt.Fprintf(s.Stderr, "%s: %s: %d functions attached in %v (%s)\n", s.Tool, ev, attached, time.Since(start).Round(time.Millisecond), how)
+	if len(left) > 0 {
+		fmt.Fprintf(s.Stderr, "%s: %d matching functions left out: %s (%v)\n", s.Tool, len(left), firstFew(left), firstErr)
+	}
+	if failed > 0 {
+		fmt.Fprintf(s.Stderr, "%s: %d matching functions could not be probed: %v\n", s.Tool, failed, failErr)
+	}
+	return report(ctx, s, o, ev, coll, prog, act)
+}
+
+// firstFew names the first few of a list.
+func firstFew(names []string) string {
+	if len(names) > 5 {
+		return strings.Join(names[:5], ", ") + ", ..."
+	}
+	return strings.Join(names, ", ")
+}
