@@ -47,8 +47,11 @@ func TestStructDump(t *testing.T) {
 		if !strings.HasPrefix(text, "(struct sk_buff){") || !strings.Contains(text, ".len = (unsigned int)328,") {
 			t.Errorf("len %v, the structure: %q", e.Fields["len"], text)
 		}
-		if len(text) != compile.DumpSize-1 || !strings.HasSuffix(text, "...") {
-			t.Errorf("an sk_buff's text is longer than %d bytes: want it cut to %d, ending in ...: %d bytes, %q", compile.DumpSize, compile.DumpSize-1, len(text), text[max(0, len(text)-20):])
+		// Whole (5.10's sk_buff: 987 bytes), or cut at its room with "...".
+		whole := len(text) < compile.DumpSize-1 && strings.HasSuffix(text, "}")
+		cut := len(text) == compile.DumpSize-1 && strings.HasSuffix(text, "...")
+		if !whole && !cut {
+			t.Errorf("%d bytes ending in %q: want fewer than %d ending in }, or %d ending in ...", len(text), text[max(0, len(text)-20):], compile.DumpSize-1, compile.DumpSize-1)
 		}
 	}
 }

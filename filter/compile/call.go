@@ -243,7 +243,11 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	}
 	src, srcOff := bpf.RFP, rec
 	if len(l.ptrs) > 0 {
-		// Structures: the record is built in the per-CPU buffer.
+		// Structures: the record is built in the per-CPU buffer, its head
+		// copied from the stack (the key and count, set there by
+		// CallPush, cleared first: the verifier refuses a read of stack
+		// never written).
+		ec.emit(bpf.Mov.Imm(bpf.R1, 0), bpf.StoreMem(bpf.RFP, rec, bpf.R1, bpf.DWord), bpf.StoreMem(bpf.RFP, rec+asm.CallDepth, bpf.R1, bpf.DWord))
 		ec.emitDumps(stash, l, stashColumns)
 		src, srcOff = regDump, 0
 	}
