@@ -29,8 +29,9 @@ type options struct {
 }
 
 const details = `EVENT is a tracepoint GROUP:NAME (net:netif_receive_skb,
-syscalls:sys_enter_openat), kprobe:FUNCTION or kretprobe:FUNCTION, or a
-user-space probe: uprobe:PATH:FUNCTION[+OFFSET], uprobe:PATH:0xADDRESS,
+syscalls:sys_enter_openat), kprobe:FUNCTION or kretprobe:FUNCTION,
+kprobe:GLOB (every traceable kernel function it matches, '*' any run of
+characters, '?' one: kprobe:tcp_*), or a user-space probe: uprobe:PATH:FUNCTION[+OFFSET], uprobe:PATH:0xADDRESS,
 uretprobe:PATH:FUNCTION, usdt:PATH:[PROVIDER:]NAME. PATH is absolute, or a
 bare name looked up on $PATH and in the library directories. A user-space
 probe is on the file: every process that runs it, now or later, a library
@@ -109,6 +110,18 @@ Examples:
   filter kretprobe:ksys_write --where 'ret < 0'
   filter --info kprobe:do_sys_openat2
   filter kprobe:do_sys_openat2 --fields 'filename,*how'
+
+kprobe:GLOB traces each function the glob matches in the kernel's
+available_filter_functions (at most 20000), with its own arguments from
+BTF; func names the function (--count-by func, --fields func), and a
+printed line is named after it. A function the expression or the fields
+cannot be compiled for (it has no argument of that name) is left out, one
+the kernel will not probe too; the run says how many, and how long
+attaching took. Through kprobe_multi links where the kernel has them
+(5.18+): hundreds of functions attach and detach in one step; elsewhere a
+kprobe each, which the kernel attaches and detaches one at a time.
+  filter --count-by func 'kprobe:tcp_*' --where 'sk->__sk_common.skc_family == 2'
+  filter --info 'kprobe:vfs_*'
 
 A call seen whole (ksnoop's "ip_send_skb(skb, return!=0)"): on
 kprobe:FUNCTION or uprobe:PATH:FUNCTION, naming ret (the return value) or
