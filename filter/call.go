@@ -99,12 +99,7 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 				Build: build(at(true), compile.Arg{Name: "ret", Type: proto.Return, RegOff: int16(8 * len(proto.Params))}, true),
 			},
 			{Hook: hook.Perf,
-				Have: func() error {
-					if !perfevent.KprobesAvailable() {
-						return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, perfevent.ErrNoKprobes)
-					}
-					return nil
-				},
+				Have:  ev.haveKprobes,
 				Build: build(at(false), compile.Arg{Name: "ret", Type: proto.Return, RegOff: regs.Ret}, false),
 			},
 		}

@@ -32,12 +32,7 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if compile.IsCall(root, act) {
 		return usage.Errorf("%s: ret and duration are a call's: name one function, not a glob", ev)
 	}
-	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf, Have: func() error {
-		if !perfevent.KprobesAvailable() {
-			return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, perfevent.ErrNoKprobes)
-		}
-		return nil
-	}}); err != nil {
+	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf, Have: ev.haveKprobes}); err != nil {
 		return err
 	}
 	funcs, err := tracefs.Functions(ev.symbol)

@@ -737,12 +737,7 @@ func kprobeOffers(ev event, common compile.Target, build func(func() (plan, erro
 		}),
 	}
 	perf := hook.Offer{Hook: hook.Perf,
-		Have: func() error {
-			if !perfevent.KprobesAvailable() {
-				return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", ev, perfevent.ErrNoKprobes)
-			}
-			return nil
-		},
+		Have: ev.haveKprobes,
 		Build: build(func() (plan, error) {
 			p := at(false)
 			p.progType = ebpf.Kprobe
@@ -813,4 +808,12 @@ func loadFollowing(s *run.Session, spec *ebpf.CollectionSpec, tree bool, ns *asm
 		}
 	}
 	return coll, nil
+}
+
+// haveKprobes is a kprobe hook's Have: the kernel has kprobes.
+func (e event) haveKprobes() error {
+	if !perfevent.KprobesAvailable() {
+		return fmt.Errorf("%s: %w; tracepoints (GROUP:NAME) work instead", e, perfevent.ErrNoKprobes)
+	}
+	return nil
 }

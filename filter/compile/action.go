@@ -160,7 +160,6 @@ type laid struct {
 	ptrs      []int16
 }
 
-//
 // A key's strings are cleared first (see columns), and it takes no
 // structure; stash (a call's entry) clears strings too, and takes them.
 func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (laid, error) {
