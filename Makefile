@@ -13,7 +13,14 @@ TAGS    := nethttpomithttp2
 # call to a constructor, not its body copied (93 KB less binary). The
 # demangler runs once per symbol named in a report: without inlining it
 # is 160 KB smaller and as fast (7.5 us a symbol of libstdc++ either way).
-NOINLINE := github.com/tracekit/tracekit/.../prog github.com/tracekit/tracekit/filter/compile github.com/tracekit/tracekit/asm github.com/tracekit/tracekit/tracefs github.com/cilium/ebpf/asm github.com/ianlancetaylor/demangle
+# The same holds for what runs at a tool's start or per report, never per
+# event: the rest of cilium/ebpf (loading, BTF, links, map reads per
+# interval), our BTF and ELF readers (kbtf, uprobe), flag parsing, and the
+# metrics server's client_golang and protobuf (per scrape): 266 KB less
+# (12.66 MB to 12.39 MB, measured when calls, structures and globs in
+# filter had taken the binary past its 12 MiB budget).
+NOINLINE := github.com/tracekit/tracekit/.../prog github.com/tracekit/tracekit/filter/compile github.com/tracekit/tracekit/asm github.com/tracekit/tracekit/tracefs github.com/cilium/ebpf/asm github.com/ianlancetaylor/demangle \
+	github.com/cilium/ebpf/... github.com/tracekit/tracekit/kbtf github.com/tracekit/tracekit/uprobe github.com/jessevdk/go-flags github.com/prometheus/... google.golang.org/protobuf/...
 GOFLAGS := -trimpath -tags=$(TAGS) $(foreach p,$(NOINLINE),-gcflags='$(p)=-l')
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)

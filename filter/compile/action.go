@@ -329,8 +329,11 @@ func (c *compiler) hist(act Action, prog *Program) error {
 	if err != nil {
 		return err
 	}
-	if v.kind == kString || v.kind == kDump {
-		return c.errAt(act.Hist.Pos, "%s is not a number: a histogram needs one", v.name)
+	if v.kind == kString {
+		return c.errAt(act.Hist.Pos, "%s is a string: a histogram needs a number", v.name)
+	}
+	if v.kind == kDump {
+		return c.errAt(act.Hist.Pos, "%s is a structure: a histogram needs a number", v.name)
 	}
 	if v.typed {
 		return c.errAt(act.Hist.Pos, "%s is a struct pointer, which the verifier types at a BPF trampoline: a histogram cannot take its bits; use --attach=perf (a kprobe)", v.name)
