@@ -34,22 +34,11 @@ const (
 
 // CallPush is the entry's half. The record is at src+recOff (the stack,
 // RFP, or a map value), size bytes (a multiple of 8, at least
-// CallRecord), its time set; its key and depth are filled here. The tid is at tidOff (4 bytes), stored by the
-// caller. Past maxDepth a call still counts, so that the returns stay
+// CallRecord), its time set; its key and depth are filled here. The tid
+// is at tidOff (4 bytes), stored by the caller. Past maxDepth a call still counts, so that the returns stay
 // paired, but nothing is stashed. Ends with a jump to done.
 func CallPush(prefix, stashMap string, tidOff int16, src bpf.Register, recOff int16, size int, maxDepth int32, done string) bpf.Instructions {
-	outer, nested, insert := prefix+"_outer", prefix+"_nested", prefix+"_insert"
-	// copyIn copies the record from the stack into the map value in R0,
-	// from byte from on, but the depth.
-	copyIn := func(s *Seq, from int) {
-		for off := from; off < size; off += 8 {
-			if off == CallDepth {
-				continue
-			}
-			s.Add(bpf.LoadMem(bpf.R1, src, recOff+int16(off), bpf.DWord))
-			s.Add(bpf.StoreMem(bpf.R0, int16(off), bpf.R1, bpf.DWord))
-		}
-	}
+	outer, insert, copyIn := prefix+"_outer", prefix+"_insert", prefix+"_copy"
 	// arg points reg at the record, as a helper's key or value.
 	arg := func(reg bpf.Register) bpf.Instructions {
 		return bpf.Instructions{bpf.Mov.Reg(reg, src), bpf.Add.Imm(reg, int32(recOff))}
@@ -73,14 +62,24 @@ func CallPush(prefix, stashMap string, tidOff int16, src bpf.Register, recOff in
 	s.Add(bpf.Mov.Reg(bpf.R2, bpf.R1))
 	s.Add(bpf.Add.Imm(bpf.R2, 1))
 	s.Add(bpf.StoreMem(bpf.R0, CallDepth, bpf.R2, bpf.DWord).WithSource(bpf.Comment("one thread runs on one CPU at a time: no atomic needed")))
-	s.Add(bpf.JNE.Imm(bpf.R1, 0, nested))
-	copyIn(&s, CallTime)
-	s.Add(bpf.Ja.Label(done))
-	s.Add(bpf.JGE.Imm(bpf.R1, maxDepth, done).WithSymbol(nested).WithSource(bpf.Comment(fmt.Sprintf("nested: %s[{tid, depth}]; deeper than %d: counted, not stashed", stashMap, maxDepth))))
+	s.Add(bpf.JEq.Imm(bpf.R1, 0, copyIn).WithSource(bpf.Comment("the outermost call: its record is this one")))
+	s.Add(bpf.JGE.Imm(bpf.R1, maxDepth, done).WithSource(bpf.Comment(fmt.Sprintf("nested: %s[{tid, depth}]; deeper than %d: counted, not stashed", stashMap, maxDepth))))
 	s.Add(bpf.StoreMem(src, recOff+4, bpf.R1, bpf.Word))
 	s.Append(lookup())
 	s.Add(bpf.JEq.Imm(bpf.R0, 0, insert))
-	copyIn(&s, CallTime)
+	// The record into the slot in R0, in place: from its time on, but the
+	// count (the outermost record's own).
+	for off := CallTime; off < size; off += 8 {
+		if off == CallDepth {
+			continue
+		}
+		ins := bpf.LoadMem(bpf.R1, src, recOff+int16(off), bpf.DWord)
+		if off == CallTime {
+			ins = ins.WithSymbol(copyIn)
+		}
+		s.Add(ins)
+		s.Add(bpf.StoreMem(bpf.R0, int16(off), bpf.R1, bpf.DWord))
+	}
 	s.Add(bpf.Ja.Label(done))
 	update := bpf.Instructions{bpf.LoadMapPtr(bpf.R1, 0).WithReference(stashMap).WithSymbol(insert)}
 	update = append(append(append(update, arg(bpf.R2)...), arg(bpf.R3)...), bpf.Mov.Imm(bpf.R4, UpdateAny), bpf.FnMapUpdateElem.Call())

@@ -97,8 +97,12 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 			continue
 		}
 		if prog != nil && p.Size != prog.Size {
+			// Its columns lay out otherwise (a string of another room).
 			left = append(left, fn)
-			continue // its columns lay out otherwise (a string of another room)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%s: its fields take %d bytes, where the others' take %d", fn, p.Size, prog.Size)
+			}
+			continue
 		}
 		prog = p
 		key := insnsKey(p.Insns)

@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -85,17 +86,7 @@ func IsCall(root Node, act Action) bool {
 }
 
 func mentionsCall(n Node) bool {
-	switch n := n.(type) {
-	case *Or:
-		return mentionsCall(n.L) || mentionsCall(n.R)
-	case *And:
-		return mentionsCall(n.L) || mentionsCall(n.R)
-	case *Not:
-		return mentionsCall(n.X)
-	case *Cmp:
-		return callName(n.Left) || callName(n.Right)
-	}
-	return false
+	return anyCmp(n, func(c *Cmp) bool { return callName(c.Left) || callName(c.Right) })
 }
 
 // operands are the action's operands: its columns, or its histogram's.
@@ -327,6 +318,17 @@ func eachCmp(n Node, f func(*Cmp) error) error {
 		return f(n)
 	}
 	return nil
+}
+
+// anyCmp reports whether pred holds for a comparison of n.
+func anyCmp(n Node, pred func(*Cmp) bool) bool {
+	errFound := errors.New("found")
+	return eachCmp(n, func(c *Cmp) error {
+		if pred(c) {
+			return errFound
+		}
+		return nil
+	}) != nil
 }
 
 func (e *Return) operand(c *compiler, o Operand) (value, bool, error) {

@@ -12,15 +12,5 @@ func ColumnsNeedBTF(act Action) bool {
 
 // NeedsBTF reports whether an expression casts a field to a struct.
 func NeedsBTF(n Node) bool {
-	switch n := n.(type) {
-	case *Or:
-		return NeedsBTF(n.L) || NeedsBTF(n.R)
-	case *And:
-		return NeedsBTF(n.L) || NeedsBTF(n.R)
-	case *Not:
-		return NeedsBTF(n.X)
-	case *Cmp:
-		return n.Left.Cast != "" || n.Right.Cast != ""
-	}
-	return false
+	return anyCmp(n, func(c *Cmp) bool { return c.Left.Cast != "" || c.Right.Cast != "" })
 }

@@ -144,7 +144,7 @@ func (c *compiler) emitDumps(prog *Program, l laid, head int) {
 			k++
 			continue
 		}
-		done := c.label("dumped")
+		done, cut := c.label("dumped"), c.label("cut")
 		c.emit(
 			bpf.LoadMem(bpf.R1, bpf.RFP, l.ptrs[k], bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("bpf_snprintf_btf(record+%d, %d, {%s, type %d}, compact)", at, DumpSize, col.Name, col.dumpID))),
 			bpf.StoreMem(bpf.RFP, btfPtrOff, bpf.R1, bpf.DWord),
@@ -159,10 +159,9 @@ func (c *compiler) emitDumps(prog *Program, l laid, head int) {
 			bpf.Mov.Imm(bpf.R4, 16),
 			bpf.Mov.Imm(bpf.R5, btfCompact),
 			bpf.FnSnprintfBtf.Call(),
-			bpf.JSGT.Imm(bpf.R0, DumpSize-1, c.label("cut")),
+			bpf.JSGT.Imm(bpf.R0, DumpSize-1, cut),
+			bpf.Ja.Label(done),
 		)
-		cut := c.insns[len(c.insns)-1].Reference()
-		c.emit(bpf.Ja.Label(done))
 		c.mark(cut)
 		// Cut: the text ends in "..." and its NUL.
 		c.emit(
