@@ -166,6 +166,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 		return nil, fmt.Errorf("a call has no record of the kernel's to keep: build one (Emit)")
 	}
 	ec := newCompiler(entry, expr)
+	ec.call = true
 	var need []stashed
 	seen := map[string]bool{}
 	add := func(o Operand, option, source string) error {
@@ -263,6 +264,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	}
 	rt := Target{Event: r, BTF: entry.BTF, Read: entry.Read, NS: entry.NS}
 	rc := newCompiler(rt, expr)
+	rc.call = true
 	rc.emit(asm.Prologue()...)
 	rc.emit(asm.CallPop("call", StashMap, callTid, scratchOff, MaxDepth, regStash, "out")...)
 	if err := rc.where(joinAnd(atReturn)); err != nil {

@@ -91,6 +91,9 @@ type compiler struct {
 	// keepTid: the pid filter's helper call also stores the tid at
 	// callTid (a call's entry), and tidKept says it did.
 	keepTid, tidKept bool
+	// call: a call's programs (CompileCall), where ret and duration are
+	// names too.
+	call bool
 }
 
 func (c *compiler) errAt(pos int, format string, args ...any) error {

@@ -190,7 +190,11 @@ func unknownArg(c *compiler, args []Arg, o Operand) error {
 	for _, a := range args {
 		names = append(names, a.Name)
 	}
-	return c.errAt(o.Pos, "no argument or builtin %q (arguments: %s; builtins: %s)", o.Base, strings.Join(names, ", "), strings.Join(builtins, ", "))
+	call := ""
+	if c.call {
+		call = "; the call's: ret, duration"
+	}
+	return c.errAt(o.Pos, "no argument or builtin %q (arguments: %s; builtins: %s%s)", o.Base, strings.Join(names, ", "), strings.Join(builtins, ", "), call)
 }
 
 func (e *Registers) userSpace() bool { return e.UserSpace }
