@@ -64,14 +64,13 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if multi {
 		attachType = ebpf.AttachTraceKprobeMulti
 	}
+	// The functions and their cookies of each program.
 	type set struct {
-		prog    string
 		funcs   []string
 		cookies []uint64
 	}
 	var sets []*set
-	byInsns := map[string]*set{}
-	progs := map[string]*ebpf.ProgramSpec{}
+	progs := sharedPrograms{specs: map[string]*ebpf.ProgramSpec{}, attachType: attachType}
 	var prog *compile.Program
 	var left []string
 	var firstErr error
@@ -105,21 +104,18 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 			continue
 		}
 		prog = p
-		key := insnsKey(p.Insns)
-		st, ok := byInsns[key]
-		if !ok {
-			st = &set{prog: fmt.Sprintf("filter%d", len(sets))}
-			byInsns[key] = st
-			sets = append(sets, st)
-			progs[st.prog] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: p.Insns}
+		i := progs.add(p)
+		if i == len(sets) {
+			sets = append(sets, &set{})
 		}
+		st := sets[i]
 		st.funcs = append(st.funcs, fn)
 		st.cookies = append(st.cookies, uint64(i))
 	}
 	if prog == nil {
 		return firstErr
 	}
-	cs := &ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, prog), Programs: progs}
+	cs := &ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, prog), Programs: progs.specs}
 	coll, err := s.Load(cs)
 	if err != nil {
 		return err
@@ -127,8 +123,8 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	start := time.Now()
 	attached, failed := 0, 0
 	var failErr error
-	for _, st := range sets {
-		p := coll.Programs[st.prog]
+	for i, st := range sets {
+		p := coll.Programs[progName(i)]
 		if multi {
 			l, err := perfevent.AttachKprobeMulti(p, st.funcs, st.cookies)
 			if err != nil {

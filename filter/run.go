@@ -540,7 +540,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 	}
 	var prog *compile.Program
 	var sets []run.ProbeSet
-	names := map[string]int{} // a program's instructions: its set
+	progs := sharedPrograms{specs: spec.Programs, attachType: attachType}
 	for _, st := range sites {
 		t := userTarget(ev, st, regs)
 		t.SelfPid, t.Pid, t.Tree, t.NS = self, uint32(o.Pid), tree, ns
@@ -553,13 +553,9 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 		} else if p.Size != prog.Size {
 			return fmt.Errorf("%s: sites lay out their columns differently", ev)
 		}
-		key := insnsKey(p.Insns)
-		i, ok := names[key]
-		if !ok {
-			i = len(sets)
-			names[key] = i
+		i := progs.add(p)
+		if i == len(sets) {
 			sets = append(sets, run.ProbeSet{})
-			spec.Programs[fmt.Sprintf("filter%d", i)] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: p.Insns}
 		}
 		sets[i].Probes = append(sets[i].Probes, st.probe)
 	}
@@ -569,13 +565,40 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 		return err
 	}
 	for i := range sets {
-		sets[i].Prog = coll.Programs[fmt.Sprintf("filter%d", i)]
+		sets[i].Prog = coll.Programs[progName(i)]
 	}
 	if err := s.AttachUprobes(sets, multi); err != nil {
 		return fmt.Errorf("%s: %w", ev, err)
 	}
 	return report(ctx, s, o, ev, coll, prog, act)
 }
+
+// sharedPrograms are the kprobe programs of a run over several sites or
+// functions, one per distinct instructions (insnsKey), named progName(i)
+// in specs.
+type sharedPrograms struct {
+	specs      map[string]*ebpf.ProgramSpec
+	attachType ebpf.AttachType
+	index      map[string]int
+}
+
+// add returns the index of p's program: a new one, len of those so far,
+// when no other came out the same.
+func (ps *sharedPrograms) add(p *compile.Program) int {
+	if ps.index == nil {
+		ps.index = map[string]int{}
+	}
+	key := insnsKey(p.Insns)
+	i, ok := ps.index[key]
+	if !ok {
+		i = len(ps.index)
+		ps.index[key] = i
+		ps.specs[progName(i)] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, AttachType: ps.attachType, License: "GPL", Instructions: p.Insns}
+	}
+	return i
+}
+
+func progName(i int) string { return fmt.Sprintf("filter%d", i) }
 
 // insnsKey is what makes two programs the same: their instructions, the
 // maps and functions they name, not their comments.
