@@ -143,13 +143,6 @@ func (o Operand) key() string {
 	return b.String()
 }
 
-// stashed is an operand the return reads from the entry's stash, and the
-// text it was written in (for errors).
-type stashed struct {
-	op             Operand
-	option, source string
-}
-
 // CompileCall compiles a call: entry is the function's entry (its
 // arguments; the pid filters apply there), ret its return value at the
 // return. act may not be Keep: a call's record is always built.
@@ -167,7 +160,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	}
 	ec := newCompiler(entry, expr)
 	ec.call = true
-	var need []stashed
+	var need []Operand // what the return reads from the stash
 	seen := map[string]bool{}
 	add := func(o Operand, option, source string) error {
 		if o.IsConst() || callName(o) || seen[o.key()] {
@@ -183,7 +176,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 			return err
 		}
 		seen[o.key()] = true
-		need = append(need, stashed{o, option, source})
+		need = append(need, o)
 		return nil
 	}
 	for _, n := range atReturn {
@@ -209,12 +202,8 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	if err := ec.where(joinAnd(atEntry)); err != nil {
 		return nil, err
 	}
-	var ops []Operand
-	for _, s := range need {
-		ops = append(ops, s.op)
-	}
 	stash := &Program{}
-	l, err := ec.layColumns(ops, stash, false, true)
+	l, err := ec.layColumns(need, stash, false, true)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +249,7 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 		case col.String:
 			v.kind, v.size, v.strLen = kString, 0, col.Size
 		}
-		r.stashed[need[i].op.key()] = v
+		r.stashed[need[i].key()] = v
 	}
 	rt := Target{Event: r, BTF: entry.BTF, Read: entry.Read, NS: entry.NS}
 	rc := newCompiler(rt, expr)
