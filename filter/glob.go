@@ -104,11 +104,11 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 			continue
 		}
 		prog = p
-		i := progs.add(p)
-		if i == len(sets) {
+		k := progs.add(p)
+		if k == len(sets) {
 			sets = append(sets, &set{})
 		}
-		st := sets[i]
+		st := sets[k]
 		st.funcs = append(st.funcs, fn)
 		st.cookies = append(st.cookies, uint64(i))
 	}
