@@ -10,6 +10,7 @@ mount -t tmpfs tmp /tmp
 insmod /lib/loop.ko 2>/dev/null
 ip link set lo up
 export TRACEKIT_BIN=/tk/bin REQUIRE_PRIVILEGED=1 TRACEKIT_REQUIRE_KPROBES=1
+[ -f /tk/require-peers ] && export TRACEKIT_REQUIRE_PEERS=1 PATH=/bin:/usr/sbin:/usr/bin
 echo "TK-KERNEL $(uname -r) $(uname -m)"
 if [ -f /tk/run.sh ]; then
   cd /tmp && sh /tk/run.sh 2>&1 | sed 's/^/TK-OUT run: /'

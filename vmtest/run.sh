@@ -21,6 +21,8 @@ command -v xz >/dev/null || need+=(xz-utils)
 command -v gcc >/dev/null || need+=(gcc)
 command -v musl-gcc >/dev/null || need+=(musl-tools)
 [ -f /usr/include/x86_64-linux-gnu/sys/sdt.h ] || [ -f /usr/include/sys/sdt.h ] || need+=(systemtap-sdt-dev)
+# The peers filter's calls are checked against in the x86-64 guests.
+[ -x /usr/sbin/ksnoop ] && [ -x /usr/sbin/funclatency ] || need+=(libbpf-tools)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-vm: installing ${need[*]}" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -164,6 +166,17 @@ make_stage() { # make_stage ARCH
     # musl's loader (and C library), for profile's musl fixtures.
     cp -L /lib/ld-musl-x86_64.so.1 "$stage/lib/"
     cp /bin/busybox "$stage/bin/busybox"
+    # Debian's ksnoop and funclatency (libbpf-tools), the peers of
+    # filter's calls (TestCallPeers), with stdbuf to read their stdout as
+    # it comes; the test fails rather than skips where this file is.
+    local peer
+    for peer in /usr/sbin/ksnoop /usr/sbin/funclatency /usr/bin/stdbuf /usr/libexec/coreutils/libstdbuf.so; do
+      for lib in $peer $(ldd "$peer" | grep -o '/[^ ]*'); do
+        mkdir -p "$stage$(dirname "$lib")"
+        cp -L "$lib" "$stage$lib"
+      done
+    done
+    touch "$stage/tk/require-peers"
   fi
   cp vmtest/init.sh "$stage/init"
   # TK_VM_RUN: a shell command the guests run instead of the tests (debugging).

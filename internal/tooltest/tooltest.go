@@ -119,6 +119,13 @@ type Open struct {
 	// Missing: the path does not exist, and each open fails with ENOENT
 	// (a known outcome for a call's return value).
 	Missing bool
+	// Flags are added to O_RDONLY (known values in a structure the
+	// kernel builds from them: do_sys_openat2's open_how).
+	Flags int
+	// Wait: before this file's opens, print the opening thread's id on
+	// stdout and wait for a byte on stdin (tracers that attach to a
+	// running process, then say go).
+	Wait bool
 }
 
 // Opens is the shell command that opens each file its number of times
@@ -131,10 +138,13 @@ func Opens(t testing.TB, comm string, files ...Open) string {
 			t.Fatalf("workload path %q holds ',', ':', ' ' or a quote", f.Path)
 		}
 		mark := ""
-		if f.Missing {
-			mark = "!"
+		if f.Wait {
+			mark = "?"
 		}
-		parts = append(parts, fmt.Sprintf("%s%s:%d", mark, f.Path, f.Times))
+		if f.Missing {
+			mark += "!"
+		}
+		parts = append(parts, fmt.Sprintf("%s%s:%d:%d", mark, f.Path, f.Times, f.Flags))
 	}
 	env, err := exec.LookPath("env")
 	if err != nil {
@@ -162,18 +172,31 @@ func opens(spec, comm string) int {
 		}
 	}
 	for _, part := range strings.Split(spec, ",") {
-		path, n, ok := strings.Cut(part, ":")
-		path, missing := strings.CutPrefix(path, "!")
-		times, err := strconv.Atoi(n)
-		if !ok || err != nil {
+		f := strings.Split(part, ":")
+		if len(f) != 3 {
 			return 3
+		}
+		path, wait := strings.CutPrefix(f[0], "?")
+		path, missing := strings.CutPrefix(path, "!")
+		times, err := strconv.Atoi(f[1])
+		flags, err2 := strconv.Atoi(f[2])
+		if err != nil || err2 != nil {
+			return 3
+		}
+		if wait {
+			// The thread that opens is the one named: stay on it.
+			runtime.LockOSThread()
+			fmt.Println(unix.Gettid())
+			if _, err := os.Stdin.Read(make([]byte, 1)); err != nil {
+				return 3
+			}
 		}
 		if path == "" {
 			time.Sleep(time.Duration(times) * time.Millisecond)
 			continue
 		}
 		for i := 0; i < times; i++ {
-			fd, err := unix.Open(path, unix.O_RDONLY, 0)
+			fd, err := unix.Open(path, unix.O_RDONLY|flags, 0)
 			if missing && err == unix.ENOENT {
 				continue
 			}
