@@ -44,7 +44,7 @@ func checkReturnOnly(ev event, root compile.Node, act compile.Action) error {
 // and acts (compile.CompileCall). A kernel function through BPF
 // trampolines (fentry and fexit) where they attach, else its kprobe and
 // kretprobe; a user-space one through its uprobe and uretprobe.
-func runCall(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, target compile.Target) error {
+func runCall(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, target compile.Target, ch *chain) error {
 	name, off := tracefs.SplitSymbol(ev.symbol)
 	if off != 0 {
 		return usage.Errorf("%s: ret and duration are a call's: probe the function's entry, %s, not an offset in it", ev, name)
@@ -137,8 +137,12 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 	}
 	spec := &ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, call.Return), Programs: progs}
 	maps.Copy(spec.Maps, compile.CallMaps(call))
+	ch.add(spec)
 	coll, err := loadFollowing(s, spec, tree, target.NS, o.MaxTree)
 	if err != nil {
+		return err
+	}
+	if err := ch.attach(s, coll); err != nil {
 		return err
 	}
 	s.OnClose("", func() error {

@@ -172,6 +172,111 @@ func TestKprobeGlob(t *testing.T) {
 	}
 }
 
+// A list of functions (bpftrace's kprobe:a,kprobe:b): each counted apart by
+// func, exactly, with its own arguments; a name in it that is not a
+// traceable function is a usage error.
+func TestKprobeList(t *testing.T) {
+	privtest.RequireKprobes(t)
+	dir := t.TempDir()
+	a := dir + "/a"
+	openFiles(t, a)
+	const n = 4
+	work := tooltest.Opens(t, "tk-list", tooltest.Open{Path: a, Times: n})
+	// vfs_open has no file name: the opens are told by their thread's
+	// name (-c keeps to the command for user probes only). On 7.x
+	// do_sys_openat2 is not in available_filter_functions: a kprobe of its
+	// own, beside vfs_open's kprobe_multi link.
+	rep, r := countByJSON(t, "func", "kprobe:do_sys_openat2,kprobe:vfs_open", "--where", `comm == "tk-list"`, "-c", work)
+	got := map[string]int64{}
+	for _, c := range rep.Counts {
+		name, _ := c.Key["func"].(string)
+		got[name] = int64(c.Count)
+	}
+	// The Go runtime opens nothing after its start; each of ours goes
+	// through both.
+	if len(got) != 2 || got["do_sys_openat2"] != n || got["vfs_open"] != n {
+		t.Errorf("counts %v, want %d for each of do_sys_openat2 and vfs_open\n%s", got, n, r.Stderr)
+	}
+	if !strings.Contains(r.Stderr, "2 functions attached in") {
+		t.Errorf("the run does not say 2 functions were attached: %s", r.Stderr)
+	}
+	r = filter(t, "--count", "kprobe:do_sys_openat2,kprobe:tk_no_such_function")
+	if r.Status != 2 || !strings.Contains(r.Stderr, "kprobe:tk_no_such_function is not a traceable kernel function") {
+		t.Errorf("a list with a missing function: exit %d, %s", r.Status, r.Stderr)
+	}
+}
+
+// Stack mode (-s) over kernel functions: vfs_open inside do_sys_openat2
+// is each of our opens; the other way round, none; with --hist duration
+// (a call of vfs_open), as many.
+func TestStackModeKprobe(t *testing.T) {
+	privtest.RequireKprobes(t)
+	tooltest.ForEachFunctionHook(t, func(t *testing.T) {
+		a := t.TempDir() + "/a"
+		openFiles(t, a)
+		const n = 6
+		work := tooltest.Opens(t, "tk-stack", tooltest.Open{Path: a, Times: n})
+		ours := `comm == "tk-stack"`
+		for _, tc := range []struct {
+			list string
+			want int
+		}{
+			{"kprobe:do_sys_openat2,kprobe:vfs_open", n},
+			{"kprobe:vfs_open,kprobe:do_sys_openat2", 0},
+		} {
+			r := filter(t, "--count", "--json", "-s", tc.list, "--where", ours, "-c", work)
+			if want := fmt.Sprintf(`"count":%d`, tc.want); r.Status != 0 || !strings.Contains(r.Stdout, want) {
+				t.Errorf("-s %s: exit %d, %s%s; want %s", tc.list, r.Status, r.Stdout, r.Stderr, want)
+			}
+		}
+		r := filter(t, "--hist", "duration", "-s", "kprobe:do_sys_openat2,kprobe:vfs_open", "--where", ours, "-c", work)
+		if got := histTotal(r.Stdout); r.Status != 0 || got != n {
+			t.Errorf("-s --hist duration: %d calls, want %d (exit %d):\n%s%s", got, n, r.Status, r.Stdout, r.Stderr)
+		}
+	}, "do_sys_openat2", "vfs_open")
+}
+
+// Stack mode (-s) over user-space functions: fx-calls "nest" calls
+// tk_name n times from main, and per round once each from tk_outer, from
+// tk_nest (recursing 3 deep) inside tk_outer, and from tk_nest (2 deep)
+// called by main. Each nesting counts exactly, recursion of an outer
+// function included; the order matters; the last function's calls are
+// seen whole too.
+func TestStackMode(t *testing.T) {
+	privtest.Require(t)
+	fx := fixtures(t) + "/fx-calls"
+	const n = 25
+	up := func(fns ...string) string {
+		var evs []string
+		for _, f := range fns {
+			evs = append(evs, "uprobe:"+fx+":"+f)
+		}
+		return strings.Join(evs, ",")
+	}
+	for _, tc := range []struct {
+		fns  []string
+		want int
+	}{
+		{[]string{"tk_outer", "tk_name"}, 2 * n},
+		{[]string{"tk_nest", "tk_name"}, 2 * n},
+		{[]string{"tk_outer", "tk_nest", "tk_name"}, n},
+		{[]string{"tk_nest", "tk_outer", "tk_name"}, 0},
+		{[]string{"tk_outer", "tk_nest"}, 4 * n},
+		{[]string{"tk_name", "tk_outer"}, 0},
+	} {
+		r := filter(t, "--count", "--json", "-s", up(tc.fns...), "-c", fx+" "+strconv.Itoa(n)+" nest")
+		if want := fmt.Sprintf(`"count":%d`, tc.want); r.Status != 0 || !strings.Contains(r.Stdout, want) {
+			t.Errorf("-s %s: exit %d, %s%s; want %s", strings.Join(tc.fns, ","), r.Status, r.Stdout, r.Stderr, want)
+		}
+	}
+	// A call of the last function, inside the others: its entry judged
+	// against the chain, its return paired with it.
+	rep, r := countByJSON(t, "str(arg0),ret", "-s", up("tk_outer", "tk_nest", "tk_name"), "-c", fx+" "+strconv.Itoa(n)+" nest")
+	if len(rep.Counts) != 1 || rep.Total != n || rep.Counts[0].Key["str(arg0)"] != "outer" || num(rep.Counts[0].Key["ret"]) != 5 {
+		t.Errorf("calls of tk_name inside tk_nest inside tk_outer: %+v, want %d of \"outer\" returning 5\n%s", rep.Counts, n, r.Stderr)
+	}
+}
+
 // A glob of hundreds of functions attaches, counts and detaches; the run
 // says how long attaching took (README: the figures of the matrix's
 // kernels), and leaves no probe behind.

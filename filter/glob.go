@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -30,17 +31,10 @@ import (
 // left out, and the run says how many were.
 func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, target compile.Target) error {
 	if compile.IsCall(root, act) {
-		return usage.Errorf("%s: ret and duration are a call's: name one function, not a glob", ev)
+		return usage.Errorf("%s: ret and duration are a call's: name one function, not a glob or a list", ev)
 	}
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf, Have: ev.haveKprobes}); err != nil {
 		return err
-	}
-	funcs, err := tracefs.Functions(ev.symbol)
-	if err != nil {
-		return usage.Errorf("%v", err)
-	}
-	if len(funcs) == 0 {
-		return usage.Errorf("%s: no traceable kernel function matches (available_filter_functions)", ev)
 	}
 	regs, err := asm.HostPtRegs()
 	if err != nil {
@@ -49,6 +43,10 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	spec, err := kbtf.Kernel()
 	if err != nil {
 		return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
+	}
+	funcs, direct, err := ev.functions(spec)
+	if err != nil {
+		return err
 	}
 	if act.Kind == compile.Keep {
 		// A kprobe_multi link makes no record of the kernel's: ours, with
@@ -77,7 +75,7 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	for i, fn := range funcs {
 		t := target
 		t.BTF = spec
-		t.Func = &compile.Func{Index: uint64(i), Cookie: multi, Names: names}
+		t.Func = &compile.Func{Index: uint64(i), Cookie: multi && !direct[fn], Names: names}
 		t.Event = &compile.Registers{} // no prototype in BTF: no arguments
 		if _, proto, err := funcProto(spec, fn); err == nil {
 			k, _, _ := kprobeTarget(event{kind: "kprobe", symbol: fn}, proto, regs, false)
@@ -123,20 +121,25 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	start := time.Now()
 	attached, failed := 0, 0
 	var failErr error
+	named := map[string]bool{} // a list's own names, not a glob's matches
+	for _, f := range ev.funcs {
+		named[f] = !tracefs.IsGlob(f)
+	}
 	for i, st := range sets {
 		p := coll.Programs[progName(i)]
-		if multi {
-			l, err := perfevent.AttachKprobeMulti(p, st.funcs, st.cookies)
-			if err != nil {
-				return fmt.Errorf("%s: %w", ev, err)
+		var many []string
+		var cookies []uint64
+		for k, fn := range st.funcs {
+			if multi && !direct[fn] {
+				many, cookies = append(many, fn), append(cookies, st.cookies[k])
+				continue
 			}
-			s.OnDetach("", l.Close)
-			attached += len(st.funcs)
-			continue
-		}
-		for _, fn := range st.funcs {
-			// One that cannot be probed (the kprobe blacklist) is left out.
+			// One that cannot be probed (the kprobe blacklist) is left
+			// out, unless the list names it.
 			if err := s.AttachProbe(p, tracefs.Probe{Type: tracefs.Kprobe, Symbol: fn}, false); err != nil {
+				if named[fn] {
+					return err
+				}
 				failed++
 				if failErr == nil {
 					failErr = err
@@ -144,6 +147,14 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 				continue
 			}
 			attached++
+		}
+		if len(many) > 0 {
+			l, err := perfevent.AttachKprobeMulti(p, many, cookies)
+			if err != nil {
+				return fmt.Errorf("%s: %w", ev, err)
+			}
+			s.OnDetach("", l.Close)
+			attached += len(many)
 		}
 	}
 	if attached == 0 {
@@ -161,6 +172,43 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 		fmt.Fprintf(s.Stderr, "%s: %d matching functions could not be probed: %v\n", s.Tool, failed, failErr)
 	}
 	return report(ctx, s, o, ev, coll, prog, act)
+}
+
+// functions lists the kernel functions of a glob or a list: each item
+// must name a function or match one. A name that ftrace cannot reach
+// (not in available_filter_functions: the kernel kprobes it with a
+// breakpoint) is kept when BTF knows it, and is one of direct: a kprobe
+// of its own, never a kprobe_multi link's.
+func (e event) functions(spec *kbtf.Spec) (funcs []string, direct map[string]bool, err error) {
+	if funcs, err = tracefs.Functions(e.funcs...); err != nil {
+		return nil, nil, usage.Errorf("%v", err)
+	}
+	direct = map[string]bool{}
+	for _, f := range e.funcs {
+		found := false
+		for _, name := range funcs {
+			if ok, _ := filepath.Match(f, name); ok {
+				found = true
+				break
+			}
+		}
+		switch {
+		case found:
+		case tracefs.IsGlob(f):
+			return nil, nil, usage.Errorf("kprobe:%s matches no traceable kernel function (available_filter_functions)", f)
+		case spec == nil:
+			return nil, nil, usage.Errorf("kprobe:%s is not in available_filter_functions", f)
+		default:
+			if _, _, err := funcProto(spec, f); err != nil {
+				return nil, nil, usage.Errorf("kprobe:%s is not a traceable kernel function (not in available_filter_functions, nor in BTF)", f)
+			}
+			if !direct[f] {
+				direct[f] = true
+				funcs = append(funcs, f)
+			}
+		}
+	}
+	return funcs, direct, nil
 }
 
 // firstFew names the first few of a list.

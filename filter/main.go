@@ -25,13 +25,15 @@ type options struct {
 	RingPages   int    `long:"ring-pages" value-name:"N" default:"64" description:"Ring buffer pages per CPU for printed events, a power of two: 64 (256 KiB) keeps up with 100,000 events a second; raise it for bursts (a loss says so)"`
 	BufferPages int    `long:"buffer-pages" value-name:"N" hidden:"true" description:"The old name of --ring-pages"`
 	Attach      string `long:"attach" value-name:"HOOK" description:"How to reach a tracepoint or a kernel function: auto (a BPF trampoline where the kernel has them, x86-64 5.5+ and arm64 with ftrace direct calls: fentry at a kprobe's function, fexit for a kretprobe, and at the syscall's wrapper for syscalls:sys_enter_*; else perf), perf (the tracepoint's record; the kprobe) or fentry. A named hook is forced: no fallback. Without the flag, TRACEKIT_ATTACH chooses the same way"`
+	Stack       bool   `short:"s" long:"stack" description:"Stack mode, ksnoop's -s: EVENT is a list of functions, kprobe:A,kprobe:B,...,kprobe:F (uprobe:PATH:FUNCTION too); only F's events pass, and only while the thread is inside a call of each of the others in that order (B called from within A, directly or not, and so on)"`
 	Info        bool   `long:"info" description:"Print the event's fields (tracepoint), the function's signature from BTF (kprobe), a file's USDT probes (usdt:PATH) or functions (uprobe:PATH[:GLOB]), and exit"`
 }
 
 const details = `EVENT is a tracepoint GROUP:NAME (net:netif_receive_skb,
 syscalls:sys_enter_openat), kprobe:FUNCTION or kretprobe:FUNCTION,
 kprobe:GLOB (every traceable kernel function it matches, '*' any run of
-characters, '?' one: kprobe:tcp_*), or a user-space probe: uprobe:PATH:FUNCTION[+OFFSET], uprobe:PATH:0xADDRESS,
+characters, '?' one: kprobe:tcp_*), a comma-separated list of those
+(kprobe:ip_send_skb,kprobe:ip_rcv, as bpftrace writes it), or a user-space probe: uprobe:PATH:FUNCTION[+OFFSET], uprobe:PATH:0xADDRESS,
 uretprobe:PATH:FUNCTION, usdt:PATH:[PROVIDER:]NAME. PATH is absolute, or a
 bare name looked up on $PATH and in the library directories. A user-space
 probe is on the file: every process that runs it, now or later, a library
@@ -119,8 +121,20 @@ cannot be compiled for (it has no argument of that name) is left out, one
 the kernel will not probe too; the run says how many, and how long
 attaching took. Through kprobe_multi links where the kernel has them
 (5.18+): hundreds of functions attach and detach in one step; elsewhere a
-kprobe each, which the kernel attaches and detaches one at a time.
+kprobe each, which the kernel attaches and detaches one at a time. A
+list, kprobe:A,kprobe:B_*, is traced the same way over every function it
+names or matches; each of its items must name or match at least one.
   filter --count-by func 'kprobe:tcp_*' --where 'sk->__sk_common.skc_family == 2'
+  filter --fields func,skb->len 'kprobe:ip_send_skb,kprobe:ip_rcv'
+
+Stack mode, -s (ksnoop's -s): in a list kprobe:A,kprobe:B,...,kprobe:F,
+only F's events pass, and only while the thread is inside a call of each
+of the others in that order, each called from within the one before,
+directly or not (recursion counted exactly to a depth of 64). A list item
+may be a user-space function too, uprobe:PATH:FUNCTION. F's event may be a
+call seen whole (ret, duration).
+  filter -s --fields '*skb,ret' 'kprobe:udp_sendmsg,kprobe:ip_send_skb' --where 'ret != 0'
+  filter -s --count-by comm 'uprobe:/usr/bin/python3:PyGC_Collect,kprobe:do_sys_openat2'
   filter --info 'kprobe:vfs_*'
 
 A call seen whole (ksnoop's "ip_send_skb(skb, return!=0)"): on

@@ -27,16 +27,25 @@ import (
 
 // event is a parsed EVENT argument.
 type event struct {
-	kind        string // "tracepoint", "kprobe", "kretprobe", "uprobe", "uretprobe", "usdt"
-	group, name string // tracepoint
-	symbol      string // kprobe, uprobe: the function (or a uprobe's 0xADDR)
-	path        string // uprobe, usdt: the file
-	provider    string // usdt ("" until found: any)
-	probeName   string // usdt
-	glob        bool   // kprobe: symbol is a glob of functions (runGlob)
+	kind        string   // "tracepoint", "kprobe", "kretprobe", "uprobe", "uretprobe", "usdt"
+	group, name string   // tracepoint
+	symbol      string   // kprobe, uprobe: the function (or a uprobe's 0xADDR)
+	path        string   // uprobe, usdt: the file
+	provider    string   // usdt ("" until found: any)
+	probeName   string   // usdt
+	glob        bool     // kprobe: several functions, funcs (runGlob)
+	funcs       []string // with glob: the functions, each a name or a glob
+	items       []event  // a list's events, in their order (stack mode's)
 }
 
 func (e event) String() string {
+	if len(e.items) > 0 {
+		var names []string
+		for _, it := range e.items {
+			names = append(names, it.String())
+		}
+		return strings.Join(names, ",")
+	}
 	switch e.kind {
 	case "tracepoint":
 		return e.group + ":" + e.name
@@ -68,8 +77,43 @@ func (e event) user() bool { return e.kind == "uprobe" || e.kind == "uretprobe" 
 const eventForms = "GROUP:NAME, kprobe:FUNCTION, kretprobe:FUNCTION, uprobe:PATH:FUNCTION, uretprobe:PATH:FUNCTION or usdt:PATH:[PROVIDER:]NAME"
 
 // parseEvent parses EVENT; info allows a user-space probe without its
-// target (a listing).
+// target (a listing). A comma-separated list of kernel functions' entries
+// (kprobe:A,kprobe:B_*) is one event over all their functions, as a glob is.
 func parseEvent(s string, info bool) (event, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) == 1 {
+		return parseOne(s, info)
+	}
+	list := event{kind: "kprobe", glob: true}
+	for _, part := range parts {
+		ev, err := parseOne(part, info)
+		if err != nil {
+			if whole, err2 := parseOne(s, info); err2 == nil && whole.user() {
+				return whole, nil // a file whose path holds a comma
+			}
+			return event{}, err
+		}
+		switch ev.kind {
+		case "kprobe":
+			if !ev.glob {
+				ev.funcs = []string{ev.symbol}
+			}
+			list.funcs = append(list.funcs, ev.funcs...)
+		case "uprobe":
+			list.glob = false // a stack's (-s) only
+		default:
+			return event{}, fmt.Errorf("%s: several events in one run are functions' entries, each kprobe:FUNCTION or kprobe:GLOB (kprobe:ip_send_skb,kprobe:ip_rcv), and with -s uprobe:PATH:FUNCTION too", s)
+		}
+		if strings.Contains(ev.symbol, "+") {
+			return event{}, fmt.Errorf("%s: in a list, a function is traced at its entry, not at an offset in it", part)
+		}
+		list.items = append(list.items, ev)
+	}
+	list.symbol = strings.Join(list.funcs, ",")
+	return list, nil
+}
+
+func parseOne(s string, info bool) (event, error) {
 	if s == "usdt" && info {
 		return event{kind: "usdt"}, nil // every file a process maps (-p)
 	}
@@ -86,7 +130,7 @@ func parseEvent(s string, info bool) (event, error) {
 			if err := tracefs.ValidateGlob(b); err != nil {
 				return event{}, err
 			}
-			return event{kind: a, symbol: b, glob: true}, nil
+			return event{kind: a, symbol: b, glob: true, funcs: []string{b}}, nil
 		}
 		if err := tracefs.ValidateSymbol(b); err != nil {
 			return event{}, err
@@ -167,6 +211,25 @@ func validate(o *options) error {
 	}
 	if err := hook.Validate(o.Attach); err != nil {
 		return err
+	}
+	ev, _ := parseEvent(o.Lead(), o.Info)
+	switch {
+	case o.Stack && len(ev.items) < 2:
+		return usage.Errorf("-s: name the functions in their calling order, outermost first: kprobe:A,kprobe:B")
+	case o.Stack && len(ev.items) > maxChain:
+		return usage.Errorf("-s: %d functions: at most %d in a stack", len(ev.items), maxChain)
+	case !o.Stack && len(ev.items) > 0 && !ev.glob:
+		return usage.Errorf("%s: a user-space function joins a list in stack mode (-s) only; several events in one run are kernel functions' entries (kprobe:A,kprobe:B_*)", ev)
+	}
+	seen := map[string]bool{}
+	for _, it := range ev.items {
+		if o.Stack && it.glob {
+			return usage.Errorf("-s: %s: a stack names its functions, one each, not a glob", it)
+		}
+		if o.Stack && seen[it.String()] {
+			return usage.Errorf("-s: %s is named twice: a stack names each function once (its own recursion is counted)", it)
+		}
+		seen[it.String()] = true
 	}
 	if o.Lead() == "usdt" && o.Pid == 0 {
 		return usage.Errorf("--info usdt lists the probes of the files a process maps: it needs -p PID (or name a file: usdt:PATH)")
@@ -321,12 +384,9 @@ func info(s *run.Session, ev event) error {
 		return fmt.Errorf("read the kernel's BTF: %w (needs CONFIG_DEBUG_INFO_BTF)", err)
 	}
 	if ev.glob {
-		funcs, err := tracefs.Functions(ev.symbol)
+		funcs, _, err := ev.functions(spec)
 		if err != nil {
-			return usage.Errorf("%v", err)
-		}
-		if len(funcs) == 0 {
-			return usage.Errorf("%s: no traceable kernel function matches (available_filter_functions)", ev)
+			return err
 		}
 		for _, name := range funcs {
 			if fn, proto, err := funcProto(spec, name); err == nil {
@@ -383,14 +443,24 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if compile.HasDump(act) && !kernel.HaveSnprintfBTF() {
 		return fmt.Errorf("%s: printing a structure (*PATH) needs bpf_snprintf_btf, Linux 5.10 and later: this kernel has none", o.Fields)
 	}
+	var ch *chain
+	if o.Stack {
+		// The last function is the event; the others, its chain.
+		last := len(ev.items) - 1
+		if ch, err = newChain(o, ev.items[:last]); err != nil {
+			return err
+		}
+		ev = ev.items[last]
+		target.Inside = len(ch.items)
+	}
 	if ev.glob {
 		return runGlob(ctx, s, o, ev, root, act, target)
 	}
 	if isCall(ev, root, act) {
-		return runCall(ctx, s, o, ev, root, act, target)
+		return runCall(ctx, s, o, ev, root, act, target, ch)
 	}
 	if ev.user() {
-		return runUser(ctx, s, o, ev, root, act, target.SelfPid, target.NS)
+		return runUser(ctx, s, o, ev, root, act, target, ch)
 	}
 	var offers []hook.Offer
 	var p plan // what the chosen offer built
@@ -428,8 +498,12 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		fp := spec.Programs["filter"]
 		fp.AttachType, fp.AttachTo = p.attachType, p.entry
 	}
+	ch.add(spec)
 	coll, err := s.Load(spec)
 	if err != nil {
+		return err
+	}
+	if err := ch.attach(s, coll); err != nil {
 		return err
 	}
 	if act.Kind != compile.Keep {
@@ -508,7 +582,8 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 // runUser runs a user-space probe: a program per argument layout (each
 // USDT site has its own argument specs), sharing the maps, all attached or
 // none.
-func runUser(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, self uint32, ns *asm.PidNS) error {
+func runUser(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, base compile.Target, ch *chain) error {
+	self, ns := base.SelfPid, base.NS
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf}); err != nil {
 		return err // a uprobe is a perf event, and nothing else
 	}
@@ -543,7 +618,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 	progs := sharedPrograms{specs: spec.Programs, attachType: attachType}
 	for _, st := range sites {
 		t := userTarget(ev, st, regs)
-		t.SelfPid, t.Pid, t.Tree, t.NS = self, uint32(o.Pid), tree, ns
+		t.SelfPid, t.Pid, t.Tree, t.NS, t.Inside = self, uint32(o.Pid), tree, ns, base.Inside
 		p, err := compile.Compile(o.Where, root, t, act)
 		if err != nil {
 			return usageOr(err)
@@ -560,8 +635,12 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 		sets[i].Probes = append(sets[i].Probes, st.probe)
 	}
 	spec.Maps = compile.Maps(act.Kind, prog)
+	ch.add(spec)
 	coll, err := loadFollowing(s, spec, tree, ns, o.MaxTree)
 	if err != nil {
+		return err
+	}
+	if err := ch.attach(s, coll); err != nil {
 		return err
 	}
 	for i := range sets {
@@ -739,7 +818,7 @@ func kprobeOffers(ev event, common compile.Target, build func(func() (plan, erro
 	// what the event's kind does not change (readers, pids) comes from common
 	at := func(slots bool) plan {
 		t, f, ptrs := kprobeTarget(ev, proto, regs, slots)
-		t.BTF, t.Read, t.SelfPid, t.Pid, t.NS = spec, common.Read, common.SelfPid, common.Pid, common.NS
+		t.BTF, t.Read, t.SelfPid, t.Pid, t.NS, t.Inside = spec, common.Read, common.SelfPid, common.Pid, common.NS, common.Inside
 		return plan{target: t, fetch: f, pointers: ptrs}
 	}
 	name, _ := tracefs.SplitSymbol(ev.symbol)

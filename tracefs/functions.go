@@ -30,13 +30,15 @@ func ValidateGlob(glob string) error {
 // vfs_*, fewer than a run should attach by accident.
 const MaxFunctions = 20000
 
-// Functions lists the traceable kernel functions a glob matches
+// Functions lists the traceable kernel functions any of the globs matches
 // (available_filter_functions: the functions ftrace, and so a kprobe or
 // fprobe, can reach), each name once, sorted; a module's functions too
 // ("NAME [MODULE]" in the file). More than MaxFunctions is an error.
-func Functions(glob string) ([]string, error) {
-	if err := ValidateGlob(glob); err != nil {
-		return nil, err
+func Functions(globs ...string) ([]string, error) {
+	for _, glob := range globs {
+		if err := ValidateGlob(glob); err != nil {
+			return nil, err
+		}
 	}
 	root, err := Root()
 	if err != nil {
@@ -56,13 +58,13 @@ func Functions(glob string) ([]string, error) {
 		if seen[name] {
 			continue
 		}
-		if ok, _ := filepath.Match(glob, name); !ok || ValidateSymbol(name) != nil {
+		if !matchAny(globs, name) || ValidateSymbol(name) != nil {
 			continue
 		}
 		seen[name] = true
 		names = append(names, name)
 		if len(names) > MaxFunctions {
-			return nil, fmt.Errorf("%s matches more than %d kernel functions: narrow it", glob, MaxFunctions)
+			return nil, fmt.Errorf("%s matches more than %d kernel functions: narrow it", strings.Join(globs, ","), MaxFunctions)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -70,4 +72,13 @@ func Functions(glob string) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+func matchAny(globs []string, name string) bool {
+	for _, glob := range globs {
+		if ok, _ := filepath.Match(glob, name); ok {
+			return true
+		}
+	}
+	return false
 }

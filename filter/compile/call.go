@@ -355,6 +355,18 @@ func CallColumns(entry Event) []Operand {
 	return (&Return{Entry: entry}).Columns()
 }
 
+// ChainMap is stack mode's: a thread's calls of the outer functions in
+// progress (asm.StackEntry), for at most ChainThreads threads at once.
+const (
+	ChainMap     = "chain"
+	ChainThreads = 10240
+)
+
+// ChainMapSpec is the map of a stack mode of outer functions.
+func ChainMapSpec(outer int) *ebpf.MapSpec {
+	return &ebpf.MapSpec{Name: "filter_chain", Type: ebpf.LRUHash, KeySize: 4, ValueSize: uint32(asm.StackValueSize(outer)), MaxEntries: ChainThreads}
+}
+
 // CallMaps are the map a call's two programs share, besides the action's.
 func CallMaps(c *Call) map[string]*ebpf.MapSpec {
 	m := map[string]*ebpf.MapSpec{

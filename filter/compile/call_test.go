@@ -36,6 +36,8 @@ var callCases = []struct {
 	{"kprobe_dump", "kprobe", `ret != 0`, "fields:*skb,ret,*skb->dev"},
 	// fentry and fexit: the arguments and ret in the trampolines' slots.
 	{"slots_kopen", "kopen_slots", `ret == -2 && dfd == -100`, "fields:filename,ret,duration"},
+	// Stack mode: the entry checks the chain; the return finds the stash.
+	{"uprobe_inside", "uprobe_inside", `ret > 4`, "hist:duration"},
 }
 
 // retArg is the return value of a case's function.
@@ -95,6 +97,9 @@ func TestCallLoad(t *testing.T) {
 		}
 		if ts[tc.target].Tree {
 			m[proctree.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+		}
+		if n := ts[tc.target].Inside; n > 0 {
+			m[ChainMap] = ChainMapSpec(n)
 		}
 		progs := map[string]*ebpf.ProgramSpec{
 			"entry":  {Name: "filter_entry", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Entry.Insns},

@@ -47,6 +47,10 @@ type Target struct {
 	// Func, in a run over several functions (kprobe:GLOB), is what the
 	// func operand names: this program's function.
 	Func *Func
+	// Inside, in stack mode (-s), is how many outer functions must be
+	// open in the thread, in their order, for an event to pass (ChainMap,
+	// asm.StackInside).
+	Inside int
 }
 
 // Func is the function a program of a run over several runs at: its index
@@ -174,6 +178,9 @@ func (c *compiler) filters() {
 	}
 	if t.NS == nil && t.Tree {
 		c.emit(asm.PidInSet(proctree.PidsMap, countKey, "reject")...)
+	}
+	if t.Inside > 0 {
+		c.emit(asm.StackInside(ChainMap, t.Inside, countKey, "reject")...)
 	}
 }
 

@@ -111,6 +111,9 @@ func targets(t *testing.T) map[string]Target {
 		"kprobe_slots": {Event: &Slots{Args: []Arg{{Name: "net", Type: &btf.Pointer{Target: &btf.Struct{Name: "net"}}, RegOff: 0}, {Name: "skb", Type: skbPtr, RegOff: 8}}}, BTF: spec, Read: asm.NewReaders},
 		"kopen_slots":  {Event: &Slots{Args: []Arg{{Name: "dfd", Type: s32, RegOff: 0}, {Name: "filename", Type: cstr, RegOff: 8}, {Name: "argv", Type: &btf.Pointer{Target: cstr}, RegOff: 16}}}, Read: asm.NewReaders},
 		"kret_slots":   {Event: &Slots{Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: 24}}}, Read: asm.NewReaders, SelfPid: 4242},
+		// Stack mode (-s): the last of three functions, inside the other two.
+		"kopen_inside":  {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.NewReaders, SelfPid: 4242, Inside: 2},
+		"uprobe_inside": func() Target { t := uprobeT; t.Inside = 2; return t }(),
 	}
 }
 
@@ -154,6 +157,8 @@ var compileCases = []struct {
 	{"count_by_comm_filename", "openat", `filename ~ "/etc/*"`, "count-by:comm,filename"},
 	{"count_by_switch", "switch", ``, "count-by:prev_comm,next_pid"},
 	{"count_by_kopen", "kopen_old", `dfd == -100`, "count-by:filename,dfd,uid"},
+	// Stack mode: the chain checked after the pid filters, before --where.
+	{"inside_kopen", "kopen_inside", `dfd == -100`, "count"},
 	{"count_by_reason", "kfree", ``, "count-by:reason"},
 	{"count_by_swapped", "openat", `dfd == -100`, "count-by-swapped:comm,flags"},
 	{"hist_len", "netif", `name == "lo"`, "hist:len"},
@@ -284,6 +289,9 @@ func TestCompiledLoad(t *testing.T) {
 		m := Maps(kind, p)
 		if ts[tc.target].Tree {
 			m[proctree.PidsMap] = &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+		}
+		if n := ts[tc.target].Inside; n > 0 {
+			m[ChainMap] = ChainMapSpec(n)
 		}
 		prog := &ebpf.ProgramSpec{Name: "filter", Instructions: p.Insns}
 		if fn, ok := slotFuncs[tc.target]; ok {
