@@ -104,6 +104,12 @@ func lookupProgram(m *ebpf.Map, tail ...bpf.Instruction) bpf.Instructions {
 
 // HaveSnprintfBTF reports whether tracing programs may call
 // bpf_snprintf_btf (5.10+): a kernel structure written as text from BTF.
+// Only the kernel's "not supported" says no: a probe that fails otherwise
+// (5.10 charges BPF memory to RLIMIT_MEMLOCK, which another tool's rings
+// may have used up) leaves the answer to the real load, whose error says
+// what happened.
 func HaveSnprintfBTF() bool {
-	return features.HaveProgramHelper(ebpf.Kprobe, bpf.FnSnprintfBtf) == nil
+	_ = loader.RemoveMemlock()
+	err := features.HaveProgramHelper(ebpf.Kprobe, bpf.FnSnprintfBtf)
+	return err == nil || !errors.Is(err, ebpf.ErrNotSupported)
 }
