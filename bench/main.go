@@ -36,7 +36,7 @@ var (
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
 	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, call, stream, sample or switch; or startup")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, call, kcall, stream, sample or switch; or glob or startup")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -203,12 +203,39 @@ func run() error {
 			tracers:  timed,
 		})
 	}
+	if perfevent.KprobesAvailable() {
+		// A kernel function's calls timed (the matrix's guests: the host
+		// has no kprobes): an open of a missing path is one call of
+		// do_sys_openat2, which returns -2.
+		const fn = "do_sys_openat2"
+		timed := append([]tracer{
+			{"untraced", untraced},
+			{"filter --hist duration", toolProcess(*bin+"/filter", []string{"--hist", "duration", "kprobe:" + fn})},
+		}, peer("bpftrace hist(nsecs - @s[tid])", fmt.Sprintf("kprobe:%s { @s[tid] = nsecs; } kretprobe:%s { @ = hist(nsecs - @s[tid]); }", fn, fn))...)
+		if p, err := exec.LookPath("funclatency"); err == nil {
+			timed = append(timed, tracer{"funclatency (libbpf-tools)", toolProcess("stdbuf", []string{"-oL", p, fn})})
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: funclatency (libbpf-tools) not found: its row is left out")
+		}
+		suites = append(suites, suite{
+			title: fmt.Sprintf("a kernel function's calls timed, %s (an open of a missing path)", fn), unit: "kcall", ops: *writes / 10,
+			setup: func() (func(), func(), error) {
+				return func() { unix.Open("/nonexistent/tk-bench", unix.O_RDONLY, 0) }, func() {}, nil
+			},
+			tracers: timed,
+		})
+	}
 	fmt.Printf("%d interleaved rounds, medians, %s\n", *rounds, time.Now().UTC().Format("2006-01-02"))
 	for _, st := range suites {
 		if *only != "" && st.unit != *only {
 			continue
 		}
 		if err := measure(st); err != nil {
+			return err
+		}
+	}
+	if (*only == "" || *only == "glob") && perfevent.KprobesAvailable() {
+		if err := globSuite(); err != nil {
 			return err
 		}
 	}

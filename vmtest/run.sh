@@ -178,6 +178,10 @@ make_stage() { # make_stage ARCH
     done
     touch "$stage/tk/require-peers"
   fi
+  # TK_VM_BENCH: the bench too (make bench's kernel-function rows).
+  if [ -n "${TK_VM_BENCH:-}" ]; then
+    CGO_ENABLED=0 GOARCH=$arch go build -trimpath -o "$stage/tk/bench" ./bench
+  fi
   cp vmtest/init.sh "$stage/init"
   # TK_VM_RUN: a shell command the guests run instead of the tests (debugging).
   if [ -n "${TK_VM_RUN:-}" ]; then
