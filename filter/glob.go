@@ -48,11 +48,7 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if err != nil {
 		return err
 	}
-	if act.Kind == compile.Keep {
-		// A kprobe_multi link makes no record of the kernel's: ours, with
-		// the function's name.
-		act = compile.Action{Kind: compile.Emit, Columns: []compile.Operand{{Base: "func", Text: "func"}}}
-	}
+	act = namedRecords(act, "func")
 	names := map[uint64]string{}
 	for i, fn := range funcs {
 		names[uint64(i)] = fn
@@ -166,7 +162,7 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	}
 	fmt.Fprintf(s.Stderr, "%s: %s: %d functions attached in %v (%s)\n", s.Tool, ev, attached, time.Since(start).Round(time.Millisecond), how)
 	if len(left) > 0 {
-		fmt.Fprintf(s.Stderr, "%s: %d matching functions left out: %s (%v)\n", s.Tool, len(left), firstFew(left), firstErr)
+		fmt.Fprintf(s.Stderr, "%s: %d matching functions left out: %s (%v)\n", s.Tool, len(left), firstFew(left), firstLine(firstErr))
 	}
 	if failed > 0 {
 		fmt.Fprintf(s.Stderr, "%s: %d matching functions could not be probed: %v\n", s.Tool, failed, failErr)
@@ -209,6 +205,32 @@ func (e event) functions(spec *kbtf.Spec) (funcs []string, direct map[string]boo
 		}
 	}
 	return funcs, direct, nil
+}
+
+// namedRecords is the action of a run over several events: printed
+// records are filter's own (a kprobe_multi link makes none of the
+// kernel's, and tracepoints' differ), each holding the event's name
+// (name: func or probe), which names the printed line.
+func namedRecords(act compile.Action, name string) compile.Action {
+	switch act.Kind {
+	case compile.Keep:
+		return compile.Action{Kind: compile.Emit, Columns: []compile.Operand{{Base: name, Text: name}}}
+	case compile.Emit:
+		for _, c := range act.Columns {
+			if !c.IsConst() && (c.Base == "func" || c.Base == "probe") && len(c.Steps) == 0 {
+				return act
+			}
+		}
+		act.Columns = append([]compile.Operand{{Base: name, Text: name}}, act.Columns...)
+	}
+	return act
+}
+
+// firstLine is an error's first line: an expression's error points at its
+// text on the lines below, which a summary leaves out.
+func firstLine(err error) string {
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	return line
 }
 
 // firstFew names the first few of a list.

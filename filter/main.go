@@ -30,10 +30,12 @@ type options struct {
 }
 
 const details = `EVENT is a tracepoint GROUP:NAME (net:netif_receive_skb,
-syscalls:sys_enter_openat), kprobe:FUNCTION or kretprobe:FUNCTION,
+syscalls:sys_enter_openat; a glob in either, syscalls:sys_enter_open*, for
+every tracepoint it matches), kprobe:FUNCTION or kretprobe:FUNCTION,
 kprobe:GLOB (every traceable kernel function it matches, '*' any run of
 characters, '?' one: kprobe:tcp_*), a comma-separated list of those
-(kprobe:ip_send_skb,kprobe:ip_rcv, as bpftrace writes it), or a user-space probe: uprobe:PATH:FUNCTION[+OFFSET], uprobe:PATH:0xADDRESS,
+(kprobe:ip_send_skb,kprobe:ip_rcv, as bpftrace writes it), or a
+user-space probe: uprobe:PATH:FUNCTION[+OFFSET], uprobe:PATH:0xADDRESS,
 uretprobe:PATH:FUNCTION, usdt:PATH:[PROVIDER:]NAME. PATH is absolute, or a
 bare name looked up on $PATH and in the library directories. A user-space
 probe is on the file: every process that runs it, now or later, a library
@@ -126,6 +128,12 @@ list, kprobe:A,kprobe:B_*, is traced the same way over every function it
 names or matches; each of its items must name or match at least one.
   filter --count-by func 'kprobe:tcp_*' --where 'sk->__sk_common.skc_family == 2'
   filter --fields func,skb->len 'kprobe:ip_send_skb,kprobe:ip_rcv'
+
+A tracepoint glob (syscalls:sys_enter_*) is traced the same way: each
+tracepoint with its own fields; probe (or func) names it; a printed line
+is named after it and shows the --fields, which a tracepoint must have to
+be traced (the run says which were left out).
+  filter --count-by probe 'syscalls:sys_enter_*' --where 'comm == "nginx"'
 
 Stack mode, -s (ksnoop's -s): in a list kprobe:A,kprobe:B,...,kprobe:F,
 only F's events pass, and only while the thread is inside a call of each

@@ -36,6 +36,7 @@ type event struct {
 	glob        bool     // kprobe: several functions, funcs (runGlob)
 	funcs       []string // with glob: the functions, each a name or a glob
 	items       []event  // a list's events, in their order (stack mode's)
+	tpGlob      bool     // tracepoint: group and name are globs (runTracepoints)
 }
 
 func (e event) String() string {
@@ -138,6 +139,14 @@ func parseOne(s string, info bool) (event, error) {
 		return event{kind: a, symbol: b}, nil
 	case "uprobe", "uretprobe", "usdt":
 		return parseUserEvent(a, b, info)
+	}
+	if tracefs.IsGlob(a) || tracefs.IsGlob(b) {
+		for _, g := range []string{a, b} {
+			if err := tracefs.ValidateEventGlob(g); err != nil {
+				return event{}, err
+			}
+		}
+		return event{kind: "tracepoint", group: a, name: b, tpGlob: true}, nil
 	}
 	if err := tracefs.ValidateName("event group", a); err != nil {
 		return event{}, err
@@ -453,6 +462,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		ev = ev.items[last]
 		target.Inside = len(ch.items)
 	}
+	if ev.tpGlob {
+		return runTracepoints(ctx, s, o, ev, root, act, target)
+	}
 	if ev.glob {
 		return runGlob(ctx, s, o, ev, root, act, target)
 	}
@@ -569,9 +581,9 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 		return err
 	}
 	var funcs map[uint64]string
-	if ev.glob {
+	if ev.glob || ev.tpGlob {
 		for _, c := range prog.Columns {
-			if c.Name == "func" {
+			if c.Name == "func" || c.Name == "probe" {
 				funcs = c.Symbols
 			}
 		}
@@ -658,6 +670,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 type sharedPrograms struct {
 	specs      map[string]*ebpf.ProgramSpec
 	attachType ebpf.AttachType
+	progType   ebpf.ProgramType // ebpf.Kprobe when not set
 	index      map[string]int
 }
 
@@ -672,7 +685,11 @@ func (ps *sharedPrograms) add(p *compile.Program) int {
 	if !ok {
 		i = len(ps.index)
 		ps.index[key] = i
-		ps.specs[progName(i)] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, AttachType: ps.attachType, License: "GPL", Instructions: p.Insns}
+		typ := ps.progType
+		if typ == ebpf.UnspecifiedProgram {
+			typ = ebpf.Kprobe
+		}
+		ps.specs[progName(i)] = &ebpf.ProgramSpec{Name: "filter", Type: typ, AttachType: ps.attachType, License: "GPL", Instructions: p.Insns}
 	}
 	return i
 }

@@ -245,9 +245,16 @@ func (p *printer) print(smp perfevent.Sample) {
 	}
 	name, event := p.ev.shortName(), p.ev.String()
 	if p.funcs != nil {
-		if f, ok := p.format.Field("func"); ok && f.Offset+8 <= len(smp.Raw) {
+		f, ok := p.format.Field("func")
+		if !ok {
+			f, ok = p.format.Field("probe")
+		}
+		if ok && f.Offset+8 <= len(smp.Raw) {
 			name = p.funcs[binary.LittleEndian.Uint64(smp.Raw[f.Offset:])]
-			event = "kprobe:" + name
+			event = name
+			if p.ev.kind == "kprobe" {
+				event = "kprobe:" + name
+			}
 		}
 	}
 	secs := float64(smp.Time) / 1e9
@@ -257,7 +264,7 @@ func (p *printer) print(smp perfevent.Sample) {
 			if f.Common || strings.HasPrefix(f.Name, "__probe") {
 				continue
 			}
-			if p.funcs != nil && f.Name == "func" {
+			if p.funcs != nil && (f.Name == "func" || f.Name == "probe") {
 				fields[f.Name] = name
 				continue
 			}
@@ -304,7 +311,7 @@ func (p *printer) print(smp perfevent.Sample) {
 	b = append(b, name...)
 	b = append(b, ':')
 	for _, f := range p.format.Fields {
-		if f.Common || strings.HasPrefix(f.Name, "__probe") || (p.funcs != nil && f.Name == "func") {
+		if f.Common || strings.HasPrefix(f.Name, "__probe") || (p.funcs != nil && (f.Name == "func" || f.Name == "probe")) {
 			continue
 		}
 		b = p.appendField(b, f, smp.Raw)

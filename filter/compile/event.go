@@ -97,7 +97,9 @@ func fieldOperand(c *compiler, f *tracefs.Format, entry *asm.Regs, o Operand) (v
 		v, err := c.resolveField(f, entry, o)
 		return v, true, err
 	}
-	if _, ok := f.Field(o.Base); ok || !isBuiltin(o.Base) {
+	_, ok := f.Field(o.Base)
+	names := c.t.Func != nil && (o.Base == "func" || o.Base == "probe") // the event's, of a glob's
+	if ok || !isBuiltin(o.Base) && !names {
 		v, err := c.resolveField(f, entry, o)
 		return v, true, err
 	}

@@ -111,6 +111,13 @@ func targets(t *testing.T) map[string]Target {
 		"kprobe_slots": {Event: &Slots{Args: []Arg{{Name: "net", Type: &btf.Pointer{Target: &btf.Struct{Name: "net"}}, RegOff: 0}, {Name: "skb", Type: skbPtr, RegOff: 8}}}, BTF: spec, Read: asm.NewReaders},
 		"kopen_slots":  {Event: &Slots{Args: []Arg{{Name: "dfd", Type: s32, RegOff: 0}, {Name: "filename", Type: cstr, RegOff: 8}, {Name: "argv", Type: &btf.Pointer{Target: cstr}, RegOff: 16}}}, Read: asm.NewReaders},
 		"kret_slots":   {Event: &Slots{Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: 24}}}, Read: asm.NewReaders, SelfPid: 4242},
+		// Runs over several events: a kernel function glob's (func, the
+		// kprobe_multi link's cookie) and a tracepoint glob's (probe, a
+		// constant of the program).
+		"kopen_glob": {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.NewReaders,
+			Func: &Func{Index: 7, Cookie: true, Names: map[uint64]string{7: "do_sys_openat2"}}},
+		"openat_glob": {Event: &Record{Format: openat, UserSpace: true}, Read: asm.NewReaders,
+			Func: &Func{Index: 3, Names: map[uint64]string{3: "syscalls:sys_enter_openat"}}},
 		// Stack mode (-s): the last of three functions, inside the other two.
 		"kopen_inside":  {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.NewReaders, SelfPid: 4242, Inside: 2},
 		"uprobe_inside": func() Target { t := uprobeT; t.Inside = 2; return t }(),
@@ -157,6 +164,8 @@ var compileCases = []struct {
 	{"count_by_comm_filename", "openat", `filename ~ "/etc/*"`, "count-by:comm,filename"},
 	{"count_by_switch", "switch", ``, "count-by:prev_comm,next_pid"},
 	{"count_by_kopen", "kopen_old", `dfd == -100`, "count-by:filename,dfd,uid"},
+	{"glob_kopen", "kopen_glob", `dfd == -100`, "count-by:func,filename"},
+	{"glob_openat", "openat_glob", `filename ~ "/etc/*"`, "fields:probe,filename"},
 	// Stack mode: the chain checked after the pid filters, before --where.
 	{"inside_kopen", "kopen_inside", `dfd == -100`, "count"},
 	{"count_by_reason", "kfree", ``, "count-by:reason"},

@@ -99,11 +99,13 @@ func (c *compiler) resolve(o Operand) (value, error) {
 	if ok || err != nil {
 		return v, err
 	}
-	if o.Base == "func" && c.t.Func != nil {
+	if (o.Base == "func" || o.Base == "probe") && c.t.Func != nil {
+		// probe, bpftrace's name, says the same: the event of a run over
+		// several.
 		if len(o.Steps) > 0 || o.Cast != "" {
-			return value{}, c.errAt(o.Pos, "func names the function: it has no members")
+			return value{}, c.errAt(o.Pos, "%s names the event: it has no members", o.Base)
 		}
-		return value{name: "func", kind: kInt, size: 8, src: srcFunc, symbols: c.t.Func.Names}, nil
+		return value{name: o.Base, kind: kInt, size: 8, src: srcFunc, symbols: c.t.Func.Names}, nil
 	}
 	if isBuiltin(o.Base) {
 		return c.builtin(o)
