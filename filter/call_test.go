@@ -206,6 +206,34 @@ func TestKprobeList(t *testing.T) {
 	}
 }
 
+// Calls over a list of functions (funclatency over several): each
+// function's returns judged and timed apart, keyed by func.
+func TestKprobeListCalls(t *testing.T) {
+	privtest.RequireKprobes(t)
+	dir := t.TempDir()
+	a, missing := dir+"/a", dir+"/missing"
+	openFiles(t, a)
+	const na, nm = 4, 3
+	work := tooltest.Opens(t, "tk-lcall", tooltest.Open{Path: a, Times: na}, tooltest.Open{Path: missing, Times: nm, Missing: true})
+	list := "kprobe:do_sys_openat2,kprobe:vfs_open"
+	ours := `comm == "tk-lcall"`
+	rep, r := countByJSON(t, "func,ret", list, "--where", ours+" && ret == -2", "-c", work)
+	if len(rep.Counts) != 1 || rep.Counts[0].Key["func"] != "do_sys_openat2" || rep.Counts[0].Count != nm {
+		t.Errorf("ret == -2: %+v, want do_sys_openat2 %d times\n%s", rep.Counts, nm, r.Stderr)
+	}
+	// Every open is a call of do_sys_openat2; each that finds its file,
+	// one of vfs_open too.
+	rep, r = countByJSON(t, "func", list, "--where", ours+" && duration > 0", "-c", work)
+	got := map[string]int64{}
+	for _, c := range rep.Counts {
+		name, _ := c.Key["func"].(string)
+		got[name] = int64(c.Count)
+	}
+	if len(got) != 2 || got["do_sys_openat2"] != na+nm || got["vfs_open"] != na || strings.Contains(r.Stderr, notReturned) {
+		t.Errorf("calls: %v, want do_sys_openat2 %d, vfs_open %d\n%s", got, na+nm, na, r.Stderr)
+	}
+}
+
 // Stack mode (-s) over kernel functions: vfs_open inside do_sys_openat2
 // is each of our opens; the other way round, none; with --hist duration
 // (a call of vfs_open), as many.

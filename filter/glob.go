@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/filter/compile"
@@ -30,9 +32,6 @@ import (
 // the fields cannot be compiled for (it has no argument of that name) is
 // left out, and the run says how many were.
 func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, act compile.Action, target compile.Target) error {
-	if compile.IsCall(root, act) {
-		return usage.Errorf("%s: ret and duration are a call's: name one function, not a glob or a list", ev)
-	}
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf, Have: ev.haveKprobes}); err != nil {
 		return err
 	}
@@ -48,6 +47,11 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if err != nil {
 		return err
 	}
+	call := compile.IsCall(root, act)
+	if call && act.Kind == compile.Keep {
+		// Each function's arguments differ: its name, ret and duration.
+		act = compile.Action{Kind: compile.Emit, Columns: []compile.Operand{{Base: "func", Text: "func"}, {Base: "ret", Text: "ret"}, {Base: "duration", Text: "duration"}}}
+	}
 	act = namedRecords(act, "func")
 	names := map[uint64]string{}
 	for i, fn := range funcs {
@@ -58,61 +62,104 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if multi {
 		attachType = ebpf.AttachTraceKprobeMulti
 	}
-	// The functions and their cookies of each program.
+	// The functions and their cookies of each program (a call's: each
+	// pair of programs, progName(i) at the entry and its return's).
 	type set struct {
 		funcs   []string
 		cookies []uint64
 	}
 	var sets []*set
-	progs := sharedPrograms{specs: map[string]*ebpf.ProgramSpec{}, attachType: attachType}
-	var prog *compile.Program
+	specs := map[string]*ebpf.ProgramSpec{}
+	index := map[string]int{}
+	var prog *compile.Program // the one that acts: a call's return
+	var stash *compile.Call
 	var left []string
 	var firstErr error
+	leave := func(fn string, err error) {
+		left = append(left, fn)
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
 	for i, fn := range funcs {
 		t := target
 		t.BTF = spec
 		t.Func = &compile.Func{Index: uint64(i), Cookie: multi && !direct[fn], Names: names}
 		t.Event = &compile.Registers{} // no prototype in BTF: no arguments
-		if _, proto, err := funcProto(spec, fn); err == nil {
+		_, proto, protoErr := funcProto(spec, fn)
+		if protoErr == nil {
 			k, _, _ := kprobeTarget(event{kind: "kprobe", symbol: fn}, proto, regs, false)
 			t.Event = k.Event
 		}
-		p, err := compile.Compile(o.Where, root, t, act)
+		var halves []bpf.Instructions
+		var p *compile.Program
+		var c *compile.Call
+		if call {
+			if protoErr != nil {
+				leave(fn, fmt.Errorf("%s: no prototype in BTF, so no type for its return value", fn))
+				continue
+			}
+			c, err = compile.CompileCall(o.Where, root, t, compile.Arg{Name: "ret", Type: proto.Return, RegOff: regs.Ret}, act)
+			if err == nil {
+				p, halves = c.Return, []bpf.Instructions{c.Entry.Insns, c.Return.Insns}
+			}
+		} else if p, err = compile.Compile(o.Where, root, t, act); err == nil {
+			halves = []bpf.Instructions{p.Insns}
+		}
 		if err != nil {
 			var ee *compile.ExprError
 			if !errors.As(err, &ee) {
 				return err
 			}
-			left = append(left, fn)
-			if firstErr == nil {
-				firstErr = fmt.Errorf("%s: %w", fn, usageOr(err))
-			}
+			leave(fn, fmt.Errorf("%s: %w", fn, usageOr(err)))
 			continue
 		}
-		if prog != nil && p.Size != prog.Size {
+		switch {
+		case prog != nil && p.Size != prog.Size:
 			// Its columns lay out otherwise (a string of another room).
-			left = append(left, fn)
-			if firstErr == nil {
-				firstErr = fmt.Errorf("%s: its fields take %d bytes, where the others' take %d", fn, p.Size, prog.Size)
-			}
+			leave(fn, fmt.Errorf("%s: its fields take %d bytes, where the others' take %d", fn, p.Size, prog.Size))
+			continue
+		case stash != nil && (c.StashSize != stash.StashSize || c.DumpBuffer != stash.DumpBuffer):
+			// One stash map: a record the size of its values.
+			leave(fn, fmt.Errorf("%s: its entry stashes %d bytes, where the others' stash %d", fn, c.StashSize, stash.StashSize))
 			continue
 		}
-		prog = p
-		k := progs.add(p)
-		if k == len(sets) {
-			sets = append(sets, &set{})
+		prog, stash = p, c
+		var key strings.Builder
+		for _, h := range halves {
+			key.WriteString(insnsKey(h))
+			key.WriteString("\x00")
 		}
-		st := sets[k]
-		st.funcs = append(st.funcs, fn)
-		st.cookies = append(st.cookies, uint64(i))
+		k, ok := index[key.String()]
+		if !ok {
+			k = len(sets)
+			index[key.String()] = k
+			sets = append(sets, &set{})
+			for h, insns := range halves {
+				specs[globProg(k, h == 1)] = &ebpf.ProgramSpec{Name: "filter", Type: ebpf.Kprobe, AttachType: attachType, License: "GPL", Instructions: insns}
+			}
+		}
+		sets[k].funcs = append(sets[k].funcs, fn)
+		sets[k].cookies = append(sets[k].cookies, uint64(i))
 	}
 	if prog == nil {
 		return firstErr
 	}
-	cs := &ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, prog), Programs: progs.specs}
+	cs := &ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, prog), Programs: specs}
+	if call {
+		maps.Copy(cs.Maps, compile.CallMaps(stash))
+	}
 	coll, err := s.Load(cs)
 	if err != nil {
 		return err
+	}
+	if call {
+		s.OnClose("", func() error {
+			if n := inProgress(coll.Maps[compile.StashMap], compile.CallsInFlight); n > 0 {
+				fmt.Fprintf(s.Stderr, "%s: %d call(s) of %s had begun and not returned when tracing stopped: not in the output\n", s.Tool, n, ev)
+			}
+			return nil
+		})
 	}
 	start := time.Now()
 	attached, failed := 0, 0
@@ -121,36 +168,55 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	for _, f := range ev.funcs {
 		named[f] = !tracefs.IsGlob(f)
 	}
+	// A call's returns first: a call whose entry is stashed finds its
+	// return armed.
+	halves := []bool{false}
+	if call {
+		halves = []bool{true, false}
+	}
 	for i, st := range sets {
-		p := coll.Programs[progName(i)]
-		var many []string
-		var cookies []uint64
-		for k, fn := range st.funcs {
-			if multi && !direct[fn] {
-				many, cookies = append(many, fn), append(cookies, st.cookies[k])
-				continue
-			}
-			// One that cannot be probed (the kprobe blacklist) is left
-			// out, unless the list names it.
-			if err := s.AttachProbe(p, tracefs.Probe{Type: tracefs.Kprobe, Symbol: fn}, false); err != nil {
-				if named[fn] {
-					return err
+		ok := map[string]bool{}
+		for _, ret := range halves {
+			p := coll.Programs[globProg(i, ret)]
+			var many []string
+			var cookies []uint64
+			for k, fn := range st.funcs {
+				if multi && !direct[fn] {
+					many, cookies = append(many, fn), append(cookies, st.cookies[k])
+					continue
 				}
-				failed++
-				if failErr == nil {
-					failErr = err
+				if !ret && call && !ok[fn] {
+					continue // its return could not be probed
 				}
-				continue
+				// One that cannot be probed (the kprobe blacklist) is left
+				// out, unless the list names it.
+				if err := s.AttachProbe(p, tracefs.Probe{Type: tracefs.Kprobe, Symbol: fn, Ret: ret}, false); err != nil {
+					if named[fn] {
+						return err
+					}
+					if !ret || !call {
+						failed++
+					}
+					if failErr == nil {
+						failErr = err
+					}
+					continue
+				}
+				ok[fn] = true
+				if !ret {
+					attached++
+				}
 			}
-			attached++
-		}
-		if len(many) > 0 {
-			l, err := perfevent.AttachKprobeMulti(p, many, cookies)
-			if err != nil {
-				return fmt.Errorf("%s: %w", ev, err)
+			if len(many) > 0 {
+				l, err := perfevent.AttachKprobeMulti(p, many, cookies, ret)
+				if err != nil {
+					return fmt.Errorf("%s: %w", ev, err)
+				}
+				s.OnDetach("", l.Close)
+				if !ret {
+					attached += len(many)
+				}
 			}
-			s.OnDetach("", l.Close)
-			attached += len(many)
 		}
 	}
 	if attached == 0 {
@@ -160,6 +226,9 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if multi {
 		how = fmt.Sprintf("%d kprobe_multi link(s)", len(sets))
 	}
+	if call {
+		how += ", and at the returns the same"
+	}
 	fmt.Fprintf(s.Stderr, "%s: %s: %d functions attached in %v (%s)\n", s.Tool, ev, attached, time.Since(start).Round(time.Millisecond), how)
 	if len(left) > 0 {
 		fmt.Fprintf(s.Stderr, "%s: %d matching functions left out: %s (%v)\n", s.Tool, len(left), firstFew(left), firstLine(firstErr))
@@ -168,6 +237,15 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 		fmt.Fprintf(s.Stderr, "%s: %d matching functions could not be probed: %v\n", s.Tool, failed, failErr)
 	}
 	return report(ctx, s, o, ev, coll, prog, act)
+}
+
+// globProg names the program of a glob's set i: a call's entry, or with
+// ret its return.
+func globProg(i int, ret bool) string {
+	if ret {
+		return progName(i) + "_return"
+	}
+	return progName(i)
 }
 
 // functions lists the kernel functions of a glob or a list: each item

@@ -125,7 +125,10 @@ attaching took. Through kprobe_multi links where the kernel has them
 (5.18+): hundreds of functions attach and detach in one step; elsewhere a
 kprobe each, which the kernel attaches and detaches one at a time. A
 list, kprobe:A,kprobe:B_*, is traced the same way over every function it
-names or matches; each of its items must name or match at least one.
+names or matches; each of its items must name or match at least one. Calls
+(ret, duration) over a glob or a list are seen whole: filter --hist
+duration 'kprobe:vfs_read*' is funclatency over a glob, --count-by func,ret
+each function's outcomes.
   filter --count-by func 'kprobe:tcp_*' --where 'sk->__sk_common.skc_family == 2'
   filter --fields func,skb->len 'kprobe:ip_send_skb,kprobe:ip_rcv'
 

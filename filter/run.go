@@ -126,7 +126,7 @@ func parseOne(s string, info bool) (event, error) {
 	case "kprobe", "kretprobe":
 		if tracefs.IsGlob(b) {
 			if a == "kretprobe" {
-				return event{}, fmt.Errorf("%s: a glob names the functions' entries (kprobe:GLOB); their returns are not traced by glob yet", s)
+				return event{}, fmt.Errorf("%s: a glob is traced at the functions' entries: name ret on kprobe:%s, and each call is seen whole, its return value with its arguments", s, b)
 			}
 			if err := tracefs.ValidateGlob(b); err != nil {
 				return event{}, err

@@ -128,9 +128,10 @@ func KprobeMulti() bool {
 }
 
 // AttachKprobeMulti attaches prog, loaded with ebpf.AttachTraceKprobeMulti,
-// to the entries of the kernel functions symbols as one link, each with
-// its cookie (bpf_get_attach_cookie). Each name is validated first.
-func AttachKprobeMulti(prog *ebpf.Program, symbols []string, cookies []uint64) (*Link, error) {
+// to the entries (with ret, the returns) of the kernel functions symbols
+// as one link, each with its cookie (bpf_get_attach_cookie). Each name is
+// validated first.
+func AttachKprobeMulti(prog *ebpf.Program, symbols []string, cookies []uint64, ret bool) (*Link, error) {
 	if len(symbols) == 0 {
 		return nil, errors.New("attach: no functions")
 	}
@@ -139,11 +140,15 @@ func AttachKprobeMulti(prog *ebpf.Program, symbols []string, cookies []uint64) (
 			return nil, fmt.Errorf("attach %w", err)
 		}
 	}
-	what := "kprobe:" + symbols[0]
+	kind, attach := "kprobe:", link.KprobeMulti
+	if ret {
+		kind, attach = "kretprobe:", link.KretprobeMulti
+	}
+	what := kind + symbols[0]
 	if len(symbols) > 1 {
 		what = fmt.Sprintf("%s and %d more", what, len(symbols)-1)
 	}
-	l, err := link.KprobeMulti(prog, link.KprobeMultiOptions{Symbols: symbols, Cookies: cookies})
+	l, err := attach(prog, link.KprobeMultiOptions{Symbols: symbols, Cookies: cookies})
 	if err != nil {
 		return nil, fmt.Errorf("attach %s: kprobe_multi link: %w%s", what, err, privilegeHint(err))
 	}

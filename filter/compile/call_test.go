@@ -164,6 +164,9 @@ func fuzzCall(t *testing.T, seed int64, target Target, base, expr string, root N
 	for k, v := range CallMaps(call) {
 		m[k] = v
 	}
+	if target.Inside > 0 {
+		m[ChainMap] = ChainMapSpec(target.Inside)
+	}
 	loadtest.Spec(t, fmt.Sprintf("seed %d: %s on %s call (%s)", seed, expr, base, actText), &ebpf.CollectionSpec{Maps: m, Programs: map[string]*ebpf.ProgramSpec{
 		"entry":  {Name: "filter_entry", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Entry.Insns},
 		"return": {Name: "filter_return", Type: ebpf.Kprobe, License: "GPL", Instructions: call.Return.Insns},

@@ -543,6 +543,9 @@ func genExpr(r *rand.Rand, target string, depth int) string {
 	return fmt.Sprintf("%s %s %s", name, op, lit)
 }
 
+// maxChainTest is filter's bound on a stack's outer functions (maxChain - 1).
+const maxChainTest = 8
+
 // FuzzCompile generates valid expressions and actions from a seed: each
 // must compile, and as root the kernel's verifier must take each program
 // (go test runs the seeds below; go test -fuzz explores further).
@@ -562,12 +565,24 @@ func FuzzCompile(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%s: %v", expr, err)
 		}
+		// A run over several events (func, a constant or the cookie), and
+		// stack mode (the chain checked first), now and then.
+		variant := func(tg Target) Target {
+			if r.Intn(3) == 0 {
+				tg.Func = &Func{Index: uint64(r.Intn(50)), Cookie: r.Intn(2) == 0, Names: map[uint64]string{}}
+			}
+			if r.Intn(3) == 0 {
+				tg.Inside = 1 + r.Intn(maxChainTest)
+			}
+			return tg
+		}
 		if base, ok := strings.CutSuffix(target, "_call"); ok {
-			fuzzCall(t, seed, ts[base], base, expr, root, actText)
+			fuzzCall(t, seed, variant(ts[base]), base, expr, root, actText)
 			return
 		}
-		act := caseAction(t, ts[target], actText)
-		prog, err := Compile(expr, root, ts[target], act)
+		tg := variant(ts[target])
+		act := caseAction(t, tg, actText)
+		prog, err := Compile(expr, root, tg, act)
 		if err != nil && strings.Contains(err.Error(), "never holds") {
 			return // !(x ~ "*"): refused, rightly
 		}
@@ -581,7 +596,11 @@ func FuzzCompile(f *testing.F) {
 		if _, ok := ts[target].Event.(*Record); !ok && !isEntry(ts[target]) {
 			typ = ebpf.Kprobe
 		}
-		loadtest.Program(t, fmt.Sprintf("seed %d: %s on %s (%s)", seed, expr, target, actText), typ, &ebpf.ProgramSpec{Name: "filter", Instructions: prog.Insns}, Maps(act.Kind, prog))
+		m := Maps(act.Kind, prog)
+		if tg.Inside > 0 {
+			m[ChainMap] = ChainMapSpec(tg.Inside)
+		}
+		loadtest.Program(t, fmt.Sprintf("seed %d: %s on %s (%s, %d inside)", seed, expr, target, actText, tg.Inside), typ, &ebpf.ProgramSpec{Name: "filter", Instructions: prog.Insns}, m)
 	})
 }
 
