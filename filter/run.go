@@ -354,6 +354,23 @@ func argsTarget(args []compile.Arg, slots bool) compile.Target {
 }
 
 func info(s *run.Session, ev event) error {
+	if ev.tpGlob {
+		// Each matched tracepoint's fields, one after the other.
+		tps, err := tracefs.Tracepoints(ev.group, ev.name)
+		if err != nil {
+			return usage.Errorf("%v", err)
+		}
+		if len(tps) == 0 {
+			return usage.Errorf("%s: no tracepoint matches", ev)
+		}
+		for _, tp := range tps {
+			group, name, _ := strings.Cut(tp, ":")
+			if err := info(s, event{kind: "tracepoint", group: group, name: name}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if ev.kind == "tracepoint" {
 		f, err := tracefs.ReadFormat(ev.group, ev.name)
 		if err != nil {
@@ -372,6 +389,8 @@ func info(s *run.Session, ev event) error {
 				kind = "string"
 			case fl.ArrayLen > 0 && strings.HasPrefix(fl.Type, "char"):
 				kind = "string"
+			case ev.group == "syscalls" && strings.HasSuffix(strings.TrimSpace(strings.TrimPrefix(fl.Type, "const ")), "char *"):
+				kind = "string, read from the process's memory"
 			case strings.Contains(fl.Type, "*"):
 				kind = "pointer: cast it to walk it"
 			case len(f.Symbolic[fl.Name]) > 0:

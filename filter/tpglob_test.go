@@ -41,6 +41,12 @@ func TestTracepointGlob(t *testing.T) {
 	if !strings.Contains(r.Stderr, "matching tracepoints left out: syscalls:sys_enter_open_by_handle_at") {
 		t.Errorf("open_by_handle_at (no filename) not said to be left out: %s", r.Stderr)
 	}
+	// --info: each tracepoint's fields; a syscall's char * is a string.
+	r = filter(t, "--info", "syscalls:sys_enter_openat*")
+	if r.Status != 0 || !strings.Contains(r.Stdout, "syscalls:sys_enter_openat\n") || !strings.Contains(r.Stdout, "syscalls:sys_enter_openat2\n") ||
+		!strings.Contains(r.Stdout, "filename   offset  24, size  8, string, read from the process's memory") {
+		t.Errorf("--info syscalls:sys_enter_openat*: exit %d\n%s%s", r.Status, r.Stdout, r.Stderr)
+	}
 	r = filter(t, "--count", "nosuchgroup*:x*")
 	if r.Status != 2 || !strings.Contains(r.Stderr, "nosuchgroup*:x*: no tracepoint matches") {
 		t.Errorf("a glob that matches nothing: exit %d, %s", r.Status, r.Stderr)
