@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tracekit/tracekit/counts"
 	"github.com/tracekit/tracekit/filter/compile"
+	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
 )
@@ -76,6 +78,13 @@ type cell struct {
 	text  string
 }
 
+// kernelSyms is the kernel's symbol table, read once, the first time an
+// address is named (nil when unreadable: addresses stay numbers).
+var kernelSyms = sync.OnceValue(func() *procfs.Symbols {
+	s, _ := procfs.LoadKallsyms()
+	return s
+})
+
 // decodeColumn decodes a column of a key or record.
 func decodeColumn(col compile.Column, raw []byte) cell {
 	if col.Offset+col.Size > len(raw) {
@@ -87,6 +96,11 @@ func decodeColumn(col compile.Column, raw []byte) cell {
 		return cell{str, str}
 	}
 	u := binary.LittleEndian.Uint64(b)
+	if col.Ksym {
+		if name := kernelSyms().Symbolize(u); name != "" {
+			return cell{name, name}
+		}
+	}
 	switch {
 	case col.Pointer:
 		t := fmt.Sprintf("0x%x", u)
@@ -230,7 +244,7 @@ func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCoun
 		}
 		right := make([]bool, len(cols)+1)
 		for i, c := range cols {
-			right[i] = !c.String && c.Symbols == nil
+			right[i] = !c.String && c.Symbols == nil && !c.Ksym
 		}
 		right[len(cols)] = true
 		terminal.WriteTable(&b, table, right)

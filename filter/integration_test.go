@@ -20,6 +20,7 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -151,6 +152,61 @@ func TestCountUDP(t *testing.T) {
 	if got, _ := strconv.Atoi(m[1]); got < n || got > n+2 {
 		t.Errorf("%d NO_SOCKET drops, want %d (other drops on the machine are few)", got, n)
 	}
+	// Printed: the reason by name, the location by the kernel's symbol
+	// (one this kernel's kallsyms has), as --count-by shows them.
+	r = filter(t, "skb:kfree_skb", "--where", `reason == "NO_SOCKET" && protocol == 0x0800`, "-c", tooltest.UDPDrops(t, n))
+	ls := lines(r.Stdout)
+	loc := regexp.MustCompile(` location=([A-Za-z0-9_.]+)\+0x[0-9a-f]+ `)
+	syms, err := procfs.LoadKallsyms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) < n {
+		t.Fatalf("printed %d drops, want %d: %s%s", len(ls), n, r.Stdout, r.Stderr)
+	}
+	for _, l := range ls[:n] {
+		m := loc.FindStringSubmatch(l + " ")
+		if !strings.Contains(l, " reason=NO_SOCKET") || m == nil || !syms.Has(m[1]) {
+			t.Errorf("a drop's line without its reason's name or its location's symbol: %s", l)
+			break
+		}
+	}
+	// ksym() names any such address, in a key too.
+	byLoc, r := countByJSON(t, "ksym(location)", "skb:kfree_skb", "--where", `reason == "NO_SOCKET" && protocol == 0x0800`, "-c", tooltest.UDPDrops(t, n))
+	total := 0
+	for _, c := range byLoc.Counts {
+		name, _ := c.Key["ksym(location)"].(string)
+		fn, _, _ := strings.Cut(name, "+0x")
+		if !syms.Has(fn) {
+			t.Errorf("ksym(location) %q: not a symbol of this kernel's", name)
+		}
+		total += int(c.Count)
+	}
+	if total < n {
+		t.Errorf("--count-by ksym(location): %d drops, want %d: %s", total, n, r.Stderr)
+	}
+}
+
+// cpid is the -c command's pid: its opens, and none of another process's.
+func TestCpid(t *testing.T) {
+	privtest.Require(t)
+	a := t.TempDir() + "/a"
+	openFiles(t, a)
+	const n = 5
+	opener := tooltest.Opens(t, "", tooltest.Open{Path: a, Times: n})
+	// In the background: a child of the command's shell opens, not cpid.
+	r := filter(t, "--count", "--json", "syscalls:sys_enter_openat", "--where", fmt.Sprintf(`pid == cpid && filename == "%s"`, a), "-c", opener+" & wait")
+	if want := `"count":0`; r.Status != 0 || !strings.Contains(r.Stdout, want) {
+		t.Errorf("pid == cpid, a child opening: exit %d, %s%s; want %s", r.Status, r.Stdout, r.Stderr, want)
+	}
+	r = filter(t, "--count", "--json", "syscalls:sys_enter_openat", "--where", fmt.Sprintf(`pid == cpid && filename == "%s"`, a), "-c", "exec "+opener)
+	if want := fmt.Sprintf(`"count":%d`, n); r.Status != 0 || !strings.Contains(r.Stdout, want) {
+		t.Errorf("pid == cpid: exit %d, %s%s; want %s", r.Status, r.Stdout, r.Stderr, want)
+	}
+	r = filter(t, "--count", "syscalls:sys_enter_openat", "--where", "pid == cpid")
+	if r.Status != 2 || !strings.Contains(r.Stderr, "cpid is the pid of the command -c runs: add -c CMD") {
+		t.Errorf("cpid without -c: exit %d, %s", r.Status, r.Stderr)
+	}
 }
 
 func TestInfo(t *testing.T) {
@@ -254,7 +310,7 @@ func TestFilterUsageErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("has no field \"nme\" (fields: %s; builtins: pid, tid, comm, cpu, uid, gid)", strings.Join(f.FieldNames(), ", "))
+	want := fmt.Sprintf("has no field \"nme\" (fields: %s; builtins: pid, tid, comm, cpu, uid, gid, cpid)", strings.Join(f.FieldNames(), ", "))
 	if r.Status != 2 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "^") {
 		t.Errorf("unknown field: exit %d, stderr %q", r.Status, r.Stderr)
 	}
@@ -265,6 +321,8 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--fields", "len,nosuch", "net:netif_receive_skb"}, "filter: --fields: event netif_receive_skb has no field \"nosuch\""},
 		{[]string{"--hist", "name", "net:netif_receive_skb"}, "filter: --hist: name is a string: a histogram needs a number\n  name\n  ^"},
 		{[]string{"--count-by", "skbaddr->len", "net:netif_receive_skb"}, "filter: --count-by: field skbaddr is not a struct pointer that can be walked"},
+		{[]string{"--count", "net:netif_receive_skb", "--where", "ksym(skbaddr) == 0"}, "filter: --where: ksym() names an address in the output (--fields, --count-by): compare the address itself"},
+		{[]string{"--count-by", "ksym(name)", "net:netif_receive_skb"}, "filter: --count-by: name is a string: ksym() names an 8-byte kernel address"},
 	} {
 		r := filter(t, tc.args...)
 		if r.Status != 2 || !strings.HasPrefix(r.Stderr, tc.want) {

@@ -64,7 +64,8 @@ or || runs only when the left side does not decide. An operand is:
     (unsigned 64-bit: nothing describes user-space types), a uretprobe's
     ret (signed 64-bit). (char *)arg0 reads a user string. Memory a process
     has not touched yet (a page not faulted in) reads as 0 or "".
-  - a builtin: pid (the process id), tid, comm, cpu, uid, gid. A field or
+  - a builtin: pid (the process id), tid, comm, cpu, uid, gid, and with -c
+    cpid, the command's pid (pid == cpid: the command's own process). A field or
     argument of the same name wins. In a container (a pid namespace of its
     own), pid, tid and -p are that namespace's ids, 0 for a task outside it;
     fields such as a record's prev_pid stay the kernel's.
@@ -92,7 +93,10 @@ bytes: a longer one is cut and ends in "...". A char * field prints as text: an 
 gets a record of its own by default. Instead of printing, the kernel can
 aggregate: --count (a count), --count-by KEYS (a table, largest first, as
 bpftrace's @[comm] = count()), --hist EXPR (a log2 histogram in BCC's
-layout, as hist()). Keys and printed strings keep up to 63 bytes. Reports
+layout, as hist()). Keys and printed strings keep up to 63 bytes. Printed,
+an enum field shows its name (reason=NO_SOCKET), a drop's or an
+allocation's code address (location, call_site) its symbol+0xoff, and
+ksym(EXPR) names any kernel code address in --fields and --count-by. Reports
 come per interval or at the end, as the other tools' do; a full map or
 ring buffer is reported as lost, never dropped silently. filter's own
 events are left out unless --self.

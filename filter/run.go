@@ -456,6 +456,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		target.SelfPid = uint32(os.Getpid())
 	}
 	target.Pid = uint32(o.Pid)
+	target.CPid = uint32(s.CommandPid())
 	ns, err := kernel.PidNamespace()
 	if err != nil && (o.Pid != 0 || o.Command != "") {
 		return err
@@ -649,7 +650,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 	progs := sharedPrograms{specs: spec.Programs, attachType: attachType}
 	for _, st := range sites {
 		t := userTarget(ev, st, regs)
-		t.SelfPid, t.Pid, t.Tree, t.NS, t.Inside = self, uint32(o.Pid), tree, ns, base.Inside
+		t.SelfPid, t.Pid, t.Tree, t.NS, t.Inside, t.CPid = self, uint32(o.Pid), tree, ns, base.Inside, base.CPid
 		p, err := compile.Compile(o.Where, root, t, act)
 		if err != nil {
 			return usageOr(err)
@@ -854,7 +855,7 @@ func kprobeOffers(ev event, common compile.Target, build func(func() (plan, erro
 	// what the event's kind does not change (readers, pids) comes from common
 	at := func(slots bool) plan {
 		t, f, ptrs := kprobeTarget(ev, proto, regs, slots)
-		t.BTF, t.Read, t.SelfPid, t.Pid, t.NS, t.Inside = spec, common.Read, common.SelfPid, common.Pid, common.NS, common.Inside
+		t.BTF, t.Read, t.SelfPid, t.Pid, t.NS, t.Inside, t.CPid = spec, common.Read, common.SelfPid, common.Pid, common.NS, common.Inside, common.CPid
 		return plan{target: t, fetch: f, pointers: ptrs}
 	}
 	name, _ := tracefs.SplitSymbol(ev.symbol)

@@ -58,8 +58,11 @@ func streamKept(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collec
 // would: integers as 8-byte longs (pointers as void *), strings as char
 // arrays.
 func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
-	f := &tracefs.Format{Name: ev.String()}
+	f := &tracefs.Format{Name: ev.String(), Symbolic: map[string]map[uint64]string{}}
 	for _, c := range prog.Columns {
+		if len(c.Symbols) > 0 && c.Name != "func" && c.Name != "probe" {
+			f.Symbolic[c.Name] = c.Symbols // an enum's names
+		}
 		fl := tracefs.Field{Name: c.Name, Offset: c.Offset, Size: c.Size, Signed: c.Signed, Type: "unsigned long"}
 		switch {
 		case c.String:
@@ -127,6 +130,8 @@ type printer struct {
 	funcs    map[uint64]string // the func field's names (kprobe:GLOB)
 	pointers map[string]bool
 	comms    map[uint32]string
+	syms     *procfs.Symbols // the kernel's, read at the first textFields value
+	symsRead bool
 	out      *bufio.Writer
 	line     []byte // the text line being built, reused
 	err      error
@@ -144,6 +149,9 @@ func (p *printer) flush() {
 const maxComms = 1 << 15
 
 func (p *printer) comm(pid uint32) string {
+	if pid == 0 {
+		return "<idle>" // as trace_pipe names the idle task
+	}
 	if c, ok := p.comms[pid]; ok {
 		return c
 	}
@@ -268,6 +276,12 @@ func (p *printer) print(smp perfevent.Sample) {
 				fields[f.Name] = name
 				continue
 			}
+			if f.ArrayLen == 0 && f.Size <= 8 && f.Offset+f.Size <= len(smp.Raw) {
+				if name := p.named(f, smp.Raw[f.Offset:f.Offset+f.Size]); name != "" {
+					fields[f.Name] = name
+					continue
+				}
+			}
 			if v, _ := fieldValue(f, smp.Raw, p.pointers[f.Name]); v != nil {
 				fields[f.Name] = v
 			}
@@ -336,13 +350,14 @@ func (p *printer) appendField(b []byte, f tracefs.Field, raw []byte) []byte {
 			str = unix.ByteSliceToString(raw[off : off+n])
 		}
 	case f.ArrayLen > 0 && strings.HasPrefix(f.Type, "char"):
-		if str = unix.ByteSliceToString(v); str == "" {
-			return b
-		}
+		str = unix.ByteSliceToString(v)
 	case f.ArrayLen > 0 || f.Size > 8:
 		return b
 	default:
 		b = append(append(append(b, ' '), f.Name...), '=')
+		if name := p.named(f, v); name != "" {
+			return append(b, terminal.Printable(name)...)
+		}
 		u, size, signed := intField(f, v)
 		switch {
 		case p.pointers[f.Name] || strings.Contains(f.Type, "*"):
@@ -353,8 +368,36 @@ func (p *printer) appendField(b []byte, f tracefs.Field, raw []byte) []byte {
 		return strconv.AppendUint(b, u, 10)
 	}
 	b = append(append(append(b, ' '), f.Name...), '=')
+	if str == "" {
+		return append(b, `""`...) // empty, not missing
+	}
 	return append(b, terminal.Printable(str)...)
 }
+
+// named is an integer field's name for its value, "" when it has none: an
+// enum's (the format's __print_symbolic table, or BTF's for a column of
+// filter's own), or a kernel code address's symbol+0xoff for the fields
+// that hold one (textFields) and the columns ksym() names.
+func (p *printer) named(f tracefs.Field, v []byte) string {
+	u, _, _ := intField(f, v)
+	if names := p.format.Symbolic[f.Name]; names != nil {
+		return names[u]
+	}
+	if !textFields[f.Name] && !strings.HasPrefix(f.Name, "ksym(") || f.Size != 8 || u < 1<<63 {
+		return ""
+	}
+	if !p.symsRead {
+		p.symsRead = true
+		p.syms = kernelSyms() // without it (hidden, unreadable) the number stays
+	}
+	return p.syms.Symbolize(u)
+}
+
+// textFields are the tracepoint fields that hold an address in the
+// kernel's code, printed by symbol: where a packet was dropped or freed
+// (skb:kfree_skb, skb:consume_skb's location), what allocated or freed
+// memory (kmem's call_site).
+var textFields = map[string]bool{"location": true, "call_site": true}
 
 // padLeft appends s right-aligned in width runes, as fmt's %Ns does.
 func padLeft(b []byte, s string, width int) []byte {

@@ -46,6 +46,7 @@ type Column struct {
 	Offset, Size    int
 	Signed, Pointer bool
 	Symbols         map[uint64]string
+	Ksym            bool // a kernel code address, named by symbol (ksym())
 	// A structure's text (String too), written by bpf_snprintf_btf; at a
 	// call's return, copied from the stash at stashed (else -1).
 	dump    bool
@@ -172,7 +173,7 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 	var plan []planned
 	size, dumps := 0, 0
 	for _, o := range ops {
-		col := Column{Name: o.Text, Offset: size, Size: 8}
+		col := Column{Name: o.Text, Offset: size, Size: 8, Ksym: o.Ksym}
 		// The walk, if any, is emitted below, where it is used.
 		v, _, err := c.typeOf(o)
 		if err != nil {

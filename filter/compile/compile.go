@@ -47,6 +47,9 @@ type Target struct {
 	// Func, in a run over several functions (kprobe:GLOB), is what the
 	// func operand names: this program's function.
 	Func *Func
+	// CPid is the pid of the -c command (0: none), the cpid builtin: the
+	// namespace's, as pid is, with NS.
+	CPid uint32
 	// Inside, in stack mode (-s), is how many outer functions must be
 	// open in the thread, in their order, for an event to pass (ChainMap,
 	// asm.StackInside).
@@ -81,7 +84,7 @@ const maxInsns = 4096
 
 // Builtins are the names every event has (an event's own field or argument
 // of the same name wins).
-var builtins = []string{"pid", "tid", "comm", "cpu", "uid", "gid"}
+var builtins = []string{"pid", "tid", "comm", "cpu", "uid", "gid", "cpid"}
 
 type compiler struct {
 	t       Target

@@ -181,6 +181,9 @@ type Operand struct {
 	// Dump: *path, the whole structure the path points to, printed from
 	// BTF (--fields only).
 	Dump bool
+	// Ksym: ksym(path), a kernel code address, printed as symbol+0xoff
+	// (--fields and --count-by).
+	Ksym bool
 	// A constant.
 	IsInt, IsString bool
 	Int             uint64
@@ -345,6 +348,19 @@ func (p *parser) operand1() (Operand, error) {
 		p.i++
 		return Operand{Pos: t.pos, IsString: true, Str: t.text}, nil
 	case tIdent:
+		if t.text == "ksym" && p.toks[p.i+1].kind == tLParen {
+			// ksym(path), as bpftrace writes it.
+			p.i += 2
+			o, err := p.path()
+			if err != nil {
+				return o, err
+			}
+			if r := p.next(); r.kind != tRParen {
+				return o, p.errAt(r.pos, "expected ')' to close ksym(")
+			}
+			o.Ksym, o.Pos = true, t.pos
+			return o, nil
+		}
 		if t.text == "str" && p.toks[p.i+1].kind == tLParen {
 			// str(path), as bpftrace writes it.
 			p.i += 2

@@ -105,6 +105,9 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 			c.emit(bpf.FnGetCurrentUidGid.Call().WithSource(bpf.Comment(v.builtin + " from bpf_get_current_uid_gid()")))
 		case "cpu":
 			c.emit(bpf.FnGetSmpProcessorId.Call().WithSource(bpf.Comment("cpu = bpf_get_smp_processor_id()")))
+		case "cpid":
+			c.emit(bpf.Mov.Imm(dst, int32(c.t.CPid)).WithSource(bpf.Comment(fmt.Sprintf("%s = cpid: the -c command's pid, %d", dst, c.t.CPid))))
+			return nil
 		default:
 			return fmt.Errorf("%s is not a number", v.name)
 		}

@@ -77,6 +77,18 @@ func (c *compiler) resolve(o Operand) (value, error) {
 			return v, nil // (char *)arg0 too: its string was read at the entry
 		}
 	}
+	if o.Ksym {
+		if c.option == "" {
+			return value{}, c.errAt(o.Pos, "ksym() names an address in the output (--fields, --count-by): compare the address itself")
+		}
+		inner := o
+		inner.Ksym = false
+		v, err := c.resolve(inner)
+		if err == nil && (v.kind != kInt || v.size != 8) {
+			return value{}, c.errAt(o.Pos, "%s is %s: ksym() names an 8-byte kernel address", v.name, v.describe())
+		}
+		return v, err
+	}
 	if o.Dump {
 		return c.dump(o)
 	}
@@ -145,6 +157,9 @@ func (c *compiler) builtin(o Operand) (value, error) {
 		return value{}, c.errAt(o.Pos, "%s is a builtin: it has no members", o.Base)
 	}
 	v := value{name: o.Base, src: srcBuiltin, builtin: o.Base, size: 4}
+	if o.Base == "cpid" && c.t.CPid == 0 {
+		return value{}, c.errAt(o.Pos, "cpid is the pid of the command -c runs: add -c CMD")
+	}
 	if o.Base == "comm" {
 		v.kind, v.strLen = kString, 16 // TASK_COMM_LEN
 	}
