@@ -8,6 +8,7 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -47,7 +48,17 @@ func newChain(o *options, items []event) (*chain, error) {
 			continue
 		}
 		h, err := hook.Choose(o.Attach, ev.String(),
-			hook.Offer{Hook: hook.Fentry, Have: hook.HasFentry(ev.symbol)},
+			hook.Offer{Hook: hook.Fentry, Have: func() error {
+				// A trampoline takes the function's arguments, read or not.
+				if spec, err := kbtf.Kernel(); err == nil {
+					if _, proto, err := funcProto(spec, ev.symbol); err == nil {
+						if err := slotsFit(proto); err != nil {
+							return fmt.Errorf("%s %v", ev.symbol, err)
+						}
+					}
+				}
+				return hook.HasFentry(ev.symbol)()
+			}},
 			hook.Offer{Hook: hook.Perf, Have: ev.haveKprobes})
 		if err != nil {
 			return nil, err
