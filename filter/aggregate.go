@@ -96,6 +96,9 @@ func decodeColumn(col compile.Column, raw []byte) cell {
 		return cell{str, str}
 	}
 	u := binary.LittleEndian.Uint64(b)
+	if col.Stack {
+		return cell{int64(u), fmt.Sprintf("stack %d", int64(u))} // named by resolveStacks
+	}
 	if col.Ksym {
 		if name := kernelSyms().Symbolize(u); name != "" {
 			return cell{name, name}
@@ -116,7 +119,7 @@ func decodeColumn(col compile.Column, raw []byte) cell {
 // countBy reports the counts by key per interval, largest first: through
 // table where the counts are swapped, else read in place, the kernel's
 // hash holding every key of the run.
-func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *compile.Program, table *keyTable) error {
+func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *compile.Program, table *keyTable, folded bool) error {
 	why := fmt.Sprintf("more than %d keys in the run: --max-keys raises it", prog.MaxKeys)
 	if table != nil {
 		if !s.Opts.Cumulative {
@@ -127,7 +130,8 @@ func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collectio
 			if err != nil {
 				return err
 			}
-			return writeCounts(s, ev, prog.Columns, rows, lost, why, time.Now())
+			resolveStacks(rows, prog.Columns, coll.Maps[compile.StacksMap])
+			return writeCounts(s, ev, prog.Columns, rows, lost, why, time.Now(), folded)
 		})
 	}
 	prev := map[string]uint64{}
@@ -156,8 +160,49 @@ func countBy(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collectio
 			}
 		}
 		sort.SliceStable(shown, func(i, j int) bool { return shown[i].count > shown[j].count })
-		return writeCounts(s, ev, prog.Columns, shown, lost, why, time.Now())
+		resolveStacks(shown, prog.Columns, coll.Maps[compile.StacksMap])
+		return writeCounts(s, ev, prog.Columns, shown, lost, why, time.Now(), folded)
 	})
+}
+
+// resolveStacks names the frames of each kstack key, innermost first,
+// from the stacks map and kallsyms: the cell's value is the list, its text
+// the lines.
+func resolveStacks(rows []keyCount, cols []compile.Column, m *ebpf.Map) {
+	for i, col := range cols {
+		if !col.Stack || m == nil {
+			continue
+		}
+		for r := range rows {
+			id, _ := rows[r].cells[i].value.(int64)
+			frames := stackFrames(m, id)
+			rows[r].cells[i] = cell{frames, strings.Join(frames, "\n")}
+		}
+	}
+}
+
+// stackFrames are the symbols of stack id's frames.
+func stackFrames(m *ebpf.Map, id int64) []string {
+	if id < 0 {
+		// -EEXIST: another stack held its slot of the map (a hash collision).
+		return []string{fmt.Sprintf("[stack not recorded: %v]", unix.Errno(-id))}
+	}
+	pcs := make([]uint64, compile.StackDepth)
+	if err := m.Lookup(uint32(id), &pcs); err != nil {
+		return []string{fmt.Sprintf("[stack %d: %v]", id, err)}
+	}
+	var frames []string
+	for _, pc := range pcs {
+		if pc == 0 {
+			break
+		}
+		name := kernelSyms().Symbolize(pc)
+		if name == "" {
+			name = fmt.Sprintf("0x%x", pc)
+		}
+		frames = append(frames, name)
+	}
+	return frames
 }
 
 // readCounts reads the counts hash (see decodeRows).
@@ -205,7 +250,7 @@ func rowKey(r keyCount) string {
 
 // writeCounts prints a --count-by table: one column per key (strings to the
 // left, numbers to the right) and the count, or one JSON object.
-func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCount, lost uint64, why string, now time.Time) error {
+func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCount, lost uint64, why string, now time.Time, folded bool) error {
 	if s.Opts.JSON {
 		names := make([]string, len(cols))
 		for i, c := range cols {
@@ -226,8 +271,49 @@ func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCoun
 	}
 	var b strings.Builder
 	s.BeginText(&b, now)
-	if len(rows) == 0 {
+	stacks := false
+	for _, c := range cols {
+		stacks = stacks || c.Stack
+	}
+	if folded && stacks {
+		// A flame graph's input (Brendan Gregg's stackcollapse form): the
+		// frames' functions outermost first, joined by ';', the other keys
+		// after them, then the count.
+		for _, r := range rows {
+			var parts []string
+			for i, c := range r.cells {
+				if cols[i].Stack {
+					frames := strings.Split(c.text, "\n")
+					for k := len(frames) - 1; k >= 0; k-- {
+						// A function, not its offset: one box per function.
+						fn, _, _ := strings.Cut(frames[k], "+0x")
+						parts = append(parts, terminal.Printable(strings.ReplaceAll(fn, ";", ":")))
+					}
+					continue
+				}
+				parts = append(parts, terminal.Printable(strings.ReplaceAll(c.text, ";", ":")))
+			}
+			fmt.Fprintf(&b, "%s %d\n", strings.Join(parts, ";"), r.count)
+		}
+	} else if len(rows) == 0 {
 		b.WriteString("(no events)\n")
+	} else if stacks {
+		// As bpftrace prints @[kstack]: a stack's frames, innermost first,
+		// indented; then the key's other columns and the count.
+		for _, r := range rows {
+			var rest []string
+			for i, c := range r.cells {
+				if cols[i].Stack {
+					for _, f := range strings.Split(c.text, "\n") {
+						fmt.Fprintf(&b, "    %s\n", terminal.Printable(f))
+					}
+					continue
+				}
+				rest = append(rest, cols[i].Name+"="+terminal.Printable(c.text))
+			}
+			rest = append(rest, strconv.FormatUint(r.count, 10))
+			fmt.Fprintf(&b, "  %s\n\n", strings.Join(rest, " "))
+		}
 	} else {
 		header := make([]string, len(cols)+1)
 		table := [][]string{header}

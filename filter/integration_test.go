@@ -295,6 +295,9 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"net:netif_receive_skb", "Inf"}, `invalid interval "Inf"`},
 		{[]string{"-p", "4294967297", "net:netif_receive_skb"}, "invalid pid 4294967297: pids run from 1 to"},
 		{[]string{"-T", "net:netif_receive_skb"}, "-T dates --count, --count-by and --hist reports"},
+		{[]string{"--folded", "--count", "net:netif_receive_skb"}, "--folded writes stacks for a flame graph: add --count-by kstack"},
+		{[]string{"--folded", "--json", "--count-by", "kstack", "net:netif_receive_skb"}, "--folded and --json: choose one output"},
+		{[]string{"--serve", ":0", "--count-by", "kstack", "net:netif_receive_skb"}, "--serve and --count-by kstack: a stack is no metric's label"},
 		{[]string{"-T", "--json", "--count", "net:netif_receive_skb"}, "-T and --json cannot be used together"},
 	} {
 		r := filter(t, tc.args...)
@@ -310,7 +313,7 @@ func TestFilterUsageErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("has no field \"nme\" (fields: %s; builtins: pid, tid, comm, cpu, uid, gid, cpid)", strings.Join(f.FieldNames(), ", "))
+	want := fmt.Sprintf("has no field \"nme\" (fields: %s; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack)", strings.Join(f.FieldNames(), ", "))
 	if r.Status != 2 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "^") {
 		t.Errorf("unknown field: exit %d, stderr %q", r.Status, r.Stderr)
 	}
@@ -321,6 +324,8 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--fields", "len,nosuch", "net:netif_receive_skb"}, "filter: --fields: event netif_receive_skb has no field \"nosuch\""},
 		{[]string{"--hist", "name", "net:netif_receive_skb"}, "filter: --hist: name is a string: a histogram needs a number\n  name\n  ^"},
 		{[]string{"--count-by", "skbaddr->len", "net:netif_receive_skb"}, "filter: --count-by: field skbaddr is not a struct pointer that can be walked"},
+		{[]string{"--fields", "kstack", "net:netif_receive_skb"}, "filter: --fields: kstack is counted by (--count-by kstack): it is not a number to compare or print"},
+		{[]string{"--count", "net:netif_receive_skb", "--where", "kstack == 0"}, "filter: --where: kstack is counted by (--count-by kstack)"},
 		{[]string{"--count", "net:netif_receive_skb", "--where", "ksym(skbaddr) == 0"}, "filter: --where: ksym() names an address in the output (--fields, --count-by): compare the address itself"},
 		{[]string{"--count-by", "ksym(name)", "net:netif_receive_skb"}, "filter: --count-by: name is a string: ksym() names an 8-byte kernel address"},
 	} {

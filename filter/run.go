@@ -240,6 +240,22 @@ func validate(o *options) error {
 		}
 		seen[it.String()] = true
 	}
+	stackKey := false
+	if o.CountBy != "" {
+		cols, _ := compile.ParseOperands(o.CountBy, 0)
+		for _, c := range cols {
+			stackKey = stackKey || c.Base == "kstack" && len(c.Steps) == 0
+		}
+	}
+	if o.Folded && !stackKey {
+		return usage.Errorf("--folded writes stacks for a flame graph: add --count-by kstack")
+	}
+	if o.Folded && o.JSON {
+		return usage.Errorf("--folded and --json: choose one output")
+	}
+	if stackKey && o.Serve != "" {
+		return usage.Errorf("--serve and --count-by kstack: a stack is no metric's label; count by other keys")
+	}
 	if o.Lead() == "usdt" && o.Pid == 0 {
 		return usage.Errorf("--info usdt lists the probes of the files a process maps: it needs -p PID (or name a file: usdt:PATH)")
 	}
@@ -592,7 +608,7 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 	case compile.Count:
 		return count(ctx, s, ev, coll)
 	case compile.CountBy:
-		return countBy(ctx, s, ev, coll, prog, table)
+		return countBy(ctx, s, ev, coll, prog, table, o.Folded)
 	case compile.Hist:
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
 	}

@@ -47,6 +47,7 @@ type Column struct {
 	Signed, Pointer bool
 	Symbols         map[uint64]string
 	Ksym            bool // a kernel code address, named by symbol (ksym())
+	Stack           bool // kstack: an id of StacksMap
 	// A structure's text (String too), written by bpf_snprintf_btf; at a
 	// call's return, copied from the stash at stashed (else -1).
 	dump    bool
@@ -65,7 +66,18 @@ type Program struct {
 	Swap    bool
 	// Dumps: Emit builds the record in a per-CPU buffer (DumpMap).
 	Dumps bool
+	// Stacks: a key holds kstack, an id of StacksMap.
+	Stacks bool
 }
+
+// StacksMap holds the stacks kstack keys name (a stack trace map of
+// StackEntries stacks of up to StackDepth frames: 127, the kernel's
+// default perf_event_max_stack).
+const (
+	StacksMap    = "stacks"
+	StackEntries = 4096
+	StackDepth   = 127
+)
 
 // keyString is the room of a string that is not a char array of its own
 // size: a pointer's string, a __data_loc one.
@@ -102,6 +114,7 @@ func (c *compiler) action(act Action) (*Program, error) {
 		return nil, err
 	}
 	off := int16(valOff - prog.Size)
+	prog.Stacks = c.stacks
 	switch act.Kind {
 	case CountBy:
 		prog.MaxKeys, prog.Swap = act.MaxKeys, act.Swap
@@ -173,7 +186,7 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 	var plan []planned
 	size, dumps := 0, 0
 	for _, o := range ops {
-		col := Column{Name: o.Text, Offset: size, Size: 8, Ksym: o.Ksym}
+		col := Column{Name: o.Text, Offset: size, Size: 8, Ksym: o.Ksym, Stack: o.Base == "kstack" && len(o.Steps) == 0 && !o.IsConst()}
 		// The walk, if any, is emitted below, where it is used.
 		v, _, err := c.typeOf(o)
 		if err != nil {
@@ -370,6 +383,9 @@ func Maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
 			return &ebpf.MapSpec{Name: "filter_" + name, Type: ebpf.Hash, KeySize: uint32(prog.Size), ValueSize: 8, MaxEntries: prog.MaxKeys}
 		}
 		m := map[string]*ebpf.MapSpec{"counts": counts("counts"), "lost": perCPU("lost", 1)}
+		if prog.Stacks {
+			m[StacksMap] = &ebpf.MapSpec{Name: "filter_stacks", Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * StackDepth, MaxEntries: StackEntries}
+		}
 		if prog.Swap {
 			m[CountsSwap] = counts(CountsSwap)
 			m[GenMap] = &ebpf.MapSpec{Name: "filter_gen", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}

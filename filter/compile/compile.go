@@ -84,7 +84,7 @@ const maxInsns = 4096
 
 // Builtins are the names every event has (an event's own field or argument
 // of the same name wins).
-var builtins = []string{"pid", "tid", "comm", "cpu", "uid", "gid", "cpid"}
+var builtins = []string{"pid", "tid", "comm", "cpu", "uid", "gid", "cpid", "kstack"}
 
 type compiler struct {
 	t       Target
@@ -101,6 +101,8 @@ type compiler struct {
 	// call: a call's programs (CompileCall), where ret and duration are
 	// names too.
 	call bool
+	// stacks: the program calls bpf_get_stackid on StacksMap (kstack).
+	stacks bool
 }
 
 func (c *compiler) errAt(pos int, format string, args ...any) error {

@@ -105,6 +105,16 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 			c.emit(bpf.FnGetCurrentUidGid.Call().WithSource(bpf.Comment(v.builtin + " from bpf_get_current_uid_gid()")))
 		case "cpu":
 			c.emit(bpf.FnGetSmpProcessorId.Call().WithSource(bpf.Comment("cpu = bpf_get_smp_processor_id()")))
+		case "kstack":
+			c.stacks = true
+			c.emit(
+				bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment(fmt.Sprintf("%s = kstack: bpf_get_stackid(ctx, %s, 0), the kernel's stack (negative: not recorded)", dst, StacksMap))),
+				bpf.LoadMapPtr(bpf.R2, 0).WithReference(StacksMap),
+				bpf.Mov.Imm(bpf.R3, 0),
+				bpf.FnGetStackid.Call(),
+				bpf.Mov.Reg(dst, bpf.R0),
+			)
+			return nil
 		case "cpid":
 			c.emit(bpf.Mov.Imm(dst, int32(c.t.CPid)).WithSource(bpf.Comment(fmt.Sprintf("%s = cpid: the -c command's pid, %d", dst, c.t.CPid))))
 			return nil

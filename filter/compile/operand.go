@@ -157,6 +157,13 @@ func (c *compiler) builtin(o Operand) (value, error) {
 		return value{}, c.errAt(o.Pos, "%s is a builtin: it has no members", o.Base)
 	}
 	v := value{name: o.Base, src: srcBuiltin, builtin: o.Base, size: 4}
+	if o.Base == "kstack" {
+		// The kernel's stack, as an id of the stacks map: a key only.
+		if c.option != "--count-by" {
+			return value{}, c.errAt(o.Pos, "kstack is counted by (--count-by kstack): it is not a number to compare or print")
+		}
+		return value{name: o.Base, kind: kInt, signed: true, size: 8, src: srcBuiltin, builtin: o.Base}, nil
+	}
 	if o.Base == "cpid" && c.t.CPid == 0 {
 		return value{}, c.errAt(o.Pos, "cpid is the pid of the command -c runs: add -c CMD")
 	}
