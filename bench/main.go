@@ -100,7 +100,9 @@ func run() error {
 				{"writesize (auto: perf)", toolProcess(*bin+"/writesize", nil)},
 				{"writesize --attach=raw", toolProcess(*bin+"/writesize", []string{"--attach=raw"})},
 				{"filter --hist count", toolProcess(*bin+"/filter", []string{"--hist", "count", "syscalls:sys_enter_write"})},
-			}, peer("bpftrace hist()", "tracepoint:syscalls:sys_enter_write { @ = hist(args->count); }")...),
+				{"filter --count-by kstack (perf)", toolProcess(*bin+"/filter", []string{"--attach=perf", "--count-by", "kstack", "syscalls:sys_enter_write"})},
+			}, append(peer("bpftrace hist()", "tracepoint:syscalls:sys_enter_write { @ = hist(args->count); }"),
+				peer("bpftrace @[kstack] = count()", "tracepoint:syscalls:sys_enter_write { @[kstack] = count(); }")...)...),
 		},
 		{
 			// What a hook on the write path costs the rest of the machine:

@@ -183,8 +183,14 @@ func resolveStacks(rows []keyCount, cols []compile.Column, m *ebpf.Map) {
 
 // stackFrames are the symbols of stack id's frames.
 func stackFrames(m *ebpf.Map, id int64) []string {
-	if id < 0 {
-		// -EEXIST: another stack held its slot of the map (a hash collision).
+	switch {
+	case id == -int64(unix.EFAULT):
+		// No kernel frames: the event's registers are user space's (a
+		// syscall's tracepoint through perf, on 5.10).
+		return []string{"[no kernel stack]"}
+	case id == -int64(unix.EEXIST):
+		return []string{"[stack not recorded: its slot of the stack map held another's]"}
+	case id < 0:
 		return []string{fmt.Sprintf("[stack not recorded: %v]", unix.Errno(-id))}
 	}
 	pcs := make([]uint64, compile.StackDepth)

@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"encoding/json"
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -26,88 +28,101 @@ func decimalOffsets(frame string) string {
 	return name + "+" + strconv.FormatUint(n, 10)
 }
 
-// --count-by kstack: a workload's 9 opens counted by the kernel's stack,
-// every one of them, the outermost frame a function of this kernel's
-// kallsyms; through perf, the same stacks and counts as bpftrace's
-// @[kstack] = count() on the same workload (on the host: the guests have
-// no bpftrace).
+// kstacks decodes a --json --count-by kstack report: each stack's frames
+// (offsets in decimal) joined by newlines, and its count.
+func kstacks(t *testing.T, out string) (map[string]int, int) {
+	t.Helper()
+	var rep countByReport
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &rep); err != nil {
+		t.Fatalf("--json --count-by kstack: %v: %q", err, out)
+	}
+	stacks, total := map[string]int{}, 0
+	for _, c := range rep.Counts {
+		raw, _ := c.Key["kstack"].([]any)
+		var frames []string
+		for _, f := range raw {
+			s, _ := f.(string)
+			frames = append(frames, decimalOffsets(s))
+		}
+		stacks[strings.Join(frames, "\n")] += int(c.Count)
+		total += int(c.Count)
+	}
+	return stacks, total
+}
+
+// --count-by kstack on net:netif_receive_skb: a workload's 6 datagrams of
+// 300 bytes counted by the kernel's stack, every one, each stack's
+// outermost frame a function of this kernel's kallsyms; --folded sums to 6
+// too. On the host, beside bpftrace's @[kstack] = count() attached at the
+// same time to the same workload: the same stacks, the same counts.
 func TestKstack(t *testing.T) {
 	privtest.Require(t)
 	syms, err := procfs.LoadKallsyms()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tooltest.ForEachSyscallHook(t, "openat", func(t *testing.T) {
-		a := t.TempDir() + "/a"
-		openFiles(t, a)
-		const n = 9
-		work := tooltest.Opens(t, "tk-kstack", tooltest.Open{Path: a, Times: n})
-		rep, r := countByJSON(t, "kstack", "syscalls:sys_enter_openat", "--where", `comm == "tk-kstack"`, "-c", work)
-		ours := map[string]int{}
-		total := 0
-		for _, c := range rep.Counts {
-			raw, _ := c.Key["kstack"].([]any)
-			var frames []string
-			for _, f := range raw {
-				s, _ := f.(string)
-				frames = append(frames, decimalOffsets(s))
-			}
-			if len(frames) == 0 {
-				t.Errorf("a stack without frames: %v", c.Key)
-				continue
-			}
-			fn, _, _ := strings.Cut(frames[len(frames)-1], "+")
-			if !syms.Has(fn) {
-				t.Errorf("outermost frame %q: not a function of this kernel's", frames[len(frames)-1])
-			}
-			ours[strings.Join(frames, "\n")] += int(c.Count)
-			total += int(c.Count)
+	const n = 6
+	where := `len == 328 && name == "lo"`
+	work := tooltest.UDPSizes(t, fmt.Sprintf("300x%d", n))
+	r := filter(t, "--json", "--count-by", "kstack", "net:netif_receive_skb", "--where", where, "-c", work)
+	stacks, total := kstacks(t, r.Stdout)
+	if total != n {
+		t.Fatalf("%d datagrams counted by stack, want %d: %v\n%s", total, n, stacks, r.Stderr)
+	}
+	for stack := range stacks {
+		frames := strings.Split(stack, "\n")
+		fn, _, _ := strings.Cut(frames[len(frames)-1], "+")
+		if !syms.Has(fn) {
+			t.Errorf("outermost frame %q: not a function of this kernel's:\n%s", frames[len(frames)-1], stack)
 		}
-		if total != n {
-			t.Fatalf("%d opens counted by stack, want %d: %+v\n%s", total, n, rep.Counts, r.Stderr)
+	}
+	// Folded, for a flame graph: functions outermost first, then the count.
+	r = filter(t, "--count-by", "kstack", "--folded", "net:netif_receive_skb", "--where", where, "-c", work)
+	folded := 0
+	for _, l := range lines(r.Stdout) {
+		m := regexp.MustCompile(`^([A-Za-z0-9_.;]+) (\d+)$`).FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("--folded line %q: want FUNCTION;...;FUNCTION COUNT", l)
+			continue
 		}
-		// Folded, for a flame graph: functions outermost first, then the count.
-		r = filter(t, "--count-by", "kstack", "--folded", "syscalls:sys_enter_openat", "--where", `comm == "tk-kstack"`, "-c", work)
-		folded := 0
-		for _, l := range lines(r.Stdout) {
-			m := regexp.MustCompile(`^([A-Za-z0-9_.;]+) (\d+)$`).FindStringSubmatch(l)
-			if m == nil {
-				t.Errorf("--folded line %q: want FUNCTION;...;FUNCTION COUNT", l)
-				continue
-			}
-			c, _ := strconv.Atoi(m[2])
-			folded += c
+		c, _ := strconv.Atoi(m[2])
+		folded += c
+	}
+	if r.Status != 0 || folded != n {
+		t.Errorf("--folded: exit %d, %d datagrams, want %d:\n%s%s", r.Status, folded, n, r.Stdout, r.Stderr)
+	}
+
+	bt := tooltest.Peer(t, "bpftrace", "bpftrace")
+	if bt == "" {
+		return // in the guests; the host compares
+	}
+	// Both attached at once, so that both see the same packets (one may
+	// be received in the sender's context, another in ksoftirqd's).
+	ours := startTracer(t, "Tracing", tooltest.Tool(t, "filter"), "--json", "--count-by", "kstack", "net:netif_receive_skb", "--where", where)
+	env, err := exec.LookPath("env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bt, "-e", `tracepoint:net:netif_receive_skb /args->len == 328/ { @[kstack] = count(); }`, "-c", env+" "+work).CombinedOutput()
+	if err != nil {
+		t.Fatalf("bpftrace: %v\n%s", err, out)
+	}
+	mine, _ := kstacks(t, ours.stop(t, func(string) bool { return true }))
+	theirs := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?s)@\[\n(.*?)\n\]: (\d+)`).FindAllStringSubmatch(string(out), -1) {
+		var frames []string
+		for _, l := range strings.Split(m[1], "\n") {
+			frames = append(frames, strings.TrimSpace(l))
 		}
-		if r.Status != 0 || folded != n {
-			t.Errorf("--folded: exit %d, %d opens, want %d:\n%s%s", r.Status, folded, n, r.Stdout, r.Stderr)
+		c, _ := strconv.Atoi(m[2])
+		theirs[strings.Join(frames, "\n")] += c
+	}
+	if len(mine) != len(theirs) || len(mine) == 0 {
+		t.Errorf("filter counted %d stacks, bpftrace %d:\n%v\n%s", len(mine), len(theirs), mine, out)
+	}
+	for stack, c := range mine {
+		if theirs[stack] != c {
+			t.Errorf("stack\n%s\nfilter %d, bpftrace %d\n%s", stack, c, theirs[stack], out)
 		}
-		if !strings.HasSuffix(t.Name(), "/perf") {
-			return // bpftrace's tracepoint program sees perf's stack
-		}
-		bt := tooltest.Peer(t, "bpftrace", "bpftrace")
-		if bt == "" {
-			return // in the guests; the host compares
-		}
-		out, err := exec.Command(bt, "-e", `tracepoint:syscalls:sys_enter_openat /comm == "tk-kstack"/ { @[kstack] = count(); }`, "-c", work).CombinedOutput()
-		if err != nil {
-			t.Fatalf("bpftrace: %v\n%s", err, out)
-		}
-		theirs := map[string]int{}
-		for _, m := range regexp.MustCompile(`(?s)@\[\n(.*?)\n\]: (\d+)`).FindAllStringSubmatch(string(out), -1) {
-			var frames []string
-			for _, l := range strings.Split(m[1], "\n") {
-				frames = append(frames, strings.TrimSpace(l))
-			}
-			c, _ := strconv.Atoi(m[2])
-			theirs[strings.Join(frames, "\n")] += c
-		}
-		if len(ours) != len(theirs) {
-			t.Errorf("filter counted %d stacks, bpftrace %d:\n%v\n%s", len(ours), len(theirs), ours, out)
-		}
-		for stack, c := range ours {
-			if theirs[stack] != c {
-				t.Errorf("stack\n%s\nfilter %d, bpftrace %d\n%s", stack, c, theirs[stack], out)
-			}
-		}
-	})
+	}
 }
