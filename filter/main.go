@@ -137,6 +137,7 @@ duration 'kprobe:vfs_read*' is funclatency over a glob, --count-by func,ret
 each function's outcomes.
   filter --count-by func 'kprobe:tcp_*' --where 'sk->__sk_common.skc_family == 2'
   filter --fields func,skb->len 'kprobe:ip_send_skb,kprobe:ip_rcv'
+  filter --info 'kprobe:vfs_*'
 
 A tracepoint glob (syscalls:sys_enter_*) is traced the same way: each
 tracepoint with its own fields; probe (or func) names it; a printed line
@@ -152,7 +153,6 @@ may be a user-space function too, uprobe:PATH:FUNCTION. F's event may be a
 call seen whole (ret, duration).
   filter -s --fields '*skb,ret' 'kprobe:udp_sendmsg,kprobe:ip_send_skb' --where 'ret != 0'
   filter -s --count-by comm 'uprobe:/usr/bin/python3:PyGC_Collect,kprobe:do_sys_openat2'
-  filter --info 'kprobe:vfs_*'
 
 A call seen whole (ksnoop's "ip_send_skb(skb, return!=0)"): on
 kprobe:FUNCTION or uprobe:PATH:FUNCTION, naming ret (the return value) or
@@ -161,10 +161,9 @@ duration (nanoseconds from the entry to the return) in --where, --fields,
 kernel: the parts of --where joined by && that need only the entry are
 judged there; the values the rest and the output need are read at the
 entry (a string, a structure printed whole, too) and stashed per thread
-and depth, so recursion pairs
-exactly (to a depth of 64 per thread, the kernel's own limit for
-uretprobes: deeper calls are not reported); the return judges the rest and
-reports. Printed, a call shows its arguments, then ret and duration. Up to
+and depth, so recursion pairs exactly (to a depth of 64 per thread, the
+kernel's own limit for uretprobes: deeper calls are not reported); the
+return judges the rest and reports. Printed, a call shows its arguments, then ret and duration. Up to
 10240 calls may be in progress at once; a call whose return never comes
 (its thread exits in it) is pushed out by newer ones, and the run says at
 the end how many had begun and not returned. A kernel function is
