@@ -19,6 +19,10 @@ type options struct {
 	Count       bool   `long:"count" description:"Count the passing events in the kernel and report the count per interval instead of printing them"`
 	CountBy     string `long:"count-by" value-name:"KEYS" unquote:"false" description:"Count the passing events in the kernel by KEYS (comma-separated fields, builtins, paths or strings): a table per interval, largest first"`
 	MaxKeys     uint32 `long:"max-keys" value-name:"N" default:"10240" description:"With --count-by: the distinct keys counted per interval report (per run without an interval, or with --cumulative), up to 1048576; the events of keys past it are counted as lost. With an interval or --serve, the kernel's counts move to the report every second, so the kernel holds a second's keys, not the run's"`
+	Sum         string `long:"sum" value-name:"EXPR" unquote:"false" description:"The sum of the integer EXPR over the passing events, per --count-by key when given (bpftrace's @[comm] = sum(len)), kept in the kernel per CPU; reports are cumulative"`
+	Min         string `long:"min" value-name:"EXPR" unquote:"false" description:"The least EXPR, as --sum (bpftrace's min())"`
+	Max         string `long:"max" value-name:"EXPR" unquote:"false" description:"The greatest EXPR, as --sum (bpftrace's max())"`
+	Avg         string `long:"avg" value-name:"EXPR" unquote:"false" description:"The mean of EXPR, an integer (the sum divided by the count, rounded toward zero), as --sum (bpftrace's avg())"`
 	Folded      bool   `long:"folded" description:"With --count-by kstack: one line per stack, its frames outermost first joined by ';', then the count: the input of flamegraph.pl (stackcollapse's form)"`
 	Hist        string `long:"hist" value-name:"EXPR" unquote:"false" description:"A log2 histogram of the integer EXPR (a field, builtin or path) over the passing events, built in the kernel, per interval"`
 	Pid         int    `short:"p" long:"pid" value-name:"PID" description:"Only events in this process's context (its pid, the tgid); a user-space probe's file is looked up in its root (/proc/PID/root), as a container sees it"`
@@ -95,7 +99,10 @@ gets a record of its own by default. Instead of printing, the kernel can
 aggregate: --count (a count), --count-by KEYS (a table, largest first, as
 bpftrace's @[comm] = count(); kstack keys by the kernel's stack, printed
 as bpftrace prints @[kstack], or with --folded as a flame graph's input),
---hist EXPR (a log2 histogram in BCC's layout, as hist()). Keys and printed strings keep up to 63 bytes. Printed,
+--hist EXPR (a log2 histogram in BCC's layout, as hist()), --sum, --min,
+--max or --avg EXPR (per --count-by key when given, as bpftrace's
+@[comm] = sum(args->count); kept per CPU, merged when reported, cumulative
+since the start). Keys and printed strings keep up to 63 bytes. Printed,
 an enum field shows its name (reason=NO_SOCKET), a drop's or an
 allocation's code address (location, call_site) its symbol+0xoff, and
 ksym(EXPR) names any kernel code address in --fields and --count-by. Reports

@@ -176,6 +176,9 @@ func validate(o *options) error {
 	if err := o.CheckTree(); err != nil {
 		return err
 	}
+	if st, _ := o.stat(); st != "" && o.Serve != "" {
+		return usage.Errorf("--serve and --%s: statistics are printed, not served yet; serve --count-by or --hist", st)
+	}
 	if o.Serve != "" && !o.Count && o.CountBy == "" && o.Hist == "" && !o.Info {
 		return usage.Errorf("--serve exposes what filter counts in the kernel: add --count, --count-by KEYS or --hist EXPR")
 	}
@@ -188,8 +191,10 @@ func validate(o *options) error {
 	if o.ServeTop < 1 {
 		return usage.Errorf("invalid --serve-top %d: want the number of keys with series of their own, 1 or more", o.ServeTop)
 	}
+	stat, _ := o.stat()
 	var modes []string
-	for name, set := range map[string]bool{"--count": o.Count, "--count-by": o.CountBy != "", "--hist": o.Hist != "", "--fields": o.Fields != ""} {
+	for name, set := range map[string]bool{"--count": o.Count, "--count-by": o.CountBy != "" && stat == "", "--hist": o.Hist != "", "--fields": o.Fields != "",
+		"--sum": o.Sum != "", "--min": o.Min != "", "--max": o.Max != "", "--avg": o.Avg != ""} {
 		if set {
 			modes = append(modes, name)
 		}
@@ -199,15 +204,15 @@ func validate(o *options) error {
 		return usage.Errorf("--info prints the event's description: it takes no --where, --count, --count-by, --hist or --fields")
 	}
 	if len(modes) > 1 {
-		return usage.Errorf("%s: choose one of printing (--fields), --count, --count-by and --hist", strings.Join(modes, " and "))
+		return usage.Errorf("%s: choose one of printing (--fields), --count, --count-by, --hist and --sum, --min, --max or --avg (which --count-by keys)", strings.Join(modes, " and "))
 	}
-	if o.Timestamp && !o.Count && o.CountBy == "" && o.Hist == "" && !o.Info {
+	if o.Timestamp && !o.Count && o.CountBy == "" && o.Hist == "" && stat == "" && !o.Info {
 		return usage.Errorf("-T dates --count, --count-by and --hist reports: printed events carry their own time")
 	}
 	for _, opt := range []struct {
 		name, text string
 		want       int
-	}{{"--fields", o.Fields, 0}, {"--count-by", o.CountBy, 0}, {"--hist", o.Hist, 1}} {
+	}{{"--fields", o.Fields, 0}, {"--count-by", o.CountBy, 0}, {"--hist", o.Hist, 1}, {"--" + stat, o.statText(), 1}} {
 		if opt.text == "" {
 			continue
 		}
@@ -611,6 +616,8 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 		return countBy(ctx, s, ev, coll, prog, table, o.Folded)
 	case compile.Hist:
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
+	case compile.Stats:
+		return stats(ctx, s, ev, coll, prog, act)
 	}
 	rings, err := s.OpenOutputRings(coll.Maps["events"], ev.String(), o.RingPages, perfevent.WakeBatch)
 	if err != nil {
@@ -755,12 +762,41 @@ func usageOr(err error) error {
 	return err
 }
 
+// stat is the statistic asked for (sum, min, max, avg) and its EXPR, ""
+// for none; several are a usage error (validate).
+func (o *options) stat() (string, string) {
+	for _, st := range []struct{ name, text string }{{"sum", o.Sum}, {"min", o.Min}, {"max", o.Max}, {"avg", o.Avg}} {
+		if st.text != "" {
+			return st.name, st.text
+		}
+	}
+	return "", ""
+}
+
+func (o *options) statText() string {
+	_, text := o.stat()
+	return text
+}
+
 // action is what the options ask for; the event may still turn Keep into
 // Emit.
 func action(o *options) (compile.Action, error) {
 	switch {
 	case o.Count:
 		return compile.Action{Kind: compile.Count}, nil
+	case o.statText() != "":
+		stat, text := o.stat()
+		val, err := compile.ParseOperands(text, 1)
+		if err != nil {
+			return compile.Action{}, err
+		}
+		var cols []compile.Operand
+		if o.CountBy != "" {
+			if cols, err = compile.ParseOperands(o.CountBy, 0); err != nil {
+				return compile.Action{}, err
+			}
+		}
+		return compile.Action{Kind: compile.Stats, Columns: cols, Hist: val[0], Stat: stat, StatSource: text, Option: "--count-by", Source: o.CountBy, MaxKeys: o.MaxKeys}, nil
 	case o.CountBy != "":
 		cols, err := compile.ParseOperands(o.CountBy, 0)
 		// Reports that clear, and scrapes, drain the kernel's counts: its

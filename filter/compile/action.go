@@ -20,14 +20,20 @@ const (
 	CountBy                   // counts[columns]++ in a hash; a full map counts in lost[0]
 	Hist                      // hist[log2 slot of Hist]++, per CPU; below zero in neg[0]
 	Emit                      // a record of the columns, through bpf_perf_event_output
+	Stats                     // stats[columns] = {count, sum, min, max} of Hist, per CPU; a full map counts in lost[0]
 )
 
 // Action is what to do with a passing event, and with what: the columns of
-// a key (CountBy) or a record (Emit), the value of a histogram (Hist).
+// a key (CountBy, Stats) or a record (Emit), the value of a histogram
+// (Hist) or of statistics (Stats).
 type Action struct {
 	Kind    ActionKind
 	Columns []Operand
 	Hist    Operand
+	// Stat is the statistic Stats reports: sum, min, max or avg (the
+	// kernel keeps all four's parts); StatSource the value's text (Option
+	// and Source are the key's, --count-by).
+	Stat, StatSource string
 	// Option and Source are where the operands were written, for errors.
 	Option, Source string
 	// CountBy: MaxKeys is the hash's room (0: CountsEntries); with Swap
@@ -68,12 +74,15 @@ type Program struct {
 	Dumps bool
 	// Stacks: a key holds kstack, an id of StacksMap.
 	Stacks bool
+	// Stats: the value's sign (min and max compare so).
+	StatsSigned bool
 }
 
 // StacksMap holds the stacks kstack keys name (a stack trace map of
 // StackEntries stacks of up to StackDepth frames: 127, the kernel's
 // default perf_event_max_stack).
 const (
+	StatsMap     = "stats" // Stats: key -> {count, sum, min, max} per CPU
 	StacksMap    = "stacks"
 	StackEntries = 4096
 	StackDepth   = 127
@@ -109,9 +118,15 @@ func (c *compiler) action(act Action) (*Program, error) {
 	}
 	c.option, c.expr = act.Option, act.Source
 	start := len(c.insns)
-	l, err := c.layColumns(act.Columns, prog, act.Kind == CountBy, false)
+	keyed := act.Kind == CountBy || act.Kind == Stats
+	l, err := c.layColumns(act.Columns, prog, keyed, false)
 	if err != nil {
 		return nil, err
+	}
+	if act.Kind == Stats && prog.Size == 0 {
+		// No key: one, 0.
+		prog.Size = 8
+		c.emit(bpf.Mov.Imm(bpf.R1, 0), bpf.StoreMem(bpf.RFP, valOff-8, bpf.R1, bpf.DWord))
 	}
 	off := int16(valOff - prog.Size)
 	prog.Stacks = c.stacks
@@ -126,6 +141,29 @@ func (c *compiler) action(act Action) (*Program, error) {
 		} else {
 			c.emit(asm.HashIncrement("counts", "counts", off, valOff, "lost", nil)...)
 		}
+	case Stats:
+		prog.MaxKeys = act.MaxKeys
+		if prog.MaxKeys == 0 {
+			prog.MaxKeys = CountsEntries
+		}
+		initOff := off - asm.StatsSize
+		if initOff < -512 {
+			return nil, c.errAt(0, "the key takes %d bytes, more than the stack leaves beside the statistics: drop a string", prog.Size)
+		}
+		c.option, c.expr = "--"+act.Stat, act.StatSource
+		v, err := c.resolve(act.Hist)
+		if err != nil {
+			return nil, err
+		}
+		if v.kind != kInt || v.typed {
+			return nil, c.errAt(act.Hist.Pos, "%s is %s: --%s needs a number", v.name, v.describe(), act.Stat)
+		}
+		if err := c.fetchInt(v, bpf.R1); err != nil {
+			return nil, c.errAt(act.Hist.Pos, "%v", err)
+		}
+		prog.StatsSigned = v.signed
+		c.emit(bpf.StoreMem(bpf.RFP, valOff, bpf.R1, bpf.DWord))
+		c.emit(asm.StatsUpdate("stats", StatsMap, off, valOff, initOff, v.signed, "lost")...)
 	case Emit:
 		record := bpf.Instructions{bpf.Mov.Reg(bpf.R4, bpf.RFP), bpf.Add.Imm(bpf.R4, int32(off))}
 		if len(l.ptrs) > 0 {
@@ -146,7 +184,7 @@ func (c *compiler) action(act Action) (*Program, error) {
 	}
 	c.emit(bpf.Ja.Label("reject"))
 	if start < len(c.insns) {
-		note := map[ActionKind]string{CountBy: "the event passed: count it by its key", Emit: "the event passed: build its record"}[act.Kind]
+		note := map[ActionKind]string{CountBy: "the event passed: count it by its key", Emit: "the event passed: build its record", Stats: "the event passed: its key"}[act.Kind]
 		if src := c.insns[start].Source(); src != nil {
 			note += "; " + src.String()
 		}
@@ -391,6 +429,11 @@ func Maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
 			m[GenMap] = &ebpf.MapSpec{Name: "filter_gen", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		}
 		return m
+	case Stats:
+		return map[string]*ebpf.MapSpec{
+			StatsMap: {Name: "filter_stats", Type: ebpf.PerCPUHash, KeySize: uint32(prog.Size), ValueSize: asm.StatsSize, MaxEntries: prog.MaxKeys},
+			"lost":   perCPU("lost", 1),
+		}
 	case Hist:
 		m := map[string]*ebpf.MapSpec{"hist": perCPU("hist", slots.Log2)}
 		if prog.Signed {

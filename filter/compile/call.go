@@ -91,8 +91,11 @@ func mentionsCall(n Node) bool {
 
 // operands are the action's operands: its columns, or its histogram's.
 func (act Action) operands() []Operand {
-	if act.Kind == Hist {
+	switch act.Kind {
+	case Hist:
 		return []Operand{act.Hist}
+	case Stats:
+		return append(append([]Operand{}, act.Columns...), act.Hist)
 	}
 	return act.Columns
 }

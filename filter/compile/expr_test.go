@@ -168,6 +168,10 @@ var compileCases = []struct {
 	{"count_by_switch", "switch", ``, "count-by:prev_comm,next_pid"},
 	{"count_by_kopen", "kopen_old", `dfd == -100`, "count-by:filename,dfd,uid"},
 	{"glob_kopen", "kopen_glob", `dfd == -100`, "count-by:func,filename"},
+	// Statistics of a value per key (a signed one: min and max compare
+	// so), and without a key.
+	{"stats_dfd_comm", "openat", `flags == 0`, "stats-max:dfd:comm,filename"},
+	{"stats_len", "netif", ``, "stats-sum:len:"},
 	// Counted by the kernel's stack: an id of the stacks map, and comm.
 	{"count_by_kstack", "openat", `dfd == -100`, "count-by:kstack,comm"},
 	// The -c command's own process: cpid, a constant of the program.
@@ -225,6 +229,21 @@ func compileCase(t *testing.T, ts map[string]Target, i int) *Program {
 
 // caseAction turns a case's act into an Action.
 func caseAction(t *testing.T, target Target, act string) Action {
+	if rest, ok := strings.CutPrefix(act, "stats-"); ok {
+		// stats-STAT:EXPR:KEYS
+		f := strings.SplitN(rest, ":", 3)
+		val, err := ParseOperands(f[1], 1)
+		if err != nil {
+			t.Fatalf("%s: %v", act, err)
+		}
+		a := Action{Kind: Stats, Hist: val[0], Stat: f[0], StatSource: f[1], Option: "--count-by", Source: f[2]}
+		if f[2] != "" {
+			if a.Columns, err = ParseOperands(f[2], 0); err != nil {
+				t.Fatalf("%s: %v", act, err)
+			}
+		}
+		return a
+	}
 	kind, list, _ := strings.Cut(act, ":")
 	k, ok := map[string]ActionKind{"": Keep, "count": Count, "count-by": CountBy, "count-by-swapped": CountBy, "hist": Hist, "fields": Emit, "emit": Emit}[kind]
 	if !ok {
@@ -578,6 +597,19 @@ func FuzzCompile(f *testing.F) {
 		expr := genExpr(r, target, r.Intn(4))
 		acts := operandsOf[target].actions
 		actText := acts[r.Intn(len(acts))]
+		if r.Intn(4) == 0 {
+			// Statistics of one of the target's integers, keyed or not.
+			var ints []string
+			for name := range operandsOf[target].ints {
+				ints = append(ints, name)
+			}
+			sort.Strings(ints)
+			keys := ""
+			if r.Intn(2) == 0 {
+				keys = "comm"
+			}
+			actText = fmt.Sprintf("stats-%s:%s:%s", []string{"sum", "min", "max", "avg"}[r.Intn(4)], ints[r.Intn(len(ints))], keys)
+		}
 		root, err := Parse(expr)
 		if err != nil {
 			t.Fatalf("%s: %v", expr, err)
