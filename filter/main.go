@@ -19,6 +19,7 @@ type options struct {
 	Count       bool   `long:"count" description:"Count the passing events in the kernel and report the count per interval instead of printing them"`
 	CountBy     string `long:"count-by" value-name:"KEYS" unquote:"false" description:"Count the passing events in the kernel by KEYS (comma-separated fields, builtins, paths or strings): a table per interval, largest first"`
 	MaxKeys     uint32 `long:"max-keys" value-name:"N" default:"10240" description:"With --count-by: the distinct keys counted per interval report (per run without an interval, or with --cumulative), up to 1048576; the events of keys past it are counted as lost. With an interval or --serve, the kernel's counts move to the report every second, so the kernel holds a second's keys, not the run's"`
+	Lhist       string `long:"lhist" value-name:"EXPR,MIN,MAX,STEP" unquote:"false" description:"A linear histogram of the integer EXPR, bpftrace's lhist(): a slot per STEP from MIN to MAX, one below MIN and one at MAX and above, printed in bpftrace's layout, per interval"`
 	Sum         string `long:"sum" value-name:"EXPR" unquote:"false" description:"The sum of the integer EXPR over the passing events, per --count-by key when given (bpftrace's @[comm] = sum(len)), kept in the kernel per CPU; reports are cumulative"`
 	Min         string `long:"min" value-name:"EXPR" unquote:"false" description:"The least EXPR, as --sum (bpftrace's min())"`
 	Max         string `long:"max" value-name:"EXPR" unquote:"false" description:"The greatest EXPR, as --sum (bpftrace's max())"`
@@ -99,7 +100,8 @@ gets a record of its own by default. Instead of printing, the kernel can
 aggregate: --count (a count), --count-by KEYS (a table, largest first, as
 bpftrace's @[comm] = count(); kstack keys by the kernel's stack, printed
 as bpftrace prints @[kstack], or with --folded as a flame graph's input),
---hist EXPR (a log2 histogram in BCC's layout, as hist()), --sum, --min,
+--hist EXPR (a log2 histogram in BCC's layout, as hist()), --lhist
+EXPR,MIN,MAX,STEP (linear, in bpftrace's layout, as lhist()), --sum, --min,
 --max or --avg EXPR (per --count-by key when given, as bpftrace's
 @[comm] = sum(args->count); kept per CPU, merged when reported, cumulative
 since the start). Keys and printed strings keep up to 63 bytes. Printed,

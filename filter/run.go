@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -194,7 +196,7 @@ func validate(o *options) error {
 	stat, _ := o.stat()
 	var modes []string
 	for name, set := range map[string]bool{"--count": o.Count, "--count-by": o.CountBy != "" && stat == "", "--hist": o.Hist != "", "--fields": o.Fields != "",
-		"--sum": o.Sum != "", "--min": o.Min != "", "--max": o.Max != "", "--avg": o.Avg != ""} {
+		"--sum": o.Sum != "", "--min": o.Min != "", "--max": o.Max != "", "--avg": o.Avg != "", "--lhist": o.Lhist != ""} {
 		if set {
 			modes = append(modes, name)
 		}
@@ -206,7 +208,12 @@ func validate(o *options) error {
 	if len(modes) > 1 {
 		return usage.Errorf("%s: choose one of printing (--fields), --count, --count-by, --hist and --sum, --min, --max or --avg (which --count-by keys)", strings.Join(modes, " and "))
 	}
-	if o.Timestamp && !o.Count && o.CountBy == "" && o.Hist == "" && stat == "" && !o.Info {
+	if o.Lhist != "" {
+		if _, _, err := parseLhist(o.Lhist); err != nil {
+			return usage.Errorf("--lhist: %v", err)
+		}
+	}
+	if o.Timestamp && !o.Count && o.CountBy == "" && o.Hist == "" && stat == "" && o.Lhist == "" && !o.Info {
 		return usage.Errorf("-T dates --count, --count-by and --hist reports: printed events carry their own time")
 	}
 	for _, opt := range []struct {
@@ -615,6 +622,9 @@ func report(ctx context.Context, s *run.Session, o *options, ev event, coll *ebp
 	case compile.CountBy:
 		return countBy(ctx, s, ev, coll, prog, table, o.Folded)
 	case compile.Hist:
+		if act.Lhist != nil {
+			return lhist(ctx, s, ev, coll, prog, act)
+		}
 		return hist(ctx, s, ev, coll, prog, act.Hist.Text)
 	case compile.Stats:
 		return stats(ctx, s, ev, coll, prog, act)
@@ -762,6 +772,42 @@ func usageOr(err error) error {
 	return err
 }
 
+// maxLhistSlots bounds a linear histogram's slots between MIN and MAX, as
+// bpftrace's 1000.
+const maxLhistSlots = 1000
+
+// parseLhist parses EXPR,MIN,MAX,STEP: the operand, then three integers.
+func parseLhist(text string) (compile.Operand, compile.Lhist, error) {
+	parts := strings.Split(text, ",")
+	if len(parts) < 4 {
+		return compile.Operand{}, compile.Lhist{}, fmt.Errorf("%q: want EXPR,MIN,MAX,STEP (bpftrace's lhist(EXPR, MIN, MAX, STEP))", text)
+	}
+	n := len(parts)
+	var b [3]int64
+	for i, p := range parts[n-3:] {
+		v, err := strconv.ParseInt(strings.TrimSpace(p), 0, 64)
+		if err != nil {
+			return compile.Operand{}, compile.Lhist{}, fmt.Errorf("%q: MIN, MAX and STEP are integers, not %q", text, p)
+		}
+		b[i] = v
+	}
+	l := compile.Lhist{Min: b[0], Max: b[1], Step: b[2]}
+	switch {
+	case l.Step <= 0 || l.Step > math.MaxInt32:
+		return compile.Operand{}, l, fmt.Errorf("%q: STEP %d: want 1 to %d", text, l.Step, math.MaxInt32)
+	case l.Max <= l.Min:
+		return compile.Operand{}, l, fmt.Errorf("%q: MAX %d is not above MIN %d", text, l.Max, l.Min)
+	case (uint64(l.Max-l.Min)+uint64(l.Step)-1)/uint64(l.Step) > maxLhistSlots:
+		return compile.Operand{}, l, fmt.Errorf("%q: more than %d slots from MIN to MAX: raise STEP", text, maxLhistSlots)
+	}
+	expr := strings.Join(parts[:n-3], ",")
+	ops, err := compile.ParseOperands(expr, 1)
+	if err != nil {
+		return compile.Operand{}, l, err
+	}
+	return ops[0], l, nil
+}
+
 // stat is the statistic asked for (sum, min, max, avg) and its EXPR, ""
 // for none; several are a usage error (validate).
 func (o *options) stat() (string, string) {
@@ -803,6 +849,12 @@ func action(o *options) (compile.Action, error) {
 		// hash then holds an interval's keys, not the run's.
 		swap := (o.Interval() > 0 && !o.Cumulative) || o.Serve != ""
 		return compile.Action{Kind: compile.CountBy, Columns: cols, Option: "--count-by", Source: o.CountBy, MaxKeys: o.MaxKeys, Swap: swap}, err
+	case o.Lhist != "":
+		val, l, err := parseLhist(o.Lhist)
+		if err != nil {
+			return compile.Action{}, err
+		}
+		return compile.Action{Kind: compile.Hist, Hist: val, Lhist: &l, Option: "--lhist", Source: o.Lhist}, nil
 	case o.Hist != "":
 		cols, err := compile.ParseOperands(o.Hist, 1)
 		if err != nil {

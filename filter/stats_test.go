@@ -3,15 +3,45 @@ package filter
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 )
+
+// canarySize is the size of the writes startBpftrace makes until bpftrace
+// says it saw one.
+const canarySize = 7777
+
+// startBpftrace starts bpftrace with script and a probe of its own that
+// prints when it sees a write of canarySize bytes, and writes those until
+// it does: then every probe of the script is attached too (bpftrace says
+// "Attaching" before it attaches, and BEGIN runs before the others are).
+func startBpftrace(t *testing.T, bt, script string) *tracer {
+	t.Helper()
+	tr := startTracer(t, "Attaching", bt, "-e", script+fmt.Sprintf(` tracepoint:syscalls:sys_enter_write /args->count == %d/ { printf("tk-attached\n"); }`, canarySize))
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	buf := make([]byte, canarySize)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(tr.output(), "tk-attached"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("bpftrace has not seen a write in a minute: %s%s", tr.output(), tr.errors())
+		}
+		null.Write(buf)
+		time.Sleep(20 * time.Millisecond)
+	}
+	return tr
+}
 
 // --sum, --min, --max and --avg per comm over writes of 4099 bytes 3 times
 // and 133 bytes 5 times: exactly 12962, 133, 4099 and 1620 (bpftrace's
@@ -28,8 +58,7 @@ func TestStats(t *testing.T) {
 	}
 	var bt *tracer
 	if p := tooltest.Peer(t, "bpftrace", "bpftrace"); p != "" {
-		// BEGIN runs once every probe is attached ("Attaching" comes before).
-		bt = startTracer(t, "tk-ready", p, "-e", `BEGIN { printf("tk-ready\n"); } tracepoint:syscalls:sys_enter_write /args->count == 4099 || args->count == 133/ {
+		bt = startBpftrace(t, p, `tracepoint:syscalls:sys_enter_write /args->count == 4099 || args->count == 133/ {
 			@sum[comm] = sum(args->count); @min[comm] = min(args->count); @max[comm] = max(args->count); @avg[comm] = avg(args->count); }`)
 	}
 	if out, err := exec.Command("/bin/sh", "-c", tooltest.Writes(t, 4099, 3)+"; "+tooltest.Writes(t, 133, 5)).CombinedOutput(); err != nil {
@@ -65,5 +94,54 @@ func TestStats(t *testing.T) {
 		if got, _ := strconv.ParseInt(m[1], 10, 64); got != w {
 			t.Errorf("bpftrace's %s: %d, filter's %d", stat, got, w)
 		}
+	}
+}
+
+// --lhist count,10,100,10 over writes of 5 bytes 3 times, 15 bytes twice
+// and 250 bytes once: slots (..., 10) 3, [10, 20) 2, [100, ...) 1 and the
+// empty ones between; on the host, the same lines, byte for byte, as
+// bpftrace's lhist(args->count, 10, 100, 10) attached at the same time.
+func TestLhist(t *testing.T) {
+	privtest.Require(t)
+	// The test binary's own writes: another process's 5 bytes (a tool's
+	// write to a control file as it attaches) are not ours.
+	self := filepath.Base(os.Args[0])
+	if len(self) > 15 {
+		self = self[:15]
+	}
+	where := fmt.Sprintf(`comm == "%s" && (count == 5 || count == 15 || count == 250)`, self)
+	ours := startTracer(t, "Tracing", tooltest.Tool(t, "filter"), "--lhist", "count,10,100,10", "syscalls:sys_enter_write", "--where", where)
+	var bt *tracer
+	if p := tooltest.Peer(t, "bpftrace", "bpftrace"); p != "" {
+		bt = startBpftrace(t, p, fmt.Sprintf(`tracepoint:syscalls:sys_enter_write /comm == "%s" && (args->count == 5 || args->count == 15 || args->count == 250)/ { @ = lhist(args->count, 10, 100, 10); }`, self))
+	}
+	cmd := tooltest.Writes(t, 5, 3) + "; " + tooltest.Writes(t, 15, 2) + "; " + tooltest.Writes(t, 250, 1)
+	if out, err := exec.Command("/bin/sh", "-c", cmd).CombinedOutput(); err != nil {
+		t.Fatalf("writes: %v %s", err, out)
+	}
+	got := lines(ours.stop(t, func(string) bool { return true }))
+	row := func(label string, n int) string {
+		bar := n * 52 / 3
+		return fmt.Sprintf("%-16s%8d |%s%s|", label, n, strings.Repeat("@", bar), strings.Repeat(" ", 52-bar))
+	}
+	want := []string{row("(..., 10)", 3), row("[10, 20)", 2)}
+	for _, lo := range []int{20, 30, 40, 50, 60, 70, 80, 90} {
+		want = append(want, row(fmt.Sprintf("[%d, %d)", lo, lo+10), 0))
+	}
+	want = append(want, row("[100, ...)", 1))
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("--lhist:\n%s\nwant\n%s\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), ours.errors())
+	}
+	if bt == nil {
+		return // in the guests; the host compares
+	}
+	var theirs []string
+	for _, l := range lines(bt.stop(t, func(string) bool { return true })) {
+		if strings.HasPrefix(l, "[") || strings.HasPrefix(l, "(") {
+			theirs = append(theirs, l)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(theirs, "\n") {
+		t.Errorf("filter's lines differ from bpftrace's:\n%s\nbpftrace:\n%s", strings.Join(got, "\n"), strings.Join(theirs, "\n"))
 	}
 }

@@ -30,6 +30,9 @@ type Action struct {
 	Kind    ActionKind
 	Columns []Operand
 	Hist    Operand
+	// Lhist: Hist's slots are linear, bpftrace's lhist(EXPR, MIN, MAX,
+	// STEP): slot 0 below Min, then one per Step, the last at Max and above.
+	Lhist *Lhist
 	// Stat is the statistic Stats reports: sum, min, max or avg (the
 	// kernel keeps all four's parts); StatSource the value's text (Option
 	// and Source are the key's, --count-by).
@@ -43,6 +46,12 @@ type Action struct {
 	MaxKeys uint32
 	Swap    bool
 }
+
+// Lhist is a linear histogram's range: [Min, Max) in slots of Step.
+type Lhist struct{ Min, Max, Step int64 }
+
+// Slots is the histogram's slot count: below, the steps, and Max and above.
+func (l Lhist) Slots() int { return int((l.Max-l.Min+l.Step-1)/l.Step) + 2 }
 
 // Column is one value of a key or record, as user space decodes it:
 // integers take 8 bytes (extended by their sign), strings a fixed room.
@@ -76,6 +85,8 @@ type Program struct {
 	Stacks bool
 	// Stats: the value's sign (min and max compare so).
 	StatsSigned bool
+	// LhistSlots: a linear histogram's slots (Hist with Action.Lhist).
+	LhistSlots int
 }
 
 // StacksMap holds the stacks kstack keys name (a stack trace map of
@@ -114,6 +125,9 @@ func (c *compiler) action(act Action) (*Program, error) {
 		c.emit(bpf.Ja.Label("reject"))
 		return prog, nil
 	case Hist:
+		if act.Lhist != nil {
+			return prog, c.lhist(act, prog)
+		}
 		return prog, c.hist(act, prog)
 	}
 	c.option, c.expr = act.Option, act.Source
@@ -408,6 +422,48 @@ func (c *compiler) hist(act Action, prog *Program) error {
 	return nil
 }
 
+// lhist emits a linear histogram's slot of the value and its count: slot
+// 0 below Min, 1 + (v - Min) / Step inside, the last at Max and above. The
+// bounds are 64-bit constants compared in registers, as the value's type
+// says (signed or not), with JGE and JSGE only.
+func (c *compiler) lhist(act Action, prog *Program) error {
+	c.option, c.expr = act.Option, act.Source
+	l := *act.Lhist
+	v, err := c.resolve(act.Hist)
+	if err != nil {
+		return err
+	}
+	if v.kind != kInt || v.typed {
+		return c.errAt(act.Hist.Pos, "%s is %s: a histogram needs a number", v.name, v.describe())
+	}
+	if err := c.fetchInt(v, bpf.R1); err != nil {
+		return c.errAt(act.Hist.Pos, "%v", err)
+	}
+	prog.LhistSlots = l.Slots()
+	ge := bpf.JGE
+	if v.signed {
+		ge = bpf.JSGE
+	}
+	c.emit(
+		bpf.LoadImm(bpf.R2, l.Min, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("lhist slot of %s: [%d, %d) in steps of %d", v.name, l.Min, l.Max, l.Step))),
+		bpf.Mov.Imm(bpf.R3, 0),
+		ge.Reg(bpf.R1, bpf.R2, "lhist_in"),
+		bpf.Ja.Label("lhist_count"),
+		bpf.LoadImm(bpf.R3, l.Max, bpf.DWord).WithSymbol("lhist_in"),
+		ge.Reg(bpf.R1, bpf.R3, "lhist_above"),
+		bpf.Sub.Reg(bpf.R1, bpf.R2),
+		bpf.Div.Imm(bpf.R1, int32(l.Step)),
+		bpf.Add.Imm(bpf.R1, 1),
+		bpf.Mov.Reg(bpf.R3, bpf.R1),
+		bpf.Ja.Label("lhist_count"),
+		bpf.Mov.Imm(bpf.R3, int32(prog.LhistSlots-1)).WithSymbol("lhist_above"),
+		asm.StoreKey(countKey, bpf.R3, bpf.Word).WithSymbol("lhist_count"),
+	)
+	c.emit(asm.PerCPUArrayIncrement("lhist", "lhist", countKey)...)
+	c.emit(bpf.Ja.Label("reject"))
+	return nil
+}
+
 // Maps are the maps an action's program uses.
 func Maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
 	perCPU := func(name string, n uint32) *ebpf.MapSpec {
@@ -435,6 +491,9 @@ func Maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
 			"lost":   perCPU("lost", 1),
 		}
 	case Hist:
+		if prog.LhistSlots > 0 {
+			return map[string]*ebpf.MapSpec{"lhist": perCPU("lhist", uint32(prog.LhistSlots))}
+		}
 		m := map[string]*ebpf.MapSpec{"hist": perCPU("hist", slots.Log2)}
 		if prog.Signed {
 			m["neg"] = perCPU("neg", 1)

@@ -172,6 +172,9 @@ var compileCases = []struct {
 	// so), and without a key.
 	{"stats_dfd_comm", "openat", `flags == 0`, "stats-max:dfd:comm,filename"},
 	{"stats_len", "netif", ``, "stats-sum:len:"},
+	// Linear histograms: an unsigned value, and a signed one below zero.
+	{"lhist_len", "netif", ``, "lhist:len:0:1500:100"},
+	{"lhist_dfd", "openat", `flags == 0`, "lhist:dfd:-200:200:50"},
 	// Counted by the kernel's stack: an id of the stacks map, and comm.
 	{"count_by_kstack", "openat", `dfd == -100`, "count-by:kstack,comm"},
 	// The -c command's own process: cpid, a constant of the program.
@@ -229,6 +232,21 @@ func compileCase(t *testing.T, ts map[string]Target, i int) *Program {
 
 // caseAction turns a case's act into an Action.
 func caseAction(t *testing.T, target Target, act string) Action {
+	if rest, ok := strings.CutPrefix(act, "lhist:"); ok {
+		// lhist:EXPR:MIN:MAX:STEP
+		f := strings.Split(rest, ":")
+		val, err := ParseOperands(f[0], 1)
+		if err != nil {
+			t.Fatalf("%s: %v", act, err)
+		}
+		var b [3]int64
+		for i := range b {
+			if b[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+				t.Fatalf("%s: %v", act, err)
+			}
+		}
+		return Action{Kind: Hist, Hist: val[0], Lhist: &Lhist{Min: b[0], Max: b[1], Step: b[2]}, Option: "--lhist", Source: f[0]}
+	}
 	if rest, ok := strings.CutPrefix(act, "stats-"); ok {
 		// stats-STAT:EXPR:KEYS
 		f := strings.SplitN(rest, ":", 3)
@@ -609,6 +627,12 @@ func FuzzCompile(f *testing.F) {
 				keys = "comm"
 			}
 			actText = fmt.Sprintf("stats-%s:%s:%s", []string{"sum", "min", "max", "avg"}[r.Intn(4)], ints[r.Intn(len(ints))], keys)
+			if r.Intn(2) == 0 {
+				// Or a linear histogram of it, its range anywhere.
+				lo := int64(r.Intn(1<<20)) - 1<<19
+				step := 1 + int64(r.Intn(1<<10))
+				actText = fmt.Sprintf("lhist:%s:%d:%d:%d", ints[r.Intn(len(ints))], lo, lo+step*int64(1+r.Intn(1000)), step)
+			}
 		}
 		root, err := Parse(expr)
 		if err != nil {
