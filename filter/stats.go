@@ -45,17 +45,28 @@ func stats(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection,
 }
 
 // readStats reads every key's slots and merges them, largest value first.
+// Keys that decode alike are one (a string's bytes after its NUL, which
+// some kernels leave as the stack had them, are not part of it): their
+// slots are merged as one key's.
 func readStats(m *ebpf.Map, prog *compile.Program, name string) ([]stat, error) {
-	var rows []stat
+	byKey := map[string]*stat{}
+	var order []string
 	var key []byte
 	var slots [][]byte
 	it := m.Iterate()
-	for len(rows) < int(prog.MaxKeys) && it.Next(&key, &slots) {
-		st := stat{}
+	for seen := 0; seen < int(prog.MaxKeys) && it.Next(&key, &slots); seen++ {
+		var cells []cell
 		for _, col := range prog.Columns {
-			st.cells = append(st.cells, decodeColumn(col, key))
+			cells = append(cells, decodeColumn(col, key))
 		}
-		first := true
+		k := rowKey(keyCount{cells: cells})
+		st, ok := byKey[k]
+		if !ok {
+			st = &stat{cells: cells}
+			byKey[k] = st
+			order = append(order, k)
+		}
+		first := st.count == 0
 		for _, b := range slots {
 			if len(b) < 32 {
 				continue
@@ -75,14 +86,18 @@ func readStats(m *ebpf.Map, prog *compile.Program, name string) ([]stat, error) 
 			st.count += n
 			st.sum += binary.NativeEndian.Uint64(b[8:])
 		}
-		if st.count == 0 {
-			continue
-		}
-		st.value, st.text = statValue(st, name, prog.StatsSigned)
-		rows = append(rows, st)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read the statistics: %w", err)
+	}
+	var rows []stat
+	for _, k := range order {
+		st := byKey[k]
+		if st.count == 0 {
+			continue
+		}
+		st.value, st.text = statValue(*st, name, prog.StatsSigned)
+		rows = append(rows, *st)
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, b := rows[i], rows[j]

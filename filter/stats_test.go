@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 )
@@ -143,5 +144,45 @@ func TestLhist(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(theirs, "\n") {
 		t.Errorf("filter's lines differ from bpftrace's:\n%s\nbpftrace:\n%s", strings.Join(got, "\n"), strings.Join(theirs, "\n"))
+	}
+}
+
+// Keys whose strings end alike at their NUL are one key (6.1's
+// bpf_get_current_comm leaves the stack's bytes after it): their slots
+// merge, counts and sums added, the least min and the greatest max.
+func TestStatsMergesKeysThatDecodeAlike(t *testing.T) {
+	privtest.Require(t)
+	prog := &compile.Program{Columns: []compile.Column{{Name: "comm", String: true, Size: 16}}, Size: 16, MaxKeys: 8, StatsSigned: true}
+	coll := tooltest.Maps(t, compile.Maps(compile.Stats, prog))
+	m := coll.Maps[compile.StatsMap]
+	cpus := tooltest.PossibleCPUs(t)
+	put := func(key string, count, sum, lo, hi int64) {
+		var k [16]byte
+		copy(k[:], key)
+		slots := make([][4]int64, cpus)
+		slots[0] = [4]int64{count, sum, lo, hi}
+		if err := m.Put(k, slots); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("filter.test\x00AAAA", 3, 300, 7, 200)
+	put("filter.test\x00BBBB", 2, -10, -20, 10)
+	put("other\x00", 1, 5, 5, 5)
+	rows, err := readStats(m, prog, "min")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2: %+v", len(rows), rows)
+	}
+	got := map[string]stat{}
+	for _, r := range rows {
+		got[r.cells[0].text] = r
+	}
+	if st := got["filter.test"]; st.count != 5 || int64(st.sum) != 290 || int64(st.min) != -20 || int64(st.max) != 200 || st.text != "-20" {
+		t.Errorf("filter.test: count %d sum %d min %d max %d (%s), want 5, 290, -20, 200", st.count, int64(st.sum), int64(st.min), int64(st.max), st.text)
+	}
+	if rows[0].cells[0].text != "other" {
+		t.Errorf("the largest value first (5 before -20, signed): rows %+v", rows)
 	}
 }
