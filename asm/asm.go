@@ -206,15 +206,20 @@ func HashIncrement(prefix, mapName string, keyOff, valOff int16, lostMap string,
 	insns.Append(again)
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, lost))
 	insns.Append(atomicAdd)
-	lostInsns := bpf.Instructions{
-		bpf.Mov.Imm(bpf.R1, 0),
+	insns.Append(fullMapLost(prefix, lost, done, lostMap, valOff))
+	return insns.Instructions
+}
+
+// fullMapLost is a map update's tail: at label lost, slot 0 of the
+// per-CPU array lostMap counts an event a full map could not take (its
+// key stored at fp+valOff); done, R0 = 0, follows.
+func fullMapLost(prefix, lost, done, lostMap string, valOff int16) bpf.Instructions {
+	insns := bpf.Instructions{
+		bpf.Mov.Imm(bpf.R1, 0).WithSymbol(lost).WithSource(bpf.Comment(lostMap + "[0]++: the map is full")),
 		StoreKey(valOff, bpf.R1, bpf.Word),
 	}
-	lostInsns[0] = lostInsns[0].WithSymbol(lost).WithSource(bpf.Comment(lostMap + "[0]++: the map is full"))
-	insns.Append(lostInsns)
-	insns.Append(PerCPUArrayIncrement(prefix+"_lost", lostMap, valOff))
-	insns.Add(bpf.Mov.Imm(bpf.R0, 0).WithSymbol(done))
-	return insns.Instructions
+	insns = append(insns, PerCPUArrayIncrement(prefix+"_lost", lostMap, valOff)...)
+	return append(insns, bpf.Mov.Imm(bpf.R0, 0).WithSymbol(done))
 }
 
 // SwappedHashIncrement is HashIncrement into one of two hashes of the same

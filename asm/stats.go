@@ -64,13 +64,6 @@ func StatsUpdate(prefix, mapName string, keyOff, valOff, initOff int16, signed b
 	s.Add(ge.Reg(bpf.R2, bpf.R1, done))
 	s.Add(bpf.StoreMem(bpf.R0, 24, bpf.R1, bpf.DWord))
 	s.Add(bpf.Ja.Label(done))
-	lostInsns := bpf.Instructions{
-		bpf.Mov.Imm(bpf.R1, 0),
-		StoreKey(valOff, bpf.R1, bpf.Word),
-	}
-	lostInsns[0] = lostInsns[0].WithSymbol(lost).WithSource(bpf.Comment(lostMap + "[0]++: the map is full"))
-	s.Append(lostInsns)
-	s.Append(PerCPUArrayIncrement(prefix+"_lost", lostMap, valOff))
-	s.Add(bpf.Mov.Imm(bpf.R0, 0).WithSymbol(done))
+	s.Append(fullMapLost(prefix, lost, done, lostMap, valOff))
 	return s.Instructions
 }

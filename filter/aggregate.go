@@ -328,21 +328,37 @@ func writeCounts(s *run.Session, ev event, cols []compile.Column, rows []keyCoun
 		}
 		header[len(cols)] = "count"
 		for _, r := range rows {
-			line := make([]string, 0, len(cols)+1)
-			for _, c := range r.cells {
-				line = append(line, terminal.Printable(c.text))
-			}
-			table = append(table, append(line, strconv.FormatUint(r.count, 10)))
+			table = append(table, keyLine(r.cells, strconv.FormatUint(r.count, 10)))
 		}
-		right := make([]bool, len(cols)+1)
-		for i, c := range cols {
-			right[i] = !c.String && c.Symbols == nil && !c.Ksym
-		}
-		right[len(cols)] = true
-		terminal.WriteTable(&b, table, right)
+		writeKeyTable(&b, cols, table)
 	}
+	return finishKeyReport(s, &b, lost, why)
+}
+
+// keyLine is a table row: a key's cells, then its value.
+func keyLine(cells []cell, value string) []string {
+	line := make([]string, 0, len(cells)+1)
+	for _, c := range cells {
+		line = append(line, terminal.Printable(c.text))
+	}
+	return append(line, value)
+}
+
+// writeKeyTable writes a table of keys and a value: numbers to the right,
+// strings and names to the left.
+func writeKeyTable(b *strings.Builder, cols []compile.Column, table [][]string) {
+	right := make([]bool, len(cols)+1)
+	for i, c := range cols {
+		right[i] = !c.String && c.Symbols == nil && !c.Ksym
+	}
+	right[len(cols)] = true
+	terminal.WriteTable(b, table, right)
+}
+
+// finishKeyReport says what a full map lost, and prints the report.
+func finishKeyReport(s *run.Session, b *strings.Builder, lost uint64, why string) error {
 	if lost > 0 {
-		fmt.Fprintf(&b, "lost: %d events could not be counted (%s)\n", lost, why)
+		fmt.Fprintf(b, "lost: %d events could not be counted (%s)\n", lost, why)
 	}
 	_, err := fmt.Fprint(s.Stdout, b.String())
 	return err

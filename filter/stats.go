@@ -14,7 +14,6 @@ import (
 	"github.com/tracekit/tracekit/counts"
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/run"
-	"github.com/tracekit/tracekit/terminal"
 )
 
 // stat is a key's statistics, its CPUs' slots merged.
@@ -179,22 +178,9 @@ func writeStats(s *run.Session, ev event, prog *compile.Program, act compile.Act
 		header = append(header, fmt.Sprintf("%s(%s)", act.Stat, act.StatSource))
 		table := [][]string{header}
 		for _, r := range rows {
-			line := make([]string, 0, len(cols)+1)
-			for _, c := range r.cells {
-				line = append(line, terminal.Printable(c.text))
-			}
-			table = append(table, append(line, r.text))
+			table = append(table, keyLine(r.cells, r.text))
 		}
-		right := make([]bool, len(cols)+1)
-		for i, c := range cols {
-			right[i] = !c.String && c.Symbols == nil && !c.Ksym
-		}
-		right[len(cols)] = true
-		terminal.WriteTable(&b, table, right)
+		writeKeyTable(&b, cols, table)
 	}
-	if lost > 0 {
-		fmt.Fprintf(&b, "lost: %d events could not be counted (%s)\n", lost, why)
-	}
-	_, err := fmt.Fprint(s.Stdout, b.String())
-	return err
+	return finishKeyReport(s, &b, lost, why)
 }
