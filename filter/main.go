@@ -86,6 +86,14 @@ or || runs only when the left side does not decide. An operand is:
   - an integer (decimal, 0x hex, negative) or a "string" literal; an enum
     field with a name table in its format takes the names: reason ==
     "NO_SOCKET". Two fields compare with each other: prev_pid == next_pid.
+  - arithmetic on numbers, in --where and wherever an operand goes (--hist
+    'len - 28', --count-by 'count / 4096'): + - * / % & | ^ << >>, unary -
+    and parentheses, with C's precedence, in 64 bits, wrapping on overflow.
+    It is signed when both sides are (a field narrower than 8 bytes counts
+    as signed, as C widens it; a shift takes its left side's sign). / and %
+    truncate toward zero; x / 0 is 0 and x % 0 is x (BPF's rule, where C
+    has none); a shift counts modulo 64. & | ^ beside a comparison need
+    parentheses: (flags & 4) != 0.
 An expression compiles to at most 4096 instructions (the limit of kernels
 before 5.2); a longer one is refused.
 

@@ -68,7 +68,7 @@ type Return struct {
 
 // callName reports an operand only a call has.
 func callName(o Operand) bool {
-	return !o.IsConst() && (o.Base == "ret" || o.Base == "duration")
+	return o.anyLeaf(func(o Operand) bool { return !o.IsConst() && (o.Base == "ret" || o.Base == "duration") })
 }
 
 // IsCall reports whether an expression or an action names ret or
@@ -165,7 +165,14 @@ func CompileCall(expr string, root Node, entry Target, ret Arg, act Action) (*Ca
 	ec.call = true
 	var need []Operand // what the return reads from the stash
 	seen := map[string]bool{}
-	add := func(o Operand, option, source string) error {
+	var add func(o Operand, option, source string) error
+	add = func(o Operand, option, source string) error {
+		if a := o.Arith; a != nil {
+			if err := add(a.L, option, source); err != nil {
+				return err
+			}
+			return add(a.R, option, source)
+		}
 		if o.IsConst() || callName(o) || seen[o.key()] {
 			return nil
 		}
@@ -386,16 +393,22 @@ func Names(root Node, act Action, name string) (Operand, bool) {
 	var found *Operand
 	_ = eachCmp(root, func(c *Cmp) error {
 		for _, o := range []Operand{c.Left, c.Right} {
-			if found == nil && !o.IsConst() && o.Base == name {
-				found = &o
-			}
+			o.anyLeaf(func(o Operand) bool {
+				if found == nil && !o.IsConst() && o.Base == name {
+					found = &o
+				}
+				return false
+			})
 		}
 		return nil
 	})
 	for _, o := range act.operands() {
-		if found == nil && o.Base == name {
-			found = &o
-		}
+		o.anyLeaf(func(o Operand) bool {
+			if found == nil && o.Base == name {
+				found = &o
+			}
+			return false
+		})
 	}
 	if found == nil {
 		return Operand{}, false

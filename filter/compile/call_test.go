@@ -38,6 +38,9 @@ var callCases = []struct {
 	{"slots_kopen", "kopen_slots", `ret == -2 && dfd == -100`, "fields:filename,ret,duration"},
 	// Stack mode: the entry checks the chain; the return finds the stash.
 	{"uprobe_inside", "uprobe_inside", `ret > 4`, "hist:duration"},
+	// Arithmetic of the return and the stashed entry: the entry's
+	// operands stashed one by one, the arithmetic done at the return.
+	{"kopen_arith", "kopen", `ret - dfd != 0 && duration / 1000 > 5`, "hist:duration / 1000 + dfd"},
 }
 
 // retArg is the return value of a case's function.

@@ -103,6 +103,8 @@ type compiler struct {
 	call bool
 	// stacks: the program calls bpf_get_stackid on StacksMap (kstack).
 	stacks bool
+	// spills: left sides of arithmetic waiting on the stack (evalArith).
+	spills int
 }
 
 func (c *compiler) errAt(pos int, format string, args ...any) error {
@@ -318,6 +320,9 @@ func (c *compiler) typeOf(o Operand) (value, int, error) {
 func (c *compiler) operandCost(o Operand) int {
 	if o.IsConst() {
 		return 0
+	}
+	if a := o.Arith; a != nil {
+		return 1 + c.operandCost(a.L) + c.operandCost(a.R)
 	}
 	v, walk, err := c.typeOf(o)
 	cost := 2 + walk

@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -12,9 +13,16 @@ import (
 //	and     := unary ('&&' unary)*
 //	unary   := '!' unary | '(' expr ')' | cmp
 //	cmp     := operand OP operand          OP: == != < <= > >= ~
-//	operand := INT | STRING | path | '(' ['const'] 'char' '*' ')' path | 'str' '(' path ')'
+//	operand := arith
+//	arith   := primary (BINOP primary)*    BINOP, tightest first: * / %, + -, << >>, &, ^, |
+//	primary := '-' primary | '(' arith ')' | leaf
+//	leaf    := INT | STRING | path | '(' ['const'] 'char' '*' ')' path | 'str' '(' path ')'
 //	path    := base ('->' IDENT | '.' IDENT)*
 //	base    := IDENT | '(' '(' 'struct' IDENT '*' ')' path ')' | '(' path ')'
+//
+// Comparisons take whole operands: C would read flags & 4 == 4 as
+// flags & (4 == 4), so an unparenthesised & | ^ beside a comparison is
+// refused rather than read either way.
 
 // ExprError is a bad expression: a message and where it points.
 type ExprError struct {
@@ -46,6 +54,7 @@ const (
 	tRParen // )
 	tStar   // *
 	tComma  // ,
+	tArith  // + - / % & | ^ << >> (and tStar: *)
 )
 
 type token struct {
@@ -58,10 +67,11 @@ type token struct {
 }
 
 // singleChar are the one-character tokens (tEOF: not one).
-var singleChar = [256]tokKind{'.': tDot, '(': tLParen, ')': tRParen, '*': tStar, ',': tComma, '~': tOp, '!': tNot}
+var singleChar = [256]tokKind{'.': tDot, '(': tLParen, ')': tRParen, '*': tStar, ',': tComma, '~': tOp, '!': tNot,
+	'+': tArith, '-': tArith, '/': tArith, '%': tArith, '&': tArith, '|': tArith, '^': tArith}
 
 // twoChar are the two-character tokens, tried before singleChar.
-var twoChar = map[string]tokKind{"&&": tAnd, "||": tOr, "->": tArrow, "==": tOp, "!=": tOp, "<=": tOp, ">=": tOp}
+var twoChar = map[string]tokKind{"&&": tAnd, "||": tOr, "->": tArrow, "==": tOp, "!=": tOp, "<=": tOp, ">=": tOp, "<<": tArith, ">>": tArith}
 
 func lex(expr string) ([]token, error) {
 	var toks []token
@@ -80,7 +90,7 @@ func lex(expr string) ([]token, error) {
 				i++
 			}
 			toks = append(toks, token{kind: tIdent, text: expr[start:i]})
-		case c >= '0' && c <= '9' || c == '-' && i+1 < len(expr) && expr[i+1] >= '0' && expr[i+1] <= '9':
+		case c >= '0' && c <= '9' || c == '-' && i+1 < len(expr) && expr[i+1] >= '0' && expr[i+1] <= '9' && !endsOperand(toks):
 			if c == '-' {
 				i++
 			}
@@ -117,14 +127,22 @@ func lex(expr string) ([]token, error) {
 			toks = append(toks, token{kind: singleChar[c], text: expr[start:i]})
 		case c == '=':
 			return nil, bad(i, "'=' is not an operator: use '==' to compare")
-		case c == '&' || c == '|':
-			return nil, bad(i, "'%c' is not an operator: use '%c%c' to join comparisons", c, c, c)
 		default:
 			return nil, bad(i, "unexpected character %q", c)
 		}
 		toks[len(toks)-1].pos, toks[len(toks)-1].end = start, i
 	}
 	return append(toks, token{kind: tEOF, pos: len(expr), end: len(expr)}), nil
+}
+
+// endsOperand reports whether the last token ends an operand, so that a
+// '-' after it subtracts (len-28) rather than starts a number (== -28).
+func endsOperand(toks []token) bool {
+	if len(toks) == 0 {
+		return false
+	}
+	k := toks[len(toks)-1].kind
+	return k == tIdent || k == tInt || k == tString || k == tRParen
 }
 
 func isIdentStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
@@ -184,6 +202,8 @@ type Operand struct {
 	// Ksym: ksym(path), a kernel code address, printed as symbol+0xoff
 	// (--fields and --count-by).
 	Ksym bool
+	// Arith: an arithmetic expression on two operands (a leaf has none).
+	Arith *Arith
 	// A constant.
 	IsInt, IsString bool
 	Int             uint64
@@ -194,6 +214,79 @@ type Operand struct {
 
 // IsConst reports whether the operand is a number or a string literal.
 func (o Operand) IsConst() bool { return o.IsInt || o.IsString }
+
+// Arith is L Op R, on 64-bit integers with C's rules (ArithConst).
+type Arith struct {
+	Op    string
+	OpPos int
+	L, R  Operand
+	Paren bool // written in parentheses
+}
+
+// anyLeaf reports whether f holds for a leaf of the operand: itself, or
+// an operand of its arithmetic.
+func (o Operand) anyLeaf(f func(Operand) bool) bool {
+	if o.Arith != nil {
+		return o.Arith.L.anyLeaf(f) || o.Arith.R.anyLeaf(f)
+	}
+	return f(o)
+}
+
+// constBits is an integer literal's 64 bits, and whether C types it
+// signed (a literal above INT64_MAX is unsigned).
+func (o Operand) constBits() (uint64, bool) {
+	if o.Neg {
+		return -o.Int, true
+	}
+	return o.Int, o.Int <= math.MaxInt64
+}
+
+// isShift: the result of a shift has its left operand's type.
+func isShift(op string) bool { return op == "<<" || op == ">>" }
+
+// ArithConst is what filter's arithmetic gives, in the kernel as when
+// folding constants: 64-bit two's complement that wraps on overflow;
+// / and % truncate toward zero, signed when both operands are; x / 0 is 0
+// and x % 0 is x (BPF's rule, where C has none); a shift counts modulo
+// 64, and >> of a signed value copies its sign.
+func ArithConst(op string, a, b uint64, signed bool) uint64 {
+	switch op {
+	case "+":
+		return a + b
+	case "-":
+		return a - b
+	case "*":
+		return a * b
+	case "/", "%":
+		switch {
+		case b == 0 && op == "/":
+			return 0
+		case b == 0:
+			return a
+		case signed && op == "/":
+			return uint64(int64(a) / int64(b)) // MinInt64 / -1 wraps to MinInt64
+		case signed:
+			return uint64(int64(a) % int64(b))
+		case op == "/":
+			return a / b
+		}
+		return a % b
+	case "&":
+		return a & b
+	case "|":
+		return a | b
+	case "^":
+		return a ^ b
+	case "<<":
+		return a << (b & 63)
+	case ">>":
+		if signed {
+			return uint64(int64(a) >> (b & 63))
+		}
+		return a >> (b & 63)
+	}
+	panic("ArithConst: " + op)
+}
 
 // Step is one "->member" (Deref) or ".member" of a path.
 type Step struct {
@@ -317,6 +410,9 @@ func (p *parser) cmp() (*Cmp, error) {
 	}
 	op := p.peek()
 	if op.kind != tOp {
+		if l.Arith != nil && l.Arith.Op == "&" {
+			return nil, p.errAt(op.pos, "expected a comparison (== != < <= > >= ~): (%s) != 0 tests the bits", l.Text)
+		}
 		return nil, p.errAt(op.pos, "expected a comparison (== != < <= > >= ~)")
 	}
 	p.i++
@@ -324,21 +420,125 @@ func (p *parser) cmp() (*Cmp, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, o := range []Operand{l, r} {
+		if a := o.Arith; a != nil && !a.Paren && (a.Op == "&" || a.Op == "|" || a.Op == "^") {
+			return nil, p.errAt(a.OpPos, "put %s in parentheses: C binds %s looser than %s, and would read the comparison another way", o.Text, a.Op, op.text)
+		}
+	}
 	return &Cmp{Left: l, Right: r, Op: op.text, OpPos: op.pos, End: p.toks[p.i-1].end}, nil
 }
 
 // operand parses one side of a comparison; --fields, --count-by and
-// --hist take operands too. Text is the operand as written.
-func (p *parser) operand() (Operand, error) {
+// --hist take operands too. Text is the operand as written, and each
+// leaf's is its own.
+func (p *parser) operand() (Operand, error) { return p.arith(1, 0) }
+
+// binops are the arithmetic operators' precedences, C's.
+var binops = map[string]int{"|": 1, "^": 2, "&": 3, "<<": 4, ">>": 4, "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
+
+// arith parses operands joined by operators that bind at least minPrec,
+// left to right.
+func (p *parser) arith(minPrec, depth int) (Operand, error) {
 	start := p.peek().pos
-	o, err := p.operand1()
+	l, err := p.primary(depth)
+	for err == nil {
+		t := p.peek()
+		prec := 0
+		if t.kind == tArith || t.kind == tStar {
+			prec = binops[t.text]
+		}
+		if prec == 0 || prec < minPrec {
+			break
+		}
+		p.i++
+		var r Operand
+		if r, err = p.arith(prec+1, depth+1); err == nil {
+			l, err = p.binary(l, r, t, start)
+		}
+	}
+	return l, err
+}
+
+// binary joins two operands, folding two constants.
+func (p *parser) binary(l, r Operand, op token, start int) (Operand, error) {
+	for _, o := range []Operand{l, r} {
+		if o.IsString {
+			return o, p.errAt(o.Pos, "a string literal takes part in no arithmetic")
+		}
+	}
+	text := p.expr[start:p.toks[p.i-1].end]
+	if l.IsInt && r.IsInt {
+		a, as := l.constBits()
+		b, bs := r.constBits()
+		signed := as && (bs || isShift(op.text))
+		v := ArithConst(op.text, a, b, signed)
+		o := Operand{Pos: l.Pos, IsInt: true, Int: v, Text: text}
+		if signed && int64(v) < 0 {
+			o.Neg, o.Int = true, -v
+		}
+		return o, nil
+	}
+	return Operand{Pos: l.Pos, Text: text, Arith: &Arith{Op: op.text, OpPos: op.pos, L: l, R: r}}, nil
+}
+
+// primary is a leaf, a negated primary, or an arithmetic expression in
+// parentheses.
+func (p *parser) primary(depth int) (Operand, error) {
+	t := p.peek()
+	if depth > maxDepth {
+		err := p.errAt(t.pos, "expression nested deeper than %d levels", maxDepth)
+		err.(*ExprError).deep = true
+		return Operand{}, err
+	}
+	switch {
+	case t.kind == tArith && t.text == "-":
+		p.i++
+		x, err := p.primary(depth + 1)
+		if err != nil {
+			return x, err
+		}
+		return p.binary(Operand{Pos: t.pos, IsInt: true, Text: "0"}, x, t, t.pos)
+	case t.kind == tLParen && !p.isCharCast():
+		// A path's base in parentheses, ((struct sk_buff *)skbaddr)->len,
+		// or arithmetic: (len - 28) / 4. Keep the error that got further.
+		save := p.i
+		o, lerr := p.leaf()
+		if lerr == nil {
+			return o, nil
+		}
+		p.i = save + 1
+		o, err := p.arith(1, depth+1)
+		if err == nil {
+			if r := p.next(); r.kind != tRParen {
+				err = p.errAt(r.pos, "expected ')'")
+			}
+		}
+		if err != nil {
+			if ee, ok := err.(*ExprError); !ok || !ee.deep && errPos(lerr) > ee.Pos {
+				return o, lerr
+			}
+			return o, err
+		}
+		if o.Arith != nil {
+			o.Arith.Paren = true
+		}
+		o.Text = p.expr[t.pos:p.toks[p.i-1].end]
+		return o, nil
+	}
+	return p.leaf()
+}
+
+// leaf parses an operand without arithmetic.
+func (p *parser) leaf() (Operand, error) {
+	start := p.peek().pos
+	o, err := p.leaf1()
 	if err == nil {
 		o.Text = p.expr[start:p.toks[p.i-1].end]
 	}
 	return o, err
 }
 
-func (p *parser) operand1() (Operand, error) {
+func (p *parser) leaf1() (Operand, error) {
 	t := p.peek()
 	switch t.kind {
 	case tInt:

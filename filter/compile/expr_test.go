@@ -210,6 +210,17 @@ var compileCases = []struct {
 	{"dump_kprobe", "kprobe", `skb->len > 100`, "fields:skb->len,*skb,comm,*skb->dev"},
 	{"dump_cast", "netif", `len > 0`, "fields:*((struct sk_buff *)skbaddr),name"},
 	{"dump_slots", "kprobe_slots", ``, "fields:*skb"},
+	// Arithmetic: unsigned and signed (/ and % on the magnitudes), a
+	// constant folded, a right side that waits on the stack (a walk, a
+	// builtin), shifts, in each action.
+	{"arith_where", "netif", `len - 28 > 100 && (len & 3) == 0 && len / 4 < len % 7 && len * (2 + 3) != 0x100000000`, ""},
+	{"arith_signed", "openat", `dfd / flags < -2 && dfd % 3 != 0 && -dfd > mode >> 2`, "count"},
+	{"arith_hist", "netif", ``, "hist:len - 28"},
+	{"arith_count_by", "kprobe", ``, "count-by:skb->len / 100,pid * 2"},
+	{"arith_fields", "openat", ``, "fields:flags << dfd,flags >> 3,dfd >> flags,mode * 0x100000000,dfd / 0,dfd % 0,dfd << 70,(dfd + uid) * tid"},
+	{"arith_spill", "kprobe", `skb->len - skb->dev->ifindex > 0`, "fields:skb->len + (skb->len - skb->dev->ifindex),cpu - skb->len"},
+	{"arith_stats", "netif", ``, "stats-sum:len * 2:"},
+	{"arith_lhist", "openat", ``, "lhist:dfd * 2 - 1:-200:200:50"},
 }
 
 // compileCase compiles one case of compileCases.
@@ -431,7 +442,15 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `common_type > 0`, "common_type is in the record's first 8 bytes, which a BPF program may not read (common_pid reads as the tid builtin; pid is the process)\n  common_type > 0\n  ^"},
 		{"netif", `(len == 3`, "expected ')'\n  (len == 3\n           ^"},
 		{"netif", `!`, "expected a field, a number or a string\n  !\n   ^"},
-		{"netif", `len & 3`, "'&' is not an operator: use '&&' to join comparisons\n  len & 3\n      ^"},
+		{"netif", `len & 3`, "expected a comparison (== != < <= > >= ~): (len & 3) != 0 tests the bits\n  len & 3\n         ^"},
+		{"netif", `len & 3 == 1`, "put len & 3 in parentheses: C binds & looser than ==, and would read the comparison another way\n  len & 3 == 1\n      ^"},
+		{"netif", `1 < len | 4`, "put len | 4 in parentheses: C binds | looser than <, and would read the comparison another way\n  1 < len | 4\n          ^"},
+		{"netif", `len + "x" == 1`, "a string literal takes part in no arithmetic\n  len + \"x\" == 1\n        ^"},
+		{"netif", `name + 1 == 1`, "name is a string: arithmetic takes numbers\n  name + 1 == 1\n  ^"},
+		{"netif", `(len - ) == 1`, "expected a field, a number or a string\n  (len - ) == 1\n         ^"},
+		{"kprobe", `net - 2 == -1`, "net - 2 is unsigned: it is never negative\n  net - 2 == -1\n             ^"},
+		{"kprobe", `skb->len + (` + strings.Repeat(`skb->len - (`, 16) + `skb->len` + strings.Repeat(")", 17) + ` > 1`, "arithmetic nested too deeply: more than 16 left sides wait at once"},
+		{"kprobe", `ksym(skb) + 1 > 1`, "ksym() names an address in the output (--fields, --count-by): compare the address itself\n  ksym(skb) + 1 > 1\n  ^"},
 		{"netif", `len == 3 ||`, "expected a field, a number or a string\n  len == 3 ||\n             ^"},
 		{"netif", `name == comm`, "name is a string: compare it with a string literal\n  name == comm\n          ^"},
 		{"netif", `(char *)len == "x"`, "len is a 4-byte number: only an 8-byte address can be read as a string\n  (char *)len == \"x\"\n  ^"},
@@ -465,7 +484,8 @@ func TestBadExpressions(t *testing.T) {
 // the expression (or just past its end).
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{`name == "lo"`, `((struct sk_buff *)skbaddr)->dev->name == "lo"`, `a->b.c >= -0x10 && d != "x\"y"`, `((`, `"`, `&&`, `a -> `,
-		`!(a == 1 || (b ~ "x*")) && (char *)c == "d"`, `str(x) == "" || !!!y < 3`, `((a == 1)`, `(a == 1))`, `a == 1 || `, `!`, `name ~ ""`, `name ~ "*"`} {
+		`!(a == 1 || (b ~ "x*")) && (char *)c == "d"`, `str(x) == "" || !!!y < 3`, `((a == 1)`, `(a == 1))`, `a == 1 || `, `!`, `name ~ ""`, `name ~ "*"`,
+		`(len - 28) / 4 > len % 3`, `-len << 70 != (len & 3)`, `len-1 == - -2`, `((len) * (2 + 3)) > 0`, `len & 3 == 1`, `len +`, `(len - ) == 1`} {
 		f.Add(s)
 	}
 	ts := targets(&testing.T{})
@@ -576,6 +596,10 @@ func genExpr(r *rand.Rand, target string, depth int) string {
 		return fmt.Sprintf(`%s ~ "%s*"`, name, lit)
 	}
 	name, signed := pick(ops.ints)
+	if r.Intn(3) == 0 {
+		// Arithmetic (its sign unknown here: compared with >= 0 literals).
+		name, signed = "("+genArith(r, ops.ints, 2)+")", false
+	}
 	op := []string{"==", "!=", "<", "<=", ">", ">="}[r.Intn(6)]
 	if r.Intn(4) == 0 {
 		other, _ := pick(ops.ints)
@@ -589,6 +613,36 @@ func genExpr(r *rand.Rand, target string, depth int) string {
 		return fmt.Sprintf("%s %s %s", lit, op, name)
 	}
 	return fmt.Sprintf("%s %s %s", name, op, lit)
+}
+
+// genArith writes arithmetic over integer operands and literals: zero
+// divisors, shifts by 64 and more, and constants an immediate cannot hold
+// among them.
+func genArith(r *rand.Rand, ints map[string]bool, depth int) string {
+	var names []string
+	for n := range ints {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	side := func() string {
+		switch {
+		case depth > 0 && r.Intn(3) == 0:
+			return "(" + genArith(r, ints, depth-1) + ")"
+		case r.Intn(3) == 0:
+			return []string{"0", "1", "3", "-5", "63", "64", "70", "4096", "0x100000000", "-0x80000001"}[r.Intn(10)]
+		}
+		return names[r.Intn(len(names))]
+	}
+	op := []string{"+", "-", "*", "/", "%", "&", "|", "^", "<<", ">>"}[r.Intn(10)]
+	left := side() // not a literal: two would fold to a constant
+	for left[0] == '-' || left[0] >= '0' && left[0] <= '9' {
+		left = side()
+	}
+	expr := left + " " + op + " " + side()
+	if r.Intn(6) == 0 {
+		expr = "-" + names[r.Intn(len(names))] + " " + op + " " + side()
+	}
+	return expr
 }
 
 // haveCookie reports whether kprobe programs may call bpf_get_attach_cookie
@@ -626,12 +680,16 @@ func FuzzCompile(f *testing.F) {
 			if r.Intn(2) == 0 {
 				keys = "comm"
 			}
-			actText = fmt.Sprintf("stats-%s:%s:%s", []string{"sum", "min", "max", "avg"}[r.Intn(4)], ints[r.Intn(len(ints))], keys)
+			value := ints[r.Intn(len(ints))]
+			if r.Intn(2) == 0 {
+				value = genArith(r, operandsOf[target].ints, 1)
+			}
+			actText = fmt.Sprintf("stats-%s:%s:%s", []string{"sum", "min", "max", "avg"}[r.Intn(4)], value, keys)
 			if r.Intn(2) == 0 {
 				// Or a linear histogram of it, its range anywhere.
 				lo := int64(r.Intn(1<<20)) - 1<<19
 				step := 1 + int64(r.Intn(1<<10))
-				actText = fmt.Sprintf("lhist:%s:%d:%d:%d", ints[r.Intn(len(ints))], lo, lo+step*int64(1+r.Intn(1000)), step)
+				actText = fmt.Sprintf("lhist:%s:%d:%d:%d", value, lo, lo+step*int64(1+r.Intn(1000)), step)
 			}
 		}
 		root, err := Parse(expr)

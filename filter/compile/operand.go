@@ -36,6 +36,7 @@ const (
 	srcStash                  // a call's entry value, in its stash record at ctxOff (Return)
 	srcDuration               // a call's nanoseconds since its entry (Return)
 	srcFunc                   // the function of a run over several (Target.Func)
+	srcArith                  // arithmetic on operands (evalArith)
 )
 
 // space is the address space a string pointer points into.
@@ -67,11 +68,15 @@ type value struct {
 	nr      bool              // srcEntry: the syscall's number, a 32-bit register
 	btfType btf.Type          // a pointer's type, where BTF gives one
 	dumpID  btf.TypeID        // kDump: the structure's type in the kernel's BTF
+	arith   *Arith            // srcArith
 }
 
 // resolve finds what an operand denotes. For a walked path it emits the
 // code that leaves the address in R1; fetch it right after.
 func (c *compiler) resolve(o Operand) (value, error) {
+	if o.Arith != nil {
+		return c.arithType(o)
+	}
 	if r, ok := c.t.Event.(*Return); ok {
 		if v, ok := r.stashed[o.key()]; ok && !o.IsConst() {
 			return v, nil // (char *)arg0 too: its string was read at the entry
