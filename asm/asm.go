@@ -252,13 +252,29 @@ func StoreComm(mapName string, keyOff, bufOff int16) bpf.Instructions {
 	return append(insns, MapUpdate(mapName, keyOff, bufOff, UpdateAny)...)
 }
 
-// PidInSet jumps to skip unless RegPid is a key of the hash mapName (the
-// followed process tree of a -c command). keyOff is 4 bytes of free stack.
+// PidInSet jumps to skip unless RegPid is traced in the hash mapName (the
+// followed process tree of a -c command: see TreeOnExec). keyOff is 4
+// bytes of free stack.
 func PidInSet(mapName string, keyOff int16, skip string) bpf.Instructions {
 	insns := bpf.Instructions{StoreKey(keyOff, RegPid, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("only pids in %s", mapName)))}
 	insns = append(insns, MapLookup(mapName, keyOff)...)
-	return append(insns, bpf.JEq.Imm(bpf.R0, 0, skip))
+	return append(insns,
+		bpf.JEq.Imm(bpf.R0, 0, skip),
+		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word),
+		bpf.JNE.Imm(bpf.R1, TreeTraced, skip).WithSource(bpf.Comment("a shell waiting for its children's execs is not counted")),
+	)
 }
+
+// The values of a process tree's hash (PidInSet, FollowForks, TreeOnExec):
+// the command is traced from its exec on, and so is every process it
+// starts; a shell that runs a command line waits, uncounted, until it
+// execs (exec CMD, or a shell's last command). Its children are traced
+// from their fork: busybox's ash runs many applets in a child that never
+// execs.
+const (
+	TreeTraced  = 1
+	TreeWaiting = 2
+)
 
 // FollowForks is a whole program for sched:sched_process_fork: when the
 // parent is in the hash mapName, add the child, so that a -c command's
@@ -285,10 +301,10 @@ func FollowForks(mapName, lostMap string, parentOff, childOff int) (bpf.Instruct
 	insns = append(insns, child...)
 	insns = append(insns,
 		StoreKey(-4, bpf.R1, bpf.Word),
-		bpf.Mov.Imm(bpf.R1, 1),
+		bpf.Mov.Imm(bpf.R1, TreeTraced),
 		StoreKey(-8, bpf.R1, bpf.Word),
 	)
-	insns = append(insns, Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[child] = 1")...)
+	insns = append(insns, Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[child] = 1: traced, whatever its parent")...)
 	insns = append(insns,
 		bpf.JEq.Imm(bpf.R0, 0, "exit"),
 		bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the map is full: the child is not followed")),
@@ -298,21 +314,36 @@ func FollowForks(mapName, lostMap string, parentOff, childOff int) (bpf.Instruct
 	return append(insns, Return("exit", 0)...), nil
 }
 
-// SeedOnExec is a whole program for sched:sched_process_exec, for a
-// command followed from inside a pid namespace: its pid there (root) is
-// not the kernel's, which fork and exit records and bpf_get_current_pid_tgid
-// give. When the task whose pid in ns is root execs (the command, once
-// released), its kernel pid joins the hash mapName.
-func SeedOnExec(mapName string, ns PidNS, root uint32) bpf.Instructions {
-	insns := append(Prologue(), CurrentNsPid(ns, -16)...)
-	insns = append(insns, bpf.JNE.Imm(RegPid, int32(root), "exit").WithSource(bpf.Comment(fmt.Sprintf("only the command: pid %d in the namespace", root))))
-	insns = append(insns, CurrentPid()...)
+// TreeOnExec is a whole program for sched:sched_process_exec: a process
+// of the tree in the hash mapName that execs is traced from then on (a
+// waiting shell that execs the command); the command's own process, root,
+// joins the map at its first exec, the gate's, with rootValue: traced,
+// or waiting when that exec starts the shell that runs the command line.
+// With ns, root is that pid namespace's pid, not the kernel's, which the
+// map holds.
+func TreeOnExec(mapName string, ns *PidNS, root, rootValue uint32) bpf.Instructions {
+	insns := append(Prologue(), CurrentPid()...)
+	insns = append(insns, StoreKey(-4, RegPid, bpf.Word))
+	insns = append(insns, MapLookup(mapName, -4)...)
 	insns = append(insns,
-		StoreKey(-4, RegPid, bpf.Word),
-		bpf.Mov.Imm(bpf.R1, 1),
+		bpf.JEq.Imm(bpf.R0, 0, "root"),
+		bpf.Mov.Imm(bpf.R1, TreeTraced).WithSource(bpf.Comment("a process of the tree execs: traced from now on")),
+		bpf.StoreMem(bpf.R0, 0, bpf.R1, bpf.Word),
+		bpf.Ja.Label("exit"),
+	)
+	var check bpf.Instructions
+	what := fmt.Sprintf("only the command: pid %d", root)
+	if ns != nil {
+		check, what = CurrentNsPid(*ns, -16), what+" in the namespace"
+	}
+	check = append(check, bpf.JNE.Imm(RegPid, int32(root), "exit").WithSource(bpf.Comment(what)))
+	check[0] = check[0].WithSymbol("root")
+	insns = append(insns, check...)
+	insns = append(insns,
+		bpf.Mov.Imm(bpf.R1, int32(rootValue)),
 		StoreKey(-8, bpf.R1, bpf.Word),
 	)
-	insns = append(insns, Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[kernel pid] = 1")...)
+	insns = append(insns, Note(MapUpdate(mapName, -4, -8, UpdateAny), fmt.Sprintf("%s[kernel pid] = %d", mapName, rootValue))...)
 	return append(insns, Return("exit", 0)...)
 }
 

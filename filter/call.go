@@ -71,7 +71,7 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 	}
 	var entry, exit tracefs.Probe
 	var offers []hook.Offer
-	tree := false
+	tree := target.Tree
 	if ev.kind == "kprobe" {
 		spec, err := kbtf.Kernel()
 		if err != nil {
@@ -112,9 +112,8 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 		if err != nil {
 			return userErr(err)
 		}
-		tree = s.CommandPid() != 0
 		t := target
-		t.Event, t.Tree = userTarget(ev, sites[0], regs).Event, tree
+		t.Event = userTarget(ev, sites[0], regs).Event
 		offers = []hook.Offer{{Hook: hook.Perf, Build: build(t, compile.UretprobeArgs(regs)[0], false)}}
 		entry = sites[0].probe
 	}

@@ -149,7 +149,7 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if call {
 		maps.Copy(cs.Maps, compile.CallMaps(stash))
 	}
-	coll, err := s.Load(cs)
+	coll, err := loadFollowing(s, cs, target.Tree, target.NS, o.MaxTree)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -725,7 +726,7 @@ func TestRingOverflowIsCounted(t *testing.T) {
 func TestSelf(t *testing.T) {
 	privtest.Require(t)
 	for _, self := range []bool{false, true} {
-		args := []string{"--json", "--count-by", "pid", "raw_syscalls:sys_enter", "-c", "echo filter=$(cut -d' ' -f4 /proc/$PPID/stat) >&2; sleep 0.5"}
+		args := []string{"--json", "--count-by", "pid", "raw_syscalls:sys_enter", "-a", "-c", "echo filter=$(cut -d' ' -f4 /proc/$PPID/stat) >&2; sleep 0.5"}
 		if self {
 			args = append(args, "--self")
 		}
@@ -1017,4 +1018,47 @@ func TestUprobeLeastPrivilege(t *testing.T) {
 		t.Errorf("--info usdt -p of root's process: exit %d, %q; want 1 and CAP_SYS_PTRACE named", r.Status, r.Stderr)
 	}
 	ran("-p with CAP_SYS_PTRACE", tooltest.RunAs(t, append(least, tooltest.CapSysPtrace), bin, "--count", "uprobe:libc.so.6:malloc", "-p", pid, "0.01", "1"))
+}
+
+// -c keeps the events of the command's tree from its exec on: the
+// command line's shell (its printf, a builtin, writes 5 bytes once) and a
+// process outside the tree (this test, 4 writes while the command runs)
+// are not counted, the 3 writes of the program the shell runs are; -a
+// keeps all 8.
+func TestCommandScope(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	self := filepath.Base(os.Args[0])
+	if len(self) > 15 {
+		self = self[:15]
+	}
+	where := fmt.Sprintf(`count == 5 && (comm == "sh" || comm == "%s")`, self)
+	for _, all := range []bool{false, true} {
+		goFile, done := filepath.Join(dir, fmt.Sprint("go", all)), filepath.Join(dir, fmt.Sprint("done", all))
+		go func() {
+			for i := 0; i < 3000; i++ {
+				if _, err := os.Stat(goFile); err == nil {
+					null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+					if err == nil {
+						for range 4 {
+							null.Write([]byte("12345"))
+						}
+						null.Close()
+					}
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			os.WriteFile(done, nil, 0o644)
+		}()
+		line := fmt.Sprintf("printf abcde > /dev/null; %s; touch %s; while [ ! -e %s ]; do sleep 0.02; done", tooltest.Writes(t, 5, 3), goFile, done)
+		args := []string{"--count", "--json", "syscalls:sys_enter_write", "--where", where, "-c", line}
+		want := `"count":3`
+		if all {
+			args, want = append(args, "-a"), `"count":8`
+		}
+		if r := filter(t, args...); r.Status != 0 || !strings.Contains(r.Stdout, want) {
+			t.Errorf("-a=%v: exit %d, %s%s; want %s", all, r.Status, r.Stdout, r.Stderr, want)
+		}
+	}
 }

@@ -27,6 +27,7 @@ type options struct {
 	Folded      bool   `long:"folded" description:"With --count-by kstack: one line per stack, its frames outermost first joined by ';', then the count: the input of flamegraph.pl (stackcollapse's form)"`
 	Hist        string `long:"hist" value-name:"EXPR" unquote:"false" description:"A log2 histogram of the integer EXPR (a field, builtin or path) over the passing events, built in the kernel, per interval"`
 	Pid         int    `short:"p" long:"pid" value-name:"PID" description:"Only events in this process's context (its pid, the tgid); a user-space probe's file is looked up in its root (/proc/PID/root), as a container sees it"`
+	All         bool   `short:"a" long:"all" description:"With -c, keep every process's events while the command runs, not only the command's (its tree, from its exec on)"`
 	Self        bool   `long:"self" description:"Include filter's own events (left out by default: its writes would feed the stream)"`
 	RingPages   int    `long:"ring-pages" value-name:"N" default:"64" description:"Ring buffer pages per CPU for printed events, a power of two: 64 (256 KiB) keeps up with 100,000 events a second; raise it for bursts (a loss says so)"`
 	BufferPages int    `long:"buffer-pages" value-name:"N" hidden:"true" description:"The old name of --ring-pages"`
@@ -119,6 +120,16 @@ ksym(EXPR) names any kernel code address in --fields and --count-by. Reports
 come per interval or at the end, as the other tools' do; a full map or
 ring buffer is reported as lost, never dropped silently. filter's own
 events are left out unless --self.
+
+With -c, only the command's events are kept: those that run in one of
+its processes, each from its exec on. A command line with shell syntax
+runs in /bin/sh, which is not counted, nor are its builtins (cpid is
+that shell); the processes it starts are, a subshell or a background
+job too. An event that runs in no
+process's context, a packet's receive or drop in a softirq, runs in
+whatever task it interrupted: -c keeps it when that task is the
+command's (a loopback packet's receive usually runs in its sender's).
+-a keeps every process's events while the command runs.
 
 Examples:
   filter syscalls:sys_enter_openat --where 'filename == "/etc/passwd"'

@@ -178,6 +178,9 @@ func validate(o *options) error {
 	if err := o.CheckTree(); err != nil {
 		return err
 	}
+	if o.All && o.Command == "" {
+		return usage.Errorf("--all goes with -c: without -c every process is traced already")
+	}
 	if st, _ := o.stat(); st != "" && o.Serve != "" {
 		return usage.Errorf("--serve and --%s: statistics are printed, not served yet; serve --count-by or --hist", st)
 	}
@@ -485,6 +488,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	target.Pid = uint32(o.Pid)
 	target.CPid = uint32(s.CommandPid())
+	// -c: the command's process tree, as the other tools follow it, for
+	// every event (-a: everyone's while it runs).
+	target.Tree = target.CPid != 0 && !o.All
 	ns, err := kernel.PidNamespace()
 	if err != nil && (o.Pid != 0 || o.Command != "") {
 		return err
@@ -559,7 +565,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		fp.AttachType, fp.AttachTo = p.attachType, p.entry
 	}
 	ch.add(spec)
-	coll, err := s.Load(spec)
+	coll, err := loadFollowing(s, spec, target.Tree, target.NS, o.MaxTree)
 	if err != nil {
 		return err
 	}
@@ -668,8 +674,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 		act = compile.Action{Kind: compile.Emit, Columns: userTarget(ev, sites[0], regs).Event.Columns()}
 	}
 	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{}}
-	// -c: the command's process tree, as the other tools follow it.
-	tree := s.CommandPid() != 0
+	tree := base.Tree
 	// Sites whose programs come out the same share one: one program per
 	// argument layout, attached to all its sites as one link where the
 	// kernel has uprobe_multi (see perfevent.UprobeMulti).
@@ -1033,7 +1038,7 @@ func (e event) probe() tracefs.Probe {
 // command's process tree (proctree), which is followed from then on.
 func loadFollowing(s *run.Session, spec *ebpf.CollectionSpec, tree bool, ns *asm.PidNS, maxTree uint32) (*ebpf.Collection, error) {
 	if tree {
-		t, err := proctree.New(s.CommandPid(), ns, maxTree)
+		t, err := proctree.New(s.CommandPid(), s.CommandShell(), ns, maxTree)
 		if err != nil {
 			return nil, err
 		}

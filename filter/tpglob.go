@@ -91,7 +91,7 @@ func runTracepoints(ctx context.Context, s *run.Session, o *options, ev event, r
 	if prog == nil {
 		return firstErr
 	}
-	coll, err := s.Load(&ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, prog), Programs: progs.specs})
+	coll, err := loadFollowing(s, &ebpf.CollectionSpec{Maps: compile.Maps(act.Kind, prog), Programs: progs.specs}, target.Tree, target.NS, o.MaxTree)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ const (
 	pidsLost   = "pids_lost"
 	followProg = "follow_forks"
 	forgetProg = "forget_exits"
-	seedProg   = "seed_on_exec"
+	execProg   = "tree_on_exec"
 )
 
 // MaxFollowed is the most processes (and threads) followed at once unless
@@ -34,6 +34,10 @@ const (
 // keep the pids (from their format files, read by New).
 type Tree struct {
 	Root int // the command's pid: the namespace's, with NS
+	// Shell: the root execs a shell that runs the command line, which
+	// waits uncounted while the programs it starts are traced (see
+	// asm.TreeOnExec and run.CommandArgv).
+	Shell bool
 	// NS: the tool runs in a pid namespace of its own (see Add).
 	NS *asm.PidNS
 	// Max is the most processes followed at once; 0 is MaxFollowed.
@@ -42,8 +46,8 @@ type Tree struct {
 }
 
 // New is the Tree of root on this kernel.
-func New(root int, ns *asm.PidNS, max uint32) (*Tree, error) {
-	t := &Tree{Root: root, NS: ns, Max: max}
+func New(root int, shell bool, ns *asm.PidNS, max uint32) (*Tree, error) {
+	t := &Tree{Root: root, Shell: shell, NS: ns, Max: max}
 	f, err := tracefs.ReadFormat("sched", "sched_process_fork")
 	if err != nil {
 		return nil, fmt.Errorf("follow the command's processes: %w", err)
@@ -72,12 +76,13 @@ func (t *Tree) Read(fork, exit *tracefs.Format) error {
 }
 
 // Add adds to spec what following t takes: the hash PidsMap (kernel pid
-// -> 1), which programs test with asm.PidInSet against
+// -> traced or waiting), which programs test with asm.PidInSet against
 // bpf_get_current_pid_tgid, a sched:sched_process_fork program that adds
-// children, and a sched:sched_process_exit program that removes the
-// exited. Inside a pid namespace (t.NS not nil), t.Root is that
-// namespace's pid, and a sched:sched_process_exec program puts the
-// kernel's pid in the map when the root execs (see asm.SeedOnExec).
+// children, traced, a sched:sched_process_exit program that
+// removes the exited, and a sched:sched_process_exec program that puts
+// the root in the map at its exec, the gate's, and traces a waiting
+// process that execs (asm.TreeOnExec). Inside a pid namespace (t.NS not
+// nil), t.Root is that namespace's pid.
 func Add(spec *ebpf.CollectionSpec, t *Tree) error {
 	fork, err := asm.FollowForks(PidsMap, pidsLost, t.ParentPid, t.ChildPid)
 	if err != nil {
@@ -95,26 +100,24 @@ func Add(spec *ebpf.CollectionSpec, t *Tree) error {
 	spec.Maps[pidsLost] = &ebpf.MapSpec{Name: "tk_pids_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	spec.Programs[followProg] = &ebpf.ProgramSpec{Name: followProg, Type: ebpf.TracePoint, License: "GPL", Instructions: fork}
 	spec.Programs[forgetProg] = &ebpf.ProgramSpec{Name: forgetProg, Type: ebpf.TracePoint, License: "GPL", Instructions: exits}
-	if t.NS != nil {
-		spec.Programs[seedProg] = &ebpf.ProgramSpec{Name: seedProg, Type: ebpf.TracePoint, License: "GPL", Instructions: asm.SeedOnExec(PidsMap, *t.NS, uint32(t.Root))}
+	rootValue := uint32(asm.TreeTraced)
+	if t.Shell {
+		rootValue = asm.TreeWaiting
 	}
+	spec.Programs[execProg] = &ebpf.ProgramSpec{Name: execProg, Type: ebpf.TracePoint, License: "GPL", Instructions: asm.TreeOnExec(PidsMap, t.NS, uint32(t.Root), rootValue)}
 	return nil
 }
 
-// Follow seeds PidsMap with root (or, in a pid namespace, attaches the
-// program that does at root's exec) and attaches the fork follower and
-// the exit pruner through attach, which owns them from then on.
-func Follow(coll *ebpf.Collection, root int, attach func(prog *ebpf.Program, group, name string) error) error {
-	m, fork, exits := coll.Maps[PidsMap], coll.Programs[followProg], coll.Programs[forgetProg]
-	if m == nil || fork == nil || exits == nil {
+// Follow attaches the exec program that puts the root in PidsMap when
+// the gate execs it, the fork follower and the exit pruner through
+// attach, which owns them from then on.
+func Follow(coll *ebpf.Collection, attach func(prog *ebpf.Program, group, name string) error) error {
+	exec, fork, exits := coll.Programs[execProg], coll.Programs[followProg], coll.Programs[forgetProg]
+	if coll.Maps[PidsMap] == nil || exec == nil || fork == nil || exits == nil {
 		return errors.New("follow the command's processes: Add was not called")
 	}
-	if seed := coll.Programs[seedProg]; seed != nil {
-		if err := attach(seed, "sched", "sched_process_exec"); err != nil {
-			return err
-		}
-	} else if err := m.Put(uint32(root), uint32(1)); err != nil {
-		return fmt.Errorf("follow pid %d: %w", root, err)
+	if err := attach(exec, "sched", "sched_process_exec"); err != nil {
+		return err
 	}
 	if err := attach(fork, "sched", "sched_process_fork"); err != nil {
 		return err
@@ -124,11 +127,11 @@ func Follow(coll *ebpf.Collection, root int, attach func(prog *ebpf.Program, gro
 
 // Skipped is how many runs of the tree's programs the kernel skipped
 // (loader.Misses; on 7.x kernels a program preempted mid-run makes the
-// next event on its CPU skip every program): forks not seen, each a
-// process (and its descendants) not followed, and exits not seen, each a
-// pid left in the map until the run ends.
+// next event on its CPU skip every program): forks and execs not seen,
+// each a process (and its descendants) not followed or not traced, and
+// exits not seen, each a pid left in the map until the run ends.
 func Skipped(coll *ebpf.Collection) (forks, exits uint64) {
-	return loader.Misses(coll.Programs[followProg]), loader.Misses(coll.Programs[forgetProg])
+	return loader.Misses(coll.Programs[followProg]) + loader.Misses(coll.Programs[execProg]), loader.Misses(coll.Programs[forgetProg])
 }
 
 // Unfollowed says how many of the processes the tree's programs saw were

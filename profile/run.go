@@ -147,7 +147,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	cfg.NS = ns
 	if o.Command != "" {
-		if cfg.Tree, err = proctree.New(s.CommandPid(), ns, o.MaxTree); err != nil {
+		if cfg.Tree, err = proctree.New(s.CommandPid(), s.CommandShell(), ns, o.MaxTree); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,7 +39,34 @@ const guardName = "tracekit-guard"
 // one line from fd 3, and only then execs the command, in the same process,
 // so its pid is known (and can be filtered on) before it runs at all. If the
 // tool dies before the go, the read sees EOF and the command never runs.
-const gate = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec /bin/sh -c "$1"`
+const gate = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec "$@"`
+
+// CommandArgv is how a -c command line runs: split into words and run
+// as it is, as bpftrace -c does, when it is only words of plain
+// characters and the first names a program (not a builtin such as exit);
+// otherwise by /bin/sh -c, and shell says so. A process counts from its
+// exec on (proctree): a shell that runs a command line is not counted,
+// nor are its builtins; the processes it starts are.
+func CommandArgv(line string) (argv []string, shell bool) {
+	words := strings.Fields(line)
+	if len(words) > 0 {
+		if _, err := exec.LookPath(words[0]); err != nil {
+			words = nil
+		}
+	}
+	for i, w := range words {
+		for _, c := range w {
+			plain := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-./,:+@%", c) || c == '=' && i > 0
+			if !plain {
+				return []string{"/bin/sh", "-c", line}, true
+			}
+		}
+	}
+	if len(words) == 0 {
+		return []string{"/bin/sh", "-c", line}, true
+	}
+	return words, false
+}
 
 // The guard's inherited descriptors.
 const (
@@ -83,7 +111,8 @@ func guard(line string) int {
 		report("error become a child subreaper: %v", err)
 		return 1
 	}
-	cmd := exec.Command("/bin/sh", "-c", gate, "sh", line)
+	argv, _ := CommandArgv(line)
+	cmd := exec.Command("/bin/sh", append([]string{"-c", gate, "sh"}, argv...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{os.NewFile(guardGateFD, "gate")}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

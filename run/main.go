@@ -25,7 +25,7 @@ import (
 // contract). Tools embed it in their own options struct.
 type Common struct {
 	Cumulative bool   `long:"cumulative" description:"Keep counting across interval reports instead of clearing the counts after each"`
-	Command    string `short:"c" long:"command" value-name:"CMD" unquote:"false" description:"Run /bin/sh -c CMD once tracing is attached, trace while it runs, report when it exits"`
+	Command    string `short:"c" long:"command" value-name:"CMD" unquote:"false" description:"Run CMD once tracing is attached (its words as they are, or by /bin/sh -c when it has shell syntax), trace while it runs, report when it exits"`
 	JSON       bool   `long:"json" description:"Print one JSON object per report on stdout; every other message goes to stderr"`
 	Timestamp  bool   `short:"T" long:"timestamp" description:"Print the time (HH:MM:SS) above each text report"`
 	Verbose    bool   `long:"verbose" description:"When the kernel's verifier rejects a program, print its whole log and the program (else its last lines)"`

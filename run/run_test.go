@@ -91,3 +91,37 @@ func TestVersion(t *testing.T) {
 		t.Errorf("the build's commit is not printed: %q", line)
 	}
 }
+
+// A command line of plain words naming a program runs as it is; shell
+// syntax, a builtin or nothing at all runs by /bin/sh -c.
+func TestCommandArgv(t *testing.T) {
+	for _, tc := range []struct {
+		line  string
+		shell bool
+	}{
+		{"sleep 1", false},
+		{"/bin/echo a,b x=1 -n 50%", false},
+		{"  true  ", false},
+		{"exit 3", true},
+		{"exec sleep 1", true},
+		{"echo $HOME", true},
+		{"a | b", true},
+		{"X=1 sleep 1", true},
+		{"sleep 1; sleep 2", true},
+		{"echo 'a b'", true},
+		{"~/bin/x", true},
+		{"", true},
+		{"no-such-program-tk", true},
+	} {
+		argv, shell := CommandArgv(tc.line)
+		if shell != tc.shell {
+			t.Errorf("%q: shell %v, want %v (%q)", tc.line, shell, tc.shell, argv)
+		}
+		if want := strings.Fields(tc.line); !shell && strings.Join(argv, "\x00") != strings.Join(want, "\x00") {
+			t.Errorf("%q: %q, want %q", tc.line, argv, want)
+		}
+		if shell && (len(argv) != 3 || argv[0] != "/bin/sh" || argv[2] != tc.line) {
+			t.Errorf("%q: %q, want /bin/sh -c", tc.line, argv)
+		}
+	}
+}

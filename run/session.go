@@ -263,7 +263,7 @@ func (o *TreeOption) CheckTree() error {
 // When the run ends, children that did not fit in the map are reported
 // on stderr.
 func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
-	if err := proctree.Follow(coll, root, s.AttachTracepoint); err != nil {
+	if err := proctree.Follow(coll, s.AttachTracepoint); err != nil {
 		return err
 	}
 	s.OnClose("", func() error {
@@ -271,7 +271,7 @@ func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
 			fmt.Fprintf(s.Stderr, "%s: %d of the command's processes were not followed: more than %d ran at once (--max-tree), and their events are missing\n", s.Tool, n, room)
 		}
 		if forks, exits := proctree.Skipped(coll); forks+exits > 0 {
-			fmt.Fprintf(s.Stderr, "%s: the kernel skipped following the command's processes %d times (preempted mid-run on a CPU that the next event then reached): %d forks not seen, their processes' events are missing; %d exits not seen\n", s.Tool, forks+exits, forks, exits)
+			fmt.Fprintf(s.Stderr, "%s: the kernel skipped following the command's processes %d times (preempted mid-run on a CPU that the next event then reached): %d forks or execs not seen, their processes' events are missing; %d exits not seen\n", s.Tool, forks+exits, forks, exits)
 		}
 		return nil
 	})
@@ -411,6 +411,14 @@ func (s *Session) CommandPid() int {
 		return 0
 	}
 	return s.cmd.Pid()
+}
+
+// CommandShell reports whether the -c command runs in a shell (its line
+// has shell syntax: see CommandArgv), which then waits for its children's
+// execs, uncounted.
+func (s *Session) CommandShell() bool {
+	_, shell := CommandArgv(s.Opts.Command)
+	return shell
 }
 
 // Stop ends Loop from any goroutine: with nil as Ctrl-C does (the final

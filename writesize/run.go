@@ -176,7 +176,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		cfg.NS = ns
 	}
 	if tree {
-		t, err := proctree.New(cmdPid, cfg.NS, o.MaxTree)
+		t, err := proctree.New(cmdPid, s.CommandShell(), cfg.NS, o.MaxTree)
 		if err != nil {
 			return err
 		}
