@@ -37,7 +37,7 @@ func TestStructDump(t *testing.T) {
 	privtest.Require(t)
 	const n = 5
 	dump := "*((struct sk_buff *)skbaddr)"
-	r := filter(t, "--json", "net:netif_receive_skb", "--where", `len == 328 && name == "lo"`, "--fields", "len,"+dump, "-c", tooltest.UDPSizes(t, fmt.Sprintf("300x%d", n)))
+	r := filter(t, "--json", "net:netif_receive_skb", "--where", `len == 328 && name == "lo"`, "--fields", "len,"+dump, "-a", "-c", tooltest.UDPSizes(t, fmt.Sprintf("300x%d", n)))
 	evs := printedEvents(t, r)
 	if r.Status != 0 || len(evs) != n {
 		t.Fatalf("exit %d, %d events, want %d: %s", r.Status, len(evs), n, r.Stderr)

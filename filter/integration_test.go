@@ -80,7 +80,7 @@ func TestLoopbackFilter(t *testing.T) {
 		`name == "lo" && len == 1028`,
 		`((struct sk_buff *)skbaddr)->dev->name == "lo" && len == 1028`,
 	} {
-		r := filter(t, "net:netif_receive_skb", "--where", where, "-c", ping)
+		r := filter(t, "net:netif_receive_skb", "--where", where, "-a", "-c", ping)
 		if r.Status != 0 {
 			t.Fatalf("%s: exit %d: %s", where, r.Status, r.Stderr)
 		}
@@ -96,12 +96,12 @@ func TestLoopbackFilter(t *testing.T) {
 		}
 	}
 	// None of them with the opposite predicate.
-	r := filter(t, "net:netif_receive_skb", "--where", `name != "lo" && len == 1028`, "-c", ping)
+	r := filter(t, "net:netif_receive_skb", "--where", `name != "lo" && len == 1028`, "-a", "-c", ping)
 	if r.Status != 0 || len(lines(r.Stdout)) != 0 {
 		t.Errorf("name != \"lo\": exit %d, events:\n%s", r.Status, r.Stdout)
 	}
 	// JSON: one object per event, fields decoded.
-	r = filter(t, "--json", "net:netif_receive_skb", "--where", `name == "lo" && len == 1028`, "-c", ping)
+	r = filter(t, "--json", "net:netif_receive_skb", "--where", `name == "lo" && len == 1028`, "-a", "-c", ping)
 	js := lines(r.Stdout)
 	if len(js) != 2*n {
 		t.Fatalf("json: %d lines", len(js))
@@ -122,7 +122,7 @@ func TestCountUDP(t *testing.T) {
 	privtest.Require(t)
 	const n = 17
 	// Datagrams of 300 bytes to a listening socket: 328 at netif_receive_skb.
-	r := filter(t, "--count", "--json", "net:netif_receive_skb", "--where", `len == 328 && name == "lo"`, "-c", tooltest.UDPSizes(t, fmt.Sprintf("300x%d,20x5", n)))
+	r := filter(t, "--count", "--json", "net:netif_receive_skb", "--where", `len == 328 && name == "lo"`, "-a", "-c", tooltest.UDPSizes(t, fmt.Sprintf("300x%d,20x5", n)))
 	if r.Status != 0 {
 		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 	}
@@ -145,7 +145,7 @@ func TestCountUDP(t *testing.T) {
 		}
 		return
 	}
-	r = filter(t, "--count", "skb:kfree_skb", "--where", `reason == "NO_SOCKET" && protocol == 0x0800`, "-c", tooltest.UDPDrops(t, n))
+	r = filter(t, "--count", "skb:kfree_skb", "--where", `reason == "NO_SOCKET" && protocol == 0x0800`, "-a", "-c", tooltest.UDPDrops(t, n))
 	m := regexp.MustCompile(`^(\d+) events of skb:kfree_skb passed$`).FindStringSubmatch(strings.TrimSpace(r.Stdout))
 	if m == nil {
 		t.Fatalf("count output %q (%s)", r.Stdout, r.Stderr)
@@ -155,7 +155,7 @@ func TestCountUDP(t *testing.T) {
 	}
 	// Printed: the reason by name, the location by the kernel's symbol
 	// (one this kernel's kallsyms has), as --count-by shows them.
-	r = filter(t, "skb:kfree_skb", "--where", `reason == "NO_SOCKET" && protocol == 0x0800`, "-c", tooltest.UDPDrops(t, n))
+	r = filter(t, "skb:kfree_skb", "--where", `reason == "NO_SOCKET" && protocol == 0x0800`, "-a", "-c", tooltest.UDPDrops(t, n))
 	ls := lines(r.Stdout)
 	loc := regexp.MustCompile(` location=([A-Za-z0-9_.]+)\+0x[0-9a-f]+ `)
 	syms, err := procfs.LoadKallsyms()
@@ -173,7 +173,7 @@ func TestCountUDP(t *testing.T) {
 		}
 	}
 	// ksym() names any such address, in a key too.
-	byLoc, r := countByJSON(t, "ksym(location)", "skb:kfree_skb", "--where", `reason == "NO_SOCKET" && protocol == 0x0800`, "-c", tooltest.UDPDrops(t, n))
+	byLoc, r := countByJSON(t, "ksym(location)", "skb:kfree_skb", "--where", `reason == "NO_SOCKET" && protocol == 0x0800`, "-a", "-c", tooltest.UDPDrops(t, n))
 	total := 0
 	for _, c := range byLoc.Counts {
 		name, _ := c.Key["ksym(location)"].(string)
@@ -602,7 +602,7 @@ func TestHistLen(t *testing.T) {
 	// netif_receive_skb (IP and UDP headers).
 	work := tooltest.UDPSizes(t, "20x5,300x17,1000x3,5000x2")
 	where := `name == "lo" && (len == 48 || len == 328 || len == 1028 || len == 5028)`
-	r := filter(t, "--hist", "len", "net:netif_receive_skb", "--where", where, "-c", work)
+	r := filter(t, "--hist", "len", "net:netif_receive_skb", "--where", where, "-a", "-c", work)
 	want := "     len                 : count     distribution\n" +
 		"         0 -> 1          : 0        |                                        |\n" +
 		"         2 -> 3          : 0        |                                        |\n" +

@@ -64,7 +64,7 @@ func TestKstack(t *testing.T) {
 	const n = 6
 	where := `len == 328 && name == "lo"`
 	work := tooltest.UDPSizes(t, fmt.Sprintf("300x%d", n))
-	r := filter(t, "--json", "--count-by", "kstack", "net:netif_receive_skb", "--where", where, "-c", work)
+	r := filter(t, "--json", "--count-by", "kstack", "net:netif_receive_skb", "--where", where, "-a", "-c", work)
 	stacks, total := kstacks(t, r.Stdout)
 	if total != n {
 		t.Fatalf("%d datagrams counted by stack, want %d: %v\n%s", total, n, stacks, r.Stderr)
@@ -77,7 +77,7 @@ func TestKstack(t *testing.T) {
 		}
 	}
 	// Folded, for a flame graph: functions outermost first, then the count.
-	r = filter(t, "--count-by", "kstack", "--folded", "net:netif_receive_skb", "--where", where, "-c", work)
+	r = filter(t, "--count-by", "kstack", "--folded", "net:netif_receive_skb", "--where", where, "-a", "-c", work)
 	folded := 0
 	for _, l := range lines(r.Stdout) {
 		m := regexp.MustCompile(`^([A-Za-z0-9_.;]+) (\d+)$`).FindStringSubmatch(l)
