@@ -101,8 +101,12 @@ func run() error {
 				{"writesize --attach=raw", toolProcess(*bin+"/writesize", []string{"--attach=raw"})},
 				{"filter --hist count", toolProcess(*bin+"/filter", []string{"--hist", "count", "syscalls:sys_enter_write"})},
 				{"filter --count-by kstack (perf)", toolProcess(*bin+"/filter", []string{"--attach=perf", "--count-by", "kstack", "syscalls:sys_enter_write"})},
-			}, append(peer("bpftrace hist()", "tracepoint:syscalls:sys_enter_write { @ = hist(args->count); }"),
-				peer("bpftrace @[kstack] = count()", "tracepoint:syscalls:sys_enter_write { @[kstack] = count(); }")...)...),
+				{"filter --sum count --count-by comm (perf)", toolProcess(*bin+"/filter", []string{"--attach=perf", "--sum", "count", "--count-by", "comm", "syscalls:sys_enter_write"})},
+				{"filter --hist 'count - 28' (perf)", toolProcess(*bin+"/filter", []string{"--attach=perf", "--hist", "count - 28", "syscalls:sys_enter_write"})},
+			}, append(append(append(peer("bpftrace hist()", "tracepoint:syscalls:sys_enter_write { @ = hist(args->count); }"),
+				peer("bpftrace @[kstack] = count()", "tracepoint:syscalls:sys_enter_write { @[kstack] = count(); }")...),
+				peer("bpftrace @[comm] = sum(args->count)", "tracepoint:syscalls:sys_enter_write { @[comm] = sum(args->count); }")...),
+				peer("bpftrace hist(args->count - 28)", "tracepoint:syscalls:sys_enter_write { @ = hist(args->count - 28); }")...)...),
 		},
 		{
 			// What a hook on the write path costs the rest of the machine:

@@ -197,6 +197,11 @@ func stackFrames(m *ebpf.Map, id int64) []string {
 	if err := m.Lookup(uint32(id), &pcs); err != nil {
 		return []string{fmt.Sprintf("[stack %d: %v]", id, err)}
 	}
+	return kernelFrames(pcs)
+}
+
+// kernelFrames names return addresses, up to the first 0.
+func kernelFrames(pcs []uint64) []string {
 	var frames []string
 	for _, pc := range pcs {
 		if pc == 0 {

@@ -126,3 +126,48 @@ func TestKstack(t *testing.T) {
 		}
 	}
 }
+
+// --fields kstack prints each event's kernel stack: over 3 writes of 4099
+// bytes, every event has frames, its outermost a function of this
+// kernel's kallsyms, and the stacks are those --count-by kstack counts
+// for the same writes, attached at the same time, 3 in all.
+func TestKstackFields(t *testing.T) {
+	privtest.Require(t)
+	syms, err := procfs.LoadKallsyms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	where := "count == 4099"
+	bin := tooltest.Tool(t, "filter")
+	fields := startTracer(t, "Tracing", bin, "--json", "--fields", "count,kstack", "syscalls:sys_enter_write", "--where", where)
+	counts := startTracer(t, "Tracing", bin, "--json", "--count-by", "kstack", "syscalls:sys_enter_write", "--where", where)
+	if out, err := exec.Command("/bin/sh", "-c", tooltest.Writes(t, 4099, n)).CombinedOutput(); err != nil {
+		t.Fatalf("writes: %v %s", err, out)
+	}
+	printed := map[string]int{}
+	for _, l := range lines(fields.stop(t, func(out string) bool { return strings.Count(out, "\n") >= n })) {
+		var ev struct {
+			Fields struct {
+				Count  int
+				Kstack []string
+			}
+		}
+		if err := json.Unmarshal([]byte(l), &ev); err != nil || ev.Fields.Count != 4099 || len(ev.Fields.Kstack) == 0 {
+			t.Errorf("%v: an event of 4099 bytes with its frames: %q", err, l)
+			continue
+		}
+		frames := ev.Fields.Kstack
+		if fn, _, _ := strings.Cut(frames[len(frames)-1], "+"); !syms.Has(fn) && frames[0] != "[no kernel stack]" {
+			t.Errorf("outermost frame %q: not a function of this kernel's: %q", fn, frames)
+		}
+		for i := range frames {
+			frames[i] = decimalOffsets(frames[i])
+		}
+		printed[strings.Join(frames, "\n")]++
+	}
+	counted, total := kstacks(t, counts.stop(t, func(string) bool { return true }))
+	if total != n || fmt.Sprint(printed) != fmt.Sprint(counted) {
+		t.Errorf("--fields kstack printed %v; --count-by kstack counted %v (%d, want %d)", printed, counted, total, n)
+	}
+}

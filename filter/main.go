@@ -104,8 +104,10 @@ the program builds). In --fields, *PATH prints the whole kernel structure
 PATH points to, from BTF, as ksnoop does (bpf_snprintf_btf, Linux 5.10+):
 *skb, *skb->dev, or a tracepoint field cast, *((struct sk_buff
 *)skbaddr). One line, members that are zero left out, at most 1023
-bytes: a longer one is cut and ends in "...". A char * field prints as text: an event that has one
-gets a record of its own by default. Instead of printing, the kernel can
+bytes: a longer one is cut and ends in "...". kstack prints the event's
+kernel stack under its line, innermost first, up to 127 frames (in JSON, a
+list). A char * field prints as text: an event that has one gets a record
+of its own by default. Instead of printing, the kernel can
 aggregate: --count (a count), --count-by KEYS (a table, largest first, as
 bpftrace's @[comm] = count(); kstack keys by the kernel's stack, printed
 as bpftrace prints @[kstack], or with --folded as a flame graph's input),
@@ -133,6 +135,8 @@ command's (a loopback packet's receive usually runs in its sender's).
 
 Examples:
   filter syscalls:sys_enter_openat --where 'filename == "/etc/passwd"'
+  filter --hist 'count / 1024' syscalls:sys_enter_write --where '(fd & 1) == 1'
+  filter --fields comm,count,kstack syscalls:sys_enter_write --where 'count > 65536'
   filter syscalls:sys_enter_openat --where 'filename ~ "/etc/*" && !(comm == "cat")'
   filter sched:sched_switch --where 'prev_pid == 1 || next_pid == 1'
   filter net:netif_receive_skb --where '((struct sk_buff *)skbaddr)->dev->name == "lo"'

@@ -65,6 +65,8 @@ func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 		}
 		fl := tracefs.Field{Name: c.Name, Offset: c.Offset, Size: c.Size, Signed: c.Signed, Type: "unsigned long"}
 		switch {
+		case c.Frames:
+			fl.Type, fl.ArrayLen = stackType, c.Size/8
 		case c.String:
 			fl.Type, fl.ArrayLen = "char", c.Size
 		case c.Pointer:
@@ -75,6 +77,26 @@ func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 		f.Fields = append(f.Fields, fl)
 	}
 	return f
+}
+
+// stackType is the type of a record's kstack field (compile.Column.Frames).
+const stackType = "kstack"
+
+// recordFrames are the frames of a kstack field, innermost first.
+func recordFrames(f tracefs.Field, raw []byte) []string {
+	if f.Offset+f.Size > len(raw) {
+		return nil
+	}
+	pcs := make([]uint64, f.ArrayLen)
+	for i := range pcs {
+		pcs[i] = binary.LittleEndian.Uint64(raw[f.Offset+8*i:])
+	}
+	if frames := kernelFrames(pcs); len(frames) > 0 {
+		return frames
+	}
+	// bpf_get_stack zeroes the whole room when it fails: a syscall's
+	// tracepoint through perf on 5.10 has the user's registers.
+	return []string{"[no kernel stack]"}
 }
 
 // stream prints every record of the rings as format lays it out, and
@@ -276,6 +298,10 @@ func (p *printer) print(smp perfevent.Sample) {
 				fields[f.Name] = name
 				continue
 			}
+			if f.Type == stackType {
+				fields[f.Name] = recordFrames(f, smp.Raw)
+				continue
+			}
 			if f.ArrayLen == 0 && f.Size <= 8 && f.Offset+f.Size <= len(smp.Raw) {
 				if name := p.named(f, smp.Raw[f.Offset:f.Offset+f.Size]); name != "" {
 					fields[f.Name] = name
@@ -331,6 +357,14 @@ func (p *printer) print(smp perfevent.Sample) {
 		b = p.appendField(b, f, smp.Raw)
 	}
 	b = append(b, '\n')
+	for _, f := range p.format.Fields {
+		if f.Type == stackType {
+			// Under the line, as bpftrace prints a stack: innermost first.
+			for _, fr := range recordFrames(f, smp.Raw) {
+				b = append(append(append(b, "    "...), terminal.Printable(fr)...), '\n')
+			}
+		}
+	}
 	p.line = b
 	p.out.Write(b)
 }

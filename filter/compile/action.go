@@ -62,13 +62,21 @@ type Column struct {
 	Signed, Pointer bool
 	Symbols         map[uint64]string
 	Ksym            bool // a kernel code address, named by symbol (ksym())
-	Stack           bool // kstack: an id of StacksMap
+	Stack           bool // kstack as a key: an id of StacksMap
+	// Frames: kstack in a record, Size/8 return addresses innermost first,
+	// 0 after the last (bpf_get_stack), in the per-CPU buffer as a
+	// structure's text is.
+	Frames bool
 	// A structure's text (String too), written by bpf_snprintf_btf; at a
 	// call's return, copied from the stash at stashed (else -1).
 	dump    bool
 	dumpID  btf.TypeID
 	stashed int
 }
+
+// big reports a column built in the per-CPU buffer: a structure's text, a
+// stack's frames.
+func (c Column) big() bool { return c.dump || c.Frames }
 
 // Program is a compiled filter and the layout of what it produces.
 type Program struct {
@@ -238,13 +246,17 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 	var plan []planned
 	size, dumps := 0, 0
 	for _, o := range ops {
-		col := Column{Name: o.Text, Offset: size, Size: 8, Ksym: o.Ksym, Stack: o.Base == "kstack" && len(o.Steps) == 0 && !o.IsConst()}
+		col := Column{Name: o.Text, Offset: size, Size: 8, Ksym: o.Ksym}
 		// The walk, if any, is emitted below, where it is used.
 		v, _, err := c.typeOf(o)
 		if err != nil {
 			return laid{}, err
 		}
+		col.Stack = v.builtin == "kstack" && v.kind == kInt
 		switch {
+		case v.kind == kFrames:
+			col.Frames, col.Size, col.stashed = true, StackDepth*8, -1
+			dumps++
 		case v.kind == kDump && key && !stash:
 			return laid{}, c.errAt(o.Pos, "%s: a structure is printed (--fields), not counted by", o.Text)
 		case v.kind == kDump:
@@ -261,7 +273,7 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 		default:
 			col.Signed, col.Pointer, col.Symbols = v.signed, v.pointer, v.symbols
 		}
-		if !col.dump {
+		if !col.big() {
 			size += col.Size
 		}
 		plan = append(plan, planned{v, col})
@@ -271,13 +283,15 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 		return laid{}, c.errAt(0, "the columns take %d bytes, more than the %d of stack a program has left for them: drop a string", stackSize, maxRecord)
 	}
 	l := laid{base: int16(valOff - stackSize), stackSize: size}
+	extra := 0
 	for i := range plan {
-		if plan[i].col.dump {
-			plan[i].col.Offset = size + DumpSize*len(l.ptrs)
+		if plan[i].col.big() {
+			plan[i].col.Offset = size + extra
+			extra += plan[i].col.Size
 			l.ptrs = append(l.ptrs, l.base+int16(size+8*len(l.ptrs)))
 		}
 	}
-	prog.Size = size + DumpSize*dumps
+	prog.Size = size + extra
 	k := 0
 	for i, o := range ops {
 		col := plan[i].col
@@ -287,11 +301,11 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 			return laid{}, err
 		}
 		first := len(c.insns)
-		if col.dump {
+		if col.big() {
 			// Its pointer, for emitDumps.
 			off = l.ptrs[k]
 			k++
-			if col.stashed >= 0 {
+			if col.stashed >= 0 || col.Frames {
 				prog.Columns = append(prog.Columns, col)
 				continue
 			}

@@ -7,6 +7,7 @@ import (
 	bpf "github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/kbtf"
 )
 
@@ -128,10 +129,22 @@ func (c *compiler) emitDumps(prog *Program, l laid, head int) {
 	}
 	k := 0
 	for _, col := range prog.Columns {
-		if !col.dump {
+		if !col.big() {
 			continue
 		}
 		at := head + col.Offset
+		if col.Frames {
+			c.emit(
+				bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment(fmt.Sprintf("bpf_get_stack(ctx, record+%d, %d, 0): the kernel's stack, innermost first, zeroed after its last frame (all of it on a failure)", at, col.Size))),
+				bpf.Mov.Reg(bpf.R2, regDump),
+				bpf.Add.Imm(bpf.R2, int32(at)),
+				bpf.Mov.Imm(bpf.R3, int32(col.Size)),
+				bpf.Mov.Imm(bpf.R4, 0),
+				bpf.FnGetStack.Call(),
+			)
+			k++
+			continue
+		}
 		if col.stashed >= 0 {
 			// Written at the call's entry: copied from its stash.
 			for off := 0; off < DumpSize; off += 8 {

@@ -177,6 +177,9 @@ var compileCases = []struct {
 	{"lhist_dfd", "openat", `flags == 0`, "lhist:dfd:-200:200:50"},
 	// Counted by the kernel's stack: an id of the stacks map, and comm.
 	{"count_by_kstack", "openat", `dfd == -100`, "count-by:kstack,comm"},
+	// Printed with each event: its frames in the per-CPU buffer.
+	{"fields_kstack", "openat", `dfd == -100`, "fields:filename,kstack,dfd"},
+	{"fields_kstack_kprobe", "kprobe", `skb->len > 100`, "fields:kstack,*skb"},
 	// The -c command's own process: cpid, a constant of the program.
 	{"cpid_openat", "openat_cpid", `pid == cpid`, "count"},
 	{"glob_openat", "openat_glob", `filename ~ "/etc/*"`, "fields:probe,filename"},
@@ -302,6 +305,8 @@ func layout(p *Program) string {
 	for _, c := range p.Columns {
 		kind := "u64"
 		switch {
+		case c.Frames:
+			kind = fmt.Sprintf("kstack, u64[%d]", c.Size/8)
 		case c.String:
 			kind = fmt.Sprintf("char[%d]", c.Size)
 		case c.Pointer:
@@ -457,6 +462,7 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `str(name) == "x"`, "name is a string: only an 8-byte address can be read as a string\n  str(name) == \"x\"\n  ^"},
 		{"netif", `comm->x == 1`, "comm is a builtin: it has no members\n  comm->x == 1\n  ^"},
 		{"netif", `cpu == "x"`, "cpu is a number: compare it with a number\n  cpu == \"x\"\n         ^"},
+		{"netif", `kstack == 1`, "kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number to compare\n  kstack == 1\n  ^"},
 		{"netif", strings.Repeat("(", 65) + "len == 1" + strings.Repeat(")", 65), "expression nested deeper than 64 levels\n  " + strings.Repeat("(", 65) + "len == 1" + strings.Repeat(")", 65) + "\n  " + strings.Repeat(" ", 65) + "^"},
 		{"netif", `name ~ ""`, "~ takes a prefix ending in a single '*', as in \"/etc/*\" (use == for an exact match)\n  name ~ \"\"\n         ^"},
 		{"netif", strings.Repeat("!", 70) + `(len == 1)`, "expression nested deeper than 64 levels\n  " + strings.Repeat("!", 70) + "(len == 1)\n  " + strings.Repeat(" ", 65) + "^"},

@@ -19,7 +19,8 @@ type valueKind int
 const (
 	kInt valueKind = iota
 	kString
-	kDump // a structure printed from BTF, through the pointer ptr (dump.go)
+	kDump   // a structure printed from BTF, through the pointer ptr (dump.go)
+	kFrames // kstack in a record: its return addresses (bpf_get_stack)
 )
 
 // source is where a value is.
@@ -163,11 +164,15 @@ func (c *compiler) builtin(o Operand) (value, error) {
 	}
 	v := value{name: o.Base, src: srcBuiltin, builtin: o.Base, size: 4}
 	if o.Base == "kstack" {
-		// The kernel's stack, as an id of the stacks map: a key only.
-		if c.option != "--count-by" {
-			return value{}, c.errAt(o.Pos, "kstack is counted by (--count-by kstack): it is not a number to compare or print")
+		// The kernel's stack: as a key, an id of the stacks map; in a
+		// record, its return addresses.
+		switch c.option {
+		case "--count-by":
+			return value{name: o.Base, kind: kInt, signed: true, size: 8, src: srcBuiltin, builtin: o.Base}, nil
+		case "--fields":
+			return value{name: o.Base, kind: kFrames, src: srcBuiltin, builtin: o.Base}, nil
 		}
-		return value{name: o.Base, kind: kInt, signed: true, size: 8, src: srcBuiltin, builtin: o.Base}, nil
+		return value{}, c.errAt(o.Pos, "kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number to compare")
 	}
 	if o.Base == "cpid" && c.t.CPid == 0 {
 		return value{}, c.errAt(o.Pos, "cpid is the pid of the command -c runs: add -c CMD")
@@ -363,6 +368,8 @@ func (v value) describe() string {
 	switch {
 	case v.kind == kString:
 		return "a string"
+	case v.kind == kFrames:
+		return "a stack"
 	case v.pointer:
 		return "a pointer"
 	}
