@@ -317,7 +317,9 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 			prog.Columns = append(prog.Columns, col)
 			continue
 		}
-		if (key || stash) && (v.ptr != nil || v.src == srcDataLoc) {
+		// comm too: 6.1's bpf_get_current_comm copies up to the NUL
+		// (strscpy) and leaves the stack's bytes after it.
+		if (key || stash) && (v.ptr != nil || v.src == srcDataLoc || v.builtin == "comm") {
 			c.emit(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment(fmt.Sprintf("column %s at fp%d, cleared first: a string leaves old bytes after its NUL", col.Name, off))))
 			for i := 0; i < col.Size; i += 8 {
 				c.emit(bpf.StoreMem(bpf.RFP, off+int16(i), bpf.R1, bpf.DWord))
