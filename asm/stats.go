@@ -28,7 +28,7 @@ func StatsUpdate(prefix, mapName string, keyOff, valOff, initOff int16, signed b
 	}
 	var s Seq
 	first := MapLookup(mapName, keyOff)
-	first[0] = first[0].WithSource(bpf.Comment(fmt.Sprintf("%s[key]: count, sum, min and max of the value (this CPU's slot)", mapName)))
+	first[0] = first[0].WithSymbol(prefix + "_hash").WithSource(bpf.Comment(fmt.Sprintf("%s[key]: count, sum, min and max of the value (this CPU's slot)", mapName)))
 	s.Append(first)
 	s.Add(bpf.JNE.Imm(bpf.R0, 0, have))
 	s.Add(bpf.LoadMem(bpf.R1, bpf.RFP, valOff, bpf.DWord).WithSource(bpf.Comment("a new key: {1, v, v, v}")))
@@ -65,5 +65,47 @@ func StatsUpdate(prefix, mapName string, keyOff, valOff, initOff int16, signed b
 	s.Add(bpf.StoreMem(bpf.R0, 24, bpf.R1, bpf.DWord))
 	s.Add(bpf.Ja.Label(done))
 	s.Append(fullMapLost(prefix, lost, done, lostMap, valOff))
+	return s.Instructions
+}
+
+// StatsCacheSize is a StatsCache slot: {u64 key0; u64 key1; the
+// statistics (StatsSize)}.
+const StatsCacheSize = 16 + StatsSize
+
+// StatsCache is StatsUpdate's fast path for a 16-byte key at fp+keyOff:
+// a per-CPU array of slots, direct-mapped by (key0 ^ key0>>8) & mask, as
+// CacheIncrement's. A free slot (key0 0) is claimed by the first key
+// that maps to it and never changes hands; a hit or a claim jumps to
+// StatsUpdate's prefix_have with R0 at the slot's statistics, which a
+// claim finds zero. Another key's slot, or a key whose key0 is 0, falls
+// through to the hash path that follows. idxOff is 4 bytes of free
+// stack. User space merges the slots' statistics with the hash's.
+func StatsCache(prefix, cacheMap string, keyOff, idxOff int16, mask int32) bpf.Instructions {
+	miss, claim, have := prefix+"_hash", prefix+"_claim", prefix+"_have"
+	var s Seq
+	s.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.DWord).
+		WithSource(bpf.Comment(fmt.Sprintf("slot = %s[(key0 ^ key0>>8) & %d] (per-CPU): no hash of the key", cacheMap, mask))))
+	s.Add(bpf.JEq.Imm(bpf.R1, 0, miss))
+	s.Add(bpf.Mov.Reg(bpf.R2, bpf.R1))
+	s.Add(bpf.RSh.Imm(bpf.R2, 8))
+	s.Add(bpf.Xor.Reg(bpf.R1, bpf.R2))
+	s.Add(bpf.And.Imm(bpf.R1, mask))
+	s.Add(StoreKey(idxOff, bpf.R1, bpf.Word))
+	s.Append(MapLookup(cacheMap, idxOff))
+	s.Add(bpf.JEq.Imm(bpf.R0, 0, miss))
+	s.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("free slot: claim it; another key's: take the hash path")))
+	s.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.DWord))
+	s.Add(bpf.JEq.Imm(bpf.R1, 0, claim))
+	s.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
+	s.Add(bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord))
+	s.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff+8, bpf.DWord))
+	s.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
+	s.Add(bpf.Add.Imm(bpf.R0, 16).WithSource(bpf.Comment("hit: this CPU's statistics of the key")))
+	s.Add(bpf.Ja.Label(have))
+	s.Add(bpf.StoreMem(bpf.R0, 0, bpf.R2, bpf.DWord).WithSymbol(claim))
+	s.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff+8, bpf.DWord))
+	s.Add(bpf.StoreMem(bpf.R0, 8, bpf.R1, bpf.DWord))
+	s.Add(bpf.Add.Imm(bpf.R0, 16))
+	s.Add(bpf.Ja.Label(have))
 	return s.Instructions
 }

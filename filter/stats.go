@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/counts"
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/run"
@@ -27,11 +28,12 @@ type stat struct {
 
 // stats reports --sum, --min, --max or --avg, per --count-by key when
 // given, cumulative since the start: each CPU's slots of the kernel's
-// per-CPU hash (asm.StatsUpdate) merged.
+// per-CPU hash (asm.StatsUpdate) and of its fast path's slots
+// (asm.StatsCache) merged.
 func stats(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *compile.Program, act compile.Action) error {
 	why := fmt.Sprintf("more than %d keys in the run: --max-keys raises it", prog.MaxKeys)
 	return s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
-		rows, err := readStats(coll.Maps[compile.StatsMap], prog, act.Stat)
+		rows, err := readStats(coll.Maps[compile.StatsMap], coll.Maps[compile.StatsCacheMap], prog, act.Stat)
 		if err != nil {
 			return err
 		}
@@ -47,13 +49,10 @@ func stats(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection,
 // Keys that decode alike are one (a string's bytes after its NUL, which
 // some kernels leave as the stack had them, are not part of it): their
 // slots are merged as one key's.
-func readStats(m *ebpf.Map, prog *compile.Program, name string) ([]stat, error) {
+func readStats(m, cache *ebpf.Map, prog *compile.Program, name string) ([]stat, error) {
 	byKey := map[string]*stat{}
 	var order []string
-	var key []byte
-	var slots [][]byte
-	it := m.Iterate()
-	for seen := 0; seen < int(prog.MaxKeys) && it.Next(&key, &slots); seen++ {
+	add := func(key []byte, slots [][]byte) {
 		var cells []cell
 		for _, col := range prog.Columns {
 			cells = append(cells, decodeColumn(col, key))
@@ -86,8 +85,28 @@ func readStats(m *ebpf.Map, prog *compile.Program, name string) ([]stat, error) 
 			st.sum += binary.NativeEndian.Uint64(b[8:])
 		}
 	}
+	var key []byte
+	var slots [][]byte
+	it := m.Iterate()
+	for seen := 0; seen < int(prog.MaxKeys) && it.Next(&key, &slots); seen++ {
+		add(key, slots)
+	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read the statistics: %w", err)
+	}
+	if cache != nil {
+		// Each CPU's slot {key0, key1, statistics}: a claimed one (key0
+		// not 0) is that key's statistics on that CPU.
+		for i := uint32(0); i < cache.MaxEntries(); i++ {
+			if err := cache.Lookup(i, &slots); err != nil {
+				return nil, fmt.Errorf("read the statistics: %w", err)
+			}
+			for _, b := range slots {
+				if len(b) >= asm.StatsCacheSize && binary.NativeEndian.Uint64(b) != 0 {
+					add(b[:16], [][]byte{b[16:]})
+				}
+			}
+		}
 	}
 	var rows []stat
 	for _, k := range order {

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -148,11 +149,12 @@ func TestLhist(t *testing.T) {
 }
 
 // Keys whose strings end alike at their NUL are one key (6.1's
-// bpf_get_current_comm leaves the stack's bytes after it): their slots
-// merge, counts and sums added, the least min and the greatest max.
+// bpf_get_current_comm leaves the stack's bytes after it), and a key in
+// the fast path's slots is the hash's key too: their slots merge, counts
+// and sums added, the least min and the greatest max.
 func TestStatsMergesKeysThatDecodeAlike(t *testing.T) {
 	privtest.Require(t)
-	prog := &compile.Program{Columns: []compile.Column{{Name: "comm", String: true, Size: 16}}, Size: 16, MaxKeys: 8, StatsSigned: true}
+	prog := &compile.Program{Columns: []compile.Column{{Name: "comm", String: true, Size: 16}}, Size: 16, MaxKeys: 8, StatsSigned: true, StatsCache: true}
 	coll := tooltest.Maps(t, compile.Maps(compile.Stats, prog))
 	m := coll.Maps[compile.StatsMap]
 	cpus := tooltest.PossibleCPUs(t)
@@ -168,21 +170,38 @@ func TestStatsMergesKeysThatDecodeAlike(t *testing.T) {
 	put("filter.test\x00AAAA", 3, 300, 7, 200)
 	put("filter.test\x00BBBB", 2, -10, -20, 10)
 	put("other\x00", 1, 5, 5, 5)
-	rows, err := readStats(m, prog, "min")
+	// The fast path's slots (asm.StatsCache): a key the hash has too, on
+	// another CPU, and one of its own.
+	cache := coll.Maps[compile.StatsCacheMap]
+	slot := func(i uint32, cpu int, key string, count, sum, lo, hi int64) {
+		slots := make([][6]int64, cpus)
+		var k [16]byte
+		copy(k[:], key)
+		slots[cpu] = [6]int64{int64(binary.NativeEndian.Uint64(k[:])), int64(binary.NativeEndian.Uint64(k[8:])), count, sum, lo, hi}
+		if err := cache.Put(i, slots); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot(5, cpus-1, "filter.test", 1, 1000, 1000, 1000)
+	slot(6, 0, "cached", 2, 4, 1, 3)
+	rows, err := readStats(m, cache, prog, "min")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 {
-		t.Fatalf("%d rows, want 2: %+v", len(rows), rows)
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3: %+v", len(rows), rows)
 	}
 	got := map[string]stat{}
 	for _, r := range rows {
 		got[r.cells[0].text] = r
 	}
-	if st := got["filter.test"]; st.count != 5 || int64(st.sum) != 290 || int64(st.min) != -20 || int64(st.max) != 200 || st.text != "-20" {
-		t.Errorf("filter.test: count %d sum %d min %d max %d (%s), want 5, 290, -20, 200", st.count, int64(st.sum), int64(st.min), int64(st.max), st.text)
+	if st := got["filter.test"]; st.count != 6 || int64(st.sum) != 1290 || int64(st.min) != -20 || int64(st.max) != 1000 || st.text != "-20" {
+		t.Errorf("filter.test: count %d sum %d min %d max %d (%s), want 6, 1290, -20, 1000", st.count, int64(st.sum), int64(st.min), int64(st.max), st.text)
 	}
-	if rows[0].cells[0].text != "other" {
-		t.Errorf("the largest value first (5 before -20, signed): rows %+v", rows)
+	if st := got["cached"]; st.count != 2 || st.sum != 4 || st.min != 1 || st.max != 3 {
+		t.Errorf("cached: count %d sum %d min %d max %d, want 2, 4, 1, 3", st.count, st.sum, st.min, st.max)
+	}
+	if rows[0].cells[0].text != "other" || rows[1].cells[0].text != "cached" {
+		t.Errorf("the largest value first (5, 1, then -20, signed): rows %+v", rows)
 	}
 }

@@ -91,8 +91,10 @@ type Program struct {
 	Dumps bool
 	// Stacks: a key holds kstack, an id of StacksMap.
 	Stacks bool
-	// Stats: the value's sign (min and max compare so).
+	// Stats: the value's sign (min and max compare so), and whether a
+	// 16-byte key has the fast path of StatsCacheMap.
 	StatsSigned bool
+	StatsCache  bool
 	// LhistSlots: a linear histogram's slots (Hist with Action.Lhist).
 	LhistSlots int
 }
@@ -101,10 +103,14 @@ type Program struct {
 // StackEntries stacks of up to StackDepth frames: 127, the kernel's
 // default perf_event_max_stack).
 const (
-	StatsMap     = "stats" // Stats: key -> {count, sum, min, max} per CPU
-	StacksMap    = "stacks"
-	StackEntries = 4096
-	StackDepth   = 127
+	StatsMap = "stats" // Stats: key -> {count, sum, min, max} per CPU
+	// StatsCacheMap is its fast path for a 16-byte key (asm.StatsCache):
+	// StatsCacheSlots direct-mapped slots per CPU.
+	StatsCacheMap   = "stats_cache"
+	StatsCacheSlots = 256
+	StacksMap       = "stacks"
+	StackEntries    = 4096
+	StackDepth      = 127
 )
 
 // keyString is the room of a string that is not a char array of its own
@@ -185,6 +191,11 @@ func (c *compiler) action(act Action) (*Program, error) {
 		}
 		prog.StatsSigned = v.signed
 		c.emit(bpf.StoreMem(bpf.RFP, valOff, bpf.R1, bpf.DWord))
+		if prog.Size == 16 {
+			// A key of 16 bytes (comm): a direct-mapped slot first.
+			prog.StatsCache = true
+			c.emit(asm.StatsCache("stats", StatsCacheMap, off, countKey, StatsCacheSlots-1)...)
+		}
 		c.emit(asm.StatsUpdate("stats", StatsMap, off, valOff, initOff, v.signed, "lost")...)
 	case Emit:
 		record := bpf.Instructions{bpf.Mov.Reg(bpf.R4, bpf.RFP), bpf.Add.Imm(bpf.R4, int32(off))}
@@ -502,10 +513,14 @@ func Maps(kind ActionKind, prog *Program) map[string]*ebpf.MapSpec {
 		}
 		return m
 	case Stats:
-		return map[string]*ebpf.MapSpec{
+		m := map[string]*ebpf.MapSpec{
 			StatsMap: {Name: "filter_stats", Type: ebpf.PerCPUHash, KeySize: uint32(prog.Size), ValueSize: asm.StatsSize, MaxEntries: prog.MaxKeys},
 			"lost":   perCPU("lost", 1),
 		}
+		if prog.StatsCache {
+			m[StatsCacheMap] = &ebpf.MapSpec{Name: "filter_stats_c", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: asm.StatsCacheSize, MaxEntries: StatsCacheSlots}
+		}
+		return m
 	case Hist:
 		if prog.LhistSlots > 0 {
 			return map[string]*ebpf.MapSpec{"lhist": perCPU("lhist", uint32(prog.LhistSlots))}

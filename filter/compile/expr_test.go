@@ -172,6 +172,8 @@ var compileCases = []struct {
 	// so), and without a key.
 	{"stats_dfd_comm", "openat", `flags == 0`, "stats-max:dfd:comm,filename"},
 	{"stats_len", "netif", ``, "stats-sum:len:"},
+	// A 16-byte key (comm): a direct-mapped slot before the hash.
+	{"stats_sum_comm", "openat", ``, "stats-sum:flags:comm"},
 	// Linear histograms: an unsigned value, and a signed one below zero.
 	{"lhist_len", "netif", ``, "lhist:len:0:1500:100"},
 	{"lhist_dfd", "openat", `flags == 0`, "lhist:dfd:-200:200:50"},
