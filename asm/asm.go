@@ -363,6 +363,35 @@ func ForgetExits(mapName string, pidOff int) (bpf.Instructions, error) {
 	return append(insns, Return("exit", 0)...), nil
 }
 
+// cacheSlot finds the slot of the 16-byte key at fp+keyOff in the per-CPU
+// array cacheMap, direct-mapped by (key0 ^ key0>>8) & mask: it falls
+// through on the key's own slot (R0 at it), jumps to claim on a free one
+// (key0 0; R0 at it, R2 the key's key0), and to miss on another key's.
+// zeroMisses sends a key whose key0 is 0, which would look free, to miss.
+func cacheSlot(cacheMap string, keyOff, idxOff int16, mask int32, claim, miss string, zeroMisses bool) Seq {
+	var s Seq
+	s.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.DWord).
+		WithSource(bpf.Comment(fmt.Sprintf("slot = %s[(key0 ^ key0>>8) & %d] (per-CPU)", cacheMap, mask))))
+	if zeroMisses {
+		s.Add(bpf.JEq.Imm(bpf.R1, 0, miss))
+	}
+	s.Add(bpf.Mov.Reg(bpf.R2, bpf.R1))
+	s.Add(bpf.RSh.Imm(bpf.R2, 8))
+	s.Add(bpf.Xor.Reg(bpf.R1, bpf.R2))
+	s.Add(bpf.And.Imm(bpf.R1, mask))
+	s.Add(StoreKey(idxOff, bpf.R1, bpf.Word))
+	s.Append(MapLookup(cacheMap, idxOff))
+	s.Add(bpf.JEq.Imm(bpf.R0, 0, miss))
+	s.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("free slot: claim it; another key's: take the hash path")))
+	s.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.DWord))
+	s.Add(bpf.JEq.Imm(bpf.R1, 0, claim))
+	s.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
+	s.Add(bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord))
+	s.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff+8, bpf.DWord))
+	s.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
+	return s
+}
+
 // CacheIncrement is a fast path in front of a hash: a per-CPU array of
 // slots {u64 key0; u64 key1; u64 count}, direct-mapped by the 16-byte key
 // at fp+keyOff (key0 must never be 0: it marks a free slot). A slot is
@@ -373,23 +402,7 @@ func ForgetExits(mapName string, pidOff int) (bpf.Instructions, error) {
 // count minus one (a power of two).
 func CacheIncrement(prefix, cacheMap string, keyOff, idxOff int16, mask int32, miss, done string) bpf.Instructions {
 	claim := prefix + "_claim"
-	var insns Seq
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.DWord).
-		WithSource(bpf.Comment(fmt.Sprintf("slot = %s[(key0 ^ key0>>8) & %d] (per-CPU)", cacheMap, mask))))
-	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R1))
-	insns.Add(bpf.RSh.Imm(bpf.R2, 8))
-	insns.Add(bpf.Xor.Reg(bpf.R1, bpf.R2))
-	insns.Add(bpf.And.Imm(bpf.R1, mask))
-	insns.Add(StoreKey(idxOff, bpf.R1, bpf.Word))
-	insns.Append(MapLookup(cacheMap, idxOff))
-	insns.Add(bpf.JEq.Imm(bpf.R0, 0, miss))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("free slot: claim it; another key's: take the hash path")))
-	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.DWord))
-	insns.Add(bpf.JEq.Imm(bpf.R1, 0, claim))
-	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord))
-	insns.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff+8, bpf.DWord))
-	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
+	insns := cacheSlot(cacheMap, keyOff, idxOff, mask, claim, miss, false)
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 16, bpf.DWord).WithSource(bpf.Comment("hit: this CPU's count++, no atomic needed")))
 	insns.Add(bpf.Add.Imm(bpf.R1, 1))
 	insns.Add(bpf.StoreMem(bpf.R0, 16, bpf.R1, bpf.DWord))

@@ -81,25 +81,8 @@ const StatsCacheSize = 16 + StatsSize
 // through to the hash path that follows. idxOff is 4 bytes of free
 // stack. User space merges the slots' statistics with the hash's.
 func StatsCache(prefix, cacheMap string, keyOff, idxOff int16, mask int32) bpf.Instructions {
-	miss, claim, have := prefix+"_hash", prefix+"_claim", prefix+"_have"
-	var s Seq
-	s.Add(bpf.LoadMem(bpf.R1, bpf.RFP, keyOff, bpf.DWord).
-		WithSource(bpf.Comment(fmt.Sprintf("slot = %s[(key0 ^ key0>>8) & %d] (per-CPU): no hash of the key", cacheMap, mask))))
-	s.Add(bpf.JEq.Imm(bpf.R1, 0, miss))
-	s.Add(bpf.Mov.Reg(bpf.R2, bpf.R1))
-	s.Add(bpf.RSh.Imm(bpf.R2, 8))
-	s.Add(bpf.Xor.Reg(bpf.R1, bpf.R2))
-	s.Add(bpf.And.Imm(bpf.R1, mask))
-	s.Add(StoreKey(idxOff, bpf.R1, bpf.Word))
-	s.Append(MapLookup(cacheMap, idxOff))
-	s.Add(bpf.JEq.Imm(bpf.R0, 0, miss))
-	s.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.DWord).WithSource(bpf.Comment("free slot: claim it; another key's: take the hash path")))
-	s.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff, bpf.DWord))
-	s.Add(bpf.JEq.Imm(bpf.R1, 0, claim))
-	s.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
-	s.Add(bpf.LoadMem(bpf.R1, bpf.R0, 8, bpf.DWord))
-	s.Add(bpf.LoadMem(bpf.R2, bpf.RFP, keyOff+8, bpf.DWord))
-	s.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, miss))
+	claim, have := prefix+"_claim", prefix+"_have"
+	s := cacheSlot(cacheMap, keyOff, idxOff, mask, claim, prefix+"_hash", true)
 	s.Add(bpf.Add.Imm(bpf.R0, 16).WithSource(bpf.Comment("hit: this CPU's statistics of the key")))
 	s.Add(bpf.Ja.Label(have))
 	s.Add(bpf.StoreMem(bpf.R0, 0, bpf.R2, bpf.DWord).WithSymbol(claim))

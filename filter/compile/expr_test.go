@@ -464,7 +464,7 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `str(name) == "x"`, "name is a string: only an 8-byte address can be read as a string\n  str(name) == \"x\"\n  ^"},
 		{"netif", `comm->x == 1`, "comm is a builtin: it has no members\n  comm->x == 1\n  ^"},
 		{"netif", `cpu == "x"`, "cpu is a number: compare it with a number\n  cpu == \"x\"\n         ^"},
-		{"netif", `kstack == 1`, "kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number to compare\n  kstack == 1\n  ^"},
+		{"netif", `kstack == 1`, "kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number\n  kstack == 1\n  ^"},
 		{"netif", strings.Repeat("(", 65) + "len == 1" + strings.Repeat(")", 65), "expression nested deeper than 64 levels\n  " + strings.Repeat("(", 65) + "len == 1" + strings.Repeat(")", 65) + "\n  " + strings.Repeat(" ", 65) + "^"},
 		{"netif", `name ~ ""`, "~ takes a prefix ending in a single '*', as in \"/etc/*\" (use == for an exact match)\n  name ~ \"\"\n         ^"},
 		{"netif", strings.Repeat("!", 70) + `(len == 1)`, "expression nested deeper than 64 levels\n  " + strings.Repeat("!", 70) + "(len == 1)\n  " + strings.Repeat(" ", 65) + "^"},

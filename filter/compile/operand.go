@@ -172,7 +172,7 @@ func (c *compiler) builtin(o Operand) (value, error) {
 		case "--fields":
 			return value{name: o.Base, kind: kFrames, src: srcBuiltin, builtin: o.Base}, nil
 		}
-		return value{}, c.errAt(o.Pos, "kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number to compare")
+		return value{}, c.errAt(o.Pos, "kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number")
 	}
 	if o.Base == "cpid" && c.t.CPid == 0 {
 		return value{}, c.errAt(o.Pos, "cpid is the pid of the command -c runs: add -c CMD")
