@@ -334,7 +334,7 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--fields", "len,nosuch", "net:netif_receive_skb"}, "filter: --fields: event netif_receive_skb has no field \"nosuch\""},
 		{[]string{"--hist", "name", "net:netif_receive_skb"}, "filter: --hist: name is a string: a histogram needs a number\n  name\n  ^"},
 		{[]string{"--count-by", "skbaddr->len", "net:netif_receive_skb"}, "filter: --count-by: field skbaddr is not a struct pointer that can be walked"},
-		{[]string{"--fields", "kstack", "net:netif_receive_skb"}, "filter: --fields: kstack is counted by (--count-by kstack): it is not a number to compare or print"},
+		{[]string{"--hist", "kstack", "net:netif_receive_skb"}, "filter: --hist: kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number"},
 		{[]string{"--count", "net:netif_receive_skb", "--where", "kstack == 0"}, "filter: --where: kstack is counted by (--count-by kstack)"},
 		{[]string{"--count", "net:netif_receive_skb", "--where", "ksym(skbaddr) == 0"}, "filter: --where: ksym() names an address in the output (--fields, --count-by): compare the address itself"},
 		{[]string{"--count-by", "ksym(name)", "net:netif_receive_skb"}, "filter: --count-by: name is a string: ksym() names an 8-byte kernel address"},
