@@ -200,7 +200,10 @@ func stackFrames(m *ebpf.Map, id int64) []string {
 	return kernelFrames(pcs)
 }
 
-// kernelFrames names return addresses, up to the first 0.
+// kernelFrames names return addresses, up to the first 0. The innermost
+// frames that are JIT-compiled BPF, "[bpf]" in kallsyms (at fentry, filter's
+// own program and its trampoline), are the tracer's, not the traced
+// code's: they are left out, as perf leaves out its own.
 func kernelFrames(pcs []uint64) []string {
 	var frames []string
 	for _, pc := range pcs {
@@ -210,6 +213,9 @@ func kernelFrames(pcs []uint64) []string {
 		name := kernelSyms().Symbolize(pc)
 		if name == "" {
 			name = fmt.Sprintf("0x%x", pc)
+		}
+		if len(frames) == 0 && strings.HasSuffix(name, " [bpf]") {
+			continue
 		}
 		frames = append(frames, name)
 	}

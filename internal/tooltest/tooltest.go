@@ -811,7 +811,7 @@ func toolCount(re *regexp.Regexp, tool, stderr string) uint64 {
 
 // forksRE is the line a run with -c ends with when the kernel skipped the
 // program that follows the command's forks (run.Session.FollowProcessTree).
-var forksRE = regexp.MustCompile(`(?m)^([a-z]+): the kernel skipped following the command's processes \d+ times .*: (\d+) forks not seen`)
+var forksRE = regexp.MustCompile(`(?m)^([a-z]+): the kernel skipped following the command's processes \d+ times .*: (\d+) forks(?: or execs)? not seen`)
 
 // ForksNotSeen is how many of the command's forks the kernel skipped
 // following, as the end of the run says on stderr (0 where it says
