@@ -201,9 +201,11 @@ func stackFrames(m *ebpf.Map, id int64) []string {
 }
 
 // kernelFrames names return addresses, up to the first 0. The innermost
-// frames that are JIT-compiled BPF, "[bpf]" in kallsyms (at fentry, filter's
-// own program and its trampoline), are the tracer's, not the traced
-// code's: they are left out, as perf leaves out its own.
+// frames in code the kernel generated for tracing, which kallsyms puts in
+// "[bpf]" (at fentry, filter's own program and its trampoline) or a
+// "[__builtin__...]" module (6.1's ftrace_trampoline, kprobes' slots), are
+// the tracer's, not the traced code's: they are left out, as perf leaves
+// out its own.
 func kernelFrames(pcs []uint64) []string {
 	var frames []string
 	for _, pc := range pcs {
@@ -214,7 +216,7 @@ func kernelFrames(pcs []uint64) []string {
 		if name == "" {
 			name = fmt.Sprintf("0x%x", pc)
 		}
-		if len(frames) == 0 && strings.HasSuffix(name, " [bpf]") {
+		if len(frames) == 0 && (strings.HasSuffix(name, " [bpf]") || strings.Contains(name, " [__builtin__")) {
 			continue
 		}
 		frames = append(frames, name)
