@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -209,10 +208,7 @@ func histRows(re *regexp.Regexp, out string) map[string]string {
 // and @[args->count / 100] = count() attached at the same time.
 func TestArithmeticSideBySide(t *testing.T) {
 	privtest.Require(t)
-	self := filepath.Base(os.Args[0])
-	if len(self) > 15 {
-		self = self[:15]
-	}
+	self := selfComm()
 	where := fmt.Sprintf(`comm == "%s" && (count == 100 || count == 1000 || count == 5000)`, self)
 	bin := tooltest.Tool(t, "filter")
 	hist := startTracer(t, "Tracing", bin, "--hist", "count - 28", "syscalls:sys_enter_write", "--where", where)

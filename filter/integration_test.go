@@ -1028,10 +1028,7 @@ func TestUprobeLeastPrivilege(t *testing.T) {
 func TestCommandScope(t *testing.T) {
 	privtest.Require(t)
 	dir := t.TempDir()
-	self := filepath.Base(os.Args[0])
-	if len(self) > 15 {
-		self = self[:15]
-	}
+	self := selfComm()
 	where := fmt.Sprintf(`count == 5 && (comm == "sh" || comm == "%s")`, self)
 	for _, all := range []bool{false, true} {
 		goFile, done := filepath.Join(dir, fmt.Sprint("go", all)), filepath.Join(dir, fmt.Sprint("done", all))

@@ -1051,7 +1051,7 @@ func loadFollowing(s *run.Session, spec *ebpf.CollectionSpec, tree bool, ns *asm
 		return nil, err
 	}
 	if tree {
-		if err := s.FollowProcessTree(coll, s.CommandPid()); err != nil {
+		if err := s.FollowProcessTree(coll); err != nil {
 			return nil, err
 		}
 	}

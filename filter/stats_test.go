@@ -22,6 +22,15 @@ import (
 // says it saw one.
 const canarySize = 7777
 
+// selfComm is this test binary's comm, as the kernel keeps it (15 bytes).
+func selfComm() string {
+	self := filepath.Base(os.Args[0])
+	if len(self) > 15 {
+		self = self[:15]
+	}
+	return self
+}
+
 // startBpftrace starts bpftrace with script and a probe of its own that
 // prints when it sees a write of canarySize bytes, and writes those until
 // it does: then every probe of the script is attached too (bpftrace says
@@ -107,10 +116,7 @@ func TestLhist(t *testing.T) {
 	privtest.Require(t)
 	// The test binary's own writes: another process's 5 bytes (a tool's
 	// write to a control file as it attaches) are not ours.
-	self := filepath.Base(os.Args[0])
-	if len(self) > 15 {
-		self = self[:15]
-	}
+	self := selfComm()
 	where := fmt.Sprintf(`comm == "%s" && (count == 5 || count == 15 || count == 250)`, self)
 	ours := startTracer(t, "Tracing", tooltest.Tool(t, "filter"), "--lhist", "count,10,100,10", "syscalls:sys_enter_write", "--where", where)
 	var bt *tracer

@@ -254,7 +254,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		ps.scan(uint32(pid), true)
 	}
 	if pid := s.CommandPid(); pid != 0 {
-		if err := s.FollowProcessTree(coll, pid); err != nil {
+		if err := s.FollowProcessTree(coll); err != nil {
 			return err
 		}
 		ps.preload(o.Command)

@@ -258,11 +258,11 @@ func (o *TreeOption) CheckTree() error {
 	return nil
 }
 
-// FollowProcessTree follows the process root and its descendants in the
+// FollowProcessTree follows the -c command and its descendants in the
 // map proctree.Add made (see proctree.Follow) for the rest of the run.
 // When the run ends, children that did not fit in the map are reported
 // on stderr.
-func (s *Session) FollowProcessTree(coll *ebpf.Collection, root int) error {
+func (s *Session) FollowProcessTree(coll *ebpf.Collection) error {
 	if err := proctree.Follow(coll, s.AttachTracepoint); err != nil {
 		return err
 	}

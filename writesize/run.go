@@ -191,7 +191,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return err
 	}
 	if cfg.Tree != nil {
-		if err := s.FollowProcessTree(coll, cmdPid); err != nil {
+		if err := s.FollowProcessTree(coll); err != nil {
 			return err
 		}
 	}

@@ -82,19 +82,18 @@ func scratchRegs(dst bpf.Register) (tmp, flag bpf.Register) {
 	return free[0], free[1]
 }
 
-// arithSide leaves an operand of arithmetic in dst, 64 bits, and says
-// whether C types it signed.
-func (c *compiler) arithSide(x Operand, dst bpf.Register) (bool, error) {
+// arithSide leaves an operand of arithmetic in dst, 64 bits.
+func (c *compiler) arithSide(x Operand, dst bpf.Register) error {
 	if x.IsInt {
-		bits, signed := x.constBits()
+		bits, _ := x.constBits()
 		c.movConst(dst, bits)
-		return signed, nil
+		return nil
 	}
 	v, err := c.resolve(x)
 	if err != nil {
-		return false, err
+		return err
 	}
-	return widenedSigned(v), c.fetchInt(v, dst)
+	return c.fetchInt(v, dst)
 }
 
 func (c *compiler) movConst(dst bpf.Register, bits uint64) {
@@ -105,31 +104,28 @@ func (c *compiler) movConst(dst bpf.Register, bits uint64) {
 	c.emit(bpf.LoadImm(dst, int64(bits), bpf.DWord))
 }
 
-// evalArith leaves the value of an arithmetic operand in dst. The left
-// side is fetched first into dst; a right side whose fetch may call a
-// helper (a probe read, a builtin) is fetched while the left one waits
-// on the stack, any other straight into a second register.
-func (c *compiler) evalArith(a *Arith, dst bpf.Register) error {
+// evalArith leaves the value of an arithmetic operand in dst; signed is
+// its type, as arithType gave it. The left side is fetched first into
+// dst; a right side whose fetch may call a helper (a probe read, a
+// builtin) is fetched while the left one waits on the stack, any other
+// straight into a second register.
+func (c *compiler) evalArith(a *Arith, dst bpf.Register, signed bool) error {
 	first := len(c.insns)
 	if a.Op == "-" && a.L.IsInt && a.L.Int == 0 {
 		// -x: negated in place.
-		if _, err := c.arithSide(a.R, dst); err != nil {
+		if err := c.arithSide(a.R, dst); err != nil {
 			return err
 		}
 		c.emit(bpf.Neg.Imm(dst, 0))
 		return nil
 	}
-	ls, err := c.arithSide(a.L, dst)
-	if err != nil {
+	if err := c.arithSide(a.L, dst); err != nil {
 		return err
 	}
 	tmp, flag := scratchRegs(dst)
-	var rs bool
 	switch r := a.R; {
 	case r.IsInt:
-		bits, s := r.constBits()
-		rs = s
-		signed := ls && (rs || isShift(a.Op))
+		bits, _ := r.constBits()
 		c.opConst(a.Op, dst, tmp, flag, bits, signed)
 	default:
 		// What it is first: a walk's code, which resolve emits, uses R1.
@@ -149,7 +145,7 @@ func (c *compiler) evalArith(a *Arith, dst bpf.Register) error {
 			c.spills++
 			c.emit(bpf.StoreMem(bpf.RFP, slot, dst, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s waits at fp%d", a.L.Text, slot))))
 			if r.Arith != nil {
-				err = c.evalArith(r.Arith, dst)
+				err = c.evalArith(r.Arith, dst, v.signed)
 			} else if v, err = c.resolve(r); err == nil {
 				err = c.fetchInt(v, dst)
 			}
@@ -159,12 +155,11 @@ func (c *compiler) evalArith(a *Arith, dst bpf.Register) error {
 		if err != nil {
 			return err
 		}
-		rs = widenedSigned(v)
-		c.opReg(a.Op, dst, tmp, flag, ls && (rs || isShift(a.Op)))
+		c.opReg(a.Op, dst, tmp, flag, signed)
 	}
 	if first < len(c.insns) && c.insns[first].Source() == nil {
 		sign := "unsigned"
-		if ls && (rs || isShift(a.Op)) {
+		if signed {
 			sign = "signed"
 		}
 		c.insns[first] = c.insns[first].WithSource(bpf.Comment(fmt.Sprintf("%s = %s %s %s, %s", dst, a.L.Text, a.Op, a.R.Text, sign)))

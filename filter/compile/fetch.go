@@ -65,7 +65,7 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 	case srcUSDT:
 		return c.fetchUSDT(v, dst)
 	case srcArith:
-		return c.evalArith(v.arith, dst)
+		return c.evalArith(v.arith, dst, v.signed)
 	case srcStash:
 		c.emit(bpf.LoadMem(dst, regStash, int16(v.ctxOff), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s, as the entry had it", dst, v.name))))
 		return nil // stashed as 8 bytes, extended
