@@ -261,7 +261,7 @@ func PidInSet(mapName string, keyOff int16, skip string) bpf.Instructions {
 	return append(insns,
 		bpf.JEq.Imm(bpf.R0, 0, skip),
 		bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word),
-		bpf.JNE.Imm(bpf.R1, TreeTraced, skip).WithSource(bpf.Comment("a shell waiting for its children's execs is not counted")),
+		bpf.JNE.Imm(bpf.R1, TreeTraced, skip).WithSource(bpf.Comment("a shell that runs the command line waits, not counted")),
 	)
 }
 
