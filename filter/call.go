@@ -13,7 +13,6 @@ import (
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/usage"
-	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
@@ -73,9 +72,9 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 	var offers []hook.Offer
 	tree := target.Tree
 	if ev.kind == "kprobe" {
-		spec, err := kbtf.Kernel()
+		spec, err := kernelBTF("kprobe arguments")
 		if err != nil {
-			return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
+			return err
 		}
 		_, proto, err := funcProto(spec, ev.symbol)
 		if err != nil {

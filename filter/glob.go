@@ -39,9 +39,9 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if err != nil {
 		return fmt.Errorf("%s: %w", ev, err)
 	}
-	spec, err := kbtf.Kernel()
+	spec, err := kernelBTF("kprobe arguments")
 	if err != nil {
-		return fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
+		return err
 	}
 	funcs, direct, err := ev.functions(spec)
 	if err != nil {

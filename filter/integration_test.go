@@ -323,7 +323,7 @@ func TestFilterUsageErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("has no field \"nme\" (fields: %s; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack)", strings.Join(f.FieldNames(), ", "))
+	want := fmt.Sprintf("has no field \"nme\" (fields: %s; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack, ustack)", strings.Join(f.FieldNames(), ", "))
 	if r.Status != 2 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "^") {
 		t.Errorf("unknown field: exit %d, stderr %q", r.Status, r.Stderr)
 	}

@@ -24,7 +24,7 @@ type options struct {
 	Min         string `long:"min" value-name:"EXPR" unquote:"false" description:"The least EXPR, as --sum (bpftrace's min())"`
 	Max         string `long:"max" value-name:"EXPR" unquote:"false" description:"The greatest EXPR, as --sum (bpftrace's max())"`
 	Avg         string `long:"avg" value-name:"EXPR" unquote:"false" description:"The mean of EXPR, an integer (the sum divided by the count, rounded toward zero), as --sum (bpftrace's avg())"`
-	Folded      bool   `long:"folded" description:"With --count-by kstack: one line per stack, its frames outermost first joined by ';', then the count: the input of flamegraph.pl (stackcollapse's form)"`
+	Folded      bool   `long:"folded" description:"With --count-by kstack or ustack: one line per stack, its frames outermost first joined by ';', then the count: the input of flamegraph.pl (stackcollapse's form)"`
 	Hist        string `long:"hist" value-name:"EXPR" unquote:"false" description:"A log2 histogram of the integer EXPR (a field, builtin or path) over the passing events, built in the kernel, per interval"`
 	Pid         int    `short:"p" long:"pid" value-name:"PID" description:"Only events in this process's context (its pid, the tgid); a user-space probe's file is looked up in its root (/proc/PID/root), as a container sees it"`
 	All         bool   `short:"a" long:"all" description:"With -c, keep every process's events while the command runs, not only the command's (its tree, from its exec on)"`
@@ -106,7 +106,7 @@ PATH points to, from BTF, as ksnoop does (bpf_snprintf_btf, Linux 5.10+):
 *)skbaddr). One line, members that are zero left out, at most 1023
 bytes: a longer one is cut and ends in "...". kstack prints the event's
 kernel stack under its line, innermost first, up to 127 frames (in JSON, a
-list). A char * field prints as text: an event that has one gets a record
+list); ustack is counted, not printed (see User stacks below). A char * field prints as text: an event that has one gets a record
 of its own by default. Instead of printing, the kernel can
 aggregate: --count (a count), --count-by KEYS (a table, largest first, as
 bpftrace's @[comm] = count(); kstack keys by the kernel's stack, printed
@@ -206,6 +206,26 @@ its uprobe and uretprobe.
   filter --hist duration kprobe:vfs_read --where 'comm == "cat"'
   filter --count-by str(arg0),ret uprobe:libc.so.6:getenv --where 'ret == 0'
   filter kprobe:ip_send_skb --where 'ret != 0' --fields '*skb,ret'
+
+User stacks: --count-by ustack counts the passing events by the stack of
+user code that led to them, kstack beside it or not (--count-by
+ustack,kstack), unwound in the kernel by profile's unwinder: from each
+mapped file's .eh_frame table where it has one, by frame pointers
+elsewhere, so that code built without frame pointers (most distributions'
+libraries and programs) gives whole stacks, where bpftrace's ustack stops
+after a frame or two. A user address means something in its process only:
+stacks are counted per process, and the report is profile's (each stack
+with its comm and pid, innermost frame first; --folded for a flame graph;
+--json), with how many stacks were whole and how the others ended (see
+profile --help). A file's table is read when its process first passes
+(before the run, for the -c command's executable and libraries): an event
+in a file not read yet goes to user space with a copy of its stack and is
+unwound there, as many as that ring holds; past that it ends [unwind
+error: no table]. ustack reaches a tracepoint through its record, a
+kernel function through its kprobe (not fentry), a user-space probe
+through its uprobe; one event, no glob or list; counted, not printed.
+  filter --count-by ustack uprobe:libc.so.6:malloc -c ./server
+  filter --count-by ustack,kstack --folded syscalls:sys_enter_fsync > fsync.folded
 
 A bad --where is a usage error; the message points at the offending part.
 `

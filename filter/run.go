@@ -259,17 +259,29 @@ func validate(o *options) error {
 	if o.CountBy != "" {
 		cols, _ := compile.ParseOperands(o.CountBy, 0)
 		for _, c := range cols {
-			stackKey = stackKey || c.Base == "kstack" && len(c.Steps) == 0
+			stackKey = stackKey || (c.Base == "kstack" || c.Base == "ustack") && len(c.Steps) == 0 && c.Arith == nil
 		}
 	}
 	if o.Folded && !stackKey {
-		return usage.Errorf("--folded writes stacks for a flame graph: add --count-by kstack")
+		return usage.Errorf("--folded writes stacks for a flame graph: add --count-by kstack or ustack")
 	}
 	if o.Folded && o.JSON {
 		return usage.Errorf("--folded and --json: choose one output")
 	}
 	if stackKey && o.Serve != "" {
-		return usage.Errorf("--serve and --count-by kstack: a stack is no metric's label; count by other keys")
+		return usage.Errorf("--serve and --count-by %s: a stack is no metric's label; count by other keys", o.CountBy)
+	}
+	if user, _, err := ustackKey(o.CountBy); err != nil {
+		return err
+	} else if user {
+		switch {
+		case stat != "":
+			return usage.Errorf("--%s with --count-by ustack: user stacks are counted (--count-by), not summed", stat)
+		case o.MaxKeys != compile.CountsEntries:
+			return usage.Errorf("--max-keys and --count-by ustack: user stacks are counted in profile's table of 4096 stacks")
+		case o.Stack || ev.glob || ev.tpGlob || len(ev.items) > 0:
+			return usage.Errorf("--count-by ustack counts one event: not a glob, a list or a stack (-s)")
+		}
 	}
 	if o.Lead() == "usdt" && o.Pid == 0 {
 		return usage.Errorf("--info usdt lists the probes of the files a process maps: it needs -p PID (or name a file: usdt:PATH)")
@@ -284,6 +296,44 @@ func validate(o *options) error {
 		return usage.Errorf("--ring-pages %d: a power of two from 1 to 65536", p)
 	}
 	return nil
+}
+
+// ustackKey says whether --count-by keys by the user stack, and then
+// whether by the kernel's too: a user stack is unwound and counted by
+// profile's sampler, whose key is (process, kernel stack, user stack), so
+// kstack is the only other key it takes (the report names each stack's
+// process).
+func ustackKey(countBy string) (user, kernel bool, err error) {
+	if countBy == "" {
+		return false, false, nil
+	}
+	cols, _ := compile.ParseOperands(countBy, 0)
+	var others []string
+	for _, c := range cols {
+		bare := len(c.Steps) == 0 && c.Arith == nil && c.Cast == "" && !c.CharPtr && !c.Dump && !c.Ksym && !c.IsConst()
+		switch {
+		case bare && c.Base == "ustack":
+			user = true
+		case bare && c.Base == "kstack":
+			kernel = true
+		default:
+			others = append(others, c.Text)
+		}
+	}
+	if user && len(others) > 0 {
+		return false, false, usage.Errorf("--count-by %s: ustack keys by the process and its user stack, and takes kstack beside it, nothing else (the report names each stack's comm and pid): drop %s", countBy, strings.Join(others, ", "))
+	}
+	return user, kernel, nil
+}
+
+// kernelBTF reads the kernel's BTF, which need names what it is for
+// ("casts", "kprobe arguments") when the kernel has none.
+func kernelBTF(need string) (*kbtf.Spec, error) {
+	spec, err := kbtf.Kernel()
+	if err != nil {
+		return nil, fmt.Errorf("read the kernel's BTF: %w (%s need CONFIG_DEBUG_INFO_BTF)", err, need)
+	}
+	return spec, nil
 }
 
 // funcArgs returns a kernel function's BTF prototype.
@@ -500,6 +550,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
+	if user, kernelStack, _ := ustackKey(o.CountBy); user {
+		return runUstack(ctx, s, o, ev, root, target, kernelStack)
+	}
 	if err := checkReturnOnly(ev, root, act); err != nil {
 		return err
 	}
@@ -658,16 +711,9 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf}); err != nil {
 		return err // a uprobe is a perf event, and nothing else
 	}
-	if !tracefs.Uprobe.Available() {
-		return fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
-	}
-	regs, err := asm.HostPtRegs()
+	regs, sites, err := userProbe(&ev, o.Pid)
 	if err != nil {
-		return fmt.Errorf("%s: %w", ev, err)
-	}
-	sites, err := userSites(&ev, o.Pid)
-	if err != nil {
-		return userErr(err)
+		return err
 	}
 	if act.Kind == compile.Keep {
 		// A uprobe's record in the kernel holds no arguments: always our own.
@@ -916,8 +962,8 @@ func tracepointOffers(ev event, base compile.Target, root compile.Node, act comp
 	}
 	base.Event = &compile.Record{Format: f, UserSpace: ev.group == "syscalls"}
 	if compile.NeedsBTF(root) || compile.ColumnsNeedBTF(act) {
-		if base.BTF, err = kbtf.Kernel(); err != nil {
-			return nil, fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
+		if base.BTF, err = kernelBTF("casts"); err != nil {
+			return nil, err
 		}
 	}
 	perf := hook.Offer{Hook: hook.Perf, Build: build(func() (plan, error) {
@@ -949,15 +995,7 @@ func tracepointOffers(ev event, base compile.Target, root compile.Node, act comp
 // where one attaches and the function's arguments fit its slots, and the
 // kprobe (perf).
 func kprobeOffers(ev event, common compile.Target, build func(func() (plan, error)) func() error) ([]hook.Offer, error) {
-	regs, err := asm.HostPtRegs()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ev, err)
-	}
-	spec, err := kbtf.Kernel()
-	if err != nil {
-		return nil, fmt.Errorf("read the kernel's BTF: %w (kprobe arguments need CONFIG_DEBUG_INFO_BTF)", err)
-	}
-	_, proto, err := funcProto(spec, ev.symbol)
+	regs, spec, proto, err := kernelFunc(ev)
 	if err != nil {
 		return nil, err
 	}
@@ -993,6 +1031,24 @@ func kprobeOffers(ev event, common compile.Target, build func(func() (plan, erro
 		}),
 	}
 	return []hook.Offer{fentry, perf}, nil
+}
+
+// kernelFunc is what a kprobe event's program is compiled against: the
+// registers' layout, the kernel's BTF, and the function's prototype.
+func kernelFunc(ev event) (*asm.Regs, *kbtf.Spec, *btf.FuncProto, error) {
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", ev, err)
+	}
+	spec, err := kernelBTF("kprobe arguments")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	_, proto, err := funcProto(spec, ev.symbol)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return regs, spec, proto, nil
 }
 
 // slotsFit reports why a function's arguments do not fit a BPF

@@ -12,7 +12,6 @@ import (
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/usage"
-	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -38,8 +37,8 @@ func runTracepoints(ctx context.Context, s *run.Session, o *options, ev event, r
 		return usage.Errorf("%s: no tracepoint matches (filter --info GROUP:NAME describes one)", ev)
 	}
 	if compile.NeedsBTF(root) || compile.ColumnsNeedBTF(act) {
-		if target.BTF, err = kbtf.Kernel(); err != nil {
-			return fmt.Errorf("read the kernel's BTF: %w (casts need CONFIG_DEBUG_INFO_BTF)", err)
+		if target.BTF, err = kernelBTF("casts"); err != nil {
+			return err
 		}
 	}
 	act = namedRecords(act, "probe")

@@ -218,6 +218,24 @@ func userSites(ev *event, pid int) ([]site, error) {
 	return []site{{probe: tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: off, Ret: ev.kind == "uretprobe"}, addr: addr}}, nil
 }
 
+// userProbe is what a user-space probe needs before its programs are
+// compiled: the kernel's uprobes, the registers' layout, and the sites
+// (ev's path resolved, in pid's root when not 0).
+func userProbe(ev *event, pid int) (*asm.Regs, []site, error) {
+	if !tracefs.Uprobe.Available() {
+		return nil, nil, fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
+	}
+	regs, err := asm.HostPtRegs()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", ev, err)
+	}
+	sites, err := userSites(ev, pid)
+	if err != nil {
+		return nil, nil, userErr(err)
+	}
+	return regs, sites, nil
+}
+
 // userErr is how a failure to find a uprobe's or USDT probe's sites ends
 // the run, in a trace as in --info: a name that matches nothing (no such
 // file, function or probe) is the command line's mistake (exit 2), as an

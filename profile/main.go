@@ -8,6 +8,7 @@ package profile
 import (
 	"context"
 
+	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/run"
 )
 
@@ -31,8 +32,9 @@ type options struct {
 	MaxBlock  uint64   `short:"M" long:"max-block" value-name:"USECS" description:"--off-cpu: count only waits of at most USECS microseconds (as offcputime -M; default: no bound)"`
 	Missing   string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
 
-	labels    []labelSpec  // --label, parsed
-	svgLabels []labelValue // --svg-label, parsed
+	labels    []labelSpec      // --label, parsed
+	svgLabels []labelValue     // --svg-label, parsed
+	event     *prog.StackEvent // filter's --count-by ustack: the event counted
 }
 
 const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event

@@ -138,15 +138,45 @@ func (k stackKey) decode(cfg prog.Config) decodedKey {
 	return d
 }
 
+// CountStacks counts ev's occurrences by (process, user stack[, kernel
+// stack]) and reports them as profile does: c's interval, count, -c,
+// --json and --cumulative, -p pid, folded as --folded.
+func CountStacks(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error {
+	o := &options{Common: c, TreeOption: tree, Pid: pid, Folded: folded, Unwind: prog.UnwindAuto, Budget: 8, NoContext: true, Idle: true, event: &ev}
+	return trace(ctx, s, o)
+}
+
+// tool is the tool that runs: profile, or filter counting an event.
+func (o *options) tool() string {
+	if o.event != nil {
+		return "filter"
+	}
+	return "profile"
+}
+
+// unit is what a count counts: samples, or an event's occurrences.
+func (o *options) unit() string {
+	if o.event != nil {
+		return "events"
+	}
+	return "samples"
+}
+
 func trace(ctx context.Context, s *run.Session, o *options) error {
 	cfg := prog.Config{Mode: o.Unwind, Pid: o.Pid, Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
 		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames, ARM64: runtime.GOARCH == "arm64"}
+	if o.event != nil {
+		cfg.Event = &o.event.Event
+		if !o.event.Kernel {
+			cfg.KernelDepth = 0
+		}
+	}
 	ns, err := kernel.PidNamespace()
 	if err != nil {
 		return err
 	}
 	cfg.NS = ns
-	if o.Command != "" {
+	if o.Command != "" && (o.event == nil || !o.event.All) {
 		if cfg.Tree, err = proctree.New(s.CommandPid(), s.CommandShell(), ns, o.MaxTree); err != nil {
 			return err
 		}
@@ -170,8 +200,12 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if !haveBigKeys() {
 		// Older kernels (5.10 here) take hash keys of MAX_BPF_STACK, 512
 		// bytes, at most; labels take user frames' room.
+		small := prog.Config{KernelDepth: prog.SmallKernelFrames, UserDepth: prog.SmallUserFrames}
+		if cfg.KernelDepth == 0 {
+			// No kernel stack: its room is the user stack's.
+			small.KernelDepth, small.UserDepth = 0, prog.SmallKernelFrames+prog.SmallUserFrames
+		}
 		depth := func() int {
-			small := prog.Config{KernelDepth: prog.SmallKernelFrames, UserDepth: prog.SmallUserFrames}
 			c := cfg
 			c.KernelDepth, c.UserDepth = small.KernelDepth, small.UserDepth
 			return small.UserDepth - (c.KeySize()-small.KeySize()+7)/8
@@ -181,18 +215,18 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			cfg.Context = false
 			fmt.Fprintf(s.Stderr, "profile: the OpenTelemetry context and custom labels are not read: these labels fill this kernel's 512-byte hash keys\n")
 		}
-		cfg.KernelDepth, cfg.UserDepth = prog.SmallKernelFrames, depth()
+		cfg.KernelDepth, cfg.UserDepth = small.KernelDepth, depth()
 		if cfg.UserDepth < 8 {
 			return usage.Errorf("this kernel takes hash keys of 512 bytes at most, and these labels leave room for %d user frames: use fewer string labels", cfg.UserDepth)
 		}
-		fmt.Fprintf(s.Stderr, "profile: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", cfg.KernelDepth, cfg.UserDepth)
+		fmt.Fprintf(s.Stderr, "%s: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", o.tool(), cfg.KernelDepth, cfg.UserDepth)
 	}
 	cfg.TaskRegs, cfg.LazyHashes = kernel.HaveTaskPtRegs() && !o.assumeMissing("task_pt_regs"), kernel.HaveLazyHashes()
 	if !cfg.TaskRegs && cfg.Mode != prog.UnwindFP {
 		if off, err := kbtf.MemberOffset("task_struct", "stack"); err == nil {
 			cfg.TaskStack = off
 		} else {
-			fmt.Fprintf(s.Stderr, "profile: samples taken in the kernel will have no user stack: %v\n", err)
+			fmt.Fprintf(s.Stderr, "%s: %s taken in the kernel will have no user stack: %v\n", o.tool(), o.unit(), err)
 		}
 	}
 	if cfg.Mode != prog.UnwindFP {
@@ -331,7 +365,12 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 
 	what := "on-CPU stacks"
-	if o.OffCPU {
+	if o.event != nil {
+		what = o.event.Name + " by user stack"
+		if err := o.event.Attach(coll.Programs["sample"]); err != nil {
+			return err
+		}
+	} else if o.OffCPU {
 		what = "off-CPU stacks"
 		if err := s.AttachTracepoint(coll.Programs["sample"], "sched", "sched_switch"); err != nil {
 			return err
@@ -549,7 +588,7 @@ func (r *reporter) resolveKernel(ctx context.Context, cur map[stackKey]uint64) e
 	}
 	if hidden && !r.warned {
 		r.warned = true
-		fmt.Fprintln(r.s.Stderr, "profile: kernel addresses are hidden (kptr_restrict, or not root): kernel frames print as [unknown]")
+		fmt.Fprintf(r.s.Stderr, "%s: kernel addresses are hidden (kptr_restrict, or not root): kernel frames print as [unknown]\n", r.o.tool())
 	}
 	for _, pc := range todo {
 		r.kernel[pc] = names[pc] // "" when unknown
@@ -769,7 +808,7 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 			byEnd[st.End] += st.Count
 		}
 	}
-	unit, full := "samples", "the stack map is full"
+	unit, full := r.o.unit(), "the stack map is full"
 	if r.o.OffCPU {
 		// Counts are microseconds waited; what is lost is waits.
 		unit, full = "us waited", "the stack map or the table of waiting threads is full"
@@ -840,6 +879,7 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		Tool    string      `json:"tool"`
 		Time    string      `json:"time"`
 		Samples *uint64     `json:"samples,omitempty"`
+		Events  *uint64     `json:"events,omitempty"` // filter's --count-by ustack
 		Usecs   *uint64     `json:"usecs,omitempty"`
 		Lost    uint64      `json:"lost"`
 		Stacks  []jsonStack `json:"stacks"`
@@ -847,10 +887,12 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		// NotDeferred: samples the full deferred ring turned away since the
 		// start (counted as far as the kernel walked them).
 		NotDeferred uint64 `json:"not_deferred,omitempty"`
-	}{Tool: "profile", Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}, Refused: append([]string{}, r.ps.refused...), NotDeferred: r.ps.deferLost}
+	}{Tool: r.o.tool(), Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}, Refused: append([]string{}, r.ps.refused...), NotDeferred: r.ps.deferLost}
 	var total uint64
 	if r.o.OffCPU {
 		out.Usecs = &total
+	} else if r.o.event != nil {
+		out.Events = &total
 	} else {
 		out.Samples = &total
 	}

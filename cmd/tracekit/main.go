@@ -43,6 +43,8 @@ func find(name string) *tool {
 
 func main() {
 	run.Guard() // a -c command's guard is this binary, started again
+	// filter's --count-by ustack is profile's sampler at filter's event.
+	filter.CountStacks = profile.CountStacks
 	os.Exit(dispatch(os.Args, os.Stdout, os.Stderr))
 }
 

@@ -127,7 +127,7 @@ func TestCallErrors(t *testing.T) {
 		target, expr, act, want string
 	}{
 		{"kopen", `ret == -2 && nosuch == 1`, "", `no argument or builtin "nosuch"`},
-		{"kopen", `ret == -2`, "fields:filename,nosuch", "no argument or builtin \"nosuch\" (arguments: dfd, filename; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack; the call's: ret, duration)\n  filename,nosuch\n           ^"},
+		{"kopen", `ret == -2`, "fields:filename,nosuch", "no argument or builtin \"nosuch\" (arguments: dfd, filename; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack, ustack; the call's: ret, duration)\n  filename,nosuch\n           ^"},
 		{"kopen", `duration->x == 1`, "count", "duration is a number of nanoseconds: it has no members"},
 		{"kopen", `ret == "x"`, "count", "ret is a number"},
 	} {

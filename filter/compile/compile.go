@@ -84,7 +84,7 @@ const maxInsns = 4096
 
 // Builtins are the names every event has (an event's own field or argument
 // of the same name wins).
-var builtins = []string{"pid", "tid", "comm", "cpu", "uid", "gid", "cpid", "kstack"}
+var builtins = []string{"pid", "tid", "comm", "cpu", "uid", "gid", "cpid", "kstack", "ustack"}
 
 type compiler struct {
 	t       Target
@@ -580,4 +580,39 @@ func (c *compiler) jumpImm(op string, signed bool, lit int64, target string) {
 	default:
 		c.emit(jumpOp(op, signed).Reg(bpf.R1, bpf.R2, target))
 	}
+}
+
+// Gate compiles the pid filters and the expression (nil: none) alone, for
+// a program that goes on after them (filter's --count-by ustack: profile's
+// sampler): an event that does not pass jumps to reject, one that passes
+// falls through past the last instruction. The gate's own labels are
+// prefixed "gate_", apart from the program's.
+func Gate(expr string, root Node, t Target, reject string) (bpf.Instructions, error) {
+	c := newCompiler(t, expr)
+	c.filters()
+	if err := c.where(root); err != nil {
+		return nil, err
+	}
+	c.emit(asm.Nop().WithSource(bpf.Comment("the event passed")))
+	for i, ins := range c.insns {
+		if a, ok := c.alias[ins.Reference()]; ok {
+			ins = ins.WithReference(a)
+		}
+		if sym := ins.Symbol(); sym != "" {
+			ins = ins.WithSymbol("gate_" + sym)
+		}
+		if ref := ins.Reference(); ref != "" && ins.OpCode.JumpOp() != bpf.InvalidJumpOp && !ins.IsFunctionCall() {
+			if ref == "reject" {
+				ins = ins.WithReference(reject)
+			} else {
+				ins = ins.WithReference("gate_" + ref)
+			}
+		}
+		c.insns[i] = ins
+	}
+	if n := slotCount(c.insns); n > maxInsns/2 {
+		c.option, c.expr = "", c.orig
+		return nil, c.errAt(0, "the expression compiles to %d instructions, more than the %d left beside the stack walk: shorten it", n, maxInsns/2)
+	}
+	return c.insns, nil
 }

@@ -414,7 +414,7 @@ func TestBadExpressions(t *testing.T) {
 	for _, tc := range []struct {
 		target, expr, want string
 	}{
-		{"netif", `nme == "lo"`, "event netif_receive_skb has no field \"nme\" (fields: skbaddr, len, name; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack)\n  nme == \"lo\"\n  ^"},
+		{"netif", `nme == "lo"`, "event netif_receive_skb has no field \"nme\" (fields: skbaddr, len, name; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack, ustack)\n  nme == \"lo\"\n  ^"},
 		{"netif", `len == "lo"`, "len is a number: compare it with a number\n  len == \"lo\"\n         ^"},
 		{"netif", `name < "lo"`, "strings compare only with ==, != and ~ (prefix)\n  name < \"lo\"\n       ^"},
 		{"netif", `name == 3`, "name is a string: compare it with a string literal\n  name == 3\n          ^"},
@@ -432,7 +432,7 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `len == -1`, "len is unsigned: it is never negative\n  len == -1\n         ^"},
 		{"netif", `len == 0x100000000`, "4294967296 does not fit in len (4 bytes)\n  len == 0x100000000\n         ^"},
 		{"netif", `1 == 1`, "compare a field with a constant or another field: both sides are constants\n  1 == 1\n  ^"},
-		{"kprobe", `sk->len > 1`, "no argument or builtin \"sk\" (arguments: net, skb; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack)\n  sk->len > 1\n  ^"},
+		{"kprobe", `sk->len > 1`, "no argument or builtin \"sk\" (arguments: net, skb; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack, ustack)\n  sk->len > 1\n  ^"},
 		{"kprobe", `skb.len > 1`, "skb is a pointer: use '->'\n  skb.len > 1\n     ^"},
 		{"kfree", `reason == "NO_SUCH"`, "reason is a number: compare it with a number, or one of its names: ARP_PVLAN_DISABLE, BPF_CGROUP_EGRESS, BRIDGE_INGRESS_STP_STATE, CAKE_FLOOD, CANFD_RX_INVALID_FRAME, CANXL_RX_INVALID_FRAME, ...\n  reason == \"NO_SUCH\"\n            ^"},
 		{"netif", `name == "unterminated`, "unterminated string\n  name == \"unterminated\n          ^"},

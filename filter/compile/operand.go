@@ -174,6 +174,10 @@ func (c *compiler) builtin(o Operand) (value, error) {
 		}
 		return value{}, c.errAt(o.Pos, "kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number")
 	}
+	if o.Base == "ustack" {
+		// Counted by profile's unwinder (filter's run), never compiled here.
+		return value{}, c.errAt(o.Pos, "ustack is counted by (--count-by ustack, alone or with kstack): it is not a number, and --fields does not print it")
+	}
 	if o.Base == "cpid" && c.t.CPid == 0 {
 		return value{}, c.errAt(o.Pos, "cpid is the pid of the command -c runs: add -c CMD")
 	}

@@ -189,6 +189,38 @@ type Config struct {
 	// ARM64: the unwinder reads arm64's registers and rule words
 	// (unwind.ARM64), else x86-64's.
 	ARM64 bool
+	// Event: the program runs at an event (filter's --count-by ustack),
+	// not at a CPU-clock sample.
+	Event *Event
+}
+
+// Event is an event the sampler runs at instead of the CPU clock: its
+// program type (the unwinder tail-called is of that type too), and the
+// filter that runs first.
+type Event struct {
+	Type ebpf.ProgramType // ebpf.Kprobe (kprobes, uprobes, USDT) or ebpf.TracePoint
+	// Regs: the context is the probe's pt_regs, the user's registers at a
+	// uprobe (a kprobe's are the kernel's: its code segment says so, and
+	// the task's user registers are read as a kernel-mode sample's are).
+	// Else (a tracepoint's record) the user registers are always the task's.
+	Regs bool
+	// Gate saves the context in asm.RegCtx (asm.Prologue) and jumps to
+	// "exit" to drop the event; what passes falls through.
+	Gate bpf.Instructions
+}
+
+// StackEvent is an event whose passing occurrences are counted by their
+// user stacks (filter's --count-by ustack) by profile's sampler: its
+// program (Event), how it attaches, and what the reports call it. It is
+// here, under both tools, because no tool imports another: the binary
+// hands filter profile's counter (see filter.CountStacks).
+type StackEvent struct {
+	Event
+	Name   string // the event as the user wrote it
+	Kernel bool   // the kernel stack is part of the key too (kstack)
+	// All: with -c, every process's events, not only the command's tree.
+	All    bool
+	Attach func(*ebpf.Program) error
 }
 
 // TaskStartStack is where the kernel keeps a process's initial stack
@@ -281,6 +313,9 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		return nil, err
 	}
 	typ := ebpf.PerfEvent
+	if cfg.Event != nil {
+		typ = cfg.Event.Type
+	}
 	if cfg.OffCPU != nil {
 		// At sched:sched_switch; the unwinder it tail-calls is of its type.
 		typ = ebpf.TracePoint
@@ -318,7 +353,11 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 // unwinder.
 func sampleProg(cfg Config) (bpf.Instructions, error) {
 	var insns asm.Seq
-	insns.Append(asm.Prologue())
+	if cfg.Event != nil {
+		insns.Append(cfg.Event.Gate)
+	} else {
+		insns.Append(asm.Prologue())
+	}
 	insns.Add(bpf.StoreMem(bpf.RFP, fpCtx, asm.RegCtx, bpf.DWord))
 	if cfg.OffCPU != nil {
 		in, err := switchIn(cfg)
@@ -366,16 +405,18 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
 	insns.Add(cfg.Readers.Kernel.Call())
 	insns.Add(bpf.StoreMem(bpf.R8, keyPid, asm.RegPid, bpf.Word))
-	insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("kernel stack: bpf_get_stack(ctx, key.kernel, size, 0), zero-filled")))
-	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R8))
-	insns.Add(bpf.Add.Imm(bpf.R2, keyKernel))
-	insns.Add(bpf.Mov.Imm(bpf.R3, int32(8*cfg.KernelDepth)))
-	insns.Add(bpf.Mov.Imm(bpf.R4, 0))
-	insns.Add(bpf.FnGetStack.Call())
-	insns.Add(bpf.JSGE.Imm(bpf.R0, 0, "kernel_ok"))
-	insns.Add(bpf.Mov.Imm(bpf.R1, 1))
-	insns.Add(bpf.StoreMem(bpf.R8, keyKernErr, bpf.R1, bpf.Byte))
-	insns.Add(asm.Nop().WithSymbol("kernel_ok"))
+	if cfg.KernelDepth > 0 {
+		insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("kernel stack: bpf_get_stack(ctx, key.kernel, size, 0), zero-filled")))
+		insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R8))
+		insns.Add(bpf.Add.Imm(bpf.R2, keyKernel))
+		insns.Add(bpf.Mov.Imm(bpf.R3, int32(8*cfg.KernelDepth)))
+		insns.Add(bpf.Mov.Imm(bpf.R4, 0))
+		insns.Add(bpf.FnGetStack.Call())
+		insns.Add(bpf.JSGE.Imm(bpf.R0, 0, "kernel_ok"))
+		insns.Add(bpf.Mov.Imm(bpf.R1, 1))
+		insns.Add(bpf.StoreMem(bpf.R8, keyKernErr, bpf.R1, bpf.Byte))
+		insns.Add(asm.Nop().WithSymbol("kernel_ok"))
+	}
 	// A process seen for the first time is announced to user space, which
 	// records its mappings (and loads their unwind tables).
 	insns.Append(asm.Note(asm.MapLookup("seen", fpTgid), "first sample of this process: tell user space"))
@@ -408,13 +449,16 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	// The user registers: the sample's own if it interrupted user mode,
 	// else the task's saved ones (bpf_task_pt_regs, 5.15+). A thread
 	// switched out is always in the kernel.
-	if cfg.OffCPU == nil && cfg.ARM64 {
+	// An event's context is the probe's registers or no registers at all
+	// (a tracepoint's record).
+	ctxRegs := cfg.OffCPU == nil && (cfg.Event == nil || cfg.Event.Regs)
+	if ctxRegs && cfg.ARM64 {
 		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, armPstate, bpf.DWord).WithSource(bpf.Comment("user mode (pstate: EL0, AArch64): the sample's registers are the user's")))
 		insns.Add(bpf.And.Imm(bpf.R1, armModeMask))
 		insns.Add(bpf.JNE.Imm(bpf.R1, 0, "kernel_mode"))
 		insns.Append(loadRegsARM64(asm.RegCtx, 0))
 		insns.Add(bpf.Ja.Label("have_regs"))
-	} else if cfg.OffCPU == nil {
+	} else if ctxRegs {
 		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, regs.CS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")))
 		insns.Add(bpf.And.Imm(bpf.R1, 3))
 		insns.Add(bpf.JNE.Imm(bpf.R1, 3, "kernel_mode"))

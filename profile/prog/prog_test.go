@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
@@ -75,8 +78,27 @@ func variants(t *testing.T) map[string]Config {
 		"arm64_auto_small":  {ARM64: true, Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames},
 		"arm64_offcpu_auto": {ARM64: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, OffCPU: offCPU},
 		"arm64_eh_context":  {ARM64: true, Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: everyKind, Context: true},
+		// At an event (filter's --count-by ustack): a tracepoint's record
+		// (the task's registers), a probe's registers (a uprobe's are the
+		// user's, a kprobe's the kernel's), the kernel stack kept or not.
+		"event_tracepoint":     {Event: gateEvent(ebpf.TracePoint, false), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, UserDepth: ud, Tree: tooltest.Tree(t, 4, nil)},
+		"event_kprobe_kstack":  {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
+		"event_uprobe_small":   {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, UserDepth: SmallKernelFrames + SmallUserFrames},
+		"arm64_event_tp_small": {ARM64: true, Event: gateEvent(ebpf.TracePoint, false), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: SmallKernelFrames + SmallUserFrames},
+		"arm64_event_uprobe":   {ARM64: true, Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 	}
 	return v
+}
+
+// gateEvent is an event whose gate keeps events whose context's second
+// word is not 0 (a record's first field, a register), as filter's gates
+// read the context.
+func gateEvent(typ ebpf.ProgramType, regs bool) *Event {
+	gate := append(asm.Prologue(),
+		bpf.LoadMem(bpf.R1, asm.RegCtx, 8, bpf.Word),
+		bpf.JEq.Imm(bpf.R1, 0, "exit"),
+	)
+	return &Event{Type: typ, Regs: regs, Gate: gate}
 }
 
 var (

@@ -3,7 +3,8 @@
 # -O0 and -O2 and as a non-PIE at -O2 (between them every argument form
 # sys/sdt.h writes: register, constant, off(reg), (base,index,scale),
 # sym(%rip), sym(,index,scale)), and a PIE that calls into a shared library
-# (libtk.so, found through its rpath), and fx-calls (calls.c) at -O0. Needs gcc and sys/sdt.h
+# (libtk.so, found through its rpath), fx-calls (calls.c) at -O0, and
+# fx-chain (chain.c) at -O2 without frame pointers. Needs gcc and sys/sdt.h
 # (systemtap-sdt-dev); CC=aarch64-linux-gnu-gcc builds them for arm64.
 set -euo pipefail
 src=$(cd "$(dirname "$0")" && pwd)
@@ -22,3 +23,4 @@ fi
 "${CC:-gcc}" -O2 -fPIC -shared -o "$out/libtk.so" "$src/lib.c"
 "${CC:-gcc}" -O2 -fPIE -pie -DTK_LIB -o "$out/fx-lib" "$src/fixture.c" "$src/guarded.c" -L"$out" -ltk -Wl,-rpath,'$ORIGIN'
 "${CC:-gcc}" -O0 -o "$out/fx-calls" "$src/calls.c"
+"${CC:-gcc}" -O2 -fomit-frame-pointer -fno-optimize-sibling-calls -fPIE -pie -o "$out/fx-chain" "$src/chain.c"

@@ -1,0 +1,246 @@
+package filter
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// ustackReport is a --json --count-by ustack report (profile's layout).
+type ustackReport struct {
+	Tool   string  `json:"tool"`
+	Events *uint64 `json:"events"`
+	Lost   uint64  `json:"lost"`
+	Stacks []struct {
+		Pid    uint32   `json:"pid"`
+		Comm   string   `json:"comm"`
+		Count  uint64   `json:"count"`
+		User   []string `json:"user"`
+		Kernel []string `json:"kernel"`
+		End    string   `json:"end"`
+	} `json:"stacks"`
+}
+
+func ustacks(t *testing.T, r tooltest.Result) ustackReport {
+	t.Helper()
+	var rep ustackReport
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &rep); err != nil || rep.Events == nil {
+		t.Fatalf("--json --count-by ustack: exit %d, %v: %q\n%s", r.Status, err, r.Stdout, r.Stderr)
+	}
+	return rep
+}
+
+// fx-chain's two ways to tk_leaf, the frames above it.
+var (
+	chainA = []string{"tk_b", "tk_a", "main"}
+	chainB = []string{"tk_c", "main"}
+)
+
+// chainOf says which of fx-chain's chains a user stack went through (""
+// if neither): the frames above tk_leaf.
+func chainOf(user []string) string {
+	i := slices.Index(user, "tk_leaf")
+	if i < 0 {
+		return ""
+	}
+	above := user[i+1:]
+	switch {
+	case len(above) >= len(chainA) && slices.Equal(above[:len(chainA)], chainA):
+		return "a"
+	case len(above) >= len(chainB) && slices.Equal(above[:len(chainB)], chainB):
+		return "b"
+	}
+	return ""
+}
+
+// byChain sums a report's counts by fx-chain's chain, and counts the
+// events whose user stack is whole (it ends where the process started).
+func byChain(t *testing.T, rep ustackReport) (chains map[string]uint64, complete, total uint64) {
+	t.Helper()
+	chains = map[string]uint64{}
+	for _, st := range rep.Stacks {
+		chains[chainOf(st.User)] += st.Count
+		total += st.Count
+		if st.End == "complete" {
+			complete += st.Count
+		}
+	}
+	if total != *rep.Events {
+		t.Errorf("the stacks sum to %d, the report says %d events", total, *rep.Events)
+	}
+	return chains, complete, total
+}
+
+// --count-by ustack on a uprobe of a C program built without frame
+// pointers: its 200 calls of tk_leaf through tk_a and tk_b and 100
+// through tk_c, every one counted under its own chain, and at least 95%
+// of the stacks whole, from tk_leaf to where the process started (the
+// issue's bar; here all 300 are). --where on the uprobe's argument keeps
+// the second chain's 100. On the host, bpftrace's @[ustack] = count() on
+// the same probe walks frame pointers and stops: fewer than half its
+// stacks reach main.
+func TestUstackUprobe(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "fx-chain")
+	probe := "uprobe:" + fx + ":tk_leaf"
+	r := filter(t, "--json", "--count-by", "ustack", probe, "-c", fx+" 200 100")
+	rep := ustacks(t, r)
+	chains, complete, total := byChain(t, rep)
+	if total != 300 || chains["a"] != 200 || chains["b"] != 100 {
+		t.Errorf("%d calls of tk_leaf, %d through tk_a and tk_b, %d through tk_c; want 300, 200, 100:\n%s\n%s", total, chains["a"], chains["b"], r.Stdout, r.Stderr)
+	}
+	if complete*100 < total*95 {
+		t.Errorf("%d of %d user stacks whole, fewer than 95%%:\n%s", complete, total, r.Stdout)
+	}
+	t.Logf("filter: %d of %d user stacks whole", complete, total)
+
+	r = filter(t, "--json", "--count-by", "ustack", probe, "--where", "arg0 == 9", "-c", fx+" 20 10")
+	chains, _, total = byChain(t, ustacks(t, r))
+	if total != 10 || chains["b"] != 10 {
+		t.Errorf("--where 'arg0 == 9': %d calls, %d through tk_c; want 10 and 10:\n%s", total, chains["b"], r.Stdout)
+	}
+
+	// Folded, for a flame graph: comm, then the frames outermost first.
+	r = filter(t, "--count-by", "ustack", "--folded", probe, "-c", fx+" 20 10")
+	want := map[string]int{"fx-chain;_start;__libc_start_main;__libc_start_call_main;main;tk_a;tk_b;tk_leaf": 20, "fx-chain;_start;__libc_start_main;__libc_start_call_main;main;tk_c;tk_leaf": 10}
+	got := map[string]int{}
+	for _, l := range lines(r.Stdout) {
+		stack, n, _ := strings.Cut(l, " ")
+		c, _ := strconv.Atoi(n)
+		got[stack] += c
+	}
+	if r.Status != 0 || len(got) != len(want) {
+		t.Errorf("--folded: exit %d, %v; want %v\n%s", r.Status, got, want, r.Stderr)
+	}
+	for stack, c := range want {
+		// musl and other starts name their outer frames otherwise: the
+		// chain from main down is what the fixture decides.
+		tail := stack[strings.Index(stack, ";main;"):]
+		n := 0
+		for s, m := range got {
+			if strings.HasPrefix(s, "fx-chain;") && strings.HasSuffix(s, tail) {
+				n += m
+			}
+		}
+		if n != c {
+			t.Errorf("--folded: %d stacks ending %s, want %d: %v", n, tail, c, got)
+		}
+	}
+
+	bt := tooltest.Peer(t, "bpftrace", "bpftrace")
+	if bt == "" {
+		return // in the guests; the host compares
+	}
+	out, err := exec.Command(bt, "-e", fmt.Sprintf(`uprobe:%s:tk_leaf { @[ustack] = count(); }`, fx), "-c", fx+" 200 100").CombinedOutput()
+	if err != nil {
+		t.Fatalf("bpftrace: %v\n%s", err, out)
+	}
+	var theirs, whole int
+	for _, m := range regexp.MustCompile(`(?s)@\[\n(.*?)\n\]: (\d+)`).FindAllStringSubmatch(string(out), -1) {
+		c, _ := strconv.Atoi(m[2])
+		theirs += c
+		if strings.Contains(m[1], "main") {
+			whole += c
+		}
+	}
+	t.Logf("bpftrace: %d of %d user stacks reach main\n%s", whole, theirs, out)
+	if theirs != 300 || whole*2 >= theirs {
+		t.Errorf("bpftrace counted %d calls, %d of them with main in the stack: want 300, and fewer than half (the fixture keeps no frame pointers)\n%s", theirs, whole, out)
+	}
+}
+
+// --count-by ustack,kstack on a tracepoint (a syscall's): the user stack
+// comes from the task's registers, not the record; fx-chain's pwrites at
+// fd 987654, 20 through tk_a and tk_b and 10 through tk_c, each stack's
+// user part through libc's pwrite into tk_leaf and its chain, its kernel
+// part a stack of this kernel's functions.
+func TestUstackTracepoint(t *testing.T) {
+	privtest.Require(t)
+	syms, err := procfs.LoadKallsyms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := filepath.Join(fixtures(t), "fx-chain")
+	r := filter(t, "--json", "--count-by", "ustack,kstack", "syscalls:sys_enter_pwrite64", "--where", "fd == 987654", "-c", fx+" 20 10")
+	rep := ustacks(t, r)
+	chains, complete, total := byChain(t, rep)
+	if total != 30 || chains["a"] != 20 || chains["b"] != 10 {
+		t.Errorf("%d pwrites, %d through tk_a and tk_b, %d through tk_c; want 30, 20, 10:\n%s\n%s", total, chains["a"], chains["b"], r.Stdout, r.Stderr)
+	}
+	if complete*100 < total*95 {
+		t.Errorf("%d of %d user stacks whole, fewer than 95%%:\n%s", complete, total, r.Stdout)
+	}
+	for _, st := range rep.Stacks {
+		if len(st.Kernel) == 0 {
+			t.Errorf("a stack without kernel frames: %+v", st)
+			continue
+		}
+		if outer := st.Kernel[len(st.Kernel)-1]; !syms.Has(outer) {
+			t.Errorf("outermost kernel frame %q: not a function of this kernel's: %v", outer, st.Kernel)
+		}
+		if i := slices.Index(st.User, "tk_leaf"); i < 1 {
+			t.Errorf("user stack %v: want libc's pwrite, then tk_leaf", st.User)
+		}
+	}
+}
+
+// Keys and options that a stack counted by profile's unwinder does not
+// take are refused with one line, exit 2.
+func TestUstackUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"--count-by", "ustack,comm", "syscalls:sys_enter_write"},
+		{"--fields", "ustack", "syscalls:sys_enter_write"},
+		{"--where", "ustack > 0", "syscalls:sys_enter_write"},
+		{"--sum", "count", "--count-by", "ustack", "syscalls:sys_enter_write"},
+		{"--count-by", "ustack", "--serve", ":0", "syscalls:sys_enter_write"},
+		{"--count-by", "ustack", "--max-keys", "100", "syscalls:sys_enter_write"},
+		{"--count-by", "ustack", "syscalls:sys_enter_open*"},
+		{"--count-by", "ustack", "--attach", "fentry", "syscalls:sys_enter_write"},
+	} {
+		r := filter(t, args...)
+		first, _, _ := strings.Cut(r.Stderr, "\n")
+		if r.Status != 2 || strings.Contains(r.Stderr, "goroutine") || !strings.Contains(first, "ustack") && !strings.Contains(first, "perf") {
+			t.Errorf("filter %q: exit %d, want 2 and a line on ustack:\n%s", args, r.Status, r.Stderr)
+		}
+	}
+}
+
+// --count-by ustack,kstack at a kprobe: the context is the kernel's
+// registers, so the user stack comes from the task's, as at a
+// tracepoint. fx-chain's pwrites reach the kernel's pwrite64 (the
+// syscall's wrapper, or ksys_pwrite64 where the kernel has it); -c keeps
+// the command's 20 and 10, each under its chain. Where the kernel has no
+// kprobes (the host), the matrix's kernels run it.
+func TestUstackKprobe(t *testing.T) {
+	privtest.Require(t)
+	if !tracefs.KprobesAvailable() {
+		t.Skip("this kernel has no kprobes: the matrix's kernels run this test")
+	}
+	fns, err := tracefs.Functions("ksys_pwrite64", "__x64_sys_pwrite64", "__arm64_sys_pwrite64")
+	if err != nil || len(fns) == 0 {
+		t.Fatalf("no pwrite64 function to probe in available_filter_functions: %v", err)
+	}
+	fx := filepath.Join(fixtures(t), "fx-chain")
+	r := filter(t, "--json", "--count-by", "ustack,kstack", "kprobe:"+fns[0], "-c", fx+" 20 10")
+	rep := ustacks(t, r)
+	chains, complete, total := byChain(t, rep)
+	if total != 30 || chains["a"] != 20 || chains["b"] != 10 || complete*100 < total*95 {
+		t.Errorf("kprobe:%s: %d pwrites, %d through tk_a and tk_b, %d through tk_c, %d whole; want 30, 20, 10, 95%% whole:\n%s\n%s", fns[0], total, chains["a"], chains["b"], complete, r.Stdout, r.Stderr)
+	}
+	for _, st := range rep.Stacks {
+		if len(st.Kernel) == 0 || !slices.Contains(st.Kernel, fns[0]) && !strings.Contains(strings.Join(st.Kernel, " "), "pwrite64") {
+			t.Errorf("kernel stack %v: want the probed function's callers", st.Kernel)
+		}
+	}
+}
