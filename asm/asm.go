@@ -87,21 +87,27 @@ func PidFilter(pid uint32, skip string) bpf.Instructions {
 	}
 }
 
+// MemSize is the size of a load or store of n bytes: 1, 2, 4 or 8.
+func MemSize(n int) (bpf.Size, bool) {
+	switch n {
+	case 1:
+		return bpf.Byte, true
+	case 2:
+		return bpf.Half, true
+	case 4:
+		return bpf.Word, true
+	case 8:
+		return bpf.DWord, true
+	}
+	return bpf.InvalidSize, false
+}
+
 // LoadField loads an integer field of a tracepoint record (RegCtx) into dst,
 // sign-extending signed fields narrower than 64 bits. offset and size come
 // from the event's format file, never from a constant.
 func LoadField(dst bpf.Register, name string, offset, size int, signed bool) (bpf.Instructions, error) {
-	var sz bpf.Size
-	switch size {
-	case 1:
-		sz = bpf.Byte
-	case 2:
-		sz = bpf.Half
-	case 4:
-		sz = bpf.Word
-	case 8:
-		sz = bpf.DWord
-	default:
+	sz, ok := MemSize(size)
+	if !ok {
 		return nil, fmt.Errorf("field %s: size %d is not an integer size", name, size)
 	}
 	if offset < 0 || offset > 0x7fff {

@@ -106,7 +106,7 @@ PATH points to, from BTF, as ksnoop does (bpf_snprintf_btf, Linux 5.10+):
 *)skbaddr). One line, members that are zero left out, at most 1023
 bytes: a longer one is cut and ends in "...". kstack prints the event's
 kernel stack under its line, innermost first, up to 127 frames (in JSON, a
-list); ustack is counted, not printed (see User stacks below). A char * field prints as text: an event that has one gets a record
+list); ustack its user stack (see User stacks below). A char * field prints as text: an event that has one gets a record
 of its own by default. Instead of printing, the kernel can
 aggregate: --count (a count), --count-by KEYS (a table, largest first, as
 bpftrace's @[comm] = count(); kstack keys by the kernel's stack, printed
@@ -209,7 +209,10 @@ its uprobe and uretprobe.
 
 User stacks: --count-by ustack counts the passing events by the stack of
 user code that led to them, kstack beside it or not (--count-by
-ustack,kstack), unwound in the kernel by profile's unwinder: from each
+ustack,kstack), and --fields ...,ustack prints each event with its user
+stack under its line (numbers and strings beside it, not *PATH; kstack
+too, both in the order named), unwound in the kernel by profile's
+unwinder: from each
 mapped file's .eh_frame table where it has one, by frame pointers
 elsewhere, so that code built without frame pointers (most distributions'
 libraries and programs) gives whole stacks, where bpftrace's ustack stops
@@ -221,10 +224,12 @@ profile --help). A file's table is read when its process first passes
 (before the run, for the -c command's executable and libraries): an event
 in a file not read yet goes to user space with a copy of its stack and is
 unwound there, as many as that ring holds; past that it ends [unwind
-error: no table]. ustack reaches a tracepoint through its record, a
-kernel function through its kprobe (not fentry), a user-space probe
-through its uprobe; one event, no glob or list; counted, not printed.
+error: no table]; printed, such an event comes once unwound, after
+events that came later. ustack reaches a tracepoint through its record,
+a kernel function through its kprobe (not fentry), a user-space probe
+through its uprobe; one event, no glob or list.
   filter --count-by ustack uprobe:libc.so.6:malloc -c ./server
+  filter --fields comm,count,ustack syscalls:sys_enter_write --where 'count > 65536'
   filter --count-by ustack,kstack --folded syscalls:sys_enter_fsync > fsync.folded
 
 A bad --where is a usage error; the message points at the offending part.

@@ -271,17 +271,21 @@ func validate(o *options) error {
 	if stackKey && o.Serve != "" {
 		return usage.Errorf("--serve and --count-by %s: a stack is no metric's label; count by other keys", o.CountBy)
 	}
-	if user, _, err := ustackKey(o.CountBy); err != nil {
+	user, _, _, err := stackColumns("--count-by", o.CountBy)
+	if err != nil {
 		return err
-	} else if user {
+	}
+	if user {
 		switch {
 		case stat != "":
 			return usage.Errorf("--%s with --count-by ustack: user stacks are counted (--count-by), not summed", stat)
 		case o.MaxKeys != compile.CountsEntries:
 			return usage.Errorf("--max-keys and --count-by ustack: user stacks are counted in profile's table of 4096 stacks")
-		case o.Stack || ev.glob || ev.tpGlob || len(ev.items) > 0:
-			return usage.Errorf("--count-by ustack counts one event: not a glob, a list or a stack (-s)")
 		}
+	}
+	printed, _, _, _ := stackColumns("--fields", o.Fields)
+	if (user || printed) && (o.Stack || ev.glob || ev.tpGlob || len(ev.items) > 0) {
+		return usage.Errorf("ustack is unwound at one event: not a glob, a list or a stack (-s)")
 	}
 	if o.Lead() == "usdt" && o.Pid == 0 {
 		return usage.Errorf("--info usdt lists the probes of the files a process maps: it needs -p PID (or name a file: usdt:PATH)")
@@ -298,16 +302,17 @@ func validate(o *options) error {
 	return nil
 }
 
-// ustackKey says whether --count-by keys by the user stack, and then
-// whether by the kernel's too: a user stack is unwound and counted by
-// profile's sampler, whose key is (process, kernel stack, user stack), so
-// kstack is the only other key it takes (the report names each stack's
-// process).
-func ustackKey(countBy string) (user, kernel bool, err error) {
-	if countBy == "" {
-		return false, false, nil
+// stackColumns splits --count-by's keys or --fields' columns (text, of
+// option) into the user stack, the kernel stack and the others. A user
+// stack is unwound and counted or printed by profile's sampler, whose key
+// is (process, kernel stack, user stack): as a key, kstack is the only
+// other it takes (the report names each stack's comm and pid); printed,
+// numbers and strings go beside it.
+func stackColumns(option, text string) (user, kernel bool, rest []compile.Operand, err error) {
+	if text == "" {
+		return false, false, nil, nil
 	}
-	cols, _ := compile.ParseOperands(countBy, 0)
+	cols, _ := compile.ParseOperands(text, 0)
 	var others []string
 	for _, c := range cols {
 		bare := len(c.Steps) == 0 && c.Arith == nil && c.Cast == "" && !c.CharPtr && !c.Dump && !c.Ksym && !c.IsConst()
@@ -318,12 +323,13 @@ func ustackKey(countBy string) (user, kernel bool, err error) {
 			kernel = true
 		default:
 			others = append(others, c.Text)
+			rest = append(rest, c)
 		}
 	}
-	if user && len(others) > 0 {
-		return false, false, usage.Errorf("--count-by %s: ustack keys by the process and its user stack, and takes kstack beside it, nothing else (the report names each stack's comm and pid): drop %s", countBy, strings.Join(others, ", "))
+	if user && option == "--count-by" && len(others) > 0 {
+		return false, false, nil, usage.Errorf("--count-by %s: ustack keys by the process and its user stack, and takes kstack beside it, nothing else (the report names each stack's comm and pid): drop %s", text, strings.Join(others, ", "))
 	}
-	return user, kernel, nil
+	return user, kernel, rest, nil
 }
 
 // kernelBTF reads the kernel's BTF, which need names what it is for
@@ -550,8 +556,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if user, kernelStack, _ := ustackKey(o.CountBy); user {
-		return runUstack(ctx, s, o, ev, root, target, kernelStack)
+	if user, kernelStack, _, _ := stackColumns("--count-by", o.CountBy); user {
+		return runUstack(ctx, s, o, ev, root, target, stackRun{kernel: kernelStack})
+	}
+	if user, kernelStack, rest, _ := stackColumns("--fields", o.Fields); user {
+		return runUstack(ctx, s, o, ev, root, target, stackRun{kernel: kernelStack, emit: true, record: compile.Action{Kind: compile.Emit, Columns: rest, Option: "--fields", Source: o.Fields}})
 	}
 	if err := checkReturnOnly(ev, root, act); err != nil {
 		return err

@@ -157,6 +157,15 @@ type printer struct {
 	out      *bufio.Writer
 	line     []byte // the text line being built, reused
 	err      error
+	// stacks: the stacks printed with the next record (--fields ustack),
+	// each under its line as a kstack field's, and in --json a list.
+	stacks []namedStack
+}
+
+// namedStack is a stack printed beside a record's fields.
+type namedStack struct {
+	name   string
+	frames []string
 }
 
 // flush writes out what the last batch printed.
@@ -312,6 +321,9 @@ func (p *printer) print(smp perfevent.Sample) {
 				fields[f.Name] = v
 			}
 		}
+		for _, st := range p.stacks {
+			fields[st.name] = st.frames
+		}
 		pid, tid, known := p.ids(smp)
 		var jpid any = pid
 		if !known {
@@ -357,13 +369,22 @@ func (p *printer) print(smp perfevent.Sample) {
 		b = p.appendField(b, f, smp.Raw)
 	}
 	b = append(b, '\n')
+	frames := func(fs []string) {
+		// Under the line, as bpftrace prints a stack: innermost first.
+		for _, fr := range fs {
+			b = append(append(append(b, "    "...), terminal.Printable(fr)...), '\n')
+		}
+	}
 	for _, f := range p.format.Fields {
 		if f.Type == stackType {
-			// Under the line, as bpftrace prints a stack: innermost first.
-			for _, fr := range recordFrames(f, smp.Raw) {
-				b = append(append(append(b, "    "...), terminal.Printable(fr)...), '\n')
-			}
+			frames(recordFrames(f, smp.Raw))
 		}
+	}
+	for i, st := range p.stacks {
+		if i > 0 {
+			b = append(b, "    --\n"...) // between two stacks, as profile parts them
+		}
+		frames(st.frames)
 	}
 	p.line = b
 	p.out.Write(b)

@@ -1,13 +1,16 @@
 package filter
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/tracefs"
@@ -18,48 +21,69 @@ import (
 // here, since no tool imports another.
 var CountStacks func(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error
 
-// runUstack counts the passing events by user stack (--count-by ustack,
-// with kstack or not). The stack is unwound in the kernel by profile's
-// unwinder, from the files' .eh_frame tables where they have them and by
-// frame pointers elsewhere: filter's --where becomes the gate of
+// stackRun is what a run through profile's sampler does with an event:
+// count it by its stacks (the kernel's too with kernel), or (emit) print
+// it with record's columns and its stacks.
+type stackRun struct {
+	kernel bool
+	emit   bool
+	record compile.Action
+}
+
+// runUstack counts or prints the passing events with their user stacks
+// (--count-by ustack, --fields ustack; kstack too or not). The stack is
+// unwound in the kernel by profile's unwinder, from the files' .eh_frame
+// tables where they have them and by frame pointers elsewhere: filter's
+// --where (and the record of the other --fields) becomes the gate of
 // profile's sampler, which runs at the event instead of the CPU clock,
-// and profile's user space loads the tables, names the frames and prints
-// the report. A user address means something in its process only: the
-// stacks are counted per process, and the report names each one's comm
-// and pid.
-func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, base compile.Target, kernelStack bool) error {
+// and profile's user space loads the tables and names the frames. A user
+// address means something in its process only: counted, the stacks are
+// per process, and the report names each one's comm and pid.
+func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, base compile.Target, sr stackRun) error {
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf}); err != nil {
 		return err // the unwinder is tail-called: a program of the event's perf type
 	}
-	// profile's sampler keeps to -p and to the -c tree itself, with the
-	// kernel's pids: the gate drops filter's own events and tests --where.
-	gateTarget := func(t compile.Target) compile.Target {
-		t.Read, t.SelfPid, t.NS, t.CPid = base.Read, base.SelfPid, base.NS, base.CPid
-		return t
+	if CountStacks == nil {
+		return fmt.Errorf("ustack: this build of filter has no stack unwinder (profile's): run it as part of tracekit")
 	}
-	gate := func(t compile.Target) (compile.Target, error) {
-		if compile.NeedsBTF(root) && t.BTF == nil {
+	// profile's sampler keeps to -p and to the -c tree itself, with the
+	// kernel's pids: the gate drops filter's own events, tests --where and
+	// builds the record.
+	var record *compile.Program
+	var first string
+	gate := func(t compile.Target) (bpf.Instructions, int16, error) {
+		t.Read, t.SelfPid, t.NS, t.CPid = base.Read, base.SelfPid, base.NS, base.CPid
+		if (compile.NeedsBTF(root) || compile.ColumnsNeedBTF(sr.record)) && t.BTF == nil {
 			spec, err := kernelBTF("casts")
 			if err != nil {
-				return t, err
+				return nil, 0, err
 			}
 			t.BTF = spec
 		}
-		return t, nil
+		g, p, at, err := compile.GateRecord(o.Where, root, t, sr.record, "exit")
+		if err != nil {
+			return nil, 0, usageOr(err)
+		}
+		// One program for every site: their gates must come out the same
+		// (a USDT probe's sites read their arguments each its own way).
+		if record == nil {
+			record, first = p, insnsKey(g)
+		} else if insnsKey(g) != first {
+			return nil, 0, usageOr(fmt.Errorf("%s: its sites read the arguments of --where or --fields differently: ustack takes one program for all, so name no argument or probe one site (uprobe:PATH:0xADDRESS)", ev))
+		}
+		return g, at, nil
 	}
-	if CountStacks == nil {
-		return fmt.Errorf("--count-by ustack: this build of filter has no stack counter (profile's): run it as part of tracekit")
-	}
-	pe := prog.StackEvent{Name: ev.String(), Kernel: kernelStack, All: o.All}
+	pe := prog.StackEvent{Name: ev.String(), Kernel: sr.kernel, All: o.All}
 	pe.Type, pe.Regs = ebpf.Kprobe, true
-	var t compile.Target
 	switch {
 	case ev.kind == "tracepoint":
 		f, err := tracefs.ReadFormat(ev.group, ev.name)
 		if err != nil {
 			return err
 		}
-		t = gateTarget(compile.Target{Event: &compile.Record{Format: f, UserSpace: ev.group == "syscalls"}})
+		if pe.Gate, pe.RecordAt, err = gate(compile.Target{Event: &compile.Record{Format: f, UserSpace: ev.group == "syscalls"}}); err != nil {
+			return err
+		}
 		pe.Type, pe.Regs = ebpf.TracePoint, false
 		pe.Attach = func(p *ebpf.Program) error { return s.AttachTracepoint(p, ev.group, ev.name) }
 	case ev.user():
@@ -67,26 +91,11 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 		if err != nil {
 			return err
 		}
-		// One program for every site: their gates must come out the same
-		// (a USDT probe's sites read their arguments each its own way).
-		var first string
-		for i, st := range sites {
-			ut, err := gate(gateTarget(userTarget(ev, st, regs)))
-			if err != nil {
-				return err
-			}
-			g, err := compile.Gate(o.Where, root, ut, "exit")
-			if err != nil {
-				return usageOr(err)
-			}
-			if i == 0 {
-				t, first = ut, insnsKey(g)
-			} else if insnsKey(g) != first {
-				return usageOr(fmt.Errorf("%s: its %d sites read the arguments of --where differently: --count-by ustack takes one program for all, so filter this probe without its arguments or probe one site (uprobe:PATH:0xADDRESS)", ev, len(sites)))
-			}
-		}
 		set := run.ProbeSet{}
 		for _, st := range sites {
+			if pe.Gate, pe.RecordAt, err = gate(userTarget(ev, st, regs)); err != nil {
+				return err
+			}
 			set.Probes = append(set.Probes, st.probe)
 		}
 		pe.Attach = func(p *ebpf.Program) error {
@@ -104,17 +113,50 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 		if err != nil {
 			return err
 		}
-		kt, _, _ := kprobeTarget(ev, proto, regs, false)
-		kt.BTF = spec
-		t = gateTarget(kt)
+		t, _, _ := kprobeTarget(ev, proto, regs, false)
+		t.BTF = spec
+		if pe.Gate, pe.RecordAt, err = gate(t); err != nil {
+			return err
+		}
 		pe.Attach = func(p *ebpf.Program) error { return s.AttachProbe(p, ev.probe(), false) }
 	}
-	t, err := gate(t)
-	if err != nil {
-		return err
-	}
-	if pe.Gate, err = compile.Gate(o.Where, root, t, "exit"); err != nil {
-		return usageOr(err)
+	if sr.emit {
+		pe.Emit, pe.Record = true, record.Size
+		pe.Print = stackPrinter(s, o, ev, record)
 	}
 	return CountStacks(ctx, s, o.Common, o.TreeOption, o.Pid, o.Folded, pe)
+}
+
+// stackPrinter prints an event of --fields with ustack: its line, then
+// its stacks in the order --fields names them, innermost frame first, a
+// user stack that ended early with its marker, as profile prints one.
+func stackPrinter(s *run.Session, o *options, ev event, record *compile.Program) func(perfevent.Sample, prog.Stack) {
+	p := &printer{s: s, ev: ev, format: recordFormat(ev, record), comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
+	cols, _ := compile.ParseOperands(o.Fields, 0)
+	var order []string
+	for _, c := range cols {
+		if (c.Base == "ustack" || c.Base == "kstack") && len(c.Steps) == 0 && c.Arith == nil {
+			order = append(order, c.Base)
+		}
+	}
+	return func(smp perfevent.Sample, st prog.Stack) {
+		if st.Comm != "" {
+			p.remember(smp.Pid, st.Comm)
+		}
+		p.stacks = p.stacks[:0]
+		for _, name := range order {
+			var frames []string
+			if name == "ustack" {
+				frames = st.User
+				if st.End != "" {
+					frames = append(frames, st.End)
+				}
+			} else if frames = kernelFrames(st.Kernel); len(frames) == 0 {
+				frames = []string{"[no kernel stack]"}
+			}
+			p.stacks = append(p.stacks, namedStack{name, frames})
+		}
+		p.print(smp)
+		p.flush()
+	}
 }

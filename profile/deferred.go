@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/unwind"
 )
@@ -28,6 +29,11 @@ type deferredSample struct {
 	n                  int       // user frames in key
 	fp                 bool
 	wait               waitID // off-CPU: the wait it is the stack of
+	// emitted (prog.Event.Emit): what the kernel sent from the key on,
+	// the key and the event's record, printed once unwound, in the ring
+	// sample it came in.
+	emitted []byte
+	smp     perfevent.Sample
 }
 
 // waitID names an off-CPU wait whose stack was deferred: its process and
@@ -56,7 +62,10 @@ const maxDeferred = 512
 // deferrer keeps the deferred samples until their tables are read, and the
 // counts of those unwound.
 type deferrer struct {
-	cfg     prog.Config
+	cfg prog.Config
+	// emit, for an emitting run, prints an unwound sample (see
+	// reporter.emit) instead of counting it.
+	emit    func(smp perfevent.Sample, raw []byte)
 	pending []*deferredSample
 	counts  map[stackKey]uint64
 	lost    uint64 // samples past maxDeferredStacks
@@ -84,7 +93,8 @@ func newDeferrer(cfg prog.Config) *deferrer {
 
 // add takes a record from the kernel: the header, the key, the context
 // and the stack copy (see prog.EventStack).
-func (d *deferrer) add(ps *processes, raw []byte) {
+func (d *deferrer) add(ps *processes, smp perfevent.Sample) {
+	raw := smp.Raw
 	base := d.cfg.DeferredSize() - prog.StackCopy // the stack copy's offset
 	if len(raw) < base {
 		return // not a record of this run's program
@@ -98,6 +108,7 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 		bp:      binary.LittleEndian.Uint64(h[32:]),
 		lr:      binary.LittleEndian.Uint64(h[40:]),
 		arrived: time.Now(),
+		smp:     perfevent.Sample{Pid: smp.Pid, Tid: smp.Tid, Time: smp.Time, CPU: smp.CPU},
 	}
 	s.deadline = s.arrived.Add(deferredWait)
 	// The record ends with the copy, as long as the kernel could read (perf
@@ -113,6 +124,10 @@ func (d *deferrer) add(ps *processes, raw []byte) {
 	s.fp = s.key[7] != 0
 	if d.cfg.OffCPU != nil {
 		s.wait = waitID{s.pid, binary.LittleEndian.Uint64(raw[d.cfg.WaitTime():])}
+	}
+	if d.emit != nil {
+		at := prog.DeferHeaderSize
+		s.emitted = append([]byte(nil), raw[at:at+d.cfg.RecordOffset()+d.cfg.Event.Record]...)
 	}
 	// Read the process's mappings, load the file's table, count the
 	// sample against it.
@@ -179,6 +194,11 @@ func (d *deferrer) finish(ps *processes, s *deferredSample, force bool, now time
 		key[7] = 1
 	}
 	k := stackKey(key)
+	if d.emit != nil {
+		copy(s.emitted, key)
+		d.emit(s.smp, s.emitted)
+		return true
+	}
 	if d.cfg.OffCPU == nil {
 		d.count(k, 1)
 		return true

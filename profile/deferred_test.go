@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/unwind"
 )
@@ -79,7 +80,7 @@ func TestDeferredPerFile(t *testing.T) {
 	binary.LittleEndian.PutUint32(raw, 1)
 	binary.LittleEndian.PutUint64(raw[8:], 0x1100)
 	for i := 1; i <= maxDeferredPerFile+10; i++ {
-		d.add(ps, raw)
+		d.add(ps, perfevent.Sample{Raw: raw})
 		if want := i >= maxDeferredPerFile; big.held != want {
 			t.Fatalf("after %d deferred samples: held %v, want %v", i, big.held, want)
 		}
@@ -89,7 +90,7 @@ func TestDeferredPerFile(t *testing.T) {
 	}
 	binary.LittleEndian.PutUint32(raw, 2)
 	for range 2 * maxDeferredPerFile {
-		d.add(ps, raw)
+		d.add(ps, perfevent.Sample{Raw: raw})
 	}
 	if small.held {
 		t.Errorf("a small file held after %d deferred samples", 2*maxDeferredPerFile)
@@ -126,7 +127,7 @@ func TestDeferredRecordLength(t *testing.T) {
 		{prog.StackCopy, 100, 0, 100}, // claims more than it holds
 	} {
 		d := newDeferrer(cfg)
-		d.add(ps, record(c.claim, c.copied, c.pad))
+		d.add(ps, perfevent.Sample{Raw: record(c.claim, c.copied, c.pad)})
 		if len(d.pending) != 1 {
 			t.Fatalf("claim %d, copied %d: %d pending, want 1", c.claim, c.copied, len(d.pending))
 		}
@@ -136,7 +137,7 @@ func TestDeferredRecordLength(t *testing.T) {
 		}
 	}
 	d := newDeferrer(cfg)
-	d.add(ps, make([]byte, base-1))
+	d.add(ps, perfevent.Sample{Raw: make([]byte, base-1)})
 	if len(d.pending) != 0 {
 		t.Errorf("a record of %d bytes, shorter than header and key (%d): taken", base-1, base)
 	}

@@ -261,6 +261,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	ps.short, ps.mode, ps.arm64 = o.NoParams, cfg.Mode, cfg.ARM64
 	deferred := newDeferrer(cfg)
+	r := &reporter{s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
+	emitting := cfg.Event != nil && cfg.Event.Emit
+	if emitting {
+		deferred.emit = r.emit
+	}
 	defer ps.close()
 	ps.labels, ps.labelMap, ps.context = o.labels, coll.Maps["labels"], cfg.Context
 	if cfg.Mode != prog.UnwindFP {
@@ -320,7 +325,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		case prog.EventExit:
 			ps.exited(pid)
 		case prog.EventStack:
-			deferred.add(ps, smp.Raw)
+			deferred.add(ps, smp)
 		case prog.EventWaited:
 			deferred.waited(pid, smp.Raw)
 		}
@@ -364,9 +369,39 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		defer stopStacks()
 	}
 
+	// An emitting run's events, each printed as it comes (those deferred
+	// once unwound, later).
+	var records *perfevent.Rings
+	if emitting {
+		if records, err = s.OpenOutputRings(coll.Maps[prog.RecordsMap], o.event.Name, perfevent.DefaultRingPages, perfevent.WakeBatch); err != nil {
+			return err
+		}
+		emit := func(smp perfevent.Sample) { r.emit(smp, smp.Raw) }
+		stopRecords, err := records.Drain(100*time.Millisecond, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			records.Read(emit)
+			return nil
+		}, s.Stop)
+		if err != nil {
+			return err
+		}
+		defer stopRecords()
+		read = func() {
+			rings.Read(handle)
+			if stacks != nil {
+				stacks.Read(handle)
+			}
+			records.Read(emit)
+		}
+	}
+
 	what := "on-CPU stacks"
 	if o.event != nil {
 		what = o.event.Name + " by user stack"
+		if emitting {
+			what = "events of " + o.event.Name + " with their user stacks"
+		}
 		if err := o.event.Attach(coll.Programs["sample"]); err != nil {
 			return err
 		}
@@ -392,7 +427,6 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		s.OnDetach("", clock.Close)
 	}
 
-	r := &reporter{s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
 	// The output files are created now: a path that cannot be written is
 	// an error before the run, not after it.
 	for _, out := range []struct {
@@ -424,6 +458,16 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			ps.await(laneSmall, finalWait)
 		}
 		deferred.resolve(ps, final)
+		if emitting {
+			if lost, exact := records.LostEvents(); final && lost > 0 {
+				atLeast := ""
+				if !exact {
+					atLeast = "at least "
+				}
+				fmt.Fprintf(s.Stderr, "%s: %s%d events lost: a ring buffer was full (a stricter --where keeps up)\n", o.tool(), atLeast, lost)
+			}
+			return nil
+		}
 		c, err := r.gather()
 		if err != nil {
 			return err
@@ -601,6 +645,39 @@ func (r *reporter) resolveKernel(ctx context.Context, cur map[stackKey]uint64) e
 // vdso's.
 var sigreturnNames = map[string]bool{"__restore_rt": true, "__kernel_rt_sigreturn": true}
 
+// userFrames names a key's user frames, innermost first, and says how the
+// walk ended ("" when whole).
+func (r *reporter) userFrames(k decodedKey) (user []string, end string) {
+	end = ends[int32(k.Stop)]
+	if int32(k.Stop) == prog.StopNoRow && len(k.User) > 1 && r.ps.afterEntry(k.Pid, k.User[len(k.User)-1]) {
+		end = "" // the process's first frame: its loader's _start has no row
+	}
+	if end == "" && k.FP {
+		end = "[frame pointers]" // whole, if the frame pointers were what they seemed
+	}
+	for i, pc := range k.User {
+		// The sampled pc, and the one a signal interrupted (after the
+		// trampoline's frame), are the instruction itself.
+		ret := i > 0 && !sigreturnNames[user[i-1]]
+		user = append(user, r.ps.symbolize(k.Pid, pc, ret))
+	}
+	return user, end
+}
+
+// emit prints an event of an emitting run (prog.Event.Emit): raw is what
+// the kernel sent from the key on (the key, then the record), smp the
+// sample it came in.
+func (r *reporter) emit(smp perfevent.Sample, raw []byte) {
+	off := r.cfg.RecordOffset()
+	if len(raw) < off+r.o.event.Record {
+		return // not a record of this run's program
+	}
+	k := stackKey(raw[:r.cfg.KeySize()]).decode(r.cfg)
+	user, end := r.userFrames(k)
+	smp.Raw = raw[off : off+r.o.event.Record]
+	r.o.event.Print(smp, prog.Stack{Comm: r.ps.comm(k.Pid), User: user, End: end, Kernel: k.Kernel})
+}
+
 // named turns counted keys into stacks of frame names. Keys differ by
 // every address; stacks are reported by their names (two samples at
 // different instructions of one function are one stack), but byAddress
@@ -612,21 +689,9 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 			continue
 		}
 		k := raw.decode(r.cfg)
-		end := ends[int32(k.Stop)]
-		if int32(k.Stop) == prog.StopNoRow && len(k.User) > 1 && r.ps.afterEntry(k.Pid, k.User[len(k.User)-1]) {
-			end = "" // the process's first frame: its loader's _start has no row
-		}
-		if end == "" && k.FP {
-			end = "[frame pointers]" // whole, if the frame pointers were what they seemed
-		}
-		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: end,
+		user, end := r.userFrames(k)
+		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: end, User: user,
 			Labels: append(decodeLabels(r.o.labels, r.cfg, []byte(raw)), r.contextLabels(k.Pid, []byte(raw))...)}
-		for i, pc := range k.User {
-			// The sampled pc, and the one a signal interrupted (after the
-			// trampoline's frame), are the instruction itself.
-			ret := i > 0 && !sigreturnNames[st.User[i-1]]
-			st.User = append(st.User, r.ps.symbolize(k.Pid, pc, ret))
-		}
 		for _, pc := range k.Kernel {
 			// The function, not the instruction: "vfs_read", as BCC and perf.
 			name := r.kernel[pc]

@@ -588,10 +588,35 @@ func (c *compiler) jumpImm(op string, signed bool, lit int64, target string) {
 // falls through past the last instruction. The gate's own labels are
 // prefixed "gate_", apart from the program's.
 func Gate(expr string, root Node, t Target, reject string) (bpf.Instructions, error) {
+	insns, _, _, err := GateRecord(expr, root, t, Action{}, reject)
+	return insns, err
+}
+
+// GateRecord is Gate, then the record of act's columns (--fields) built
+// on the stack, for a sampler that sends it with the event's stacks: the
+// record's layout, and where it is (a stack offset, -160 and down). Its
+// columns are numbers and strings: a structure or a stack is the
+// sampler's to read, or not printed.
+func GateRecord(expr string, root Node, t Target, act Action, reject string) (bpf.Instructions, *Program, int16, error) {
 	c := newCompiler(t, expr)
 	c.filters()
 	if err := c.where(root); err != nil {
-		return nil, err
+		return nil, nil, 0, err
+	}
+	prog := &Program{}
+	var at int16
+	if len(act.Columns) > 0 {
+		c.option, c.expr = act.Option, act.Source
+		for _, o := range act.Columns {
+			if o.Dump {
+				return nil, nil, 0, c.errAt(o.Pos, "%s: a structure is not printed beside ustack: print it in a run of its own", o.Text)
+			}
+		}
+		l, err := c.layColumns(act.Columns, prog, false, false)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		at = l.base
 	}
 	c.emit(asm.Nop().WithSource(bpf.Comment("the event passed")))
 	for i, ins := range c.insns {
@@ -612,7 +637,7 @@ func Gate(expr string, root Node, t Target, reject string) (bpf.Instructions, er
 	}
 	if n := slotCount(c.insns); n > maxInsns/2 {
 		c.option, c.expr = "", c.orig
-		return nil, c.errAt(0, "the expression compiles to %d instructions, more than the %d left beside the stack walk: shorten it", n, maxInsns/2)
+		return nil, nil, 0, c.errAt(0, "the expression compiles to %d instructions, more than the %d left beside the stack walk: shorten it", n, maxInsns/2)
 	}
-	return c.insns, nil
+	return c.insns, prog, at, nil
 }

@@ -17,12 +17,16 @@ import (
 // gateCases are --where expressions compiled as the gate of profile's
 // sampler (--count-by ustack): the goldens pin them, the load test proves
 // them, each followed by its "exit" as the sampler's program has it.
-var gateCases = []struct{ golden, target, expr string }{
-	{"netif_or", "netif_self", `name == "lo" || len > 100`},
-	{"openat_prefix", "openat", `(filename ~ "/etc/*" || filename == "/tmp/x") && !(dfd == -100)`},
-	{"kprobe_walk", "kprobe", `skb->dev->ifindex != 1 && skb->len / 4 > 10`},
-	{"uprobe_args", "uprobe", `arg0 > 3 || arg1 == 0`},
-	{"usdt_self", "usdt_none", ``},
+var gateCases = []struct{ golden, target, expr, fields string }{
+	{"netif_or", "netif_self", `name == "lo" || len > 100`, ""},
+	{"openat_prefix", "openat", `(filename ~ "/etc/*" || filename == "/tmp/x") && !(dfd == -100)`, ""},
+	{"kprobe_walk", "kprobe", `skb->dev->ifindex != 1 && skb->len / 4 > 10`, ""},
+	{"uprobe_args", "uprobe", `arg0 > 3 || arg1 == 0`, ""},
+	{"usdt_self", "usdt_none", ``, ""},
+	// With a record (--fields beside ustack): numbers, strings, a walk.
+	{"openat_fields", "openat", `dfd == -100`, "comm,filename,flags"},
+	{"uprobe_fields", "uprobe", ``, "arg0,arg1 * 2,(char *)arg2"},
+	{"kprobe_fields", "kprobe", `skb->len > 1`, "skb->dev->name,skb->len"},
 }
 
 func gateCase(t *testing.T, ts map[string]Target, i int) bpf.Instructions {
@@ -35,9 +39,20 @@ func gateCase(t *testing.T, ts map[string]Target, i int) bpf.Instructions {
 			t.Fatalf("%s: %v", tc.expr, err)
 		}
 	}
-	g, err := Gate(tc.expr, root, ts[tc.target], "exit")
+	var act Action
+	if tc.fields != "" {
+		cols, err := ParseOperands(tc.fields, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.fields, err)
+		}
+		act = Action{Kind: Emit, Columns: cols, Option: "--fields", Source: tc.fields}
+	}
+	g, p, at, err := GateRecord(tc.expr, root, ts[tc.target], act, "exit")
 	if err != nil {
 		t.Fatalf("%s: %v", tc.expr, err)
+	}
+	if tc.fields != "" && (p.Size == 0 || int(at)+p.Size > valOff) {
+		t.Errorf("%s: a record of %d bytes at fp%d: want it below fp%d", tc.golden, p.Size, at, valOff)
 	}
 	return append(g, asm.Return("exit", 0)...)
 }
@@ -56,7 +71,7 @@ func TestGateGoldens(t *testing.T) {
 				t.Errorf("%s: a jump to %q, not the gate's own label", tc.golden, r)
 			}
 		}
-		golden.Check(t, "gate_"+tc.golden, fmt.Sprintf("%s\n%v", tc.expr, insns))
+		golden.Check(t, "gate_"+tc.golden, fmt.Sprintf("%s\n%s\n%v", tc.expr, tc.fields, insns))
 	}
 }
 

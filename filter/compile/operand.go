@@ -176,7 +176,7 @@ func (c *compiler) builtin(o Operand) (value, error) {
 	}
 	if o.Base == "ustack" {
 		// Counted by profile's unwinder (filter's run), never compiled here.
-		return value{}, c.errAt(o.Pos, "ustack is counted by (--count-by ustack, alone or with kstack): it is not a number, and --fields does not print it")
+		return value{}, c.errAt(o.Pos, "ustack is a stack, counted by (--count-by ustack) or printed (--fields ustack): it is not a number")
 	}
 	if o.Base == "cpid" && c.t.CPid == 0 {
 		return value{}, c.errAt(o.Pos, "cpid is the pid of the command -c runs: add -c CMD")

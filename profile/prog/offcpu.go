@@ -153,6 +153,11 @@ func stash(label string, scratch bpf.Register) bpf.Instructions {
 // stashed with its time (off-CPU; the entry program, which has the time
 // on its stack, copies it first).
 func finish(cfg Config, label string, scratch bpf.Register, entry bool) bpf.Instructions {
+	if cfg.Event != nil && cfg.Event.Emit {
+		// An event printed: its key and record to user space.
+		insns := bpf.Instructions{bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSymbol(label).WithSource(bpf.Comment(fmt.Sprintf("bpf_perf_event_output(ctx, %s, BPF_F_CURRENT_CPU, key, %d): the event, its stacks and record", RecordsMap, cfg.emitSize())))}
+		return append(insns, output(RecordsMap, scratch, keyBase, int32(cfg.emitSize()))...)
+	}
 	if cfg.OffCPU == nil {
 		return count(label, scratch)
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/unwind"
 )
@@ -207,6 +208,39 @@ type Event struct {
 	// Gate saves the context in asm.RegCtx (asm.Prologue) and jumps to
 	// "exit" to drop the event; what passes falls through.
 	Gate bpf.Instructions
+	// Emit: each event is sent to user space (RecordsMap), its key (the
+	// stacks) and Record bytes the gate left on the stack at RecordAt (a
+	// printed event's other fields, below the slots the sampler uses:
+	// -160 and down), instead of counted.
+	Emit     bool
+	Record   int
+	RecordAt int16
+}
+
+// RecordsMap is the ring of emitted events (Event.Emit): each record the
+// key, the context when read, then the gate's record (RecordOffset).
+const RecordsMap = "records"
+
+// RecordOffset is where an emitted event's record (Event.Record bytes)
+// begins, in what the records ring and a deferred sample carry from the
+// key on.
+func (c Config) RecordOffset() int {
+	n := c.KeySize()
+	if c.Context {
+		n += ContextSize
+	}
+	return n
+}
+
+// emitSize is what an emitted event sends from the key on.
+func (c Config) emitSize() int { return c.RecordOffset() + c.record() }
+
+// record is the room of an emitted event's record, 8-byte aligned.
+func (c Config) record() int {
+	if c.Event == nil {
+		return 0
+	}
+	return (c.Event.Record + 7) &^ 7
 }
 
 // StackEvent is an event whose passing occurrences are counted by their
@@ -221,6 +255,19 @@ type StackEvent struct {
 	// All: with -c, every process's events, not only the command's tree.
 	All    bool
 	Attach func(*ebpf.Program) error
+	// Print, with Event.Emit, prints an event: its ring sample (time,
+	// CPU, pid and tid; Raw is the gate's record), and its stacks.
+	Print func(smp perfevent.Sample, st Stack)
+}
+
+// Stack is an emitted event's stacks: the user frames named, innermost
+// first, how the walk ended ("" when whole), and the kernel's return
+// addresses (named by the caller, as its other kernel frames are).
+type Stack struct {
+	Comm   string // the process's, as profile knows it (the event may outlive it)
+	User   []string
+	End    string
+	Kernel []uint64
 }
 
 // TaskStartStack is where the kernel keeps a process's initial stack
@@ -252,6 +299,7 @@ func (c Config) scratchSize() int {
 	if c.Context {
 		n += ContextSize // the context read, after the key
 	}
+	n += c.record() // an emitted event's record, after them
 	if c.Mode != UnwindFP {
 		if c.OffCPU != nil {
 			n += 8 // a deferred wait's switch-out time (WaitTime)
@@ -323,6 +371,11 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		if cfg.LazyHashes {
 			spec.Maps["blocked"].Flags |= unix.BPF_F_NO_PREALLOC
 		}
+	}
+	if cfg.Event != nil && cfg.Event.Emit {
+		// Printed, not counted.
+		spec.Maps[RecordsMap] = &ebpf.MapSpec{Name: "profile_records", Type: ebpf.PerfEventArray}
+		delete(spec.Maps, "counts")
 	}
 	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: typ, License: "GPL", Instructions: entry}
 	if cfg.Mode != UnwindFP {
@@ -397,6 +450,9 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns.Append(asm.Note(asm.MapLookup("scratch", fpZero), "r8 = the key being built (per-CPU scratch)"))
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
 	insns.Add(bpf.Mov.Reg(bpf.R8, bpf.R0))
+	if cfg.Event != nil && cfg.Event.Record > 0 {
+		insns.Append(copyRecord(cfg))
+	}
 	// A failed read zeroes its buffer: one helper call clears the
 	// previous sample's frames (bpf_probe_read* since 4.x).
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8).WithSource(bpf.Comment("zero the key: a read of address 0 fails and clears its buffer")))
@@ -550,6 +606,30 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	insns.Append(finish(cfg, "count", bpf.R8, true))
 	insns.Append(asm.Return("exit", 0))
 	return insns.Instructions, nil
+}
+
+// copyRecord copies the record the gate left on the stack (Event.RecordAt)
+// into the scratch value (R8), after the key: 8 bytes at a time, then 4,
+// 2 and 1 (the verifier refuses a read of stack bytes never written).
+func copyRecord(cfg Config) bpf.Instructions {
+	ev := cfg.Event
+	var insns asm.Seq
+	dst := int16(keyBase + cfg.RecordOffset())
+	for off := 0; off < ev.Record; {
+		n := 8
+		for ev.Record-off < n {
+			n /= 2
+		}
+		size, _ := asm.MemSize(n)
+		load := bpf.LoadMem(bpf.R1, bpf.RFP, ev.RecordAt+int16(off), size)
+		if off == 0 {
+			load = load.WithSource(bpf.Comment(fmt.Sprintf("the event's record, %d bytes at fp%d, after the key", ev.Record, ev.RecordAt)))
+		}
+		insns.Add(load)
+		insns.Add(bpf.StoreMem(bpf.R8, dst+int16(off), bpf.R1, size))
+		off += n
+	}
+	return insns.Instructions
 }
 
 // copyRegs copies the pt_regs at the kernel address in R3 into the

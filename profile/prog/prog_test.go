@@ -86,6 +86,11 @@ func variants(t *testing.T) map[string]Config {
 		"event_uprobe_small":   {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, UserDepth: SmallKernelFrames + SmallUserFrames},
 		"arm64_event_tp_small": {ARM64: true, Event: gateEvent(ebpf.TracePoint, false), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: SmallKernelFrames + SmallUserFrames},
 		"arm64_event_uprobe":   {ARM64: true, Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		// Printed (--fields ustack): a record of 21 bytes copied into the
+		// scratch value, the event sent instead of counted; and none.
+		"event_emit_uprobe":    {Event: emitEvent(ebpf.Kprobe, true, 21), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, UserDepth: ud},
+		"event_emit_tp_kstack": {Event: emitEvent(ebpf.TracePoint, false, 0), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames},
+		"arm64_event_emit":     {ARM64: true, Event: emitEvent(ebpf.Kprobe, true, 64), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 	}
 	return v
 }
@@ -99,6 +104,17 @@ func gateEvent(typ ebpf.ProgramType, regs bool) *Event {
 		bpf.JEq.Imm(bpf.R1, 0, "exit"),
 	)
 	return &Event{Type: typ, Regs: regs, Gate: gate}
+}
+
+// emitEvent is gateEvent printing its events, with a record of size
+// bytes the gate writes on the stack from -160 down, as filter's does.
+func emitEvent(typ ebpf.ProgramType, regs bool, size int) *Event {
+	ev := gateEvent(typ, regs)
+	ev.Emit, ev.Record, ev.RecordAt = true, size, int16(-160-(size+7)&^7)
+	for i := 0; i < size; i++ {
+		ev.Gate = append(ev.Gate, bpf.StoreImm(bpf.RFP, ev.RecordAt+int16(i), int64(i), bpf.Byte))
+	}
+	return ev
 }
 
 var (
