@@ -104,6 +104,10 @@ func decodeColumn(col compile.Column, raw []byte) cell {
 			return cell{name, name}
 		}
 	}
+	if col.Usym {
+		name := userName(b)
+		return cell{name, name}
+	}
 	switch {
 	case col.Pointer:
 		t := fmt.Sprintf("0x%x", u)
@@ -362,7 +366,7 @@ func keyLine(cells []cell, value string) []string {
 func writeKeyTable(b *strings.Builder, cols []compile.Column, table [][]string) {
 	right := make([]bool, len(cols)+1)
 	for i, c := range cols {
-		right[i] = !c.String && c.Symbols == nil && !c.Ksym
+		right[i] = !c.String && c.Symbols == nil && !c.Ksym && !c.Usym
 	}
 	right[len(cols)] = true
 	terminal.WriteTable(b, table, right)

@@ -118,8 +118,11 @@ EXPR,MIN,MAX,STEP (linear, in bpftrace's layout, as lhist()), --sum, --min,
 since the start). Keys and printed strings keep up to 63 bytes. Printed,
 an enum field shows its name (reason=NO_SOCKET), a drop's or an
 allocation's code address (location, call_site) its symbol+0xoff, and
-ksym(EXPR) names any kernel code address in --fields and --count-by. Reports
-come per interval or at the end, as the other tools' do; a full map or
+ksym(EXPR) names any kernel code address in --fields and --count-by;
+usym(EXPR) a user code address of the event's process by its function,
+from the process's maps and files, read while it runs (a process gone
+before its address is first named prints the address, as bpftrace's
+usym() does then). Reports come per interval or at the end, as the other tools' do; a full map or
 ring buffer is reported as lost, never dropped silently. filter's own
 events are left out unless --self.
 

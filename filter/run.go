@@ -315,7 +315,7 @@ func stackColumns(option, text string) (user, kernel bool, rest []compile.Operan
 	cols, _ := compile.ParseOperands(text, 0)
 	var others []string
 	for _, c := range cols {
-		bare := len(c.Steps) == 0 && c.Arith == nil && c.Cast == "" && !c.CharPtr && !c.Dump && !c.Ksym && !c.IsConst()
+		bare := len(c.Steps) == 0 && c.Arith == nil && c.Cast == "" && !c.CharPtr && !c.Dump && !c.Ksym && !c.Usym && !c.IsConst()
 		switch {
 		case bare && c.Base == "ustack":
 			user = true

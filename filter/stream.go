@@ -67,6 +67,8 @@ func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 		switch {
 		case c.Frames:
 			fl.Type, fl.ArrayLen = stackType, c.Size/8
+		case c.Usym:
+			fl.Type = usymType
 		case c.String:
 			fl.Type, fl.ArrayLen = "char", c.Size
 		case c.Pointer:
@@ -81,6 +83,27 @@ func recordFormat(ev event, prog *compile.Program) *tracefs.Format {
 
 // stackType is the type of a record's kstack field (compile.Column.Frames).
 const stackType = "kstack"
+
+// usymType is the type of a record's usym() field: an address, then the
+// pid of its process (compile.Column.Usym).
+const usymType = "usym"
+
+// UserSymbol names a user code address of a process (usym()): its
+// function, as profile names a frame, "" when none. The binary
+// (cmd/tracekit) sets it to profile's, since no tool imports another.
+var UserSymbol func(pid uint32, addr uint64) string
+
+// userName is a usym() value's text: its function's name, else the
+// address in hex.
+func userName(raw []byte) string {
+	addr, pid := binary.LittleEndian.Uint64(raw), binary.LittleEndian.Uint32(raw[8:])
+	if UserSymbol != nil {
+		if name := UserSymbol(pid, addr); name != "" {
+			return name
+		}
+	}
+	return fmt.Sprintf("0x%x", addr)
+}
 
 // recordFrames are the frames of a kstack field, innermost first.
 func recordFrames(f tracefs.Field, raw []byte) []string {
@@ -311,6 +334,10 @@ func (p *printer) print(smp perfevent.Sample) {
 				fields[f.Name] = recordFrames(f, smp.Raw)
 				continue
 			}
+			if f.Type == usymType && f.Offset+16 <= len(smp.Raw) {
+				fields[f.Name] = userName(smp.Raw[f.Offset:])
+				continue
+			}
 			if f.ArrayLen == 0 && f.Size <= 8 && f.Offset+f.Size <= len(smp.Raw) {
 				if name := p.named(f, smp.Raw[f.Offset:f.Offset+f.Size]); name != "" {
 					fields[f.Name] = name
@@ -399,6 +426,8 @@ func (p *printer) appendField(b []byte, f tracefs.Field, raw []byte) []byte {
 	v := raw[f.Offset : f.Offset+f.Size]
 	var str string
 	switch {
+	case f.Type == usymType:
+		return append(append(append(append(b, ' '), f.Name...), '='), terminal.Printable(userName(v))...)
 	case f.DataLoc:
 		loc := binary.LittleEndian.Uint32(v)
 		if off, n := int(loc&0xffff), int(loc>>16); off+n <= len(raw) {

@@ -146,6 +146,27 @@ func CountStacks(ctx context.Context, s *run.Session, c run.Common, tree run.Tre
 	return trace(ctx, s, o)
 }
 
+// UserSymbols names user code addresses of processes (filter's usym()):
+// an address's function, as profile names a frame, by the process's maps
+// (read when an address is in none read so far) and its files' symbols;
+// "" when it has none. Not safe for concurrent use.
+func UserSymbols() func(pid uint32, addr uint64) string {
+	ps := newProcesses(nil, nil, nil, 0, false)
+	return func(pid uint32, addr uint64) string {
+		if ps.mappingAt(pid, addr) == nil {
+			ps.scan(pid, false)
+		}
+		if ps.mappingAt(pid, addr) == nil {
+			return ""
+		}
+		name := ps.symbolize(pid, addr, false)
+		if name == "[unknown]" {
+			return ""
+		}
+		return name
+	}
+}
+
 // tool is the tool that runs: profile, or filter counting an event.
 func (o *options) tool() string {
 	if o.event != nil {

@@ -62,7 +62,10 @@ type Column struct {
 	Signed, Pointer bool
 	Symbols         map[uint64]string
 	Ksym            bool // a kernel code address, named by symbol (ksym())
-	Stack           bool // kstack as a key: an id of StacksMap
+	// Usym: a user code address (usym()), then the pid of the process it
+	// is in (8 bytes each): named by that process's symbols.
+	Usym  bool
+	Stack bool // kstack as a key: an id of StacksMap
 	// Frames: kstack in a record, Size/8 return addresses innermost first,
 	// 0 after the last (bpf_get_stack), in the per-CPU buffer as a
 	// structure's text is.
@@ -257,7 +260,10 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 	var plan []planned
 	size, dumps := 0, 0
 	for _, o := range ops {
-		col := Column{Name: o.Text, Offset: size, Size: 8, Ksym: o.Ksym}
+		col := Column{Name: o.Text, Offset: size, Size: 8, Ksym: o.Ksym, Usym: o.Usym}
+		if o.Usym {
+			col.Size = 16
+		}
 		// The walk, if any, is emitted below, where it is used.
 		v, _, err := c.typeOf(o)
 		if err != nil {
@@ -336,7 +342,20 @@ func (c *compiler) layColumns(ops []Operand, prog *Program, key, stash bool) (la
 				c.emit(bpf.StoreMem(bpf.RFP, off+int16(i), bpf.R1, bpf.DWord))
 			}
 		}
-		if err := c.store(v, off, col.Size); err != nil {
+		if col.Usym {
+			// The address, then its process (the pid builtin's).
+			if err := c.store(v, off, 8); err != nil {
+				return laid{}, c.errAt(o.Pos, "%v", err)
+			}
+			pid, err := c.builtin(Operand{Base: "pid", Pos: o.Pos})
+			if err == nil {
+				err = c.fetchInt(pid, bpf.R1)
+			}
+			if err != nil {
+				return laid{}, c.errAt(o.Pos, "%v", err)
+			}
+			c.emit(bpf.StoreMem(bpf.RFP, off+8, bpf.R1, bpf.DWord))
+		} else if err := c.store(v, off, col.Size); err != nil {
 			return laid{}, c.errAt(o.Pos, "%v", err)
 		}
 		if first < len(c.insns) && c.insns[first].Source() == nil {

@@ -43,8 +43,8 @@ func widenedSigned(v value) bool { return v.signed || v.size < 8 && !v.pointer }
 // arithLeaf refuses what arithmetic cannot take.
 func (c *compiler) arithLeaf(x Operand, v value) error {
 	switch {
-	case x.Ksym:
-		return c.errAt(x.Pos, "ksym() names an address in the output: it takes part in no arithmetic")
+	case x.Ksym || x.Usym:
+		return c.errAt(x.Pos, "ksym() and usym() name an address in the output: they take part in no arithmetic")
 	case v.kind == kDump:
 		return c.errAt(x.Pos, "%s is a structure: arithmetic takes numbers", x.Text)
 	case v.kind == kString:

@@ -202,6 +202,9 @@ type Operand struct {
 	// Ksym: ksym(path), a kernel code address, printed as symbol+0xoff
 	// (--fields and --count-by).
 	Ksym bool
+	// Usym: usym(path), a user code address of the event's process,
+	// printed as its function's name (--fields and --count-by).
+	Usym bool
 	// Arith: an arithmetic expression on two operands (a leaf has none).
 	Arith *Arith
 	// A constant.
@@ -548,17 +551,17 @@ func (p *parser) leaf1() (Operand, error) {
 		p.i++
 		return Operand{Pos: t.pos, IsString: true, Str: t.text}, nil
 	case tIdent:
-		if t.text == "ksym" && p.toks[p.i+1].kind == tLParen {
-			// ksym(path), as bpftrace writes it.
+		if (t.text == "ksym" || t.text == "usym") && p.toks[p.i+1].kind == tLParen {
+			// ksym(path) and usym(path), as bpftrace writes them.
 			p.i += 2
 			o, err := p.path()
 			if err != nil {
 				return o, err
 			}
 			if r := p.next(); r.kind != tRParen {
-				return o, p.errAt(r.pos, "expected ')' to close ksym(")
+				return o, p.errAt(r.pos, "expected ')' to close %s(", t.text)
 			}
-			o.Ksym, o.Pos = true, t.pos
+			o.Ksym, o.Usym, o.Pos = t.text == "ksym", t.text == "usym", t.pos
 			return o, nil
 		}
 		if t.text == "str" && p.toks[p.i+1].kind == tLParen {

@@ -226,6 +226,9 @@ var compileCases = []struct {
 	{"arith_spill", "kprobe", `skb->len - skb->dev->ifindex > 0`, "fields:skb->len + (skb->len - skb->dev->ifindex),cpu - skb->len"},
 	{"arith_stats", "netif", ``, "stats-sum:len * 2:"},
 	{"arith_lhist", "openat", ``, "lhist:dfd * 2 - 1:-200:200:50"},
+	// usym(): the address, then the process it is in (in a namespace, its pid there).
+	{"usym_fields", "uprobe", `arg0 > 1`, "fields:arg0,usym(arg1)"},
+	{"usym_key_ns", "uprobe_tree_ns", ``, "count-by:usym(arg0),comm"},
 }
 
 // compileCase compiles one case of compileCases.

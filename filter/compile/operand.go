@@ -83,15 +83,19 @@ func (c *compiler) resolve(o Operand) (value, error) {
 			return v, nil // (char *)arg0 too: its string was read at the entry
 		}
 	}
-	if o.Ksym {
+	if o.Ksym || o.Usym {
+		fn, where := "ksym", "kernel"
+		if o.Usym {
+			fn, where = "usym", "user"
+		}
 		if c.option == "" {
-			return value{}, c.errAt(o.Pos, "ksym() names an address in the output (--fields, --count-by): compare the address itself")
+			return value{}, c.errAt(o.Pos, "%s() names an address in the output (--fields, --count-by): compare the address itself", fn)
 		}
 		inner := o
-		inner.Ksym = false
+		inner.Ksym, inner.Usym = false, false
 		v, err := c.resolve(inner)
 		if err == nil && (v.kind != kInt || v.size != 8) {
-			return value{}, c.errAt(o.Pos, "%s is %s: ksym() names an 8-byte kernel address", v.name, v.describe())
+			return value{}, c.errAt(o.Pos, "%s is %s: %s() names an 8-byte %s address", v.name, v.describe(), fn, where)
 		}
 		return v, err
 	}

@@ -5,6 +5,7 @@
 package prog
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -216,6 +217,11 @@ type Event struct {
 	Record   int
 	RecordAt int16
 }
+
+// ErrNoUserRegs: at a tracepoint the user's registers are the task's,
+// which a program reads through bpf_task_pt_regs (5.15+), or on x86-64
+// at the top of the task's kernel stack; arm64 before 5.15 has no way.
+var ErrNoUserRegs = errors.New("this kernel gives a tracepoint's program no way to the user's registers (bpf_task_pt_regs, Linux 5.15+): probe a user-space function (uprobe:) for its stacks")
 
 // RecordsMap is the ring of emitted events (Event.Emit): each record the
 // key, the context when read, then the gate's record (RecordOffset).
@@ -508,6 +514,9 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	// An event's context is the probe's registers or no registers at all
 	// (a tracepoint's record).
 	ctxRegs := cfg.OffCPU == nil && (cfg.Event == nil || cfg.Event.Regs)
+	if cfg.Event != nil && !ctxRegs && !cfg.TaskRegs && (cfg.ARM64 || cfg.TaskStack == 0) {
+		return nil, ErrNoUserRegs
+	}
 	if ctxRegs && cfg.ARM64 {
 		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, armPstate, bpf.DWord).WithSource(bpf.Comment("user mode (pstate: EL0, AArch64): the sample's registers are the user's")))
 		insns.Add(bpf.And.Imm(bpf.R1, armModeMask))

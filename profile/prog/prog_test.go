@@ -81,11 +81,10 @@ func variants(t *testing.T) map[string]Config {
 		// At an event (filter's --count-by ustack): a tracepoint's record
 		// (the task's registers), a probe's registers (a uprobe's are the
 		// user's, a kprobe's the kernel's), the kernel stack kept or not.
-		"event_tracepoint":     {Event: gateEvent(ebpf.TracePoint, false), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, UserDepth: ud, Tree: tooltest.Tree(t, 4, nil)},
-		"event_kprobe_kstack":  {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
-		"event_uprobe_small":   {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, UserDepth: SmallKernelFrames + SmallUserFrames},
-		"arm64_event_tp_small": {ARM64: true, Event: gateEvent(ebpf.TracePoint, false), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: SmallKernelFrames + SmallUserFrames},
-		"arm64_event_uprobe":   {ARM64: true, Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"event_tracepoint":    {Event: gateEvent(ebpf.TracePoint, false), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, UserDepth: ud, Tree: tooltest.Tree(t, 4, nil)},
+		"event_kprobe_kstack": {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
+		"event_uprobe_small":  {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, UserDepth: SmallKernelFrames + SmallUserFrames},
+		"arm64_event_uprobe":  {ARM64: true, Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		// Printed (--fields ustack): a record of 21 bytes copied into the
 		// scratch value, the event sent instead of counted; and none.
 		"event_emit_uprobe":    {Event: emitEvent(ebpf.Kprobe, true, 21), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, UserDepth: ud},
@@ -93,6 +92,21 @@ func variants(t *testing.T) map[string]Config {
 		"arm64_event_emit":     {ARM64: true, Event: emitEvent(ebpf.Kprobe, true, 64), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 	}
 	return v
+}
+
+// TestEventWithoutUserRegs: a tracepoint on a kernel that gives its
+// program no way to the task's user registers (arm64 before 5.15) is
+// refused with what to do, not left to the verifier (frame pointers need
+// none: bpf_get_stack reads the task's registers itself).
+func TestEventWithoutUserRegs(t *testing.T) {
+	for _, cfg := range []Config{
+		{ARM64: true, Event: gateEvent(ebpf.TracePoint, false), Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: 62},
+		{Event: gateEvent(ebpf.TracePoint, false), Mode: UnwindEH, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: 62},
+	} {
+		if _, err := Collection(cfg); err != ErrNoUserRegs {
+			t.Errorf("ARM64 %v, task stack %d: %v, want ErrNoUserRegs", cfg.ARM64, cfg.TaskStack, err)
+		}
+	}
 }
 
 // gateEvent is an event whose gate keeps events whose context's second

@@ -5,6 +5,9 @@
 // so that no function keeps a frame pointer (a frame-pointer walk, as
 // bpftrace's ustack, stops after a frame or two), none inlined, no call a
 // tail call. It first sleeps 300 ms: a tracer reads its mappings then.
+// argv[3] more calls go to tk_call(tk_nop, i), for usym(arg0); then it
+// sleeps argv[4] milliseconds (a process that is still there when its
+// addresses are named).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -36,13 +39,29 @@ __attribute__((noinline)) void tk_c(long n)
 	sink++;
 }
 
+__attribute__((noinline)) void tk_nop(long n)
+{
+	sink += n;
+}
+
+__attribute__((noinline)) void tk_call(void (*fn)(long), long n)
+{
+	fn(n);
+	sink++;
+}
+
 int main(int argc, char **argv)
 {
 	long first = argc > 1 ? atol(argv[1]) : 1, second = argc > 2 ? atol(argv[2]) : 1;
+	long third = argc > 3 ? atol(argv[3]) : 0;
 	usleep(300000);
 	for (long i = 0; i < first; i++)
 		tk_a(7);
 	for (long i = 0; i < second; i++)
 		tk_c(9);
+	for (long i = 0; i < third; i++)
+		tk_call(tk_nop, i);
+	if (argc > 4)
+		usleep(atol(argv[4]) * 1000);
 	return 0;
 }
