@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -100,6 +101,7 @@ func run() error {
 				{"writesize (auto: perf)", toolProcess(*bin+"/writesize", nil)},
 				{"writesize --attach=raw", toolProcess(*bin+"/writesize", []string{"--attach=raw"})},
 				{"filter --hist count", toolProcess(*bin+"/filter", []string{"--hist", "count", "syscalls:sys_enter_write"})},
+				{"bpf_get_stackid alone (perf)", stackidOnly("syscalls:sys_enter_write")},
 				{"filter --count-by kstack (perf)", toolProcess(*bin+"/filter", []string{"--attach=perf", "--count-by", "kstack", "syscalls:sys_enter_write"})},
 				{"filter --sum count --count-by comm (perf)", toolProcess(*bin+"/filter", []string{"--attach=perf", "--sum", "count", "--count-by", "comm", "syscalls:sys_enter_write"})},
 				{"filter --hist 'count - 28' (perf)", toolProcess(*bin+"/filter", []string{"--attach=perf", "--hist", "count - 28", "syscalls:sys_enter_write"})},
@@ -520,9 +522,29 @@ func emptyUprobe(path string, off uint64) func() (func(), error) {
 // emptyProgram attaches "return 0" to the same tracepoints: the floor
 // that any program there costs. events are "group:name".
 func emptyProgram(events ...string) func() (func(), error) {
+	return onlyProgram(asm.Return("exit", 0), nil, events...)
+}
+
+// stackidOnly attaches a program that only takes the kernel stack's id
+// (bpf_get_stackid into a stack map of 4096, as filter's kstack key and
+// bpftrace's @[kstack] do) and returns: the floor of any kstack key.
+func stackidOnly(events ...string) func() (func(), error) {
+	insns := append(asm.Prologue(),
+		bpf.Mov.Reg(bpf.R1, asm.RegCtx),
+		bpf.LoadMapPtr(bpf.R2, 0).WithReference("stacks"),
+		bpf.Mov.Imm(bpf.R3, 0),
+		bpf.FnGetStackid.Call(),
+	)
+	insns = append(insns, asm.Return("exit", 0)...)
+	maps := map[string]*ebpf.MapSpec{"stacks": {Type: ebpf.StackTrace, KeySize: 4, ValueSize: 8 * 127, MaxEntries: 4096}}
+	return onlyProgram(insns, maps, events...)
+}
+
+// onlyProgram attaches insns, with maps, to the tracepoints events.
+func onlyProgram(insns bpf.Instructions, maps map[string]*ebpf.MapSpec, events ...string) func() (func(), error) {
 	return func() (func(), error) {
-		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
-			"empty": {Type: ebpf.TracePoint, License: "GPL", Instructions: asm.Return("exit", 0)},
+		spec := &ebpf.CollectionSpec{Maps: maps, Programs: map[string]*ebpf.ProgramSpec{
+			"empty": {Type: ebpf.TracePoint, License: "GPL", Instructions: insns},
 		}}
 		coll, err := loader.Load(spec, true)
 		if err != nil {
