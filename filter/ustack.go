@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
@@ -132,11 +133,10 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 // user stack that ended early with its marker, as profile prints one.
 func stackPrinter(s *run.Session, o *options, ev event, record *compile.Program) func(perfevent.Sample, prog.Stack) {
 	p := &printer{s: s, ev: ev, format: recordFormat(ev, record), comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
-	cols, _ := compile.ParseOperands(o.Fields, 0)
 	var order []string
-	for _, c := range cols {
-		if (c.Base == "ustack" || c.Base == "kstack") && len(c.Steps) == 0 && c.Arith == nil {
-			order = append(order, c.Base)
+	for _, c := range strings.Split(o.Fields, ",") {
+		if c = strings.TrimSpace(c); c == "ustack" || c == "kstack" {
+			order = append(order, c)
 		}
 	}
 	return func(smp perfevent.Sample, st prog.Stack) {
@@ -158,5 +158,8 @@ func stackPrinter(s *run.Session, o *options, ev event, record *compile.Program)
 		}
 		p.print(smp)
 		p.flush()
+		if p.err != nil {
+			s.Stop(p.err) // a closed stdout ("filter ... | head") ends the run
+		}
 	}
 }
