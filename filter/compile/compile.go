@@ -616,6 +616,11 @@ func GateRecord(expr string, root Node, t Target, act Action, reject string) (bp
 		if err != nil {
 			return nil, nil, 0, err
 		}
+		for _, col := range prog.Columns {
+			if col.big() {
+				return nil, nil, 0, c.errAt(0, "%s: a stack or a structure is the sampler's to read, not the record's", col.Name)
+			}
+		}
 		at = l.base
 	}
 	c.emit(asm.Nop().WithSource(bpf.Comment("the event passed")))

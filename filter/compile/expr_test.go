@@ -744,6 +744,20 @@ func FuzzCompile(f *testing.F) {
 			m[ChainMap] = ChainMapSpec(tg.Inside)
 		}
 		loadtest.Program(t, fmt.Sprintf("seed %d: %s on %s (%s, %d inside)", seed, expr, target, actText, tg.Inside), typ, &ebpf.ProgramSpec{Name: "filter", Instructions: prog.Insns}, m)
+		if act.Kind != Emit || tg.Func != nil {
+			return
+		}
+		// The same expression and columns as the gate of profile's
+		// sampler (--fields with ustack): loaded with its exit.
+		gate, _, _, err := GateRecord(expr, root, tg, act, "exit")
+		if err != nil && strings.Contains(err.Error(), "the sampler's to read") || err != nil && strings.Contains(err.Error(), "structure is not printed") {
+			return // a stack or a structure: not a gate's
+		}
+		if err != nil {
+			t.Fatalf("gate: %s on %s (%s): %v", expr, target, actText, err)
+		}
+		delete(m, "events")
+		loadtest.Program(t, fmt.Sprintf("seed %d: gate %s on %s (%s, %d inside)", seed, expr, target, actText, tg.Inside), typ, &ebpf.ProgramSpec{Name: "gate", Instructions: append(gate, asm.Return("exit", 0)...)}, m)
 	})
 }
 
