@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -255,13 +256,11 @@ func validate(o *options) error {
 		}
 		seen[it.String()] = true
 	}
-	stackKey := false
-	if o.CountBy != "" {
-		cols, _ := compile.ParseOperands(o.CountBy, 0)
-		for _, c := range cols {
-			stackKey = stackKey || (c.Base == "kstack" || c.Base == "ustack") && len(c.Steps) == 0 && c.Arith == nil
-		}
+	keyStacks, _, err := stackColumns("--count-by", o.CountBy)
+	if err != nil {
+		return err
 	}
+	stackKey := len(keyStacks) > 0
 	if o.Folded && !stackKey {
 		return usage.Errorf("--folded writes stacks for a flame graph: add --count-by kstack or ustack")
 	}
@@ -271,10 +270,7 @@ func validate(o *options) error {
 	if stackKey && o.Serve != "" {
 		return usage.Errorf("--serve and --count-by %s: a stack is no metric's label; count by other keys", o.CountBy)
 	}
-	user, _, _, err := stackColumns("--count-by", o.CountBy)
-	if err != nil {
-		return err
-	}
+	user := slices.Contains(keyStacks, "ustack")
 	if user {
 		switch {
 		case stat != "":
@@ -283,8 +279,8 @@ func validate(o *options) error {
 			return usage.Errorf("--max-keys and --count-by ustack: user stacks are counted in profile's table of 4096 stacks")
 		}
 	}
-	printed, _, _, _ := stackColumns("--fields", o.Fields)
-	if (user || printed) && (o.Stack || ev.glob || ev.tpGlob || len(ev.items) > 0) {
+	printed, _, _ := stackColumns("--fields", o.Fields)
+	if (user || slices.Contains(printed, "ustack")) && (o.Stack || ev.glob || ev.tpGlob || len(ev.items) > 0) {
 		return usage.Errorf("ustack is unwound at one event: not a glob, a list or a stack (-s)")
 	}
 	if o.Lead() == "usdt" && o.Pid == 0 {
@@ -303,33 +299,31 @@ func validate(o *options) error {
 }
 
 // stackColumns splits --count-by's keys or --fields' columns (text, of
-// option) into the user stack, the kernel stack and the others. A user
+// option) into the stacks (ustack, kstack, in their order) and the others. A user
 // stack is unwound and counted or printed by profile's sampler, whose key
 // is (process, kernel stack, user stack): as a key, kstack is the only
 // other it takes (the report names each stack's comm and pid); printed,
 // numbers and strings go beside it.
-func stackColumns(option, text string) (user, kernel bool, rest []compile.Operand, err error) {
+func stackColumns(option, text string) (stacks []string, rest []compile.Operand, err error) {
 	if text == "" {
-		return false, false, nil, nil
+		return nil, nil, nil
 	}
 	cols, _ := compile.ParseOperands(text, 0)
 	var others []string
 	for _, c := range cols {
 		bare := len(c.Steps) == 0 && c.Arith == nil && c.Cast == "" && !c.CharPtr && !c.Dump && !c.Ksym && !c.Usym && !c.IsConst()
 		switch {
-		case bare && c.Base == "ustack":
-			user = true
-		case bare && c.Base == "kstack":
-			kernel = true
+		case bare && (c.Base == "ustack" || c.Base == "kstack"):
+			stacks = append(stacks, c.Base)
 		default:
 			others = append(others, c.Text)
 			rest = append(rest, c)
 		}
 	}
-	if user && option == "--count-by" && len(others) > 0 {
-		return false, false, nil, usage.Errorf("--count-by %s: ustack keys by the process and its user stack, and takes kstack beside it, nothing else (the report names each stack's comm and pid): drop %s", text, strings.Join(others, ", "))
+	if slices.Contains(stacks, "ustack") && option == "--count-by" && len(others) > 0 {
+		return nil, nil, usage.Errorf("--count-by %s: ustack keys by the process and its user stack, and takes kstack beside it, nothing else (the report names each stack's comm and pid): drop %s", text, strings.Join(others, ", "))
 	}
-	return user, kernel, rest, nil
+	return stacks, rest, nil
 }
 
 // kernelBTF reads the kernel's BTF, which need names what it is for
@@ -556,11 +550,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if user, kernelStack, _, _ := stackColumns("--count-by", o.CountBy); user {
-		return runUstack(ctx, s, o, ev, root, target, stackRun{kernel: kernelStack})
+	if stacks, _, _ := stackColumns("--count-by", o.CountBy); slices.Contains(stacks, "ustack") {
+		return runUstack(ctx, s, o, ev, root, target, stackRun{stacks: stacks})
 	}
-	if user, kernelStack, rest, _ := stackColumns("--fields", o.Fields); user {
-		return runUstack(ctx, s, o, ev, root, target, stackRun{kernel: kernelStack, emit: true, record: compile.Action{Kind: compile.Emit, Columns: rest, Option: "--fields", Source: o.Fields}})
+	if stacks, rest, _ := stackColumns("--fields", o.Fields); slices.Contains(stacks, "ustack") {
+		return runUstack(ctx, s, o, ev, root, target, stackRun{stacks: stacks, emit: true, record: compile.Action{Kind: compile.Emit, Columns: rest, Option: "--fields", Source: o.Fields}})
 	}
 	if err := checkReturnOnly(ev, root, act); err != nil {
 		return err

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"strings"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
@@ -23,10 +23,10 @@ import (
 var CountStacks func(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error
 
 // stackRun is what a run through profile's sampler does with an event:
-// count it by its stacks (the kernel's too with kernel), or (emit) print
-// it with record's columns and its stacks.
+// count it by its stacks (ustack, and kstack if named), or (emit) print
+// it with record's columns and its stacks in their order.
 type stackRun struct {
-	kernel bool
+	stacks []string
 	emit   bool
 	record compile.Action
 }
@@ -74,7 +74,7 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 		}
 		return g, at, nil
 	}
-	pe := prog.StackEvent{Name: ev.String(), Kernel: sr.kernel, All: o.All}
+	pe := prog.StackEvent{Name: ev.String(), Kernel: slices.Contains(sr.stacks, "kstack"), All: o.All}
 	pe.Type, pe.Regs = ebpf.Kprobe, true
 	switch {
 	case ev.kind == "tracepoint":
@@ -123,7 +123,7 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 	}
 	if sr.emit {
 		pe.Emit, pe.Record = true, record.Size
-		pe.Print = stackPrinter(s, o, ev, record)
+		pe.Print = stackPrinter(s, ev, record, sr.stacks)
 	}
 	return CountStacks(ctx, s, o.Common, o.TreeOption, o.Pid, o.Folded, pe)
 }
@@ -131,14 +131,8 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 // stackPrinter prints an event of --fields with ustack: its line, then
 // its stacks in the order --fields names them, innermost frame first, a
 // user stack that ended early with its marker, as profile prints one.
-func stackPrinter(s *run.Session, o *options, ev event, record *compile.Program) func(perfevent.Sample, prog.Stack) {
+func stackPrinter(s *run.Session, ev event, record *compile.Program, order []string) func(perfevent.Sample, prog.Stack) {
 	p := &printer{s: s, ev: ev, format: recordFormat(ev, record), comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
-	var order []string
-	for _, c := range strings.Split(o.Fields, ",") {
-		if c = strings.TrimSpace(c); c == "ustack" || c == "kstack" {
-			order = append(order, c)
-		}
-	}
 	return func(smp perfevent.Sample, st prog.Stack) {
 		if st.Comm != "" {
 			p.remember(smp.Pid, st.Comm)

@@ -128,6 +128,7 @@ func (d *deferrer) add(ps *processes, smp perfevent.Sample) {
 	if d.emit != nil {
 		at := prog.DeferHeaderSize
 		s.emitted = append([]byte(nil), raw[at:at+d.cfg.RecordOffset()+d.cfg.Event.Record]...)
+		s.key = s.emitted[:keySize:keySize] // unwound in place, printed with its record
 	}
 	// Read the process's mappings, load the file's table, count the
 	// sample against it.
@@ -195,7 +196,6 @@ func (d *deferrer) finish(ps *processes, s *deferredSample, force bool, now time
 	}
 	k := stackKey(key)
 	if d.emit != nil {
-		copy(s.emitted, key)
 		d.emit(s.smp, s.emitted)
 		return true
 	}
