@@ -210,6 +210,17 @@ func TestCpid(t *testing.T) {
 	}
 }
 
+// A command named by a bare word runs by its path: busybox's shell (the
+// guests' /bin/sh) runs `exec dd` in itself, with no exec to start the
+// tree at, and nothing of the command was counted.
+func TestCommandByName(t *testing.T) {
+	privtest.Require(t)
+	r := filter(t, "--count", "--json", "syscalls:sys_enter_write", "--where", "count == 4321", "-c", "dd if=/dev/zero of=/dev/null bs=4321 count=3")
+	if want := `"count":3`; r.Status != 0 || !strings.Contains(r.Stdout, want) {
+		t.Errorf("-c 'dd ...': exit %d, %s%s; want %s", r.Status, r.Stdout, r.Stderr, want)
+	}
+}
+
 func TestInfo(t *testing.T) {
 	privtest.Require(t)
 	r := filter(t, "--info", "net:netif_receive_skb")

@@ -43,15 +43,21 @@ const gate = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec "$@"`
 
 // CommandArgv is how a -c command line runs: split into words and run
 // as it is, as bpftrace -c does, when it is only words of plain
-// characters and the first names a program (not a builtin such as exit);
+// characters and the first names a program (not a builtin such as exit),
+// which is then given by its path;
 // otherwise by /bin/sh -c, and shell says so. A process counts from its
 // exec on (proctree): a shell that runs a command line is not counted,
 // nor are its builtins; the processes it starts are.
 func CommandArgv(line string) (argv []string, shell bool) {
 	words := strings.Fields(line)
 	if len(words) > 0 {
-		if _, err := exec.LookPath(words[0]); err != nil {
+		// By its path: busybox's shell (with its standalone applets, as
+		// Debian's busybox-static and most embedded systems build it) runs
+		// a bare `exec dd` in itself, with no exec to start the tree at.
+		if path, err := exec.LookPath(words[0]); err != nil {
 			words = nil
+		} else {
+			words[0] = path
 		}
 	}
 	for i, w := range words {
