@@ -80,7 +80,31 @@ var ARM64 = func() *Regs {
 	return r
 }()
 
-var ptRegs = map[string]*Regs{"amd64": AMD64, "arm64": ARM64}
+// RISCV64 is riscv64's pt_regs (arch/riscv/include/asm/ptrace.h: epc at
+// 0, then x1-x31 at 8*n: ra 8, sp 16, gp, tp, t0-t2, s0 64, s1, a0 80 ...
+// a7 136, s2-s11, t3-t6, then status, badaddr, cause, orig_a0).
+// Arguments are a0-a7 (a syscall's orig_a0 and a1-a5, its number a7),
+// the return value a0, the frame pointer s0. The syscall wrappers are
+// 6.6's.
+var RISCV64 = func() *Regs {
+	r := &Regs{Arch: "riscv64", Ret: 80, IP: 0, SP: 16, FP: 64, Named: map[string]int16{"pc": 0, "epc": 0}, SyscallPrefix: "__riscv_sys_", SyscallNr: 136}
+	for i, name := range []string{"ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1",
+		"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7",
+		"s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6"} {
+		r.Named[name] = int16(8 * (i + 1))
+	}
+	for i := 0; i < 8; i++ {
+		r.Args = append(r.Args, int16(80+8*i))
+		r.ArgNames = append(r.ArgNames, fmt.Sprintf("a%d", i))
+	}
+	// The entry code moves a0 to orig_a0 (280) and puts -ENOSYS in a0:
+	// a syscall's first argument is orig_a0 from then on, as the wrappers
+	// read it (SC_RISCV_REGS_TO_ARGS).
+	r.SyscallArgs = append([]int16{280}, r.Args[1:6]...)
+	return r
+}()
+
+var ptRegs = map[string]*Regs{"amd64": AMD64, "arm64": ARM64, "riscv64": RISCV64}
 
 // PtRegs returns the pt_regs layout of arch (a GOARCH), or an error that
 // says which architectures are known: the one guard every reader of
@@ -89,7 +113,7 @@ func PtRegs(arch string) (*Regs, error) {
 	if r, ok := ptRegs[arch]; ok {
 		return r, nil
 	}
-	return nil, fmt.Errorf("reading registers at a probe needs the CPU's pt_regs layout: this build knows x86-64 (amd64) and arm64, not %s", arch)
+	return nil, fmt.Errorf("reading registers at a probe needs the CPU's pt_regs layout: this build knows x86-64 (amd64), arm64 and riscv64, not %s", arch)
 }
 
 // HostPtRegs is PtRegs of the architecture this binary runs on.

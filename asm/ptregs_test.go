@@ -54,8 +54,8 @@ func TestPtRegs(t *testing.T) {
 	if len(r.SyscallArgs) != 6 || r.SyscallNr != 120 {
 		t.Errorf("%d syscall arguments, number at %d", len(r.SyscallArgs), r.SyscallNr)
 	}
-	if _, err := PtRegs("riscv64"); err == nil || !strings.Contains(err.Error(), "riscv64") {
-		t.Errorf("riscv64: %v", err)
+	if _, err := PtRegs("ppc64le"); err == nil || !strings.Contains(err.Error(), "ppc64le") {
+		t.Errorf("ppc64le: %v", err)
 	}
 }
 
@@ -84,5 +84,39 @@ func TestPtRegsARM64(t *testing.T) {
 	}
 	if len(r.SyscallArgs) != 6 || r.SyscallArgs[5] != 40 || r.SyscallNr != 280 {
 		t.Errorf("syscall arguments %v, number at %d", r.SyscallArgs, r.SyscallNr)
+	}
+}
+
+// riscv64's layout (arch/riscv/include/asm/ptrace.h): epc, then x1-x31
+// by their ABI names, 8 bytes each. The kernel package checks it against
+// the kernel's BTF where that is riscv64's.
+func TestPtRegsRISCV64(t *testing.T) {
+	r, err := PtRegs("riscv64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abi := []string{"ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7",
+		"s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6"}
+	for i, name := range abi {
+		if r.Named[name] != int16(8*(i+1)) {
+			t.Errorf("%s (x%d) at %d, want %d", name, i+1, r.Named[name], 8*(i+1))
+		}
+	}
+	if len(r.Named) != len(abi)+2 || r.Named["pc"] != 0 || r.Named["epc"] != 0 || r.IP != 0 {
+		t.Errorf("named table %v, ip %d", r.Named, r.IP)
+	}
+	if len(r.Args) != 8 || len(r.ArgNames) != 8 {
+		t.Fatalf("%d argument offsets, %d names; want a0-a7", len(r.Args), len(r.ArgNames))
+	}
+	for i := range r.Args {
+		if name := "a" + strconv.Itoa(i); r.ArgNames[i] != name || r.Args[i] != r.Named[name] {
+			t.Errorf("argument %d: %s at %d", i+1, r.ArgNames[i], r.Args[i])
+		}
+	}
+	if r.Ret != r.Named["a0"] || r.SP != r.Named["sp"] || r.FP != r.Named["s0"] || r.CS != 0 || r.Size != 0 {
+		t.Errorf("ret %d, sp %d, fp %d, cs %d, size %d", r.Ret, r.SP, r.FP, r.CS, r.Size)
+	}
+	if r.SyscallPrefix != "__riscv_sys_" || len(r.SyscallArgs) != 6 || r.SyscallArgs[0] != 280 || r.SyscallArgs[1] != r.Named["a1"] || r.SyscallArgs[5] != r.Named["a5"] || r.SyscallNr != r.Named["a7"] {
+		t.Errorf("syscall wrappers %q, arguments %v, number at %d", r.SyscallPrefix, r.SyscallArgs, r.SyscallNr)
 	}
 }

@@ -787,7 +787,7 @@ func TestSyscallRecordOnEachHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nr := map[string]float64{"amd64": 1, "arm64": 64}[regs.Arch]
+	nr := map[string]float64{"amd64": 1, "arm64": 64, "riscv64": 64}[regs.Arch]
 	const size, n = 4321, 3
 	var first, printed string
 	tooltest.ForEachSyscallHook(t, "write", func(t *testing.T) {

@@ -85,7 +85,7 @@ func checkFileArg(path string) error {
 
 // libDirs are where a bare library name is looked for, after
 // $LD_LIBRARY_PATH: the dynamic linker's defaults on Debian and others.
-var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
+var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/riscv64-linux-gnu", "/usr/lib/riscv64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
 
 // resolveFile finds the file a probe names, as the kernel will see it: an
 // absolute path with its symbolic links resolved (a uprobe is on the

@@ -87,9 +87,26 @@ func TestSyscallRegsMatchBTF(t *testing.T) {
 		t.Fatal(err)
 	}
 	members := map[string][]string{
-		"amd64": {"di", "si", "dx", "r10", "r8", "r9", "orig_ax"},
-		"arm64": {"regs", "", "", "", "", "", "syscallno"},
+		"amd64":   {"di", "si", "dx", "r10", "r8", "r9", "orig_ax"},
+		"arm64":   {"regs", "", "", "", "", "", "syscallno"},
+		"riscv64": {"orig_a0", "a1", "a2", "a3", "a4", "a5", "a7"},
 	}[regs.Arch]
+	if members == nil {
+		t.Fatalf("no BTF names for %s's pt_regs here", regs.Arch)
+	}
+	if regs.Arch == "riscv64" {
+		// Every register a probe or a USDT operand names: the struct's
+		// members are the ABI's names (and epc).
+		for name, at := range regs.Named {
+			member := name
+			if name == "pc" {
+				member = "epc"
+			}
+			if off, err := kbtf.MemberOffset("pt_regs", member); err != nil || off != int(at) {
+				t.Errorf("%s: %d in asm.Regs, %d in the kernel's BTF (%v)", name, at, off, err)
+			}
+		}
+	}
 	for i, name := range members {
 		if name == "" {
 			continue // regs[i]: the array's start plus 8 each

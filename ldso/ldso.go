@@ -268,6 +268,9 @@ func defaultDirs(m elf.Machine) []string {
 		dirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64"}
 	case elf.EM_AARCH64:
 		dirs = []string{"/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64"}
+	case elf.EM_RISCV:
+		// lp64d: glibc's riscv64 loader also searches the ABI's own.
+		dirs = []string{"/lib/riscv64-linux-gnu", "/usr/lib/riscv64-linux-gnu", "/lib64/lp64d", "/usr/lib64/lp64d", "/lib64", "/usr/lib64"}
 	}
 	return append(dirs, "/lib", "/usr/local/lib", "/usr/lib")
 }

@@ -131,10 +131,10 @@ func hostRegs(t *testing.T) *asm.Regs {
 }
 
 // goArg0 is where Go's register ABI passes the first integer argument:
-// rax on x86-64, x0 on arm64.
+// rax on x86-64, x0 on arm64, a0 (X10) on riscv64.
 func goArg0(t *testing.T) int16 {
 	regs := hostRegs(t)
-	off, ok := regs.Named[map[string]string{"amd64": "rax", "arm64": "x0"}[regs.Arch]]
+	off, ok := regs.Named[map[string]string{"amd64": "rax", "arm64": "x0", "riscv64": "a0"}[regs.Arch]]
 	if !ok {
 		t.Fatalf("Go's first argument register on %s is not known here", regs.Arch)
 	}

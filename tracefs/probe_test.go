@@ -86,6 +86,7 @@ func TestProbeLines(t *testing.T) {
 		{"tk_filter_4026531836_7", "p4", Probe{Type: Uprobe, Path: "/bin/bash", Offset: 0x4f2a0, Ret: true}},
 		{"tk_filter_4026531836_7", "p5", Probe{Type: Uprobe, Path: "/usr/lib/libx.so", Offset: 0x10, RefCtrOffset: 0x2040}},
 		{"tk_filter_4026531836_7", "p6", Probe{Symbol: "ip_send_skb", Args: []string{"net=%x0:x64", "skb=%x1:x64"}}}, // arm64
+		{"tk_filter_4026531836_7", "p7", Probe{Symbol: "ip_send_skb", Args: []string{"net=%a0:x64", "skb=%a1:x64"}}}, // riscv64
 	} {
 		line, err := tc.p.Line(tc.group, tc.event)
 		if err != nil {
@@ -103,6 +104,8 @@ func TestProbeLines(t *testing.T) {
 	for _, bad := range []Probe{
 		{Symbol: "ksys_write", Args: []string{"x=%di:x64 y"}},
 		{Symbol: "ksys_write", Args: []string{"x=%x8:x64"}},
+		{Symbol: "ksys_write", Args: []string{"x=%a8:x64"}},
+		{Symbol: "ksys_write", Args: []string{"x=%s0:x64"}},
 		{Symbol: "ksys_write", Args: []string{"x=%x1:x64\n-:kprobes/other"}},
 		{Type: Uprobe, Symbol: "main", Path: "/bin/true"},
 		{Path: "/bin/true", Symbol: "x"},

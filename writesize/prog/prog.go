@@ -79,7 +79,7 @@ type Raw struct {
 }
 
 // WriteNR is write(2)'s number by architecture.
-var WriteNR = map[string]int32{"amd64": 1, "arm64": 64}
+var WriteNR = map[string]int32{"amd64": 1, "arm64": 64, "riscv64": 64}
 
 // Kprobe says where the size is at the probed function's entry.
 type Kprobe struct {
