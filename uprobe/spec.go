@@ -35,6 +35,12 @@ type Arg struct {
 	Sym string
 	// SymAddr is Sym's link-time address, filled in from the file.
 	SymAddr uint64
+	// Lo12: riscv64's "%lo(sym)(reg)", a non-PIE's global, whose register
+	// would hold %hi(sym). gcc 12 writes it with a register it never set
+	// (filter/testdata/usdt's tk:global: s10, untouched in main), so the
+	// address is taken as sym+off itself (an ArgMem without Reg): a
+	// non-PIE's link-time address is where it is.
+	Lo12 bool
 }
 
 // regs64 maps every x86-64 register name an operand may use to its 64-bit
@@ -67,8 +73,10 @@ func ParseArgs(s string, machine elf.Machine) ([]Arg, error) {
 	case elf.EM_X86_64:
 	case elf.EM_AARCH64:
 		parse = ParseArgARM64
+	case elf.EM_RISCV:
+		parse = ParseArgRISCV64
 	default:
-		return nil, fmt.Errorf("USDT arguments of %v files: this build reads x86-64's and arm64's", machine)
+		return nil, fmt.Errorf("USDT arguments of %v files: this build reads x86-64's, arm64's and riscv64's", machine)
 	}
 	var args []Arg
 	for _, f := range splitSpecs(s) {
@@ -167,6 +175,89 @@ func regARM64(s string) (string, error) {
 		if err == nil && n >= 0 && n <= 30 && strconv.Itoa(n) == s[1:] {
 			return "x" + s[1:], nil
 		}
+	}
+	return "", fmt.Errorf("unknown register %s", s)
+}
+
+// ParseArgRISCV64 parses one riscv64 spec (gcc's operands in the
+// assembler's syntax): a register "-4@a0" (ABI names: a0-a7, s0-s11,
+// t0-t6, ra, sp, gp, tp, fp; or x0-x31), a constant "-4@5", memory at a
+// register plus an offset "-8@-40(s0)", "8@(a5)", and a non-PIE's global
+// as gcc reaches it, "-8@%lo(sym)(s10)" (read at sym itself: see Lo12).
+func ParseArgRISCV64(s string) (Arg, error) {
+	a := Arg{Text: s}
+	bad := func(why string) (Arg, error) { return Arg{}, fmt.Errorf("argument spec %q: %s", s, why) }
+	size, op, ok := strings.Cut(s, "@")
+	if !ok {
+		return bad("no '@' between the size and the operand")
+	}
+	var err error
+	if a.Size, a.Signed, err = parseSize(size); err != nil {
+		return bad(err.Error())
+	}
+	if v, err := parseInt(op); err == nil {
+		a.Kind, a.Off = ArgConst, v
+		return a, nil
+	}
+	if inner, ok := strings.CutPrefix(op, "%lo("); ok {
+		sym, rest, ok := strings.Cut(inner, ")")
+		if !ok || sym == "" || !strings.HasPrefix(rest, "(") {
+			return bad("a %lo operand must be %lo(sym)(reg)")
+		}
+		if a.Sym, a.Off, err = symOff(sym); err != nil || a.Sym == "" {
+			return bad("a %lo operand must name a symbol")
+		}
+		a.Lo12, op = true, rest
+	}
+	if open := strings.IndexByte(op, '('); open >= 0 {
+		if !strings.HasSuffix(op, ")") {
+			return bad("a memory operand without its ')'")
+		}
+		if disp := op[:open]; disp != "" {
+			if a.Lo12 {
+				return bad("a %lo operand with a second displacement")
+			}
+			if a.Off, err = parseInt(disp); err != nil {
+				return bad("an offset that is not a number")
+			}
+		}
+		if a.Reg, err = regRISCV64(op[open+1 : len(op)-1]); err != nil {
+			return bad("an unknown base register")
+		}
+		if a.Lo12 {
+			a.Reg = "" // see Lo12
+		}
+		a.Kind = ArgMem
+		return a, nil
+	}
+	if a.Lo12 {
+		return bad("a %lo operand without its register")
+	}
+	if a.Reg, err = regRISCV64(op); err != nil {
+		return bad("not a register, a constant or a memory operand")
+	}
+	a.Kind = ArgReg
+	return a, nil
+}
+
+// riscvABI are riscv's registers x1-x31 by their ABI names, in order.
+var riscvABI = []string{"ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1",
+	"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7",
+	"s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6"}
+
+// regRISCV64 is the pt_regs slot of a riscv64 operand, by its ABI name
+// (fp is s0, x1-x31 their ABI names). zero (x0) has no slot.
+func regRISCV64(s string) (string, error) {
+	if s == "fp" {
+		return "s0", nil
+	}
+	for _, r := range riscvABI {
+		if s == r {
+			return r, nil
+		}
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(s, "x")); err == nil && strings.HasPrefix(s, "x") && n >= 1 && n <= 31 && strconv.Itoa(n) == s[1:] {
+		return riscvABI[n-1], nil
 	}
 	return "", fmt.Errorf("unknown register %s", s)
 }

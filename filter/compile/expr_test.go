@@ -71,13 +71,26 @@ func targets(t *testing.T) map[string]Target {
 		arg.SymAddr = map[string]uint64{"tk_table": 0x404040, "tk_global": 0x4010}[arg.Sym]
 		specs = append(specs, arg)
 	}
+	// riscv64's forms (its registers' offsets are inside x86-64's
+	// pt_regs too, so every host's verifier loads them), a non-PIE's
+	// %lo global read at its address.
+	var rvSpecs []uprobe.Arg
+	for _, a := range []string{"-4@a0", "-8@-20(s0)", "8@a5", "-8@%lo(tk_global)(s10)", "-4@-9"} {
+		arg, err := uprobe.ParseArgRISCV64(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		arg.SymAddr = map[string]uint64{"tk_global": 0x12080}[arg.Sym]
+		rvSpecs = append(rvSpecs, arg)
+	}
 	uprobeT := Target{Event: &Registers{Args: UprobeArgs(asm.AMD64), UserSpace: true}, Read: asm.NewReaders}
 	uretT := uprobeT
 	uretT.Event = &Registers{Args: UretprobeArgs(asm.AMD64), UserSpace: true}
 	return map[string]Target{
-		"usdt":      {Event: &USDT{Args: specs, Site: 0x10ac, Regs: asm.AMD64}, Read: asm.NewReaders},
-		"usdt_none": {Event: &USDT{Args: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64}, Read: asm.OldReaders, SelfPid: 4242},
-		"uprobe":    uprobeT,
+		"usdt":         {Event: &USDT{Args: specs, Site: 0x10ac, Regs: asm.AMD64}, Read: asm.NewReaders},
+		"usdt_none":    {Event: &USDT{Args: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64}, Read: asm.OldReaders, SelfPid: 4242},
+		"usdt_riscv64": {Event: &USDT{Args: rvSpecs, Site: 0x106e4, Regs: asm.RISCV64}, Read: asm.NewReaders},
+		"uprobe":       uprobeT,
 		"uprobe_tree": func() Target {
 			t := uprobeT
 			t.Tree, t.SelfPid = true, 4242
@@ -193,6 +206,7 @@ var compileCases = []struct {
 	{"hist_signed", "openat", ``, "hist:dfd"},
 	{"hist_walk", "kprobe", ``, "hist:skb->len"},
 	{"usdt_forms", "usdt", ``, "fields:arg0,arg1,arg2,arg3,arg4,arg5,arg6,arg7,arg8"},
+	{"usdt_riscv64_forms", "usdt_riscv64", ``, "fields:arg0,arg1,arg2,arg3,arg4"},
 	{"usdt_where", "usdt", `arg0 < 0 && (char *)arg9 == "tk-string" || arg8 == -7`, "count"},
 	{"usdt_hist", "usdt", `arg1 != 0`, "hist:arg4"},
 	{"usdt_none_count", "usdt_none", ``, "count"},

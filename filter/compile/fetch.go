@@ -182,6 +182,11 @@ func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
 	first := len(c.insns)
 	switch a.Kind {
 	case uprobe.ArgMem:
+		if a.Reg == "" && a.Sym != "" {
+			// A non-PIE's global at its link-time address (riscv64's %lo).
+			c.emit(bpf.Mov.Imm(bpf.R1, 0))
+			break
+		}
 		off, err := regOff(a.Reg)
 		if err != nil {
 			return err
