@@ -3,6 +3,9 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -17,5 +20,40 @@ func TestNoMemlockHint(t *testing.T) {
 	}
 	if !errors.Is(err, unix.EPERM) {
 		t.Error("EPERM lost")
+	}
+}
+
+// A program refused for want of the JIT, which is off, gets one line that
+// says how to turn it on; with the JIT on (or another refusal) the log is
+// shown as ever.
+func TestJITOff(t *testing.T) {
+	sysctl := filepath.Join(t.TempDir(), "bpf_jit_enable")
+	defer func(p string) { JITEnable = p }(JITEnable)
+	JITEnable = sysctl
+	refused := []string{"load program: invalid argument:", "\tprogram requires BPF JIT compiler but it is not available", "\tprocessed 45 insns"}
+	for _, tc := range []struct {
+		value string
+		log   []string
+		hint  bool
+	}{
+		{"0\n", refused, true},
+		{"1\n", refused, false},
+		{"2\n", refused, false},
+		{"0\n", []string{"R1 invalid mem access 'scalar'"}, false},
+		{"", refused, false}, // no such file
+	} {
+		os.Remove(sysctl)
+		if tc.value != "" {
+			if err := os.WriteFile(sysctl, []byte(tc.value), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := jitOff(tc.log)
+		if got := err != nil; got != tc.hint {
+			t.Errorf("bpf_jit_enable %q, log %q: %v", tc.value, tc.log, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "sysctl -w net.core.bpf_jit_enable=1") || strings.Contains(err.Error(), "\n")) {
+			t.Errorf("not one line that says what to do: %v", err)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -60,6 +62,9 @@ func Load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
 	}
 	var ve *ebpf.VerifierError
 	if errors.As(err, &ve) {
+		if e := jitOff(ve.Log); e != nil {
+			return nil, e
+		}
 		if !verbose {
 			return nil, fmt.Errorf("load BPF programs: the kernel's verifier rejected them: %w\nthe verifier log's last lines (--verbose prints all of it and the programs):\n%-*v", err, shortLog, ve)
 		}
@@ -73,6 +78,24 @@ func Load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
 		return nil, fmt.Errorf("load BPF programs: %w%s", noMemlockHint{err}, permissionHint)
 	}
 	return nil, fmt.Errorf("load BPF programs: %w", err)
+}
+
+// JITEnable is the sysctl that turns the kernel's BPF JIT on (a file).
+var JITEnable = "/proc/sys/net/core/bpf_jit_enable"
+
+// jitOff is the one line to print when a program was refused for want of
+// the JIT, which is off: the interpreter runs no program that calls
+// another (or reads kernel memory through BTF pointers on newer
+// kernels), and riscv64's and 32-bit ARM's kernels leave the JIT off
+// unless told (no ARCH_WANT_DEFAULT_BPF_JIT). nil otherwise.
+func jitOff(log []string) error {
+	if !slices.ContainsFunc(log, func(l string) bool { return strings.Contains(l, "requires BPF JIT") }) {
+		return nil
+	}
+	if b, err := os.ReadFile(JITEnable); err != nil || strings.TrimSpace(string(b)) != "0" {
+		return nil
+	}
+	return errors.New("load BPF programs: the kernel's BPF JIT is off, and these programs need it: turn it on with 'sysctl -w net.core.bpf_jit_enable=1 net.core.bpf_jit_kallsyms=1' (the second names the programs in kernel stacks, so that they are left out)")
 }
 
 // permissionHint follows a refusal to load.
