@@ -160,6 +160,7 @@ func offCPURun(t *testing.T, fx string, args ...string) (report, waited) {
 // --max-block 200 ms the other way round (b's preemptions, short, may
 // stay).
 func TestOffCPU(t *testing.T) {
+	requireUnwinder(t)
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "offcpu")
 	pb := filepath.Join(t.TempDir(), "off.pb.gz")

@@ -14,6 +14,7 @@ import (
 // ones whose /proc/PID/maps profile reads there, so the shared-library
 // fixture's stacks are unwound and named whole as outside.
 func TestPidNamespace(t *testing.T) {
+	requireUnwinder(t)
 	privtest.Require(t)
 	cmd := filepath.Join(fixtures(t), "chain-lib") + " 1.5 user"
 	res := tooltest.InPidNS(t, tooltest.Tool(t, "profile"), "--json", "-F", "199", "-c", cmd)

@@ -67,6 +67,7 @@ func TestPLTSymbols(t *testing.T) {
 // __restore_rt (its .symtab names it), and no address beside it; x86-64's
 // code and arm64's.
 func TestSigreturnByCode(t *testing.T) {
+	requireUnwinder(t)
 	path := filepath.Join(fixtures(t), "musl/signal-static")
 	haveFixture(t, path)
 	ef, err := elf.Open(path)

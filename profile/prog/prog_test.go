@@ -227,7 +227,17 @@ func TestProgramsLoad(t *testing.T) {
 	// goldens' offset.
 	path := ThreadPointerMember[runtime.GOARCH]
 	tp, err := kbtf.MemberPathOffset("task_struct", path)
-	if err != nil {
+	if path == "" {
+		// riscv64 keeps the user's thread pointer in its pt_regs (tp), not
+		// in task_struct: profile refuses --label tls there (see
+		// profile's TestLabelsRefusedWithoutThreadPointer).
+		t.Logf("%s: no thread pointer in task_struct: the labels' variants are not loaded", runtime.GOARCH)
+		for name, cfg := range v {
+			if cfg.ThreadPointer != 0 {
+				delete(v, name)
+			}
+		}
+	} else if err != nil {
 		t.Fatalf("the thread pointer's place in task_struct (%s): %v", path, err)
 	}
 	for name, cfg := range v {

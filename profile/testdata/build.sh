@@ -4,7 +4,7 @@
 # chain main -> a -> b -> c whose functions keep no frame pointer): a PIE,
 # a non-PIE, and a PIE whose a, b and c are in a shared library
 # (libchain.so, found through its rpath). Needs gcc; CC=aarch64-linux-gnu-gcc
-# builds them for arm64.
+# builds them for arm64, CC=riscv64-linux-gnu-gcc for riscv64.
 set -euo pipefail
 src=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$1"
@@ -14,6 +14,9 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 # frame pointers only).
 [ "${CHAIN_FP:-}" = 1 ] && cflags="-O2 -fno-omit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/chain-pie" "$src/chain.c"
+# chain-fp: the chain with frame pointers, for --unwind=fp on every
+# architecture (riscv64's only way).
+"${CC:-gcc}" -O2 -fno-omit-frame-pointer -fno-optimize-sibling-calls -fPIE -pie -o "$out/chain-fp" "$src/chain.c"
 "${CC:-gcc}" $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
@@ -33,6 +36,7 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 # gospin: a Go program, stripped, for the CC's architecture.
 case $("${CC:-gcc}" -dumpmachine) in
 aarch64*) goarch=arm64 ;;
+riscv64*) goarch=riscv64 ;;
 *) goarch=amd64 ;;
 esac
 (cd "$src/gospin" && CGO_ENABLED=0 GOARCH=$goarch GOFLAGS= go build -trimpath -ldflags='-s -w' -o "$out/gospin" .)
@@ -43,6 +47,9 @@ esac
 # (general-dynamic) opened by dlopen.
 case $("${CC:-gcc}" -dumpmachine) in
 aarch64*) trad=-mtls-dialect=trad desc=-mtls-dialect=desc ;;
+# gcc 12 has no TLSDESC for riscv64 (14 has): its libtkdesc.so is
+# general-dynamic too.
+riscv64*) trad= desc= ;;
 *) trad=-mtls-dialect=gnu desc=-mtls-dialect=gnu2 ;;
 esac
 tls() { # tls CC DIR: the libraries and the executable into DIR

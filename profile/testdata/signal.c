@@ -37,8 +37,15 @@ static long rawsys(long n, long a, long b, long c)
 	register long x2 __asm__("x2") = c;
 	__asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
 	ret = x0;
+#elif defined(__riscv) && __riscv_xlen == 64
+	register long a7 __asm__("a7") = n;
+	register long a0 __asm__("a0") = a;
+	register long a1 __asm__("a1") = b;
+	register long a2 __asm__("a2") = c;
+	__asm__ volatile("ecall" : "+r"(a0) : "r"(a7), "r"(a1), "r"(a2) : "memory");
+	ret = a0;
 #else
-#error "x86-64 or arm64"
+#error "x86-64, arm64 or riscv64"
 #endif
 	return ret;
 }
