@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make dist: dist/tracekit-VERSION-linux-ARCH.tar.gz for amd64 and arm64, each
+# make dist: dist/tracekit-VERSION-linux-ARCH.tar.gz for amd64, arm64 and riscv64, each
 # with the one static binary, a link per tool and the README, and
 # dist/SHA256SUMS. The archives are reproducible: names sorted, owner root,
 # times those of the commit.
@@ -13,7 +13,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 noinline=()
 for p in ${NOINLINE:?}; do noinline+=(-gcflags="$p=-l"); done
-for arch in amd64 arm64; do
+for arch in amd64 arm64 riscv64; do
   name=tracekit-$version-linux-$arch
   mkdir -p "$stage/$name"
   CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags="${TAGS:-nethttpomithttp2}" "${noinline[@]}" -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit

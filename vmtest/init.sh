@@ -12,6 +12,15 @@ ip link set lo up
 export TRACEKIT_BIN=/tk/bin REQUIRE_PRIVILEGED=1 TRACEKIT_REQUIRE_KPROBES=1
 [ -f /tk/require-peers ] && export TRACEKIT_REQUIRE_PEERS=1 PATH=/bin:/usr/sbin:/usr/bin
 echo "TK-KERNEL $(uname -r) $(uname -m)"
+# riscv64's kernel leaves the BPF JIT off (no ARCH_WANT_DEFAULT_BPF_JIT):
+# turned on as the tools' message says, since the interpreter runs no
+# program that calls another.
+# With it, bpf_jit_kallsyms (which defaults to the JIT's default): the
+# programs' own frames are then named in kernel stacks, and left out.
+if [ "$(cat /proc/sys/net/core/bpf_jit_enable 2>/dev/null)" = 0 ]; then
+  echo 1 > /proc/sys/net/core/bpf_jit_enable && echo 1 > /proc/sys/net/core/bpf_jit_kallsyms &&
+    echo "TK-OUT init: bpf_jit_enable and bpf_jit_kallsyms were 0, now 1"
+fi
 if [ -f /tk/run.sh ]; then
   cd /tmp && sh /tk/run.sh 2>&1 | sed 's/^/TK-OUT run: /'
   echo "TK-DONE"

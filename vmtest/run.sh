@@ -19,6 +19,11 @@ command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
 command -v cpio >/dev/null || need+=(cpio)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v gcc >/dev/null || need+=(gcc)
+if [ -n "${TK_VM_RISCV64_SERIES-x}" ]; then
+  command -v qemu-system-riscv64 >/dev/null || need+=(qemu-system-misc)
+  command -v riscv64-linux-gnu-gcc >/dev/null || need+=(gcc-riscv64-linux-gnu)
+  [ -f /usr/riscv64-linux-gnu/lib/libc.so.6 ] || need+=(libc6-dev-riscv64-cross)
+fi
 command -v musl-gcc >/dev/null || need+=(musl-tools)
 [ -f /usr/include/x86_64-linux-gnu/sys/sdt.h ] || [ -f /usr/include/sys/sdt.h ] || need+=(systemtap-sdt-dev)
 # The peers filter's calls are checked against in the x86-64 guests.
@@ -106,6 +111,37 @@ for series in ${TK_VM_ARM64_SERIES-'6\.1\.0-[0-9]+'}; do
   fi
   kernels+=("arm64:$dir")
 done
+# riscv64: sid's kernel (linux-binary-VERSION-riscv64 holds vmlinuz,
+# linux-modules-VERSION-riscv64 loop.ko) and busybox, through a private
+# configuration of their own (APT::Architecture=riscv64). TCG boots it
+# with QEMU's OpenSBI (-M virt, no -cpu max in bookworm's QEMU 7.2).
+rv_dir=$(pwd)/$cache/apt-riscv64
+mkdir -p "$rv_dir/lists/partial" "$rv_dir/cache/archives/partial"
+echo 'deb [arch=riscv64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main' > "$rv_dir/sources.list"
+rv=(-o APT::Architecture=riscv64 -o APT::Architectures=riscv64 -o Dir::Etc::sourcelist="$rv_dir/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$rv_dir/lists" -o Dir::Cache="$rv_dir/cache" -o Dir::State::status=/dev/null)
+rv_updated=
+for series in ${TK_VM_RISCV64_SERIES-'7\.[0-9]+\.[0-9]+\+deb[0-9]+'}; do
+  pkg=$(newest "^linux-binary-${series}-riscv64\$" "${rv[@]}")
+  if [ -z "$pkg" ] && [ -z "$rv_updated" ]; then
+    apt-get "${rv[@]}" update -qq
+    rv_updated=1
+    pkg=$(newest "^linux-binary-${series}-riscv64\$" "${rv[@]}")
+  fi
+  [ -n "$pkg" ] || { echo "test-vm: no Debian riscv64 kernel package matches the series ${series}" >&2; exit 1; }
+  dir="$cache/$pkg"
+  if [ -z "$(find "$dir" -name 'vmlinuz*' -type f 2>/dev/null | head -1)" ]; then
+    for p in $pkg ${pkg/linux-binary-/linux-modules-}; do
+      (cd "$cache" && rm -f "$p"_*.deb && apt-get "${rv[@]}" download -qq "$p" 2>/dev/null)
+      mkdir -p "$dir" && dpkg -x "$cache/$p"_*.deb "$dir" && rm -f "$cache/$p"_*.deb
+    done
+  fi
+  if [ ! -x "$cache/busybox-riscv64/usr/bin/busybox" ]; then
+    [ -n "$rv_updated" ] || [ -n "$(ls "$rv_dir/lists" | grep -v partial)" ] || apt-get "${rv[@]}" update -qq
+    (cd "$cache" && rm -f busybox-static_*_riscv64.deb && apt-get "${rv[@]}" download -qq busybox-static:riscv64 2>/dev/null)
+    dpkg -x "$cache"/busybox-static_*_riscv64.deb "$cache/busybox-riscv64"
+  fi
+  kernels+=("riscv64:$dir")
+done
 # musl for arm64 (Debian's arm64 musl and musl-dev, unpacked here), built
 # with the cross compiler through musl's specs file rewritten to point here:
 # profile's musl fixtures.
@@ -136,6 +172,7 @@ pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run u
 make_stage() { # make_stage ARCH
   local arch=$1 stage=$stages/$1 cc=gcc
   [ "$arch" = arm64 ] && cc=aarch64-linux-gnu-gcc
+  [ "$arch" = riscv64 ] && cc=riscv64-linux-gnu-gcc
   mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
   chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
   CGO_ENABLED=0 GOARCH=$arch go build -trimpath -tags=nethttpomithttp2 -o "$stage/tk/bin/tracekit" ./cmd/tracekit
@@ -148,7 +185,8 @@ make_stage() { # make_stage ARCH
   done
   local fx="$stage/tk/src/filter/testdata/usdt/build"
   CC=$cc bash filter/testdata/usdt/build.sh "$fx"
-  # Without frame pointers on both: the in-kernel unwinder does the work.
+  # Without frame pointers (but chain-fp): the in-kernel unwinder does
+  # the work on x86-64 and arm64; on riscv64 its tests skip.
   local musl=
   [ "$arch" = arm64 ] && musl=$musl_arm64/musl-gcc
   CC=$cc MUSL_CC=$musl bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
@@ -158,6 +196,11 @@ make_stage() { # make_stage ARCH
     cp -L /usr/aarch64-linux-gnu/lib/libc.so.6 "$stage/lib/aarch64-linux-gnu/"
     cp "$cache/busybox-arm64/bin/busybox" "$stage/bin/busybox"
     cp -L "$musl_arm64/lib/ld-musl-aarch64.so.1" "$stage/lib/"
+  elif [ "$arch" = riscv64 ]; then
+    mkdir -p "$stage/lib/riscv64-linux-gnu"
+    cp -L /usr/riscv64-linux-gnu/lib/ld-linux-riscv64-lp64d.so.1 "$stage/lib/"
+    cp -L /usr/riscv64-linux-gnu/lib/libc.so.6 "$stage/lib/riscv64-linux-gnu/"
+    cp "$cache/busybox-riscv64/usr/bin/busybox" "$stage/bin/busybox"
   else
     for lib in $(ldd "$fx/fx-pie-O2" | grep -o '/[^ ]*'); do
       mkdir -p "$stage$(dirname "$lib")"
@@ -220,6 +263,8 @@ boot() { # boot ARCH:DIR: run the tests in a guest of that kernel, log in $cache
     # pauth-impdef: pointer authentication with QEMU's own cheap hash,
     # much faster under TCG than the architected one.
     qemu=(qemu-system-aarch64 -M virt -cpu max,pauth-impdef=on) console=ttyAMA0
+  elif [ "$arch" = riscv64 ]; then
+    qemu=(qemu-system-riscv64 -M virt)
   fi
   # 1500 s: a guest took 805 s on a slow day of the host.
   # transparent_hugepage=never: khugepaged (nice 19), preempted inside an
@@ -236,11 +281,11 @@ boot() { # boot ARCH:DIR: run the tests in a guest of that kernel, log in $cache
   rm -f "$initrd"
 }
 # Boot order: two queues of about equal length. The guests' times (last
-# run: 7.2 437 s, 6.12 353, arm64 288, 6.1 257, 5.10 231) pair 7.x with
-# 6.12 on one CPU and arm64, 6.1 and 5.10 on the other when started as
-# 7.x, arm64, 6.1, 6.12, then the rest.
+# run: 7.2 429 s, arm64 451, 6.1 510, 6.12 429, 5.10 341, riscv64 260)
+# make two queues of about 1240 s when started as 7.x (x86-64), arm64,
+# 6.1, 6.12, then the rest (5.10, then riscv64, the shortest, last).
 order=()
-for pat in '/linux-binary-7' ':.*arm64' '/linux-image-6\.1\.0' '/linux-image-6\.12' '.'; do
+for pat in '/linux-binary-7.*-amd64' ':.*arm64' '/linux-image-6\.1\.0' '/linux-image-6\.12' '/linux-image-5' '.'; do
   for k in "${kernels[@]}"; do
     if [[ "$k" =~ $pat ]] && [[ ! " ${order[*]} " =~ " $k " ]]; then order+=("$k"); fi
   done
