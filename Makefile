@@ -32,8 +32,8 @@ TAGS    := nethttpomithttp2
 # second) gave them; the tools' own packages (writesize, dropmon, iolat:
 # their options, setup and reports) 4 KB more. riscv64 (its pt_regs and
 # USDT operands) took 8 KB past it: filter's own package (its options,
-# setup, reports, and the printing of events, which fmt and the terminal
-# dominate) gave 24 KB.
+# setup, reports, and the printing of events, where a call more per
+# column sits beside fmt's formatting of it) gave 24 KB.
 NOINLINE := github.com/tracekit/tracekit/.../prog github.com/tracekit/tracekit/filter/compile github.com/tracekit/tracekit/asm github.com/tracekit/tracekit/tracefs github.com/cilium/ebpf/asm github.com/ianlancetaylor/demangle \
 	github.com/cilium/ebpf/... github.com/tracekit/tracekit/kbtf github.com/tracekit/tracekit/uprobe github.com/jessevdk/go-flags github.com/prometheus/... google.golang.org/protobuf/... \
 	github.com/tracekit/tracekit/run github.com/tracekit/tracekit/procfs \
