@@ -5,7 +5,10 @@ package tooltest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -619,16 +622,72 @@ func Fixtures(t testing.TB, prebuilt, script, pkgs string, have func() bool) str
 	if dir, ok := fixtureBuilt[script]; ok {
 		return dir
 	}
-	dir, err := os.MkdirTemp("", "tk-fixtures")
+	// Built once per version of the sources, in a directory named by
+	// their hash that later runs reuse: a directory per test binary was
+	// never removed (75 of them in /tmp after a day of runs).
+	key, err := fixtureKey(script)
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0o755) // an unprivileged run executes them too
-	if out, err := exec.Command("bash", script, dir).CombinedOutput(); err != nil {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("tk-fixtures-%d-%s", os.Getuid(), key))
+	if ownFixtures(dir) {
+		fixtureBuilt[script] = dir
+		return dir
+	}
+	tmp, err := os.MkdirTemp("", "tk-fixtures")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(tmp, 0o755) // an unprivileged run executes them too
+	if out, err := exec.Command("bash", script, tmp).CombinedOutput(); err != nil {
+		os.RemoveAll(tmp)
 		t.Fatalf("build the fixtures (%s): %v\n%s", script, err, out)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".built"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if os.Rename(tmp, dir) != nil || !ownFixtures(dir) {
+		dir = tmp // another run's, or someone else's: this run's own
 	}
 	fixtureBuilt[script] = dir
 	return dir
+}
+
+// fixtureKey hashes what a fixture script builds from: the files of its
+// directory (but a prebuilt build/), and the compilers it is told of.
+func fixtureKey(script string) (string, error) {
+	h := sha256.New()
+	root := filepath.Dir(script)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "build" && p != root {
+			return filepath.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		fmt.Fprintf(h, "%s %d\n", p, len(b))
+		h.Write(b)
+		return err
+	})
+	for _, v := range []string{"CC", "MUSL_CC", "CHAIN_FP"} {
+		fmt.Fprintf(h, "%s=%s\n", v, os.Getenv(v))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], err
+}
+
+// ownFixtures: dir is a finished build of this user's that no one else
+// may write to (it is in /tmp, and root runs what it holds).
+func ownFixtures(dir string) bool {
+	var st unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o022 != 0 {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, ".built"))
+	return err == nil
 }
 
 // ForEachHook runs test once on each way to the tracepoint event (its own
