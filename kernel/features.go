@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -65,7 +66,16 @@ var HaveAtomicCmpXchg = sync.OnceValue(func() bool {
 // preallocated hash map" rule). A preallocated map costs its whole size in
 // kernel memory and clearing time at every start: profile's stack counts
 // are 6 MiB of it.
+//
+// Never for a 32-bit binary (a 32-bit kernel, as a rule): that allocator
+// puts each entry after a pointer-sized list node, so on a 32-bit kernel
+// a value is only 4-byte aligned, and an 8-byte atomic add on it traps on
+// 32-bit ARM (ldrexd: "Alignment trap", a kernel panic in the interpreter
+// on Debian's 6.1 armmp).
 var HaveLazyHashes = sync.OnceValue(func() bool {
+	if strconv.IntSize == 32 {
+		return false
+	}
 	return loads(ebpf.PerfEvent, &ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: unix.BPF_F_NO_PREALLOC})
 })
 
