@@ -14,10 +14,11 @@ export TRACEKIT_BIN=/tk/bin REQUIRE_PRIVILEGED=1 TRACEKIT_REQUIRE_KPROBES=1
 echo "TK-KERNEL $(uname -r) $(uname -m)"
 # riscv64's kernel leaves the BPF JIT off (no ARCH_WANT_DEFAULT_BPF_JIT):
 # turned on as the tools' message says, since the interpreter runs no
-# program that calls another.
-# With it, bpf_jit_kallsyms (which defaults to the JIT's default): the
-# programs' own frames are then named in kernel stacks, and left out.
-if [ "$(cat /proc/sys/net/core/bpf_jit_enable 2>/dev/null)" = 0 ]; then
+# program that calls another. With it, bpf_jit_kallsyms (which defaults to
+# the JIT's default): the programs' own frames are then named in kernel
+# stacks, and left out. Not on 32-bit ARM, whose JIT refuses more of the
+# tools' programs ("operation not supported") than its interpreter.
+if [ "$(uname -m)" = riscv64 ] && [ "$(cat /proc/sys/net/core/bpf_jit_enable 2>/dev/null)" = 0 ]; then
   echo 1 > /proc/sys/net/core/bpf_jit_enable && echo 1 > /proc/sys/net/core/bpf_jit_kallsyms &&
     echo "TK-OUT init: bpf_jit_enable and bpf_jit_kallsyms were 0, now 1"
 fi

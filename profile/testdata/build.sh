@@ -37,9 +37,10 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 case $("${CC:-gcc}" -dumpmachine) in
 aarch64*) goarch=arm64 ;;
 riscv64*) goarch=riscv64 ;;
+arm*) goarch=arm ;;
 *) goarch=amd64 ;;
 esac
-(cd "$src/gospin" && CGO_ENABLED=0 GOARCH=$goarch GOFLAGS= go build -trimpath -ldflags='-s -w' -o "$out/gospin" .)
+(cd "$src/gospin" && CGO_ENABLED=0 GOARCH=$goarch GOARM=7 GOFLAGS= go build -trimpath -ldflags='-s -w' -o "$out/gospin" .)
 # tls: thread-locals and a global in phases, for --label (a PIE, its TLS
 # local-exec; pthreads), and its libraries' thread-locals, one library per
 # access model: libtkgd.so general- and local-dynamic (the traditional

@@ -44,8 +44,15 @@ static long rawsys(long n, long a, long b, long c)
 	register long a2 __asm__("a2") = c;
 	__asm__ volatile("ecall" : "+r"(a0) : "r"(a7), "r"(a1), "r"(a2) : "memory");
 	ret = a0;
+#elif defined(__arm__)
+	register long r7 __asm__("r7") = n;
+	register long r0 __asm__("r0") = a;
+	register long r1 __asm__("r1") = b;
+	register long r2 __asm__("r2") = c;
+	__asm__ volatile("svc #0" : "+r"(r0) : "r"(r7), "r"(r1), "r"(r2) : "memory");
+	ret = r0;
 #else
-#error "x86-64, arm64 or riscv64"
+#error "x86-64, arm64, riscv64 or 32-bit ARM"
 #endif
 	return ret;
 }
