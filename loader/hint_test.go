@@ -57,3 +57,33 @@ func TestJITOff(t *testing.T) {
 		}
 	}
 }
+
+// ENOTSUPP with the JIT on (32-bit ARM's JIT refuses what its interpreter
+// runs) gets one line that says to turn the JIT off; with the JIT off, or
+// another error, nothing.
+func TestJITRefuses(t *testing.T) {
+	sysctl := filepath.Join(t.TempDir(), "bpf_jit_enable")
+	defer func(p string) { JITEnable = p }(JITEnable)
+	JITEnable = sysctl
+	refused := fmt.Errorf("program dropmon: load program: %w", errNotSupp)
+	for _, tc := range []struct {
+		value string
+		err   error
+		hint  bool
+	}{
+		{"1\n", refused, true},
+		{"0\n", refused, false},
+		{"1\n", fmt.Errorf("load program: %w", unix.EINVAL), false},
+	} {
+		if err := os.WriteFile(sysctl, []byte(tc.value), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := jitRefuses(tc.err)
+		if got := err != nil; got != tc.hint {
+			t.Errorf("bpf_jit_enable %q, %v: %v", tc.value, tc.err, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "sysctl -w net.core.bpf_jit_enable=0") || strings.Contains(err.Error(), "\n")) {
+			t.Errorf("not one line that says what to do: %v", err)
+		}
+	}
+}

@@ -65,6 +65,9 @@ func Load(spec *ebpf.CollectionSpec, verbose bool) (*ebpf.Collection, error) {
 		if e := jitOff(ve.Log); e != nil {
 			return nil, e
 		}
+		if e := jitRefuses(err); e != nil {
+			return nil, e
+		}
 		if !verbose {
 			return nil, fmt.Errorf("load BPF programs: the kernel's verifier rejected them: %w\nthe verifier log's last lines (--verbose prints all of it and the programs):\n%-*v", err, shortLog, ve)
 		}
@@ -96,6 +99,24 @@ func jitOff(log []string) error {
 		return nil
 	}
 	return errors.New("load BPF programs: the kernel's BPF JIT is off, and these programs need it: turn it on with 'sysctl -w net.core.bpf_jit_enable=1 net.core.bpf_jit_kallsyms=1' (the second names the programs in kernel stacks, so that they are left out)")
+}
+
+// errNotSupp is the kernel's ENOTSUPP (524), which the kernel returns
+// from bpf(2) though it is no user-space errno (x/sys/unix has no name).
+const errNotSupp = unix.Errno(524)
+
+// jitRefuses is the one line to print when the kernel refused a program
+// with ENOTSUPP while its JIT is on: 32-bit ARM's JIT (6.1) refuses
+// programs its interpreter runs (dropmon's, iolat's, a 64-bit compare and
+// exchange: each loads and runs there with the JIT off). nil otherwise.
+func jitRefuses(err error) error {
+	if !errors.Is(err, errNotSupp) {
+		return nil
+	}
+	if b, rerr := os.ReadFile(JITEnable); rerr != nil || strings.TrimSpace(string(b)) != "1" {
+		return nil
+	}
+	return errors.New("load BPF programs: the kernel's BPF JIT cannot compile them (operation not supported; 32-bit ARM's lacks instructions they use), and its interpreter can: turn the JIT off with 'sysctl -w net.core.bpf_jit_enable=0'")
 }
 
 // permissionHint follows a refusal to load.
