@@ -125,16 +125,11 @@ func splitSpecs(s string) []string {
 // constant "-4@5", or memory at a register plus an offset: "8@[sp, 16]",
 // "-4@[x1]".
 func ParseArgARM64(s string) (Arg, error) {
-	a := Arg{Text: s}
+	a, op, err := sizedSpec(s)
+	if err != nil {
+		return Arg{}, err
+	}
 	bad := func(why string) (Arg, error) { return Arg{}, fmt.Errorf("argument spec %q: %s", s, why) }
-	size, op, ok := strings.Cut(s, "@")
-	if !ok {
-		return bad("no '@' between the size and the operand")
-	}
-	var err error
-	if a.Size, a.Signed, err = parseSize(size); err != nil {
-		return bad(err.Error())
-	}
 	if inner, ok := strings.CutPrefix(op, "["); ok {
 		inner, ok = strings.CutSuffix(inner, "]")
 		if !ok {
@@ -185,16 +180,11 @@ func regARM64(s string) (string, error) {
 // register plus an offset "-8@-40(s0)", "8@(a5)", and a non-PIE's global
 // as gcc reaches it, "-8@%lo(sym)(s10)" (read at sym itself: see Lo12).
 func ParseArgRISCV64(s string) (Arg, error) {
-	a := Arg{Text: s}
+	a, op, err := sizedSpec(s)
+	if err != nil {
+		return Arg{}, err
+	}
 	bad := func(why string) (Arg, error) { return Arg{}, fmt.Errorf("argument spec %q: %s", s, why) }
-	size, op, ok := strings.Cut(s, "@")
-	if !ok {
-		return bad("no '@' between the size and the operand")
-	}
-	var err error
-	if a.Size, a.Signed, err = parseSize(size); err != nil {
-		return bad(err.Error())
-	}
 	if v, err := parseInt(op); err == nil {
 		a.Kind, a.Off = ArgConst, v
 		return a, nil
@@ -260,6 +250,21 @@ func regRISCV64(s string) (string, error) {
 		return riscvABI[n-1], nil
 	}
 	return "", fmt.Errorf("unknown register %s", s)
+}
+
+// sizedSpec splits an arm64 or riscv64 spec at its '@': the Arg with its
+// size read, and the operand.
+func sizedSpec(s string) (Arg, string, error) {
+	a := Arg{Text: s}
+	size, op, ok := strings.Cut(s, "@")
+	if !ok {
+		return Arg{}, "", fmt.Errorf("argument spec %q: no '@' between the size and the operand", s)
+	}
+	var err error
+	if a.Size, a.Signed, err = parseSize(size); err != nil {
+		return Arg{}, "", fmt.Errorf("argument spec %q: %v", s, err)
+	}
+	return a, op, nil
 }
 
 // parseSize reads a spec's size: 1, 2, 4 or 8 bytes, negative if signed.
