@@ -94,6 +94,20 @@ func requireUnwinder(t *testing.T) {
 	}
 }
 
+// Where profile's unwinder does not read the architecture's frames
+// (riscv64), --count-by ustack walks frame pointers and says so in one
+// line; elsewhere it says nothing of it. Either way the 3 events count.
+func TestUstackArchNotice(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "fx-chain")
+	r := filter(t, "--json", "--count-by", "ustack", "uprobe:"+fx+":tk_leaf", "-c", fx+" 2 1")
+	rep := ustacks(t, r)
+	fpOnly := runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64"
+	if said := strings.Contains(r.Stderr, "user stacks are walked by frame pointers only"); said != fpOnly || rep.Events == nil || *rep.Events != 3 {
+		t.Errorf("on %s: stderr %q, events %v; want the frame-pointer notice: %v, and 3 events", runtime.GOARCH, r.Stderr, rep.Events, fpOnly)
+	}
+}
+
 // --count-by ustack on a uprobe of a C program built without frame
 // pointers: its 200 calls of tk_leaf through tk_a and tk_b and 100
 // through tk_c, every one counted under its own chain, and at least 95%

@@ -203,6 +203,13 @@ func TestFramePointers(t *testing.T) {
 			t.Logf("%d %s %v", st.Count, st.End, st.User)
 		}
 	}
+	// Unasked, frame pointers are said to be all there is where they are
+	// (riscv64), and only there.
+	res := tooltest.Run(t, tooltest.Tool(t, "profile"), "--json", "-F", "99", "-c", fx+" 0.3 user")
+	fpOnly := runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64"
+	if said := strings.Contains(res.Stderr, "user stacks are walked by frame pointers only"); res.Status != 0 || said != fpOnly {
+		t.Errorf("auto on %s: exit %d, stderr %q; want the frame-pointer notice: %v", runtime.GOARCH, res.Status, res.Stderr, fpOnly)
+	}
 }
 
 // TestCommandChildFromFirstSample runs the chain as a child of -c's shell

@@ -35,6 +35,7 @@ type options struct {
 	labels    []labelSpec      // --label, parsed
 	svgLabels []labelValue     // --svg-label, parsed
 	event     *prog.StackEvent // filter's --count-by ustack: the event counted
+	fpOnly    bool             // auto is frame pointers on this architecture (archUnwind)
 }
 
 const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event

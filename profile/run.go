@@ -43,14 +43,8 @@ func validate(o *options) error {
 	if o.Frequency < 1 || o.Frequency > 10000 {
 		return usage.Errorf("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
 	}
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		// The rows and the register offsets are x86-64's and arm64's.
-		switch o.Unwind {
-		case prog.UnwindEH:
-			return usage.Errorf("--unwind=eh: the in-kernel unwinder reads x86-64 and arm64 frames only; on %s use --unwind=fp", runtime.GOARCH)
-		case prog.UnwindAuto:
-			o.Unwind = prog.UnwindFP
-		}
+	if err := o.archUnwind(); err != nil {
+		return err
 	}
 	if o.OffCPU {
 		if o.Idle {
@@ -143,7 +137,27 @@ func (k stackKey) decode(cfg prog.Config) decodedKey {
 // --json and --cumulative, -p pid, folded as --folded.
 func CountStacks(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error {
 	o := &options{Common: c, TreeOption: tree, Pid: pid, Folded: folded, Unwind: prog.UnwindAuto, Budget: 8, NoContext: true, Idle: true, event: &ev}
+	if err := o.archUnwind(); err != nil {
+		return err
+	}
 	return trace(ctx, s, o)
+}
+
+// archUnwind holds the unwinding mode to what the architecture has: the
+// in-kernel unwinder's rows and register offsets are x86-64's and
+// arm64's; elsewhere (riscv64) auto is frame pointers, said once at the
+// start (fpOnly), and eh is refused.
+func (o *options) archUnwind() error {
+	if runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" {
+		return nil
+	}
+	switch o.Unwind {
+	case prog.UnwindEH:
+		return usage.Errorf("--unwind=eh: the in-kernel unwinder reads x86-64 and arm64 frames only; on %s use --unwind=fp", runtime.GOARCH)
+	case prog.UnwindAuto:
+		o.Unwind, o.fpOnly = prog.UnwindFP, true
+	}
+	return nil
 }
 
 // UserSymbols names user code addresses of processes (filter's usym()):
@@ -191,6 +205,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		if !o.event.Kernel {
 			cfg.KernelDepth = 0
 		}
+	}
+	if o.fpOnly {
+		fmt.Fprintf(s.Stderr, "%s: on %s user stacks are walked by frame pointers only (the in-kernel unwinder reads x86-64 and arm64 frames): code built without them gives partial stacks\n", o.tool(), runtime.GOARCH)
 	}
 	ns, err := kernel.PidNamespace()
 	if err != nil {
