@@ -95,10 +95,20 @@ func jitOff(log []string) error {
 	if !slices.ContainsFunc(log, func(l string) bool { return strings.Contains(l, "requires BPF JIT") }) {
 		return nil
 	}
-	if b, err := os.ReadFile(JITEnable); err != nil || strings.TrimSpace(string(b)) != "0" {
+	if jitSetting() != "0" {
 		return nil
 	}
 	return errors.New("load BPF programs: the kernel's BPF JIT is off, and these programs need it: turn it on with 'sysctl -w net.core.bpf_jit_enable=1 net.core.bpf_jit_kallsyms=1' (the second names the programs in kernel stacks, so that they are left out)")
+}
+
+// jitSetting is net.core.bpf_jit_enable's value ("0" off, "1" on, "2"
+// on with a debug dump), "" when it cannot be read.
+func jitSetting() string {
+	b, err := os.ReadFile(JITEnable)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // errNotSupp is the kernel's ENOTSUPP (524), which the kernel returns
@@ -113,7 +123,7 @@ func jitRefuses(err error) error {
 	if !errors.Is(err, errNotSupp) {
 		return nil
 	}
-	if b, rerr := os.ReadFile(JITEnable); rerr != nil || strings.TrimSpace(string(b)) != "1" {
+	if jitSetting() != "1" {
 		return nil
 	}
 	return errors.New("load BPF programs: the kernel's BPF JIT cannot compile them (operation not supported; 32-bit ARM's lacks instructions they use), and its interpreter can: turn the JIT off with 'sysctl -w net.core.bpf_jit_enable=0'")
