@@ -436,13 +436,19 @@ func Ktime(dst bpf.Register) bpf.Instructions {
 // where the kernel has it, bpf_probe_read before. On a fault the helper
 // zeroes the buffer, so dst reads 0.
 func ProbeReadU64(dst, src bpf.Register, bufOff int16, helper bpf.BuiltinFunc) bpf.Instructions {
+	return ProbeRead(dst, src, bpf.DWord, bufOff, helper)
+}
+
+// ProbeRead is ProbeReadU64 of an unsigned value of size bytes (a register
+// of 32-bit ARM's pt_regs: bpf.Word), zero-extended into dst.
+func ProbeRead(dst, src bpf.Register, size bpf.Size, bufOff int16, helper bpf.BuiltinFunc) bpf.Instructions {
 	return bpf.Instructions{
-		bpf.Mov.Reg(bpf.R3, src).WithSource(bpf.Comment(fmt.Sprintf("%s = *(u64 *)%s via %v", dst, src, helper))),
+		bpf.Mov.Reg(bpf.R3, src).WithSource(bpf.Comment(fmt.Sprintf("%s = *(u%d *)%s via %v", dst, size.Sizeof()*8, src, helper))),
 		bpf.Mov.Reg(bpf.R1, bpf.RFP),
 		bpf.Add.Imm(bpf.R1, int32(bufOff)),
-		bpf.Mov.Imm(bpf.R2, 8),
+		bpf.Mov.Imm(bpf.R2, int32(size.Sizeof())),
 		helper.Call(),
-		bpf.LoadMem(dst, bpf.RFP, bufOff, bpf.DWord),
+		bpf.LoadMem(dst, bpf.RFP, bufOff, size),
 	}
 }
 

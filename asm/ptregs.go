@@ -3,6 +3,8 @@ package asm
 import (
 	"fmt"
 	"runtime"
+
+	bpf "github.com/cilium/ebpf/asm"
 )
 
 // Regs locates, in the struct pt_regs a kprobe or uprobe program gets as
@@ -36,6 +38,21 @@ type Regs struct {
 	// Size is the struct's size where it is the same on every kernel
 	// (x86-64's); 0 where it is not (arm64's has grown).
 	Size int16
+	// Width is a register's size in bytes: 8, or 4 on 32-bit ARM.
+	Width int
+}
+
+// Load is the size a load of one register reads: bpf.DWord, or bpf.Word
+// for 4-byte registers.
+func (r *Regs) Load() bpf.Size { return LoadSize(r.Width) }
+
+// LoadSize is the load size of a width-byte register: bpf.Word for 4,
+// bpf.DWord for 8 (and for 0, a table that did not say: a 64-bit CPU's).
+func LoadSize(width int) bpf.Size {
+	if width == 4 {
+		return bpf.Word
+	}
+	return bpf.DWord
 }
 
 // AMD64Size is sizeof(struct pt_regs) on x86-64, as a constant for layouts
@@ -54,6 +71,7 @@ var AMD64 = &Regs{
 	FP:       32,
 	CS:       136,
 	Size:     AMD64Size,
+	Width:    8,
 	Named: map[string]int16{
 		"r15": 0, "r14": 8, "r13": 16, "r12": 24, "rbp": 32, "rbx": 40, "r11": 48, "r10": 56,
 		"r9": 64, "r8": 72, "rax": 80, "rcx": 88, "rdx": 96, "rsi": 104, "rdi": 112, "rip": 128, "rsp": 152,
@@ -68,7 +86,7 @@ var AMD64 = &Regs{
 // s32 syscallno 280). Arguments are x0-x7 (a syscall's x0-x5), the return
 // value x0.
 var ARM64 = func() *Regs {
-	r := &Regs{Arch: "arm64", Ret: 0, IP: 256, SP: 248, FP: 29 * 8, Named: map[string]int16{"sp": 248, "pc": 256}, SyscallPrefix: "__arm64_sys_", SyscallNr: 280}
+	r := &Regs{Arch: "arm64", Width: 8, Ret: 0, IP: 256, SP: 248, FP: 29 * 8, Named: map[string]int16{"sp": 248, "pc": 256}, SyscallPrefix: "__arm64_sys_", SyscallNr: 280}
 	for i := 0; i < 31; i++ {
 		r.Named[fmt.Sprintf("x%d", i)] = int16(8 * i)
 	}
@@ -87,7 +105,7 @@ var ARM64 = func() *Regs {
 // the return value a0, the frame pointer s0. The syscall wrappers are
 // 6.6's.
 var RISCV64 = func() *Regs {
-	r := &Regs{Arch: "riscv64", Ret: 80, IP: 0, SP: 16, FP: 64, Named: map[string]int16{"pc": 0, "epc": 0}, SyscallPrefix: "__riscv_sys_", SyscallNr: 136}
+	r := &Regs{Arch: "riscv64", Width: 8, Ret: 80, IP: 0, SP: 16, FP: 64, Named: map[string]int16{"pc": 0, "epc": 0}, SyscallPrefix: "__riscv_sys_", SyscallNr: 136}
 	for i, name := range []string{"ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1",
 		"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7",
 		"s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6"} {
@@ -104,7 +122,29 @@ var RISCV64 = func() *Regs {
 	return r
 }()
 
-var ptRegs = map[string]*Regs{"amd64": AMD64, "arm64": ARM64, "riscv64": RISCV64}
+// ARM is 32-bit ARM's pt_regs (arch/arm/include/uapi/asm/ptrace.h:
+// long uregs[18], r0-r10 at 4*n, fp (r11) 44, ip 48, sp 52, lr 56, pc 60,
+// cpsr 64, orig_r0 68; 72 bytes). Registers are 4 bytes. Arguments are
+// r0-r3 (a fifth is on the stack), the return value r0, the frame pointer
+// fp in ARM code (Thumb code keeps it in r7). Syscalls have no wrappers:
+// sys_write takes its arguments in registers, as any function does. A
+// syscall's first argument is orig_r0 once the entry code has run, as
+// syscall_get_arguments reads it; its number is r7 (EABI).
+var ARM = func() *Regs {
+	r := &Regs{Arch: "arm", Width: 4, Ret: 0, IP: 60, SP: 52, FP: 44, Size: 72, SyscallNr: 28,
+		Named: map[string]int16{"fp": 44, "ip": 48, "sp": 52, "lr": 56, "pc": 60}}
+	for i := 0; i < 16; i++ {
+		r.Named[fmt.Sprintf("r%d", i)] = int16(4 * i)
+	}
+	for i := 0; i < 4; i++ {
+		r.Args = append(r.Args, int16(4*i))
+		r.ArgNames = append(r.ArgNames, fmt.Sprintf("r%d", i))
+	}
+	r.SyscallArgs = []int16{68, 4, 8, 12, 16, 20}
+	return r
+}()
+
+var ptRegs = map[string]*Regs{"amd64": AMD64, "arm64": ARM64, "riscv64": RISCV64, "arm": ARM}
 
 // PtRegs returns the pt_regs layout of arch (a GOARCH), or an error that
 // says which architectures are known: the one guard every reader of
@@ -113,7 +153,7 @@ func PtRegs(arch string) (*Regs, error) {
 	if r, ok := ptRegs[arch]; ok {
 		return r, nil
 	}
-	return nil, fmt.Errorf("reading registers at a probe needs the CPU's pt_regs layout: this build knows x86-64 (amd64), arm64 and riscv64, not %s", arch)
+	return nil, fmt.Errorf("reading registers at a probe needs the CPU's pt_regs layout: this build knows x86-64 (amd64), arm64, riscv64 and 32-bit ARM (arm), not %s", arch)
 }
 
 // HostPtRegs is PtRegs of the architecture this binary runs on.

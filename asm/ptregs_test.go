@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	bpf "github.com/cilium/ebpf/asm"
 )
 
 // The x86-64 offsets as arch/x86/include/asm/ptrace.h lays them out
@@ -118,5 +120,48 @@ func TestPtRegsRISCV64(t *testing.T) {
 	}
 	if r.SyscallPrefix != "__riscv_sys_" || len(r.SyscallArgs) != 6 || r.SyscallArgs[0] != 280 || r.SyscallArgs[1] != r.Named["a1"] || r.SyscallArgs[5] != r.Named["a5"] || r.SyscallNr != r.Named["a7"] {
 		t.Errorf("syscall wrappers %q, arguments %v, number at %d", r.SyscallPrefix, r.SyscallArgs, r.SyscallNr)
+	}
+}
+
+// 32-bit ARM's layout (arch/arm/include/uapi/asm/ptrace.h): uregs[18] of
+// 4 bytes, r0-r15, cpsr, orig_r0; the names gcc's USDT notes use for
+// r11-r15; no syscall wrappers.
+func TestPtRegsARM(t *testing.T) {
+	r, err := PtRegs("arm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Width != 4 || r.Load() != bpf.Word || r.Size != 18*4 {
+		t.Errorf("width %d, size %d: want 4-byte registers, 72 bytes", r.Width, r.Size)
+	}
+	for i := 0; i < 16; i++ {
+		if name := "r" + strconv.Itoa(i); r.Named[name] != int16(4*i) {
+			t.Errorf("%s at %d, want %d", name, r.Named[name], 4*i)
+		}
+	}
+	for name, n := range map[string]string{"fp": "r11", "ip": "r12", "sp": "r13", "lr": "r14", "pc": "r15"} {
+		if r.Named[name] != r.Named[n] {
+			t.Errorf("%s at %d, %s at %d", name, r.Named[name], n, r.Named[n])
+		}
+	}
+	if len(r.Named) != 21 || len(r.Args) != 4 || len(r.ArgNames) != 4 {
+		t.Fatalf("%d names, %d arguments (%v): want r0-r3", len(r.Named), len(r.Args), r.ArgNames)
+	}
+	for i := range r.Args {
+		if name := "r" + strconv.Itoa(i); r.ArgNames[i] != name || r.Args[i] != r.Named[name] {
+			t.Errorf("argument %d: %s at %d", i+1, r.ArgNames[i], r.Args[i])
+		}
+	}
+	if r.Ret != 0 || r.IP != 60 || r.SP != 52 || r.FP != 44 || r.CS != 0 {
+		t.Errorf("ret %d, ip %d, sp %d, fp %d, cs %d", r.Ret, r.IP, r.SP, r.FP, r.CS)
+	}
+	if r.SyscallPrefix != "" || len(r.SyscallArgs) != 6 || r.SyscallArgs[0] != 68 || r.SyscallArgs[5] != r.Named["r5"] || r.SyscallNr != r.Named["r7"] {
+		t.Errorf("syscall wrappers %q, arguments %v, number at %d", r.SyscallPrefix, r.SyscallArgs, r.SyscallNr)
+	}
+	// Every 64-bit table reads 8-byte registers.
+	for _, arch := range []string{"amd64", "arm64", "riscv64"} {
+		if r, _ := PtRegs(arch); r.Width != 8 || r.Load() != bpf.DWord {
+			t.Errorf("%s: width %d", arch, r.Width)
+		}
 	}
 }

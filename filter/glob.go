@@ -85,7 +85,7 @@ func runGlob(ctx context.Context, s *run.Session, o *options, ev event, root com
 		t := target
 		t.BTF = spec
 		t.Func = &compile.Func{Index: uint64(i), Cookie: multi && !direct[fn], Names: names}
-		t.Event = &compile.Registers{} // no prototype in BTF: no arguments
+		t.Event = &compile.Registers{Width: regs.Width} // no prototype in BTF: no arguments
 		_, proto, protoErr := funcProto(spec, fn)
 		if protoErr == nil {
 			k, _, _ := kprobeTarget(event{kind: "kprobe", symbol: fn}, proto, regs, false)

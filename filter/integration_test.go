@@ -348,7 +348,7 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--hist", "kstack", "net:netif_receive_skb"}, "filter: --hist: kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number"},
 		{[]string{"--count", "net:netif_receive_skb", "--where", "kstack == 0"}, "filter: --where: kstack is counted by (--count-by kstack)"},
 		{[]string{"--count", "net:netif_receive_skb", "--where", "ksym(skbaddr) == 0"}, "filter: --where: ksym() names an address in the output (--fields, --count-by): compare the address itself"},
-		{[]string{"--count-by", "ksym(name)", "net:netif_receive_skb"}, "filter: --count-by: name is a string: ksym() names an 8-byte kernel address"},
+		{[]string{"--count-by", "ksym(name)", "net:netif_receive_skb"}, "filter: --count-by: name is a string: ksym() names a kernel address (8 bytes here)"},
 	} {
 		r := filter(t, tc.args...)
 		if r.Status != 2 || !strings.HasPrefix(r.Stderr, tc.want) {

@@ -370,11 +370,12 @@ func cDecl(t btf.Type, name string) string {
 	return tn + " " + name
 }
 
-// fetchType is the kprobe_events type of a value of t, "" if it has none.
-func fetchType(t btf.Type) string {
+// fetchType is the kprobe_events type of a value of t, "" if it has none:
+// a pointer's is the hexadecimal of a register's width (x32 on 32-bit ARM).
+func fetchType(t btf.Type, regs *asm.Regs) string {
 	switch u := btf.UnderlyingType(t).(type) {
 	case *btf.Pointer:
-		return "x64"
+		return fmt.Sprintf("x%d", regs.Width*8)
 	case *btf.Int:
 		s := "u"
 		if u.Encoding&btf.Signed != 0 {
@@ -402,11 +403,11 @@ func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (c
 			off = int16(8 * len(proto.Params)) // fexit: the return value follows the arguments
 		}
 		args = []compile.Arg{{Name: "ret", Type: proto.Return, RegOff: off}}
-		if ft := fetchType(proto.Return); ft != "" {
+		if ft := fetchType(proto.Return, regs); ft != "" {
 			fetch = append(fetch, "ret=$retval:"+ft)
-			pointers["ret"] = ft == "x64"
+			pointers["ret"] = ft[0] == 'x'
 		}
-		return argsTarget(args, slots), fetch, pointers
+		return argsTarget(args, slots, regs), fetch, pointers
 	}
 	for i, p := range proto.Params {
 		if slots {
@@ -417,21 +418,21 @@ func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (c
 			break // on the stack: not reachable from the registers
 		}
 		args = append(args, compile.Arg{Name: p.Name, Type: p.Type, RegOff: regs.Args[i]})
-		if ft := fetchType(p.Type); ft != "" && tracefs.ValidateName("argument", p.Name) == nil {
+		if ft := fetchType(p.Type, regs); ft != "" && tracefs.ValidateName("argument", p.Name) == nil {
 			fetch = append(fetch, fmt.Sprintf("%s=%%%s:%s", p.Name, regs.ArgNames[i], ft))
-			pointers[p.Name] = ft == "x64"
+			pointers[p.Name] = ft[0] == 'x'
 		}
 	}
-	return argsTarget(args, slots), fetch, pointers
+	return argsTarget(args, slots, regs), fetch, pointers
 }
 
 // argsTarget is a function's arguments as a trampoline's slots or a
 // probe's registers.
-func argsTarget(args []compile.Arg, slots bool) compile.Target {
+func argsTarget(args []compile.Arg, slots bool, regs *asm.Regs) compile.Target {
 	if slots {
 		return compile.Target{Event: &compile.Slots{Args: args}}
 	}
-	return compile.Target{Event: &compile.Registers{Args: args}}
+	return compile.Target{Event: &compile.Registers{Args: args, Width: regs.Width}}
 }
 
 func info(s *run.Session, ev event) error {

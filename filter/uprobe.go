@@ -263,9 +263,9 @@ func userTarget(ev event, s site, regs *asm.Regs) compile.Target {
 		}
 		t.Event = &compile.USDT{Args: args, Site: s.addr, Regs: regs}
 	case ev.kind == "uretprobe":
-		t.Event = &compile.Registers{Args: compile.UretprobeArgs(regs), UserSpace: true}
+		t.Event = &compile.Registers{Args: compile.UretprobeArgs(regs), UserSpace: true, Width: regs.Width}
 	default:
-		t.Event = &compile.Registers{Args: compile.UprobeArgs(regs), UserSpace: true}
+		t.Event = &compile.Registers{Args: compile.UprobeArgs(regs), UserSpace: true, Width: regs.Width}
 	}
 	return t
 }

@@ -73,6 +73,9 @@ func HasFentrySyscall(name string) func() error {
 		if err != nil {
 			return err
 		}
+		if regs.SyscallPrefix == "" {
+			return fmt.Errorf("%s's syscalls have no wrappers taking the user's registers, which fentry at a syscall reads", regs.Arch)
+		}
 		return HasFentry(regs.SyscallPrefix + name)()
 	}
 }
@@ -84,7 +87,7 @@ var fentries sync.Map // function name -> bool
 // "write"): see HaveFentry.
 func HaveFentrySyscall(name string) bool {
 	regs, err := asm.HostPtRegs()
-	return err == nil && HaveFentry(regs.SyscallPrefix+name)
+	return err == nil && regs.SyscallPrefix != "" && HaveFentry(regs.SyscallPrefix+name)
 }
 
 // HaveFentry reports whether a program attaches at the entry of the kernel

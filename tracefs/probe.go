@@ -178,10 +178,10 @@ func SplitSymbol(sym string) (string, uint64) {
 }
 
 // fetchArg is a probe argument this toolkit writes: a name, an argument
-// register of x86-64, arm64 (x0-x7) or riscv64 (a0-a7), or the return
-// value, and a fixed-size type ("skb=%di:x64", "skb=%x1:x64",
-// "skb=%a1:x64", "ret=$retval:s32").
-var fetchArg = lazy.Regexp(`^[A-Za-z_][A-Za-z0-9_]*=(%(di|si|dx|cx|r8|r9|ax|x[0-7]|a[0-7])|\$retval):[usx](8|16|32|64)$`)
+// register of x86-64, arm64 (x0-x7), riscv64 (a0-a7) or 32-bit ARM
+// (r0-r3), or the return value, and a fixed-size type ("skb=%di:x64",
+// "skb=%x1:x64", "skb=%a1:x64", "skb=%r1:x32", "ret=$retval:s32").
+var fetchArg = lazy.Regexp(`^[A-Za-z_][A-Za-z0-9_]*=(%(di|si|dx|cx|r8|r9|ax|x[0-7]|a[0-7]|r[0-3])|\$retval):[usx](8|16|32|64)$`)
 
 // Line is the line of kprobe_events or uprobe_events that defines the
 // probe as group/event: "p:group/event ksys_write skb=%di:x64",

@@ -87,6 +87,7 @@ func TestProbeLines(t *testing.T) {
 		{"tk_filter_4026531836_7", "p5", Probe{Type: Uprobe, Path: "/usr/lib/libx.so", Offset: 0x10, RefCtrOffset: 0x2040}},
 		{"tk_filter_4026531836_7", "p6", Probe{Symbol: "ip_send_skb", Args: []string{"net=%x0:x64", "skb=%x1:x64"}}}, // arm64
 		{"tk_filter_4026531836_7", "p7", Probe{Symbol: "ip_send_skb", Args: []string{"net=%a0:x64", "skb=%a1:x64"}}}, // riscv64
+		{"tk_filter_4026531836_7", "p8", Probe{Symbol: "ip_send_skb", Args: []string{"net=%r0:x32", "skb=%r1:x32"}}}, // 32-bit ARM
 	} {
 		line, err := tc.p.Line(tc.group, tc.event)
 		if err != nil {
@@ -105,6 +106,7 @@ func TestProbeLines(t *testing.T) {
 		{Symbol: "ksys_write", Args: []string{"x=%di:x64 y"}},
 		{Symbol: "ksys_write", Args: []string{"x=%x8:x64"}},
 		{Symbol: "ksys_write", Args: []string{"x=%a8:x64"}},
+		{Symbol: "ksys_write", Args: []string{"x=%r4:x32"}},
 		{Symbol: "ksys_write", Args: []string{"x=%s0:x64"}},
 		{Symbol: "ksys_write", Args: []string{"x=%x1:x64\n-:kprobes/other"}},
 		{Type: Uprobe, Symbol: "main", Path: "/bin/true"},

@@ -41,6 +41,9 @@ type Arg struct {
 	// address is taken as sym+off itself (an ArgMem without Reg): a
 	// non-PIE's link-time address is where it is.
 	Lo12 bool
+	// RegHi is 32-bit ARM's "-8@r9": an 8-byte ArgReg held in a pair of
+	// registers, Reg its low half and RegHi (the next register) its high.
+	RegHi string
 }
 
 // regs64 maps every x86-64 register name an operand may use to its 64-bit
@@ -75,8 +78,10 @@ func ParseArgs(s string, machine elf.Machine) ([]Arg, error) {
 		parse = ParseArgARM64
 	case elf.EM_RISCV:
 		parse = ParseArgRISCV64
+	case elf.EM_ARM:
+		parse = ParseArgARM
 	default:
-		return nil, fmt.Errorf("USDT arguments of %v files: this build reads x86-64's, arm64's and riscv64's", machine)
+		return nil, fmt.Errorf("USDT arguments of %v files: this build reads x86-64's, arm64's, riscv64's and 32-bit ARM's", machine)
 	}
 	var args []Arg
 	for _, f := range splitSpecs(s) {
@@ -170,6 +175,86 @@ func regARM64(s string) (string, error) {
 		if err == nil && n >= 0 && n <= 30 && strconv.Itoa(n) == s[1:] {
 			return "x" + s[1:], nil
 		}
+	}
+	return "", fmt.Errorf("unknown register %s", s)
+}
+
+// ParseArgARM parses one 32-bit ARM spec (gcc's operands, read from the
+// fixtures' notes): a register "-4@r3" (or fp, ip, sp, lr, pc; "-8@r9" is
+// a 64-bit value in the pair r9:r10), a constant "-4@#5", memory at a
+// register plus an offset, "-4@[r7, #120]", "-4@[r3]", or at a base plus
+// a shifted index, "-4@[r4, r1, lsl #2]".
+func ParseArgARM(s string) (Arg, error) {
+	a, op, err := sizedSpec(s)
+	if err != nil {
+		return Arg{}, err
+	}
+	bad := func(why string) (Arg, error) { return Arg{}, fmt.Errorf("argument spec %q: %s", s, why) }
+	if inner, ok := strings.CutPrefix(op, "["); ok {
+		inner, ok = strings.CutSuffix(inner, "]")
+		if !ok {
+			return bad("a memory operand without its ']'")
+		}
+		parts := strings.Split(inner, ",")
+		for i := range parts {
+			parts[i] = strings.TrimSpace(parts[i])
+		}
+		if a.Reg, err = regARM(parts[0]); err != nil {
+			return bad("an unknown base register")
+		}
+		a.Kind = ArgMem
+		switch {
+		case len(parts) == 1:
+		case len(parts) == 2 && strings.HasPrefix(parts[1], "#"):
+			if a.Off, err = parseInt(parts[1][1:]); err != nil {
+				return bad("an offset that is not a number")
+			}
+		case len(parts) <= 3:
+			if a.Index, err = regARM(parts[1]); err != nil {
+				return bad("an offset that is neither #number nor an index register")
+			}
+			a.Kind, a.Scale = ArgIndex, 1
+			if len(parts) == 3 {
+				shift, ok := map[string]int{"lsl #0": 1, "lsl #1": 2, "lsl #2": 4, "lsl #3": 8}[parts[2]]
+				if !ok {
+					return bad("an index shifted other than by lsl #0-#3")
+				}
+				a.Scale = shift
+			}
+		default:
+			return bad("a memory operand of more than base, index and shift")
+		}
+		return a, nil
+	}
+	if v, ok := strings.CutPrefix(op, "#"); ok {
+		if a.Off, err = parseInt(v); err != nil {
+			return bad("a constant that is not a number")
+		}
+		a.Kind = ArgConst
+		return a, nil
+	}
+	if a.Reg, err = regARM(op); err != nil {
+		return bad("not a register, a constant or a memory operand")
+	}
+	a.Kind = ArgReg
+	if a.Size == 8 {
+		n, _ := strconv.Atoi(a.Reg[1:])
+		if n >= 14 {
+			return bad("an 8-byte value in a pair of registers that ends past r15")
+		}
+		a.RegHi = "r" + strconv.Itoa(n+1)
+	}
+	return a, nil
+}
+
+// regARM is the pt_regs slot of a 32-bit ARM operand by its number:
+// r0-r15, and fp, ip, sp, lr, pc (r11-r15) as gcc names them.
+func regARM(s string) (string, error) {
+	if n, ok := map[string]int{"fp": 11, "ip": 12, "sp": 13, "lr": 14, "pc": 15}[s]; ok {
+		return "r" + strconv.Itoa(n), nil
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(s, "r")); err == nil && n >= 0 && n <= 15 && "r"+strconv.Itoa(n) == s {
+		return s, nil
 	}
 	return "", fmt.Errorf("unknown register %s", s)
 }

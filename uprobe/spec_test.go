@@ -127,9 +127,52 @@ func TestParseArgRISCV64(t *testing.T) {
 	}
 }
 
+// 32-bit ARM's forms, as gcc 12 writes them (filter/testdata/usdt's
+// fixtures built by arm-linux-gnueabihf-gcc).
+func TestParseArgARM(t *testing.T) {
+	for _, tc := range []struct{ spec, want string }{
+		{"-4@r3", "s32 reg r3"},
+		{"4@fp", "u32 reg r11"},
+		{"1@ip", "u8 reg r12"},
+		{"-2@lr", "s16 reg r14"},
+		{"4@sp", "u32 reg r13"},
+		{"-8@r9", "s64 reg r9:r10"},
+		{"8@r0", "u64 reg r0:r1"},
+		{"-4@#5", "s32 const 5"},
+		{"-4@#-9", "s32 const -9"},
+		{"-4@[r7, #120]", "s32 mem r7+120"},
+		{"-8@[r7, #112]", "s64 mem r7+112"},
+		{"1@[r7, #-3]", "u8 mem r7-3"},
+		{"-4@[r3]", "s32 mem r3+0"},
+		{"-4@[r4, r1, lsl #2]", "s32 index r4+r1*4+0"},
+		{"-4@[r8, r3]", "s32 index r8+r3*1+0"},
+	} {
+		a, err := ParseArgARM(tc.spec)
+		if err != nil {
+			t.Errorf("%s: %v", tc.spec, err)
+			continue
+		}
+		if got := describe(a); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.spec, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"3@r0", "r0", "4@r16", "4@r01", "4@x0", "4@a0", "4@5", "8@pc", "8@lr", "4@[r7, #8", "4@[q1]", "4@[r4, r1, lsl #5]", "4@[r4, r1, asr #2]", "4@[r4, r1, lsl #2, r2]", "4@[r4, 8]", "4@#x", "4@%r1"} {
+		if a, err := ParseArgARM(bad); err == nil {
+			t.Errorf("%s: accepted as %s", bad, describe(a))
+		}
+	}
+	args, err := ParseArgs("-4@r1 -8@r9 4@r6 1@ip -2@lr", elf.EM_ARM)
+	if err != nil || len(args) != 5 || args[1].RegHi != "r10" || args[4].Reg != "r14" || args[4].Size != 2 || !args[4].Signed {
+		t.Errorf("%+v, %v", args, err)
+	}
+}
+
 func describe(a Arg) string {
 	switch a.Kind {
 	case ArgReg:
+		if a.RegHi != "" {
+			return fmt.Sprintf("%s reg %s:%s", a.Type(), a.Reg, a.RegHi)
+		}
 		return fmt.Sprintf("%s reg %s", a.Type(), a.Reg)
 	case ArgConst:
 		return fmt.Sprintf("%s const %d", a.Type(), a.Off)
@@ -175,7 +218,7 @@ func TestPythonNotes(t *testing.T) {
 }
 
 func FuzzParseArgs(f *testing.F) {
-	for _, s := range []string{"-4@%r13d 8@$42", "-8@0(%rbp,%rdx,8)", "-8@gcount+4(%rip)", "4@(%", "@", "8@$-", "-4@112(%rsp)", "-4@x0 8@[sp, 16] -4@[x1]", "4@5 8@[x29, -8]", "8@[sp,", "4@[]", "-8@%lo(g)(s10) -4@-20(s0) 8@a5"} {
+	for _, s := range []string{"-4@%r13d 8@$42", "-8@0(%rbp,%rdx,8)", "-8@gcount+4(%rip)", "4@(%", "@", "8@$-", "-4@112(%rsp)", "-4@x0 8@[sp, 16] -4@[x1]", "4@5 8@[x29, -8]", "8@[sp,", "4@[]", "-8@%lo(g)(s10) -4@-20(s0) 8@a5", "-4@[r4, r1, lsl #2] -8@r9 -4@#5 1@ip"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -191,13 +234,20 @@ func FuzzParseArgs(f *testing.F) {
 		if err != nil {
 			rv = nil
 		}
-		for _, a := range append(append(x86, arm...), rv...) {
+		arm32, err := ParseArgs(s, elf.EM_ARM)
+		if err != nil {
+			arm32 = nil
+		}
+		for _, a := range append(append(append(x86, arm...), rv...), arm32...) {
 			if a.Size != 1 && a.Size != 2 && a.Size != 4 && a.Size != 8 {
 				t.Fatalf("%q: size %d", s, a.Size)
 			}
 			// An index operand may have no base: "0(,%rax)".
 			if (a.Kind == ArgReg || a.Kind == ArgMem && a.Sym == "") && a.Reg == "" || a.Kind == ArgIndex && a.Index == "" {
 				t.Fatalf("%q: no register", s)
+			}
+			if a.RegHi != "" && (a.Kind != ArgReg || a.Size != 8) {
+				t.Fatalf("%q: a register pair for %s", s, describe(a))
 			}
 		}
 	})

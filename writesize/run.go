@@ -117,10 +117,14 @@ func writeOffers(cfg *prog.Config) []hook.Offer {
 }
 
 // writeSymbols are the kernel's write syscall functions, newest first:
-// the architecture's wrapper (__x64_sys_write, __arm64_sys_write), then
-// ksys_write and sys_write.
+// the architecture's wrapper (__x64_sys_write, __arm64_sys_write; 32-bit
+// ARM has none), then ksys_write and sys_write.
 func writeSymbols(regs *asm.Regs) []string {
-	return []string{regs.SyscallPrefix + "write", "ksys_write", "sys_write"}
+	syms := []string{"ksys_write", "sys_write"}
+	if regs.SyscallPrefix != "" {
+		syms = append([]string{regs.SyscallPrefix + "write"}, syms...)
+	}
+	return syms
 }
 
 // kprobeFor picks the function to probe and how to read the size there.
@@ -150,7 +154,7 @@ func kprobeFor(choice string) (*prog.Kprobe, error) {
 		}
 	}
 	name, _ := tracefs.SplitSymbol(sym)
-	return &prog.Kprobe{Symbol: sym, Wrapper: strings.HasPrefix(name, regs.SyscallPrefix), ProbeRead: kernel.Readers().Kernel, Regs: regs}, nil
+	return &prog.Kprobe{Symbol: sym, Wrapper: regs.SyscallPrefix != "" && strings.HasPrefix(name, regs.SyscallPrefix), ProbeRead: kernel.Readers().Kernel, Regs: regs}, nil
 }
 
 func trace(ctx context.Context, s *run.Session, o *options) error {

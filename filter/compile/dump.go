@@ -71,7 +71,7 @@ func (c *compiler) dump(o Operand) (value, error) {
 		if ptr, err = c.resolve(inner); err != nil {
 			return value{}, err
 		}
-		if ptr.kind != kInt || ptr.size != 8 {
+		if ptr.kind != kInt || ptr.size != c.ptrSize() {
 			return value{}, c.errAt(o.Pos, "*%s: %s is %s, not an address", o.Base, ptr.name, ptr.describe())
 		}
 	} else {

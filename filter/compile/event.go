@@ -58,6 +58,9 @@ type SyscallEntry struct {
 type Registers struct {
 	Args      []Arg
 	UserSpace bool
+	// Width is a register's size in bytes (asm.Regs.Width): 4 on 32-bit
+	// ARM; 0 is 8, a 64-bit CPU's.
+	Width int
 }
 
 // Slots are a BPF trampoline's arguments (fentry, fexit), each in a u64
@@ -137,7 +140,7 @@ func (e *SyscallEntry) HasStringPointer() bool { return fieldStringPointer(e.For
 
 func fieldStringPointer(f *tracefs.Format) bool {
 	for _, fl := range f.Fields {
-		if !fl.Common && fl.IsCharPointer() && fl.Size == 8 {
+		if !fl.Common && fl.IsCharPointer() && (fl.Size == 4 || fl.Size == 8) {
 			return true
 		}
 	}
@@ -176,7 +179,7 @@ func argOperand(c *compiler, args []Arg, slots bool, o Operand) (value, bool, er
 			}
 			return v, true, nil
 		}
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, a.RegOff, bpf.DWord).
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, a.RegOff, c.regWord()).
 			WithSource(bpf.Comment(fmt.Sprintf("r1 = %s (argument %d)", a.Name, i+1))))
 		v, err := c.walk(o, a.Type)
 		return v, true, err

@@ -83,14 +83,29 @@ func targets(t *testing.T) map[string]Target {
 		arg.SymAddr = map[string]uint64{"tk_global": 0x12080}[arg.Sym]
 		rvSpecs = append(rvSpecs, arg)
 	}
+	// 32-bit ARM's forms: 4-byte registers, a register pair, an index.
+	var armSpecs []uprobe.Arg
+	for _, a := range []string{"-4@r3", "-8@r9", "4@fp", "1@ip", "-4@[r7, #120]", "-4@[r4, r1, lsl #2]", "-4@#5"} {
+		arg, err := uprobe.ParseArgARM(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		armSpecs = append(armSpecs, arg)
+	}
 	uprobeT := Target{Event: &Registers{Args: UprobeArgs(asm.AMD64), UserSpace: true}, Read: asm.NewReaders}
 	uretT := uprobeT
 	uretT.Event = &Registers{Args: UretprobeArgs(asm.AMD64), UserSpace: true}
+	// 32-bit ARM's 4-byte registers (inside x86-64's pt_regs too: every
+	// host's verifier loads them).
+	uprobeARM := uprobeT
+	uprobeARM.Event = &Registers{Args: UprobeArgs(asm.ARM), UserSpace: true, Width: asm.ARM.Width}
 	return map[string]Target{
 		"usdt":         {Event: &USDT{Args: specs, Site: 0x10ac, Regs: asm.AMD64}, Read: asm.NewReaders},
 		"usdt_none":    {Event: &USDT{Args: []uprobe.Arg{}, Site: 0x1092, Regs: asm.AMD64}, Read: asm.OldReaders, SelfPid: 4242},
 		"usdt_riscv64": {Event: &USDT{Args: rvSpecs, Site: 0x106e4, Regs: asm.RISCV64}, Read: asm.NewReaders},
+		"usdt_arm":     {Event: &USDT{Args: armSpecs, Site: 0x5d8, Regs: asm.ARM}, Read: asm.NewReaders},
 		"uprobe":       uprobeT,
+		"uprobe_arm":   uprobeARM,
 		"uprobe_tree": func() Target {
 			t := uprobeT
 			t.Tree, t.SelfPid = true, 4242
@@ -207,10 +222,12 @@ var compileCases = []struct {
 	{"hist_walk", "kprobe", ``, "hist:skb->len"},
 	{"usdt_forms", "usdt", ``, "fields:arg0,arg1,arg2,arg3,arg4,arg5,arg6,arg7,arg8"},
 	{"usdt_riscv64_forms", "usdt_riscv64", ``, "fields:arg0,arg1,arg2,arg3,arg4"},
+	{"usdt_arm_forms", "usdt_arm", ``, "fields:arg0,arg1,arg2,arg3,arg4,arg5,arg6"},
 	{"usdt_where", "usdt", `arg0 < 0 && (char *)arg9 == "tk-string" || arg8 == -7`, "count"},
 	{"usdt_hist", "usdt", `arg1 != 0`, "hist:arg4"},
 	{"usdt_none_count", "usdt_none", ``, "count"},
 	{"uprobe_args", "uprobe", `arg1 == 1000 && comm == "fx"`, "count-by:arg0"},
+	{"uprobe_args_arm", "uprobe_arm", `arg1 == 1000 && (char *)arg2 == "x"`, "fields:arg0,arg3"},
 	{"uretprobe_ret", "uretprobe", `ret == 1007`, "fields:ret,pid"},
 	{"uprobe_tree", "uprobe_tree", `arg0 < 5`, "count"},
 	{"uprobe_tree_ns", "uprobe_tree_ns", `arg0 < 5 && pid != 9`, "count"},
@@ -477,8 +494,8 @@ func TestBadExpressions(t *testing.T) {
 		{"kprobe", `ksym(skb) + 1 > 1`, "ksym() names an address in the output (--fields, --count-by): compare the address itself\n  ksym(skb) + 1 > 1\n  ^"},
 		{"netif", `len == 3 ||`, "expected a field, a number or a string\n  len == 3 ||\n             ^"},
 		{"netif", `name == comm`, "name is a string: compare it with a string literal\n  name == comm\n          ^"},
-		{"netif", `(char *)len == "x"`, "len is a 4-byte number: only an 8-byte address can be read as a string\n  (char *)len == \"x\"\n  ^"},
-		{"netif", `str(name) == "x"`, "name is a string: only an 8-byte address can be read as a string\n  str(name) == \"x\"\n  ^"},
+		{"netif", `(char *)len == "x"`, "len is a 4-byte number: only an address (8 bytes here) can be read as a string\n  (char *)len == \"x\"\n  ^"},
+		{"netif", `str(name) == "x"`, "name is a string: only an address (8 bytes here) can be read as a string\n  str(name) == \"x\"\n  ^"},
 		{"netif", `comm->x == 1`, "comm is a builtin: it has no members\n  comm->x == 1\n  ^"},
 		{"netif", `cpu == "x"`, "cpu is a number: compare it with a number\n  cpu == \"x\"\n         ^"},
 		{"netif", `kstack == 1`, "kstack is counted by (--count-by kstack) or printed (--fields kstack): it is not a number\n  kstack == 1\n  ^"},

@@ -3,6 +3,7 @@ package compile
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	bpf "github.com/cilium/ebpf/asm"
 
@@ -54,10 +55,12 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 		if c.slots() {
 			where = fmt.Sprintf("the trampoline's slot %d", v.regOff/8)
 		}
-		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (%s)", dst, v.name, where))))
+		c.emit(bpf.LoadMem(dst, asm.RegCtx, v.regOff, c.regWord()).WithSource(bpf.Comment(fmt.Sprintf("%s = %s (%s)", dst, v.name, where))))
+		// A 4-byte register (32-bit ARM) is loaded zero-extended.
+		narrow = v.size < c.regWord().Sizeof() || v.signed && v.size < 8
 	case srcEntry:
 		c.emitEntryLoad(dst, v)
-		narrow = v.size < 8 && (!v.nr || v.signed)
+		narrow = v.size < c.regWord().Sizeof() && !v.nr || v.size < 8 && v.signed
 	case srcWalk:
 		c.read(v.size, scratchOff)
 		c.emit(bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(v.size)))
@@ -174,7 +177,23 @@ func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
 		if err != nil {
 			return err
 		}
-		c.emit(bpf.LoadMem(dst, asm.RegCtx, off, bpf.DWord).WithSource(bpf.Comment(note)))
+		c.emit(bpf.LoadMem(dst, asm.RegCtx, off, site.Regs.Load()).WithSource(bpf.Comment(note)))
+		if a.RegHi != "" {
+			// 32-bit ARM's pair: the next register holds the high half.
+			hi, err := regOff(a.RegHi)
+			if err != nil {
+				return err
+			}
+			tmp := bpf.R2
+			if dst == tmp {
+				tmp = bpf.R3
+			}
+			c.emit(bpf.LoadMem(tmp, asm.RegCtx, hi, site.Regs.Load()), bpf.LSh.Imm(tmp, 32), bpf.Or.Reg(dst, tmp))
+			return nil
+		}
+		if a.Size == site.Regs.Width && !a.Signed {
+			return nil // a whole 4-byte register, loaded zero-extended
+		}
 		return c.extend(dst, a.Size, a.Signed)
 	}
 	// An address in R1, then a read of user memory.
@@ -191,13 +210,13 @@ func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
 		if err != nil {
 			return err
 		}
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, off, bpf.DWord))
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, off, site.Regs.Load()))
 	case uprobe.ArgIndex:
 		idx, err := regOff(a.Index)
 		if err != nil {
 			return err
 		}
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, idx, bpf.DWord))
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, idx, site.Regs.Load()))
 		if shift := map[int]int32{2: 1, 4: 2, 8: 3}[a.Scale]; shift != 0 {
 			c.emit(bpf.LSh.Imm(bpf.R1, shift))
 		}
@@ -206,12 +225,12 @@ func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
 			if err != nil {
 				return err
 			}
-			c.emit(bpf.LoadMem(bpf.R2, asm.RegCtx, base, bpf.DWord), bpf.Add.Reg(bpf.R1, bpf.R2))
+			c.emit(bpf.LoadMem(bpf.R2, asm.RegCtx, base, site.Regs.Load()), bpf.Add.Reg(bpf.R1, bpf.R2))
 		}
 	case uprobe.ArgGlobal:
 		// The uprobe sets ip to the site: the global is as far from it as
 		// their link-time addresses are.
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, site.Regs.IP, bpf.DWord))
+		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, site.Regs.IP, site.Regs.Load()))
 		disp = int64(a.SymAddr) + a.Off - int64(site.Site)
 	default:
 		return fmt.Errorf("%s: unknown argument form", a.Text)
@@ -251,6 +270,46 @@ func (c *compiler) extend(dst bpf.Register, size int, signed bool) error {
 		c.emit(bpf.RSh.Imm(dst, shift))
 	}
 	return nil
+}
+
+// regWord is the size of the registers the event's arguments are loaded
+// from: the CPU's word in pt_regs, 8 bytes in a trampoline's slots.
+func (c *compiler) regWord() bpf.Size {
+	e := c.t.Event
+	if r, ok := e.(*Return); ok {
+		e = r.Entry
+	}
+	switch e := e.(type) {
+	case *Registers:
+		return asm.LoadSize(e.Width)
+	case *USDT:
+		return e.Regs.Load()
+	case *SyscallEntry:
+		return e.Regs.Load()
+	}
+	return bpf.DWord
+}
+
+// ptrSize is the size of an address on the traced CPU: its registers'
+// width at a probe, a pointer field's size in a tracepoint's record (this
+// binary's pointer in a record without one), 8 in a trampoline's slots.
+func (c *compiler) ptrSize() int {
+	e := c.t.Event
+	if r, ok := e.(*Return); ok {
+		e = r.Entry
+	}
+	switch e := e.(type) {
+	case *Registers, *USDT, *SyscallEntry:
+		return c.regWord().Sizeof()
+	case *Record:
+		for _, f := range e.Format.Fields {
+			if !f.Common && f.IsPointer() {
+				return f.Size
+			}
+		}
+		return strconv.IntSize / 8
+	}
+	return 8
 }
 
 // slots reports an event whose arguments are a trampoline's slots: fentry's,

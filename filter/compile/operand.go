@@ -94,8 +94,8 @@ func (c *compiler) resolve(o Operand) (value, error) {
 		inner := o
 		inner.Ksym, inner.Usym = false, false
 		v, err := c.resolve(inner)
-		if err == nil && (v.kind != kInt || v.size != 8) {
-			return value{}, c.errAt(o.Pos, "%s is %s: %s() names an 8-byte %s address", v.name, v.describe(), fn, where)
+		if err == nil && (v.kind != kInt || v.size != c.ptrSize()) {
+			return value{}, c.errAt(o.Pos, "%s is %s: %s() names a %s address (%d bytes here)", v.name, v.describe(), fn, where, c.ptrSize())
 		}
 		return v, err
 	}
@@ -112,8 +112,8 @@ func (c *compiler) resolve(o Operand) (value, error) {
 		if v.ptr != nil {
 			return v, nil // already a string pointer: str() is harmless
 		}
-		if v.kind != kInt || v.size != 8 {
-			return value{}, c.errAt(o.Pos, "%s is %s: only an 8-byte address can be read as a string", v.name, v.describe())
+		if v.kind != kInt || v.size != c.ptrSize() {
+			return value{}, c.errAt(o.Pos, "%s is %s: only an address (%d bytes here) can be read as a string", v.name, v.describe(), c.ptrSize())
 		}
 		return c.stringAt(v, nil), nil
 	}
@@ -225,7 +225,7 @@ func (c *compiler) resolveField(format *tracefs.Format, entry *asm.Regs, o Opera
 		return value{}, c.errAt(o.Pos, "%v", syscallCopyErr(f))
 	}
 	if o.Cast != "" {
-		if f.Size != 8 || f.DataLoc || f.ArrayLen > 0 {
+		if f.Size != c.ptrSize() || f.DataLoc || f.ArrayLen > 0 {
 			return value{}, c.errAt(o.Pos, "field %s (%s) is not a pointer: it cannot be cast to struct %s *", f.Name, f.Type, o.Cast)
 		}
 		if c.t.BTF == nil {
@@ -307,16 +307,16 @@ func entryField(format *tracefs.Format, entry *asm.Regs, f tracefs.Field) (value
 	return value{}, fmt.Errorf("%s is not a syscall's argument", f.Name)
 }
 
-// emitEntryLoad loads a srcEntry value's register into dst: all 64 bits
-// of an argument, the low 32 of the number (an int in the record; arm64's
+// emitEntryLoad loads a srcEntry value's register into dst: all of an
+// argument's, the low 32 bits of the number (an int in the record; arm64's
 // syscallno is an s32, x86-64's orig_ax a long).
 func (c *compiler) emitEntryLoad(dst bpf.Register, v value) {
-	size, what := bpf.DWord, "argument"
+	size, what := c.regWord(), "argument"
 	if v.nr {
 		size, what = bpf.Word, "number"
 	}
 	c.emit(
-		bpf.LoadMem(dst, asm.RegCtx, 0, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("%s = %s: the syscall's %s, at pt_regs+%d of the wrapper's argument", dst, v.name, what, v.regOff))),
+		bpf.LoadMem(dst, asm.RegCtx, 0, c.regWord()).WithSource(bpf.Comment(fmt.Sprintf("%s = %s: the syscall's %s, at pt_regs+%d of the wrapper's argument", dst, v.name, what, v.regOff))),
 		bpf.LoadMem(dst, dst, v.regOff, size),
 	)
 }
@@ -333,7 +333,7 @@ func fieldVal(f tracefs.Field, format *tracefs.Format, userSpace bool) (value, e
 	}
 	size, signed := f.Value()
 	v := value{name: f.Name, kind: kInt, signed: signed, size: size, src: srcCtx, ctxOff: f.Offset, pointer: f.IsPointer(), symbols: format.Symbolic[f.Name]}
-	if f.IsCharPointer() && f.Size == 8 {
+	if f.IsCharPointer() && (f.Size == 4 || f.Size == 8) {
 		sp := spaceKernel
 		if userSpace {
 			sp = spaceUser

@@ -79,7 +79,7 @@ type Raw struct {
 }
 
 // WriteNR is write(2)'s number by architecture.
-var WriteNR = map[string]int32{"amd64": 1, "arm64": 64, "riscv64": 64}
+var WriteNR = map[string]int32{"amd64": 1, "arm64": 64, "riscv64": 64, "arm": 4}
 
 // Kprobe says where the size is at the probed function's entry.
 type Kprobe struct {
@@ -156,14 +156,14 @@ func loadCount(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.LoadMem(bpf.R4, asm.RegCtx, 0, bpf.DWord).
 			WithSource(bpf.Comment(fmt.Sprintf("sys_enter(regs, id): count = regs->%s", r.Regs.ArgNames[2]))))
 		insns.Add(bpf.Add.Imm(bpf.R4, int32(r.Regs.Args[2])))
-		insns.Append(asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, r.ProbeRead))
+		insns.Append(asm.ProbeRead(bpf.R1, bpf.R4, r.Regs.Load(), readOff, r.ProbeRead))
 		return insns.Instructions, nil
 	}
 	if f := cfg.Fentry; f != nil {
 		return bpf.Instructions{
 			bpf.LoadMem(bpf.R4, asm.RegCtx, 0, bpf.DWord).
 				WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->%s, a typed pointer's member", f.Symbol, f.Regs.ArgNames[2]))),
-			bpf.LoadMem(bpf.R1, bpf.R4, f.Regs.Args[2], bpf.DWord),
+			bpf.LoadMem(bpf.R1, bpf.R4, f.Regs.Args[2], f.Regs.Load()),
 		}, nil
 	}
 	k := cfg.Kprobe
@@ -173,15 +173,15 @@ func loadCount(cfg Config) (bpf.Instructions, error) {
 	count := k.Regs.Args[2]
 	if !k.Wrapper {
 		return bpf.Instructions{
-			bpf.LoadMem(bpf.R1, asm.RegCtx, count, bpf.DWord).
+			bpf.LoadMem(bpf.R1, asm.RegCtx, count, k.Regs.Load()).
 				WithSource(bpf.Comment(fmt.Sprintf("r1 = count: third argument of %s (ctx->%s)", k.Symbol, k.Regs.ArgNames[2]))),
 		}, nil
 	}
 	var insns asm.Seq
-	insns.Add(bpf.LoadMem(bpf.R4, asm.RegCtx, k.Regs.Args[0], bpf.DWord).
+	insns.Add(bpf.LoadMem(bpf.R4, asm.RegCtx, k.Regs.Args[0], k.Regs.Load()).
 		WithSource(bpf.Comment(fmt.Sprintf("%s(const struct pt_regs *regs): count = regs->%s", k.Symbol, k.Regs.ArgNames[2]))))
 	insns.Add(bpf.Add.Imm(bpf.R4, int32(count)))
-	insns.Append(asm.ProbeReadU64(bpf.R1, bpf.R4, readOff, k.ProbeRead))
+	insns.Append(asm.ProbeRead(bpf.R1, bpf.R4, k.Regs.Load(), readOff, k.ProbeRead))
 	return insns.Instructions, nil
 }
 

@@ -48,6 +48,9 @@ func variants(t *testing.T) map[string]Config {
 		"prog_raw":                       {Raw: &Raw{NR: 1, Regs: asm.AMD64, ProbeRead: bpf.FnProbeReadKernel}},
 		"prog_raw_tree_arm64":            {Raw: &Raw{NR: 64, Regs: asm.ARM64, ProbeRead: bpf.FnProbeReadKernel}, Tree: tooltest.Tree(t, 1, nil)},
 		"prog_kprobe_arm64":              {Kprobe: &Kprobe{Symbol: "__arm64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.ARM64}},
+		// 32-bit ARM: 4-byte registers, no wrappers, write is 4.
+		"prog_kprobe_ksys_arm": {Kprobe: &Kprobe{Symbol: "ksys_write", Regs: asm.ARM}, Tree: tooltest.Tree(t, 1, nil)},
+		"prog_raw_arm":         {Raw: &Raw{NR: 4, Regs: asm.ARM, ProbeRead: bpf.FnProbeReadKernel}},
 	}
 }
 
