@@ -107,7 +107,7 @@ func runCall(ctx context.Context, s *run.Session, o *options, ev event, root com
 		if !tracefs.Uprobe.Available() {
 			return fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
 		}
-		sites, err := userSites(&ev, o.Pid)
+		sites, err := userSites(&ev, int(o.Pid))
 		if err != nil {
 			return userErr(err)
 		}

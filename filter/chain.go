@@ -39,7 +39,7 @@ func newChain(o *options, items []event) (*chain, error) {
 			if !tracefs.Uprobe.Available() {
 				return nil, fmt.Errorf("%s: %w", ev, tracefs.ErrNoUprobes)
 			}
-			sites, err := userSites(&ev, o.Pid)
+			sites, err := userSites(&ev, int(o.Pid))
 			if err != nil {
 				return nil, userErr(err)
 			}

@@ -26,7 +26,7 @@ type options struct {
 	Avg         string `long:"avg" value-name:"EXPR" unquote:"false" description:"The mean of EXPR, an integer (the sum divided by the count, rounded toward zero), as --sum (bpftrace's avg())"`
 	Folded      bool   `long:"folded" description:"With --count-by kstack or ustack: one line per stack, its frames outermost first joined by ';', then the count: the input of flamegraph.pl (stackcollapse's form)"`
 	Hist        string `long:"hist" value-name:"EXPR" unquote:"false" description:"A log2 histogram of the integer EXPR (a field, builtin or path) over the passing events, built in the kernel, per interval"`
-	Pid         int    `short:"p" long:"pid" value-name:"PID" description:"Only events in this process's context (its pid, the tgid); a user-space probe's file is looked up in its root (/proc/PID/root), as a container sees it"`
+	Pid         int64  `short:"p" long:"pid" value-name:"PID" description:"Only events in this process's context (its pid, the tgid); a user-space probe's file is looked up in its root (/proc/PID/root), as a container sees it"`
 	All         bool   `short:"a" long:"all" description:"With -c, keep every process's events while the command runs, not only the command's (its tree, from its exec on)"`
 	Self        bool   `long:"self" description:"Include filter's own events (left out by default: its writes would feed the stream)"`
 	RingPages   int    `long:"ring-pages" value-name:"N" default:"64" description:"Ring buffer pages per CPU for printed events, a power of two: 64 (256 KiB) keeps up with 100,000 events a second; raise it for bursts (a loss says so)"`

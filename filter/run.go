@@ -525,7 +525,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	ev, _ := parseEvent(o.Lead(), o.Info)
 	if o.Info {
 		if ev.user() {
-			return userErr(userInfo(s, ev, o.Pid))
+			return userErr(userInfo(s, ev, int(o.Pid)))
 		}
 		return info(s, ev)
 	}
@@ -715,7 +715,7 @@ func runUser(ctx context.Context, s *run.Session, o *options, ev event, root com
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf}); err != nil {
 		return err // a uprobe is a perf event, and nothing else
 	}
-	regs, sites, err := userProbe(&ev, o.Pid)
+	regs, sites, err := userProbe(&ev, int(o.Pid))
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 		pe.Type, pe.Regs = ebpf.TracePoint, false
 		pe.Attach = func(p *ebpf.Program) error { return s.AttachTracepoint(p, ev.group, ev.name) }
 	case ev.user():
-		regs, sites, err := userProbe(&ev, o.Pid)
+		regs, sites, err := userProbe(&ev, int(o.Pid))
 		if err != nil {
 			return err
 		}
@@ -125,7 +125,7 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 		pe.Emit, pe.Record = true, record.Size
 		pe.Print = stackPrinter(s, ev, record, sr.stacks)
 	}
-	return CountStacks(ctx, s, o.Common, o.TreeOption, o.Pid, o.Folded, pe)
+	return CountStacks(ctx, s, o.Common, o.TreeOption, int(o.Pid), o.Folded, pe)
 }
 
 // stackPrinter prints an event of --fields with ustack: its line, then

@@ -90,11 +90,13 @@ func Comm(pid uint32) string {
 }
 
 // CheckPid checks a -p option: 0 (none) or a process that exists. Its
-// errors are usage errors.
-func CheckPid(pid int) error {
-	if pid < 0 || pid > pidMax() {
-		return usage.Errorf("invalid pid %d: pids run from 1 to %d (kernel.pid_max)", pid, pidMax())
+// errors are usage errors. The option is an int64, so that a number past
+// a 32-bit int (32-bit ARM's) gets this error too, not the flag parser's.
+func CheckPid(p int64) error {
+	if p < 0 || p > int64(pidMax()) {
+		return usage.Errorf("invalid pid %d: pids run from 1 to %d (kernel.pid_max)", p, pidMax())
 	}
+	pid := int(p)
 	if pid > 0 {
 		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
 			return usage.Errorf("no process with pid %d", pid)

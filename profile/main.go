@@ -16,7 +16,7 @@ type options struct {
 	run.Common
 	run.TreeOption
 	Frequency int      `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
-	Pid       int      `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
+	Pid       int64    `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
 	Unwind    string   `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
 	Folded    bool     `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
 	SVG       string   `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`

@@ -96,7 +96,7 @@ func validate(o *options) error {
 			return err
 		}
 	}
-	return checkLabelKinds(labels, o.Pid, o.Command)
+	return checkLabelKinds(labels, int(o.Pid), o.Command)
 }
 
 // stackKey is a counts map key, raw (its depths are the run's), and
@@ -136,7 +136,7 @@ func (k stackKey) decode(cfg prog.Config) decodedKey {
 // stack]) and reports them as profile does: c's interval, count, -c,
 // --json and --cumulative, -p pid, folded as --folded.
 func CountStacks(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error {
-	o := &options{Common: c, TreeOption: tree, Pid: pid, Folded: folded, Unwind: prog.UnwindAuto, Budget: 8, NoContext: true, Idle: true, event: &ev}
+	o := &options{Common: c, TreeOption: tree, Pid: int64(pid), Folded: folded, Unwind: prog.UnwindAuto, Budget: 8, NoContext: true, Idle: true, event: &ev}
 	if err := o.archUnwind(); err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func (o *options) unit() string {
 }
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
-	cfg := prog.Config{Mode: o.Unwind, Pid: o.Pid, Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
+	cfg := prog.Config{Mode: o.Unwind, Pid: int(o.Pid), Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
 		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames, ARM64: runtime.GOARCH == "arm64"}
 	if o.event != nil {
 		cfg.Event = &o.event.Event
@@ -321,7 +321,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	// The process of -p or -c is known before its first sample: its exec
 	// (the command's, once released) is announced at once.
-	for _, pid := range []int{o.Pid, s.CommandPid()} {
+	for _, pid := range []int{int(o.Pid), s.CommandPid()} {
 		if pid == 0 {
 			continue
 		}

@@ -14,7 +14,7 @@ type options struct {
 	run.Common
 	run.ServeOption
 	run.TreeOption
-	Pid        int    `short:"p" long:"pid" value-name:"PID" description:"Trace only this process (its pid, the tgid)"`
+	Pid        int64  `short:"p" long:"pid" value-name:"PID" description:"Trace only this process (its pid, the tgid)"`
 	PerProcess bool   `short:"P" long:"per-process" description:"Print one histogram per process, labelled '<comm> <pid>'"`
 	All        bool   `short:"a" long:"all" description:"With -c, trace every process, not only the command"`
 	Kprobe     string `long:"kprobe" optional:"yes" optional-value:"auto" value-name:"SYMBOL" description:"Use a kprobe on the kernel's write function instead of the tracepoint: __x64_sys_write (__arm64_sys_write on arm64), ksys_write or sys_write, whichever exists, or SYMBOL (a syscall wrapper, or a function whose third argument is the size)"`
