@@ -85,7 +85,7 @@ func checkFileArg(path string) error {
 
 // libDirs are where a bare library name is looked for, after
 // $LD_LIBRARY_PATH: the dynamic linker's defaults on Debian and others.
-var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/riscv64-linux-gnu", "/usr/lib/riscv64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
+var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/riscv64-linux-gnu", "/usr/lib/riscv64-linux-gnu", "/lib/arm-linux-gnueabihf", "/usr/lib/arm-linux-gnueabihf", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
 
 // resolveFile finds the file a probe names, as the kernel will see it: an
 // absolute path with its symbolic links resolved (a uprobe is on the
@@ -188,6 +188,9 @@ func userSites(ev *event, pid int) ([]site, error) {
 		ev.provider = p.Provider
 		var sites []site
 		for _, s := range p.Sites {
+			if _, err := f.CodeOffset(s.Addr); err != nil {
+				return nil, fmt.Errorf("%s:%s: %w", p.Provider, p.Name, err)
+			}
 			sites = append(sites, site{
 				probe: tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: s.Offset, RefCtrOffset: p.Semaphore},
 				usdt:  append([]uprobe.Arg{}, s.Args...), addr: s.Addr,
@@ -211,7 +214,7 @@ func userSites(ev *event, pid int) ([]site, error) {
 		}
 		addr = sym.Value + off
 	}
-	off, err := f.Offset(addr)
+	off, err := f.CodeOffset(addr)
 	if err != nil {
 		return nil, err
 	}

@@ -271,6 +271,9 @@ func defaultDirs(m elf.Machine) []string {
 	case elf.EM_RISCV:
 		// lp64d: glibc's riscv64 loader also searches the ABI's own.
 		dirs = []string{"/lib/riscv64-linux-gnu", "/usr/lib/riscv64-linux-gnu", "/lib64/lp64d", "/usr/lib64/lp64d", "/lib64", "/usr/lib64"}
+	case elf.EM_ARM:
+		// Debian's armhf (hard float); armel's are soft float.
+		dirs = []string{"/lib/arm-linux-gnueabihf", "/usr/lib/arm-linux-gnueabihf", "/lib/arm-linux-gnueabi", "/usr/lib/arm-linux-gnueabi"}
 	}
 	return append(dirs, "/lib", "/usr/local/lib", "/usr/lib")
 }

@@ -19,9 +19,10 @@ import (
 
 // File is an ELF file opened for probing.
 type File struct {
-	Path string
-	elf  *elf.File
-	osf  *os.File
+	Path  string
+	elf   *elf.File
+	osf   *os.File
+	modes *armModes // a 32-bit ARM file's instruction sets, read at the first need
 }
 
 // Open opens an ELF file, a regular file only (a FIFO in its place never
@@ -83,6 +84,74 @@ func (f *File) Offset(vaddr uint64) (uint64, error) {
 		return vaddr - p.Vaddr + p.Off, nil
 	}
 	return 0, fmt.Errorf("%s: address 0x%x is in no loaded segment", f.Path, vaddr)
+}
+
+// CodeOffset is Offset of an address a uprobe goes at. On 32-bit ARM
+// the kernel's uprobes decode ARM instructions only (arch_uprobe_analyze_insn
+// refuses an address not 4-byte aligned, "Thumb not yet supported"), and a
+// breakpoint at an aligned address in Thumb code would break the process:
+// Thumb code is refused, known by the address's low bits, the file's
+// mapping symbols ($t, $a) or the function symbol that holds it.
+func (f *File) CodeOffset(vaddr uint64) (uint64, error) {
+	if f.elf.Machine == elf.EM_ARM && (vaddr&3 != 0 || f.thumb(vaddr)) {
+		return 0, fmt.Errorf("%s: 0x%x is Thumb code, and 32-bit ARM's uprobes probe ARM instructions only: build the program with -marm", f.Path, vaddr&^1)
+	}
+	return f.Offset(vaddr)
+}
+
+// thumb reports an ARM file's address in Thumb code: the nearest mapping
+// symbol at or below it is $t, or else (a file without them) the function
+// symbol around it has its low bit set.
+func (f *File) thumb(vaddr uint64) bool {
+	if f.modes == nil {
+		f.modes = f.readModes()
+	}
+	m := f.modes
+	i := sort.Search(len(m.mapping), func(i int) bool { return m.mapping[i].addr > vaddr })
+	if i > 0 {
+		return m.mapping[i-1].thumb
+	}
+	for _, fn := range m.funcs {
+		if fn.addr <= vaddr && vaddr < fn.addr+fn.size {
+			return fn.thumb
+		}
+	}
+	return false
+}
+
+// armModes are an ARM file's mapping symbols ($a, $t), sorted by address,
+// and its function symbols, each with its instruction set.
+type armModes struct {
+	mapping []armMode
+	funcs   []armMode
+}
+
+type armMode struct {
+	addr, size uint64
+	thumb      bool
+}
+
+func (f *File) readModes() (m *armModes) {
+	m = &armModes{}
+	defer func() {
+		if recover() != nil {
+			m = &armModes{}
+		}
+	}()
+	syms, _ := f.elf.Symbols()
+	for _, s := range syms {
+		if s.Name == "$t" || s.Name == "$a" || strings.HasPrefix(s.Name, "$t.") || strings.HasPrefix(s.Name, "$a.") {
+			m.mapping = append(m.mapping, armMode{addr: s.Value, thumb: s.Name[1] == 't'})
+		}
+	}
+	sort.SliceStable(m.mapping, func(i, j int) bool { return m.mapping[i].addr < m.mapping[j].addr })
+	dyn, _ := f.elf.DynamicSymbols()
+	for _, s := range append(syms, dyn...) {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			m.funcs = append(m.funcs, armMode{addr: s.Value &^ 1, size: s.Size, thumb: s.Value&1 != 0})
+		}
+	}
+	return m
 }
 
 // Sym is a function symbol.

@@ -67,3 +67,30 @@ func FuzzOpen(f *testing.F) {
 		file.FindUSDT("", "x")
 	})
 }
+
+// 32-bit ARM's uprobes take ARM instructions only: a Thumb function is
+// refused by its symbol's low bit, an aligned address in Thumb code by
+// the mapping symbol ($t) before it; ARM code is probed.
+func TestCodeOffsetARMModes(t *testing.T) {
+	f, err := Open("testdata/arm-modes.elf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	arm, err := f.Function("tk_arm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off, err := f.CodeOffset(arm.Value); err != nil || off != 0x7c {
+		t.Errorf("tk_arm at 0x%x: offset 0x%x, %v; want 0x7c", arm.Value, off, err)
+	}
+	thumb, err := f.Function("tk_thumb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []uint64{thumb.Value, thumb.Value &^ 1, thumb.Value + 3, 0x10088} {
+		if _, err := f.CodeOffset(addr); err == nil || !strings.Contains(err.Error(), "is Thumb code") || !strings.Contains(err.Error(), "-marm") {
+			t.Errorf("0x%x: %v; want Thumb code refused", addr, err)
+		}
+	}
+}
