@@ -28,9 +28,27 @@ const markerSize = 4321
 // markerSize: the size argument on entry (dx), the return value (ax).
 func countMarker(t *testing.T, regOff int16) (*ebpf.Collection, *ebpf.Map) {
 	t.Helper()
+	return countMarkerAt(t, regOff, -1)
+}
+
+// countMarkerAt is countMarker of the 4-byte value at the user address in
+// the register at regOff plus disp (disp < 0: the register itself).
+func countMarkerAt(t *testing.T, regOff int16, disp int32) (*ebpf.Collection, *ebpf.Map) {
+	t.Helper()
 	insns := asm.Prologue()
+	insns = append(insns, bpf.LoadMem(bpf.R1, asm.RegCtx, regOff, hostRegs(t).Load()))
+	if disp >= 0 {
+		insns = append(insns,
+			bpf.Mov.Reg(bpf.R3, bpf.R1),
+			bpf.Add.Imm(bpf.R3, disp),
+			bpf.Mov.Reg(bpf.R1, bpf.RFP),
+			bpf.Add.Imm(bpf.R1, -8),
+			bpf.Mov.Imm(bpf.R2, 4),
+			bpf.FnProbeReadUser.Call(),
+			bpf.LoadMem(bpf.R1, bpf.RFP, -8, bpf.Word),
+		)
+	}
 	insns = append(insns,
-		bpf.LoadMem(bpf.R1, asm.RegCtx, regOff, bpf.DWord),
 		bpf.JNE.Imm(bpf.R1, markerSize, "exit"),
 		bpf.Mov.Imm(bpf.R1, 0),
 		asm.StoreKey(-4, bpf.R1, bpf.Word),
@@ -130,15 +148,20 @@ func hostRegs(t *testing.T) *asm.Regs {
 	return regs
 }
 
-// goArg0 is where Go's register ABI passes the first integer argument:
-// rax on x86-64, x0 on arm64, a0 (X10) on riscv64.
-func goArg0(t *testing.T) int16 {
+// goArg0 is a program counting calls whose first integer argument is the
+// marker: Go's register ABI passes it in rax on x86-64, x0 on arm64, a0
+// (X10) on riscv64; on 32-bit ARM Go has no register ABI (ABI0), and the
+// argument is on the stack, at sp+4 at the function's entry.
+func goArg0(t *testing.T) (*ebpf.Collection, *ebpf.Map) {
 	regs := hostRegs(t)
+	if regs.Arch == "arm" {
+		return countMarkerAt(t, regs.SP, 4)
+	}
 	off, ok := regs.Named[map[string]string{"amd64": "rax", "arm64": "x0", "riscv64": "a0"}[regs.Arch]]
 	if !ok {
 		t.Fatalf("Go's first argument register on %s is not known here", regs.Arch)
 	}
-	return off
+	return countMarker(t, off)
 }
 
 // uprobeTarget is what the uprobe test probes: Go passes x in a register
@@ -196,7 +219,7 @@ func TestUprobeFires(t *testing.T) {
 	off := fileOffset(t, self, uint64(reflect.ValueOf(uprobeTarget).Pointer()))
 	const n = 29
 	for _, legacy := range []bool{false, true} {
-		coll, m := countMarker(t, goArg0(t)) // Go's first argument
+		coll, m := goArg0(t) // Go's first argument
 		att, err := AttachProbe(coll.Programs["p"], tracefs.Probe{Type: tracefs.Uprobe, Path: self, Offset: off}, "test", legacy)
 		if err != nil {
 			coll.Close()

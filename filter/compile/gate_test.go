@@ -81,6 +81,9 @@ func TestGatesLoad(t *testing.T) {
 	privtest.Require(t)
 	ts := targets(t)
 	for i, tc := range gateCases {
+		if !hostLoads(t, ts[tc.target]) {
+			continue
+		}
 		typ := ebpf.Kprobe
 		if _, ok := ts[tc.target].Event.(*Record); ok {
 			typ = ebpf.TracePoint
