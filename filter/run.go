@@ -331,7 +331,7 @@ func stackColumns(option, text string) (stacks []string, rest []compile.Operand,
 func kernelBTF(need string) (*kbtf.Spec, error) {
 	spec, err := kbtf.Kernel()
 	if err != nil {
-		return nil, fmt.Errorf("read the kernel's BTF: %w (%s need CONFIG_DEBUG_INFO_BTF)", err, need)
+		return nil, fmt.Errorf("%s need the kernel's BTF: %w", need, err)
 	}
 	return spec, nil
 }

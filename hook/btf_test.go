@@ -12,6 +12,7 @@ import (
 // or the tools' btf paths (and their tests) silently go missing.
 func TestHaveBTFTracepoint(t *testing.T) {
 	privtest.Require(t)
+	privtest.NeedBTF(t)
 	spec, err := kbtf.Kernel()
 	privtest.Need(t, err == nil, "kernel BTF (/sys/kernel/btf/vmlinux)")
 	_, typeErr := spec.ID("btf_trace_kfree_skb", kbtf.KindTypedef)

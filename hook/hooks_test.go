@@ -14,6 +14,7 @@ import (
 // kfree_skb's skb is args[0] everywhere.
 func TestTracepointArg(t *testing.T) {
 	privtest.Require(t)
+	privtest.NeedBTF(t)
 	if i, err := kbtf.TracepointArg("kfree_skb", "sk_buff"); i != 0 || err != nil {
 		t.Errorf("kfree_skb's sk_buff: args[%d], %v", i, err)
 	}
@@ -39,6 +40,7 @@ func TestTracepointArg(t *testing.T) {
 func TestRawTracepointArgs(t *testing.T) {
 	privtest.Require(t)
 	privtest.Need(t, HaveRawTracepoints(), "raw tracepoints")
+	privtest.NeedBTF(t)
 	for _, ev := range []string{"block_rq_issue", "block_rq_complete", "kfree_skb"} {
 		n, err := RawTracepointArgs(ev, 6)
 		if err != nil {

@@ -73,6 +73,7 @@ type histReport struct {
 func TestLoopDeviceExactCount(t *testing.T) {
 	privtest.Require(t)
 	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
+		tooltest.RawNeedsBTF(t) // -d reads the request
 		dev := loopDevice(t)
 		name := filepath.Base(dev)
 		const n = 57
@@ -134,6 +135,7 @@ func TestLoopDeviceExactCount(t *testing.T) {
 func TestSlotsAndHashCountExactly(t *testing.T) {
 	privtest.Require(t)
 	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
+		tooltest.RawNeedsBTF(t) // -d reads the request
 		dev := loopDevice(t)
 		name := filepath.Base(dev)
 		const n = 60

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sync"
 
@@ -69,8 +70,15 @@ const KernelPath = "/sys/kernel/btf/vmlinux"
 
 var kernel = sync.OnceValues(loadKernel)
 
+// ErrNoKernelBTF is a kernel that publishes no BTF: built without
+// CONFIG_DEBUG_INFO_BTF (32-bit ARM's Debian kernel, 5.2 and older ones).
+var ErrNoKernelBTF = errors.New("this kernel has no BTF (" + KernelPath + " is missing: it is built without CONFIG_DEBUG_INFO_BTF)")
+
 func loadKernel() (*Spec, error) {
 	raw, err := readKernel()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNoKernelBTF
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read kernel BTF: %w", err)
 	}

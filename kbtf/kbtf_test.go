@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -104,8 +103,7 @@ func same(t btf.Type) btf.Type { return t }
 // TestKernelMatchesCilium decodes types of the running kernel's BTF both
 // ways and compares them two pointers deep.
 func TestKernelMatchesCilium(t *testing.T) {
-	_, err := os.Stat(KernelPath)
-	privtest.Need(t, err == nil, "kernel BTF ("+KernelPath+")")
+	privtest.NeedBTF(t)
 	theirs, err := btf.LoadKernelSpec()
 	if err != nil {
 		t.Fatal(err)

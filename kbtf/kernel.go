@@ -19,7 +19,7 @@ func MemberOffset(structName, member string) (int, error) {
 func MemberPathOffset(structName, path string) (int, error) {
 	spec, err := Kernel()
 	if err != nil {
-		return 0, fmt.Errorf("read kernel BTF: %w", err)
+		return 0, err
 	}
 	var st *btf.Struct
 	if err := spec.TypeByName(structName, &st); err != nil {
@@ -76,7 +76,7 @@ func Member(t btf.Type, name string) (off int, m btf.Member, ok bool) {
 func TracepointArg(event, structName string) (int, error) {
 	spec, err := Kernel()
 	if err != nil {
-		return 0, fmt.Errorf("read kernel BTF: %w", err)
+		return 0, err
 	}
 	var td *btf.Typedef
 	if err := spec.TypeByName("btf_trace_"+event, &td); err != nil {

@@ -1,6 +1,7 @@
 package kbtf
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/privtest"
@@ -10,6 +11,12 @@ import (
 // either way, at a 2-byte aligned offset past the list pointers.
 func TestMemberOffset(t *testing.T) {
 	privtest.Require(t)
+	if privtest.NoBTF(t) {
+		if _, err := MemberOffset("sk_buff", "protocol"); !errors.Is(err, ErrNoKernelBTF) {
+			t.Errorf("without BTF: %v, want ErrNoKernelBTF", err)
+		}
+		return
+	}
 	off, err := MemberOffset("sk_buff", "protocol")
 	if err != nil || off < 16 || off%2 != 0 {
 		t.Errorf("sk_buff.protocol at %d (%v)", off, err)

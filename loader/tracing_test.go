@@ -117,6 +117,7 @@ func TestLoadTracingRejected(t *testing.T) {
 // under REQUIRE_PRIVILEGED: every kernel CI runs on has them.
 func needBTFTracepoint(t *testing.T, event string) {
 	t.Helper()
+	privtest.NeedBTF(t)
 	spec, err := kbtf.Kernel()
 	if err == nil {
 		_, err = spec.ID("btf_trace_"+event, kbtf.KindTypedef)

@@ -10,6 +10,8 @@ mount -t tmpfs tmp /tmp
 insmod /lib/loop.ko 2>/dev/null
 ip link set lo up
 export TRACEKIT_BIN=/tk/bin REQUIRE_PRIVILEGED=1 TRACEKIT_REQUIRE_KPROBES=1
+# The host read the kernel's config: built without BTF (privtest.NeedBTF).
+grep -q 'tk.nobtf=1' /proc/cmdline && export TRACEKIT_NO_BTF=1
 [ -f /tk/require-peers ] && export TRACEKIT_REQUIRE_PEERS=1 PATH=/bin:/usr/sbin:/usr/bin
 echo "TK-KERNEL $(uname -r) $(uname -m)"
 # riscv64's kernel leaves the BPF JIT off (no ARCH_WANT_DEFAULT_BPF_JIT):

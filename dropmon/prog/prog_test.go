@@ -131,8 +131,10 @@ func TestProgramsLoad(t *testing.T) {
 		}
 	}
 	privtest.Require(t)
-	for name, cfg := range argsVariants(t) {
-		all[name] = cfg
+	if !privtest.NoBTF(t) {
+		for name, cfg := range argsVariants(t) {
+			all[name] = cfg
+		}
 	}
 	loadtest.Variants(t, all, Collection)
 }

@@ -3,6 +3,7 @@ package privtest
 
 import (
 	"os"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -61,4 +62,53 @@ func Need(t testing.TB, have bool, what string) {
 		t.Fatalf("this kernel has no %s, and REQUIRE_PRIVILEGED=1 forbids skipping", what)
 	}
 	t.Skipf("this kernel has no %s", what)
+}
+
+// NeedBTF is Need for the kernel's BTF, which one kernel of the matrix
+// lacks by its build: 32-bit ARM's (Debian's armmp kernel has no
+// CONFIG_DEBUG_INFO_BTF). Its guest says so (TRACEKIT_NO_BTF=1), and only
+// there does a test that needs BTF skip; the README's matrix table names
+// those skips. Elsewhere a kernel without BTF fails the test under
+// REQUIRE_PRIVILEGED=1, as Need does.
+func NeedBTF(t testing.TB) {
+	t.Helper()
+	if HaveBTF() {
+		return
+	}
+	if os.Getenv("TRACEKIT_NO_BTF") == "1" {
+		t.Skip("this kernel has no BTF (built without CONFIG_DEBUG_INFO_BTF, as 32-bit ARM's Debian kernel is): what needs it is refused in one line")
+	}
+	Need(t, false, "kernel BTF (/sys/kernel/btf/vmlinux)")
+}
+
+// HaveBTF reports whether the kernel publishes its BTF.
+func HaveBTF() bool {
+	_, err := os.Stat("/sys/kernel/btf/vmlinux")
+	return err == nil
+}
+
+// NoBTF reports, and logs, a kernel without BTF where the matrix says it
+// has none (see NeedBTF): the caller leaves out the part of a test that
+// needs BTF and runs the rest.
+func NoBTF(t testing.TB) bool {
+	t.Helper()
+	if HaveBTF() || os.Getenv("TRACEKIT_NO_BTF") != "1" {
+		return false
+	}
+	t.Log("this kernel has no BTF (built without CONFIG_DEBUG_INFO_BTF): the cases that need it are left out")
+	return true
+}
+
+// NeedTracepointStacks skips a test of kernel stacks taken at a
+// tracepoint on 32-bit ARM, where the kernel returns one frame: its
+// unwinder (CONFIG_UNWINDER_ARM, Debian's armmp) starts from the
+// registers perf_arch_fetch_caller_regs fills, the caller's pc with the
+// current sp and no lr, and stops after that frame. A kprobe's stack,
+// from real registers, is whole there. The README's matrix table names
+// this skip.
+func NeedTracepointStacks(t testing.TB) {
+	t.Helper()
+	if runtime.GOARCH == "arm" {
+		t.Skip("32-bit ARM's kernel gives one frame for a stack taken at a tracepoint (perf_arch_fetch_caller_regs sets no lr for its unwinder)")
+	}
 }

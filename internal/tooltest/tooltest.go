@@ -30,6 +30,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/metrics"
 	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/tracefs"
@@ -876,3 +877,15 @@ var forksRE = regexp.MustCompile(`(?m)^([a-z]+): the kernel skipped following th
 // following, as the end of the run says on stderr (0 where it says
 // nothing): each a process whose events are missing.
 func ForksNotSeen(tool, stderr string) uint64 { return toolCount(forksRE, tool, stderr) }
+
+// RawNeedsBTF skips ForEachHook's raw subtest of a run that reads through
+// a tracepoint's struct pointer (iolat -d, dropmon --protocol: offsets and
+// argument places from BTF) on a kernel the matrix says has no BTF
+// (privtest.NoBTF); the tools refuse such a run there in one line, and
+// auto takes the perf tracepoint.
+func RawNeedsBTF(t *testing.T) {
+	t.Helper()
+	if os.Getenv(hook.Env) == string(hook.Raw) && privtest.NoBTF(t) {
+		t.Skip("a raw tracepoint's struct reads need BTF, which this kernel lacks")
+	}
+}
