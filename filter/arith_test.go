@@ -53,6 +53,10 @@ func rem[T int64 | uint64](a, b T) T {
 // ones for / 0, % 0 and shifts by 64 or more) give.
 func TestArithmetic(t *testing.T) {
 	privtest.Require(t)
+	if strconv.IntSize == 32 {
+		// The compiler's arithmetic is the goldens' and the fuzzer's there.
+		t.Skip("a 32-bit kernel's syscall records have no 8-byte fields: each argument is one 4-byte register, and a loff_t's two halves are two arguments")
+	}
 	pid := int64(os.Getpid())
 	signed := []struct {
 		expr string

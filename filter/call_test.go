@@ -117,6 +117,7 @@ func TestCallStrings(t *testing.T) {
 // kprobe and kretprobe, and on fentry and fexit where they attach.
 func TestCallKprobe(t *testing.T) {
 	privtest.RequireKprobes(t)
+	privtest.NeedBTF(t) // the function's arguments
 	tooltest.ForEachFunctionHook(t, func(t *testing.T) { callKprobe(t) }, "do_sys_openat2")
 }
 
@@ -148,6 +149,7 @@ func callKprobe(t *testing.T) {
 // function without the argument the expression names is left out.
 func TestKprobeGlob(t *testing.T) {
 	privtest.RequireKprobes(t)
+	privtest.NeedBTF(t) // the function's arguments
 	dir := t.TempDir()
 	a := dir + "/a"
 	openFiles(t, a)
@@ -177,6 +179,7 @@ func TestKprobeGlob(t *testing.T) {
 // traceable function is a usage error.
 func TestKprobeList(t *testing.T) {
 	privtest.RequireKprobes(t)
+	privtest.NeedBTF(t) // the function's arguments
 	dir := t.TempDir()
 	a := dir + "/a"
 	openFiles(t, a)
@@ -210,6 +213,7 @@ func TestKprobeList(t *testing.T) {
 // function's returns judged and timed apart, keyed by func.
 func TestKprobeListCalls(t *testing.T) {
 	privtest.RequireKprobes(t)
+	privtest.NeedBTF(t) // the function's arguments
 	dir := t.TempDir()
 	a, missing := dir+"/a", dir+"/missing"
 	openFiles(t, a)
@@ -239,6 +243,7 @@ func TestKprobeListCalls(t *testing.T) {
 // (a call of vfs_open), as many.
 func TestStackModeKprobe(t *testing.T) {
 	privtest.RequireKprobes(t)
+	privtest.NeedBTF(t) // the function's arguments
 	tooltest.ForEachFunctionHook(t, func(t *testing.T) {
 		a := t.TempDir() + "/a"
 		openFiles(t, a)
@@ -310,6 +315,7 @@ func TestStackMode(t *testing.T) {
 // kernels), and leaves no probe behind.
 func TestKprobeGlobMany(t *testing.T) {
 	privtest.RequireKprobes(t)
+	privtest.NeedBTF(t) // the function's arguments
 	r := filter(t, "--count", "kprobe:*sys_*", "-c", "true")
 	m := regexp.MustCompile(`(\d+) functions attached in (\S+) \((.*)\)`).FindStringSubmatch(r.Stderr)
 	if r.Status != 0 || m == nil {

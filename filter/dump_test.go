@@ -35,6 +35,7 @@ func printedEvents(t *testing.T, r tooltest.Result) []printed {
 // its room, is cut with "...".
 func TestStructDump(t *testing.T) {
 	privtest.Require(t)
+	privtest.NeedBTF(t) // struct sk_buff
 	const n = 5
 	dump := "*((struct sk_buff *)skbaddr)"
 	r := filter(t, "--json", "net:netif_receive_skb", "--where", `len == 328 && name == "lo"`, "--fields", "len,"+dump, "-a", "-c", tooltest.UDPSizes(t, fmt.Sprintf("300x%d", n)))
@@ -63,6 +64,7 @@ func TestStructDump(t *testing.T) {
 // that failed, exactly those.
 func TestStructDumpKprobe(t *testing.T) {
 	privtest.RequireKprobes(t)
+	privtest.NeedBTF(t) // the function's arguments and struct sk_buff
 	tooltest.ForEachFunctionHook(t, func(t *testing.T) {
 		dir := t.TempDir()
 		a := dir + "/a"

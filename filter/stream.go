@@ -467,7 +467,10 @@ func (p *printer) named(f tracefs.Field, v []byte) string {
 	if names := p.format.Symbolic[f.Name]; names != nil {
 		return names[u]
 	}
-	if !textFields[f.Name] && !strings.HasPrefix(f.Name, "ksym(") || f.Size != 8 || u < 1<<63 {
+	// A kernel address: in the top half on a 64-bit kernel; 32-bit ARM's
+	// (4 bytes) are named if kallsyms has a symbol below them.
+	kernel := f.Size == 8 && u >= 1<<63 || f.Size == 4
+	if !textFields[f.Name] && !strings.HasPrefix(f.Name, "ksym(") || !kernel {
 		return ""
 	}
 	if !p.symsRead {

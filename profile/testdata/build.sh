@@ -15,8 +15,12 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 [ "${CHAIN_FP:-}" = 1 ] && cflags="-O2 -fno-omit-frame-pointer -fno-optimize-sibling-calls"
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/chain-pie" "$src/chain.c"
 # chain-fp: the chain with frame pointers, for --unwind=fp on every
-# architecture (riscv64's only way).
-"${CC:-gcc}" -O2 -fno-omit-frame-pointer -fno-optimize-sibling-calls -fPIE -pie -o "$out/chain-fp" "$src/chain.c"
+# architecture (riscv64's and 32-bit ARM's only way). 32-bit ARM's kernel
+# walks APCS frames (the caller's fp, sp and lr just below fp), which gcc
+# lays out with -mapcs-frame only (and in ARM code, as the uprobes need).
+fpflags="-O2 -fno-omit-frame-pointer -fno-optimize-sibling-calls"
+case "$("${CC:-gcc}" -dumpmachine)" in arm*) fpflags="$fpflags -mapcs-frame" ;; esac
+"${CC:-gcc}" $fpflags -fPIE -pie -o "$out/chain-fp" "$src/chain.c"
 "${CC:-gcc}" $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
