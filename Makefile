@@ -57,7 +57,7 @@ build: ## build bin/tracekit, every tool in one static binary, and a link per to
 	$(GO) build $(GOFLAGS) -ldflags='$(LDFLAGS)' -o $(BIN)/tracekit ./cmd/tracekit
 	@for t in $(TOOLS); do ln -sfn tracekit $(BIN)/$$t; done
 
-dist: ## dist/tracekit-VERSION-linux-{amd64,arm64}.tar.gz (binary, tool links, README) and dist/SHA256SUMS
+dist: ## dist/tracekit-VERSION-linux-{amd64,arm64,riscv64,armv7}.tar.gz (binary, tool links, README) and dist/SHA256SUMS
 	VERSION='$(VERSION)' LDFLAGS='$(LDFLAGS)' TAGS='$(TAGS)' NOINLINE='$(NOINLINE)' TOOLS='$(TOOLS)' bash scripts/dist.sh
 
 run: build ## build, then run the showcase: the live IO latency heatmap (q quits)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make dist: dist/tracekit-VERSION-linux-ARCH.tar.gz for amd64, arm64 and riscv64, each
+# make dist: dist/tracekit-VERSION-linux-ARCH.tar.gz for amd64, arm64, riscv64 and
+# armv7 (32-bit ARM, GOARM=7: hard float, as Debian's armhf), each
 # with the one static binary, a link per tool and the README, and
 # dist/SHA256SUMS. The archives are reproducible: names sorted, owner root,
 # times those of the commit.
@@ -13,10 +14,12 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 noinline=()
 for p in ${NOINLINE:?}; do noinline+=(-gcflags="$p=-l"); done
-for arch in amd64 arm64 riscv64; do
+for arch in amd64 arm64 riscv64 armv7; do
   name=tracekit-$version-linux-$arch
   mkdir -p "$stage/$name"
-  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags="${TAGS:-nethttpomithttp2}" "${noinline[@]}" -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit
+  goarch=$arch goarm=
+  [ "$arch" = armv7 ] && goarch=arm goarm=7
+  CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm go build -trimpath -tags="${TAGS:-nethttpomithttp2}" "${noinline[@]}" -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit
   for t in $tools; do ln -s tracekit "$stage/$name/$t"; done
   cp README.md "$stage/$name/"
   tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="$mtime" -cf - "$name" | gzip -n -9 > "$out/$name.tar.gz"

@@ -32,7 +32,7 @@ func TestDist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "riscv64": elf.EM_RISCV}
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "riscv64": elf.EM_RISCV, "armv7": elf.EM_ARM}
 	if n := strings.Count(string(sums), "\n"); n != len(machines) {
 		t.Errorf("SHA256SUMS has %d lines, want %d:\n%s", n, len(machines), sums)
 	}
