@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test-vm: the kernel matrix. Boots Debian's 5.10, 6.1, 6.12 and 7.x cloud kernels
-# for x86-64 and 6.1 for arm64 (which have kprobes, unlike our host's) under
-# qemu TCG with an initramfs of busybox, the tools and the test binaries
+# for x86-64, 6.1 for arm64 and 32-bit ARM (armv7) and 7.x for riscv64
+# (which have kprobes, unlike our host's) under qemu TCG with an initramfs of busybox, the tools and the test binaries
 # (built for the guest's architecture), runs the privileged tests inside,
 # and checks each guest's verdict lines.
 set -euo pipefail
@@ -19,7 +19,7 @@ command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
 command -v cpio >/dev/null || need+=(cpio)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v gcc >/dev/null || need+=(gcc)
-if [ -n "${TK_VM_ARMV7_SERIES-}" ]; then
+if [ -n "${TK_VM_ARMV7_SERIES-x}" ]; then
   command -v qemu-system-arm >/dev/null || need+=(qemu-system-arm)
   command -v arm-linux-gnueabihf-gcc >/dev/null || need+=(gcc-arm-linux-gnueabihf)
   [ -f /usr/arm-linux-gnueabihf/lib/libc.so.6 ] || need+=(libc6-dev-armhf-cross)
@@ -89,99 +89,65 @@ for series in ${TK_VM_SERIES-'5\.10\.0-[0-9]+' '6\.1\.0-[0-9]+' '6\.12\.[0-9]+\+
   kernels+=("amd64:$dir")
 done
 
-# arm64: the newest bookworm kernel of each series and busybox, through a
-# private configuration of their own (APT::Architecture=arm64).
-arm_dir=$(pwd)/$cache/apt-arm64
-mkdir -p "$arm_dir/lists/partial" "$arm_dir/cache/archives/partial"
-echo 'deb [arch=arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main' > "$arm_dir/sources.list"
-arm=(-o APT::Architecture=arm64 -o APT::Architectures=arm64 -o Dir::Etc::sourcelist="$arm_dir/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$arm_dir/lists" -o Dir::Cache="$arm_dir/cache" -o Dir::State::status=/dev/null)
-arm_updated=
-for series in ${TK_VM_ARM64_SERIES-'6\.1\.0-[0-9]+'}; do
-  pkg=$(newest "^linux-image-${series}-cloud-arm64-unsigned\$" "${arm[@]}")
-  if [ -z "$pkg" ] && [ -z "$arm_updated" ]; then
-    apt-get "${arm[@]}" update -qq
-    arm_updated=1
-    pkg=$(newest "^linux-image-${series}-cloud-arm64-unsigned\$" "${arm[@]}")
-  fi
-  [ -n "$pkg" ] || { echo "test-vm: no Debian arm64 kernel package matches the series ${series}" >&2; exit 1; }
-  dir="$cache/$pkg"
-  if [ -z "$(find "$dir" -name 'vmlinuz*' -type f 2>/dev/null | head -1)" ]; then
-    (cd "$cache" && rm -f "$pkg"_*.deb && apt-get "${arm[@]}" download -qq "$pkg" 2>/dev/null)
-    mkdir -p "$dir" && dpkg -x "$cache/$pkg"_*.deb "$dir"
-  fi
-  if [ ! -x "$cache/busybox-arm64/bin/busybox" ]; then
-    [ -n "$arm_updated" ] || [ -n "$(ls "$arm_dir/lists" | grep -v partial)" ] || apt-get "${arm[@]}" update -qq
-    (cd "$cache" && rm -f busybox-static_*_arm64.deb && apt-get "${arm[@]}" download -qq busybox-static:arm64 2>/dev/null)
-    dpkg -x "$cache"/busybox-static_*_arm64.deb "$cache/busybox-arm64"
-  fi
-  kernels+=("arm64:$dir")
-done
-# riscv64: sid's kernel (linux-binary-VERSION-riscv64 holds vmlinuz,
-# linux-modules-VERSION-riscv64 loop.ko) and busybox, through a private
-# configuration of their own (APT::Architecture=riscv64). TCG boots it
-# with QEMU's OpenSBI (-M virt, no -cpu max in bookworm's QEMU 7.2).
-rv_dir=$(pwd)/$cache/apt-riscv64
-mkdir -p "$rv_dir/lists/partial" "$rv_dir/cache/archives/partial"
-echo 'deb [arch=riscv64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main' > "$rv_dir/sources.list"
-rv=(-o APT::Architecture=riscv64 -o APT::Architectures=riscv64 -o Dir::Etc::sourcelist="$rv_dir/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$rv_dir/lists" -o Dir::Cache="$rv_dir/cache" -o Dir::State::status=/dev/null)
-rv_updated=
-for series in ${TK_VM_RISCV64_SERIES-'7\.[0-9]+\.[0-9]+\+deb[0-9]+'}; do
-  pkg=$(newest "^linux-binary-${series}-riscv64\$" "${rv[@]}")
-  if [ -z "$pkg" ] && [ -z "$rv_updated" ]; then
-    apt-get "${rv[@]}" update -qq
-    rv_updated=1
-    pkg=$(newest "^linux-binary-${series}-riscv64\$" "${rv[@]}")
-  fi
-  [ -n "$pkg" ] || { echo "test-vm: no Debian riscv64 kernel package matches the series ${series}" >&2; exit 1; }
-  dir="$cache/$pkg"
-  if [ -z "$(find "$dir" -name 'vmlinuz*' -type f 2>/dev/null | head -1)" ]; then
-    for p in $pkg ${pkg/linux-binary-/linux-modules-}; do
-      (cd "$cache" && rm -f "$p"_*.deb && apt-get "${rv[@]}" download -qq "$p" 2>/dev/null)
-      mkdir -p "$dir" && dpkg -x "$cache/$p"_*.deb "$dir" && rm -f "$cache/$p"_*.deb
-    done
-  fi
-  if [ ! -x "$cache/busybox-riscv64/usr/bin/busybox" ]; then
-    [ -n "$rv_updated" ] || [ -n "$(ls "$rv_dir/lists" | grep -v partial)" ] || apt-get "${rv[@]}" update -qq
-    (cd "$cache" && rm -f busybox-static_*_riscv64.deb && apt-get "${rv[@]}" download -qq busybox-static:riscv64 2>/dev/null)
-    dpkg -x "$cache"/busybox-static_*_riscv64.deb "$cache/busybox-riscv64"
-  fi
-  kernels+=("riscv64:$dir")
-done
-# 32-bit ARM (ARMv7, GOARCH=arm): bookworm's armmp kernel and busybox,
-# through a private configuration of their own (APT::Architecture=armhf).
-# Not in the matrix by default yet (TK_VM_ARMV7_SERIES='6\.1\.0-[0-9]+'
-# boots it): the tools do not read its 4-byte registers yet.
-a7_dir=$(pwd)/$cache/apt-armhf
-a7=(-o APT::Architecture=armhf -o APT::Architectures=armhf -o Dir::Etc::sourcelist="$a7_dir/sources.list" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$a7_dir/lists" -o Dir::Cache="$a7_dir/cache" -o Dir::State::status=/dev/null)
-a7_updated=
-for series in ${TK_VM_ARMV7_SERIES-}; do
-  mkdir -p "$a7_dir/lists/partial" "$a7_dir/cache/archives/partial"
-  echo 'deb [arch=armhf signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main' > "$a7_dir/sources.list"
-  pkg=$(newest "^linux-image-${series}-armmp\$" "${a7[@]}")
-  if [ -z "$pkg" ] && [ -z "$a7_updated" ]; then
-    apt-get "${a7[@]}" update -qq
-    a7_updated=1
-    pkg=$(newest "^linux-image-${series}-armmp\$" "${a7[@]}")
-  fi
-  [ -n "$pkg" ] || { echo "test-vm: no Debian armhf kernel package matches the series ${series}" >&2; exit 1; }
-  dir="$cache/$pkg"
-  if [ -z "$(find "$dir" -name 'vmlinuz*' -type f 2>/dev/null | head -1)" ]; then
-    (cd "$cache" && rm -f "$pkg"_*.deb && apt-get "${a7[@]}" download -qq "$pkg" 2>/dev/null)
-    mkdir -p "$dir" && dpkg -x "$cache/$pkg"_*.deb "$dir" && rm -f "$cache/$pkg"_*.deb
-  fi
-  if [ ! -x "$cache/busybox-armhf/bin/busybox" ]; then
-    [ -n "$a7_updated" ] || [ -n "$(ls "$a7_dir/lists" | grep -v partial)" ] || apt-get "${a7[@]}" update -qq
-    (cd "$cache" && rm -f busybox-static_*_armhf.deb && apt-get "${a7[@]}" download -qq busybox-static:armhf 2>/dev/null)
-    dpkg -x "$cache"/busybox-static_*_armhf.deb "$cache/busybox-armhf"
-  fi
-  kernels+=("arm:$dir")
-done
+# The kernels of the other architectures and their busybox, each through a
+# private apt configuration of its own (APT::Architecture=DEBARCH, in
+# $cache/apt-DEBARCH), which never touches the machine's sources:
+#   arm64: bookworm's cloud kernel;
+#   riscv64: sid's (linux-binary-VERSION-riscv64 holds vmlinuz,
+#     linux-modules-VERSION-riscv64 loop.ko); TCG boots it with QEMU's
+#     OpenSBI (-M virt, no -cpu max in bookworm's QEMU 7.2);
+#   armv7 (32-bit ARM, GOARCH=arm): bookworm's armmp kernel (no BTF).
+apt_arch() { # apt_arch DEBARCH ARGS...: apt-get or apt-cache's options for DEBARCH's configuration
+  local d=$(pwd)/$cache/apt-$1
+  printf '%s\n' -o "APT::Architecture=$1" -o "APT::Architectures=$1" -o "Dir::Etc::sourcelist=$d/sources.list" -o Dir::Etc::sourceparts=- \
+    -o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache" -o Dir::State::status=/dev/null
+}
+foreign() { # foreign GOARCH DEBARCH SUITE PACKAGE-PATTERN SERIES...: @ in the pattern is the series
+  local goarch=$1 debarch=$2 suite=$3 pattern=$4 d=$(pwd)/$cache/apt-$2 updated= series re pkg dir p opts
+  shift 4
+  mapfile -t opts < <(apt_arch "$debarch")
+  mkdir -p "$d/lists/partial" "$d/cache/archives/partial"
+  echo "deb [arch=$debarch signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main" > "$d/sources.list"
+  for series in "$@"; do
+    re="^${pattern//@/$series}\$"
+    pkg=$(newest "$re" "${opts[@]}")
+    if [ -z "$pkg" ] && [ -z "$updated" ]; then
+      apt-get "${opts[@]}" update -qq
+      updated=1
+      pkg=$(newest "$re" "${opts[@]}")
+    fi
+    [ -n "$pkg" ] || { echo "test-vm: no Debian $debarch kernel package matches the series ${series}" >&2; exit 1; }
+    dir="$cache/$pkg"
+    if [ -z "$(find "$dir" -name 'vmlinuz*' -type f 2>/dev/null | head -1)" ]; then
+      for p in $pkg $([[ $pkg == linux-binary-* ]] && echo "${pkg/linux-binary-/linux-modules-}"); do
+        (cd "$cache" && rm -f "$p"_*.deb && apt-get "${opts[@]}" download -qq "$p" 2>/dev/null)
+        mkdir -p "$dir" && dpkg -x "$cache/$p"_*.deb "$dir" && rm -f "$cache/$p"_*.deb
+      done
+    fi
+    if [ -z "$(busybox_of "$debarch")" ]; then
+      [ -n "$updated" ] || [ -n "$(ls "$d/lists" | grep -v partial)" ] || apt-get "${opts[@]}" update -qq
+      (cd "$cache" && rm -f busybox-static_*_"$debarch".deb && apt-get "${opts[@]}" download -qq "busybox-static:$debarch" 2>/dev/null)
+      dpkg -x "$cache"/busybox-static_*_"$debarch".deb "$cache/busybox-$debarch" && rm -f "$cache"/busybox-static_*_"$debarch".deb
+    fi
+    kernels+=("$goarch:$dir")
+  done
+}
+busybox_of() { # busybox_of DEBARCH: its static busybox (sid's is in /usr/bin)
+  find "$cache/busybox-$1/bin/busybox" "$cache/busybox-$1/usr/bin/busybox" -type f 2>/dev/null | head -1
+}
+# shellcheck disable=SC2086 # each series is one word
+foreign arm64 arm64 bookworm 'linux-image-@-cloud-arm64-unsigned' ${TK_VM_ARM64_SERIES-'6\.1\.0-[0-9]+'}
+# shellcheck disable=SC2086
+foreign riscv64 riscv64 sid 'linux-binary-@-riscv64' ${TK_VM_RISCV64_SERIES-'7\.[0-9]+\.[0-9]+\+deb[0-9]+'}
+# shellcheck disable=SC2086
+foreign arm armhf bookworm 'linux-image-@-armmp' ${TK_VM_ARMV7_SERIES-'6\.1\.0-[0-9]+'}
 # musl for arm64 (Debian's arm64 musl and musl-dev, unpacked here), built
 # with the cross compiler through musl's specs file rewritten to point here:
 # profile's musl fixtures.
 musl_arm64=$(pwd)/$cache/musl-arm64
 if [[ " ${kernels[*]} " == *" arm64:"* ]] && [ ! -x "$musl_arm64/musl-gcc" ]; then
-  [ -n "$arm_updated" ] || [ -n "$(ls "$arm_dir/lists" | grep -v partial)" ] || apt-get "${arm[@]}" update -qq
+  mapfile -t arm < <(apt_arch arm64)
+  [ -n "$(ls "$cache/apt-arm64/lists" | grep -v partial)" ] || apt-get "${arm[@]}" update -qq
   rm -rf "$musl_arm64" && mkdir -p "$musl_arm64"
   (cd "$musl_arm64" && apt-get "${arm[@]}" download -qq musl:arm64 musl-dev:arm64 2>/dev/null)
   for deb in "$musl_arm64"/*.deb; do dpkg -x "$deb" "$musl_arm64"; done
@@ -235,18 +201,18 @@ make_stage() { # make_stage ARCH
     mkdir -p "$stage/lib/aarch64-linux-gnu"
     cp -L /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 "$stage/lib/"
     cp -L /usr/aarch64-linux-gnu/lib/libc.so.6 "$stage/lib/aarch64-linux-gnu/"
-    cp "$cache/busybox-arm64/bin/busybox" "$stage/bin/busybox"
+    cp "$(busybox_of arm64)" "$stage/bin/busybox"
     cp -L "$musl_arm64/lib/ld-musl-aarch64.so.1" "$stage/lib/"
   elif [ "$arch" = arm ]; then
     mkdir -p "$stage/lib/arm-linux-gnueabihf"
     cp -L /usr/arm-linux-gnueabihf/lib/ld-linux-armhf.so.3 "$stage/lib/"
     cp -L /usr/arm-linux-gnueabihf/lib/libc.so.6 "$stage/lib/arm-linux-gnueabihf/"
-    cp "$cache/busybox-armhf/bin/busybox" "$stage/bin/busybox"
+    cp "$(busybox_of armhf)" "$stage/bin/busybox"
   elif [ "$arch" = riscv64 ]; then
     mkdir -p "$stage/lib/riscv64-linux-gnu"
     cp -L /usr/riscv64-linux-gnu/lib/ld-linux-riscv64-lp64d.so.1 "$stage/lib/"
     cp -L /usr/riscv64-linux-gnu/lib/libc.so.6 "$stage/lib/riscv64-linux-gnu/"
-    cp "$cache/busybox-riscv64/usr/bin/busybox" "$stage/bin/busybox"
+    cp "$(busybox_of riscv64)" "$stage/bin/busybox"
   else
     for lib in $(ldd "$fx/fx-pie-O2" | grep -o '/[^ ]*'); do
       mkdir -p "$stage$(dirname "$lib")"
@@ -334,12 +300,13 @@ boot() { # boot ARCH:DIR: run the tests in a guest of that kernel, log in $cache
   echo $(( $(date +%s) - t0 )) > "$cache/$name.secs"
   rm -f "$initrd"
 }
-# Boot order: two queues of about equal length. The guests' times (last
-# run: 7.2 436 s, arm64 464, 6.1 503, 6.12 427, 5.10 342, riscv64 379)
-# make two queues of about 1300 s (7.x, 6.1, riscv64; arm64, 6.12, 5.10)
-# when started as 7.x (x86-64), arm64, 6.1, 6.12, then 5.10 and riscv64.
+# Boot order: two guests at a time, each starting when the other slot
+# frees. The guests' times (the CI run of 615297f: 6.1 514 s, arm64 477,
+# 7.2 448, 6.12 436, riscv64 366, 5.10 343; armv7 346 by hand) make two
+# queues of about 1450 s (6.1, arm64, 7.x; 6.12, riscv64, armv7, 5.10)
+# when started in this order.
 order=()
-for pat in '/linux-binary-7.*-amd64' ':.*arm64' '/linux-image-6\.1\.0' '/linux-image-6\.12' '/linux-image-5' '.'; do
+for pat in '^amd64:.*/linux-image-6\.1\.0' '^amd64:.*/linux-image-6\.12' '^riscv64:' '^arm64:' '^arm:' '^amd64:.*/linux-binary-7' '^amd64:.*/linux-image-5' '.'; do
   for k in "${kernels[@]}"; do
     if [[ "$k" =~ $pat ]] && [[ ! " ${order[*]} " =~ " $k " ]]; then order+=("$k"); fi
   done
