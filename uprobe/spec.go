@@ -135,9 +135,8 @@ func ParseArgARM64(s string) (Arg, error) {
 		return Arg{}, err
 	}
 	bad := func(why string) (Arg, error) { return Arg{}, fmt.Errorf("argument spec %q: %s", s, why) }
-	if inner, ok := strings.CutPrefix(op, "["); ok {
-		inner, ok = strings.CutSuffix(inner, "]")
-		if !ok {
+	if inner, mem, closed := bracketed(op); mem {
+		if !closed {
 			return bad("a memory operand without its ']'")
 		}
 		base, off, hasOff := strings.Cut(inner, ",")
@@ -190,9 +189,8 @@ func ParseArgARM(s string) (Arg, error) {
 		return Arg{}, err
 	}
 	bad := func(why string) (Arg, error) { return Arg{}, fmt.Errorf("argument spec %q: %s", s, why) }
-	if inner, ok := strings.CutPrefix(op, "["); ok {
-		inner, ok = strings.CutSuffix(inner, "]")
-		if !ok {
+	if inner, mem, closed := bracketed(op); mem {
+		if !closed {
 			return bad("a memory operand without its ']'")
 		}
 		parts := strings.Split(inner, ",")
@@ -245,6 +243,17 @@ func ParseArgARM(s string) (Arg, error) {
 		a.RegHi = "r" + strconv.Itoa(n+1)
 	}
 	return a, nil
+}
+
+// bracketed takes apart an ARM memory operand, "[sp, 16]": its inside, and
+// whether op is one and has its ']'.
+func bracketed(op string) (inner string, mem, closed bool) {
+	inner, mem = strings.CutPrefix(op, "[")
+	if !mem {
+		return "", false, false
+	}
+	inner, closed = strings.CutSuffix(inner, "]")
+	return inner, true, closed
 }
 
 // regARM is the pt_regs slot of a 32-bit ARM operand by its number:
