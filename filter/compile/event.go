@@ -170,7 +170,7 @@ func argOperand(c *compiler, args []Arg, slots bool, o Operand) (value, bool, er
 			arg.typed = kbtf.IsStructPointer(a.Type)
 		}
 		if len(o.Steps) == 0 {
-			v, err := scalar(arg, a.Type)
+			v, err := scalar(arg, a.Type, c.ptrSize())
 			if err != nil {
 				return value{}, true, c.errAt(o.Pos, "%v", err)
 			}
@@ -211,7 +211,7 @@ func (e *Slots) Columns() []Operand     { return argColumns(e.Args, true) }
 func argColumns(args []Arg, slots bool) []Operand {
 	var cols []Operand
 	for _, a := range args {
-		if _, err := scalar(value{name: a.Name, src: srcArg}, a.Type); err == nil && (!slots || slotReadable(a) == nil) {
+		if _, err := scalar(value{name: a.Name, src: srcArg}, a.Type, 8); err == nil && (!slots || slotReadable(a) == nil) {
 			cols = append(cols, Operand{Base: a.Name, Text: a.Name})
 		}
 	}

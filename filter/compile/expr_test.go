@@ -133,9 +133,12 @@ func targets(t *testing.T) map[string]Target {
 		"write_next":       {Event: &Record{Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), UserSpace: true}, Read: asm.NewReaders},
 		"write_next_entry": {Event: &SyscallEntry{Format: tooltest.Format(t, "sys_enter_write.6.18-next.format"), Regs: asm.AMD64}, Read: asm.NewReaders, SelfPid: 4242},
 		"kprobe":           {Event: &Registers{Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.AMD64.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.AMD64.Args[1]}}}, BTF: spec, Read: asm.NewReaders},
-		"kret":             {Event: &Registers{Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}}, Read: asm.NewReaders},
-		"kopen":            {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.NewReaders},
-		"kopen_old":        {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.OldReaders},
+		// 32-bit ARM's kprobe with BTF: 4-byte registers and pointers (the
+		// test BTF's offsets are x86-64's; the widths are what is pinned).
+		"kprobe_arm": {Event: &Registers{Args: []Arg{{Name: "net", Type: &btf.Pointer{}, RegOff: asm.ARM.Args[0]}, {Name: "skb", Type: skbPtr, RegOff: asm.ARM.Args[1]}}, Width: 4}, BTF: spec, Read: asm.NewReaders},
+		"kret":       {Event: &Registers{Args: []Arg{{Name: "ret", Type: &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}, RegOff: asm.AMD64.Ret}}}, Read: asm.NewReaders},
+		"kopen":      {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.NewReaders},
+		"kopen_old":  {Event: &Registers{Args: []Arg{{Name: "dfd", Type: s32, RegOff: asm.AMD64.Args[0]}, {Name: "filename", Type: cstr, RegOff: asm.AMD64.Args[1]}}}, Read: asm.OldReaders},
 		// At a BPF trampoline (Slots): argument i in the context's slot i,
 		// a return value after the arguments (ksys_write has three).
 		"kprobe_slots": {Event: &Slots{Args: []Arg{{Name: "net", Type: &btf.Pointer{Target: &btf.Struct{Name: "net"}}, RegOff: 0}, {Name: "skb", Type: skbPtr, RegOff: 8}}}, BTF: spec, Read: asm.NewReaders},
@@ -168,6 +171,7 @@ var compileCases = []struct {
 	{"sched_comm_pid", "sched", `comm == "kworker/0:1" && pid > -100 && 1000 >= pid`, ""},
 	{"kprobe_skb_len", "kprobe", `skb->len > 100 && skb->protocol == 8`, ""},
 	{"kprobe_skb_dev", "kprobe", `skb->dev->ifindex != 1`, "count"},
+	{"kprobe_skb_dev_arm", "kprobe_arm", `skb->dev->ifindex != 1 && (char *)net == "x"`, "count"},
 	{"kret_ret", "kret", `ret < 0`, ""},
 	{"no_where", "netif", ``, ""},
 	{"no_where_count", "netif", ``, "count"},

@@ -351,8 +351,9 @@ func (c *compiler) structByName(name string) (btf.Type, error) {
 	return st, nil
 }
 
-// scalar describes v, an argument or walked member, as its type t says.
-func scalar(v value, t btf.Type) (value, error) {
+// scalar describes v, an argument or walked member, as its type t says; a
+// pointer is ptr bytes (the traced kernel's: compiler.ptrSize).
+func scalar(v value, t btf.Type, ptr int) (value, error) {
 	switch u := btf.UnderlyingType(t).(type) {
 	case *btf.Int:
 		v.kind, v.signed, v.size = kInt, u.Encoding&btf.Signed != 0, int(u.Size)
@@ -361,7 +362,7 @@ func scalar(v value, t btf.Type) (value, error) {
 		v.kind, v.signed, v.size = kInt, u.Signed, int(u.Size)
 		return v, nil
 	case *btf.Pointer:
-		v.kind, v.size, v.pointer, v.btfType = kInt, 8, true, t
+		v.kind, v.size, v.pointer, v.btfType = kInt, ptr, true, t
 		return v, nil
 	case *btf.Array:
 		if i, ok := btf.UnderlyingType(u.Type).(*btf.Int); ok && i.Size == 1 && v.src == srcWalk {
@@ -400,8 +401,8 @@ func (c *compiler) walk(o Operand, t btf.Type) (value, error) {
 				if _, ok := btf.UnderlyingType(t).(*btf.Pointer); !ok {
 					return value{}, c.errAt(s.Pos-2, "%s is %s, not a pointer: use '.' instead of '->'", name, kbtf.TypeName(t))
 				}
-				c.read(8, scratchOff)
-				c.emit(bpf.LoadMem(bpf.R1, bpf.RFP, scratchOff, bpf.DWord))
+				c.read(c.ptrSize(), scratchOff)
+				c.emit(bpf.LoadMem(bpf.R1, bpf.RFP, scratchOff, sizeOf(c.ptrSize())))
 			}
 			p, ok := btf.UnderlyingType(t).(*btf.Pointer)
 			if !ok {
@@ -429,7 +430,7 @@ func (c *compiler) walk(o Operand, t btf.Type) (value, error) {
 		name += sep + s.Member
 		t, inReg = mt, false
 	}
-	v, err := scalar(value{name: name, src: srcWalk}, t)
+	v, err := scalar(value{name: name, src: srcWalk}, t, c.ptrSize())
 	if err != nil {
 		return value{}, c.errAt(o.Steps[len(o.Steps)-1].Pos, "%v", err)
 	}
