@@ -16,9 +16,10 @@ import (
 	"slices"
 )
 
-// DWARF register numbers on x86-64 (System V psABI, figure 3.36) and
+// DWARF register numbers on x86-64 (System V psABI, figure 3.36),
 // arm64 (DWARF for the Arm 64-bit Architecture, 4.1: x29 the frame
-// pointer, x30 the link register, 31 sp).
+// pointer, x30 the link register, 31 sp) and riscv64 (the RISC-V ELF
+// psABI: x1 ra, x2 sp, x8 s0, the frame pointer).
 const (
 	RegRBP = 6
 	RegRSP = 7
@@ -27,6 +28,10 @@ const (
 	RegX29 = 29
 	RegX30 = 30
 	RegSP  = 31
+
+	RegRVRA = 1
+	RegRVSP = 2
+	RegRVS0 = 8
 )
 
 // Arch is what the rows depend on besides the section: the DWARF numbers
@@ -41,6 +46,9 @@ type Arch struct {
 var (
 	X86_64 = Arch{Machine: elf.EM_X86_64, FP: RegRBP, SP: RegRSP}
 	ARM64  = Arch{Machine: elf.EM_AARCH64, FP: RegX29, SP: RegSP}
+	// RISCV64's rows take arm64's rule word: the return address in ra
+	// until saved, the CFA from sp or s0, ra saved 8 bytes above s0.
+	RISCV64 = Arch{Machine: elf.EM_RISCV, FP: RegRVS0, SP: RegRVSP}
 )
 
 // ArchOf is the Arch of an ELF machine, false for one the package does
@@ -51,6 +59,8 @@ func ArchOf(m elf.Machine) (Arch, bool) {
 		return X86_64, true
 	case elf.EM_AARCH64:
 		return ARM64, true
+	case elf.EM_RISCV:
+		return RISCV64, true
 	}
 	return Arch{}, false
 }
@@ -675,10 +685,16 @@ func (m *machine) run(code []byte, addr uint64, initial bool) error {
 		case 0x0d: // def_cfa_register
 			var reg uint64
 			if reg, err = r.uleb(); err == nil {
-				if m.row.CFA.Kind != CFAReg {
+				switch m.row.CFA.Kind {
+				case CFAReg:
+					m.row.CFA.Reg = reg
+				case CFAUndefined:
+					// riscv64's CIEs start with it ("sp"): the offset
+					// is 0, as readelf and libgcc take it.
+					m.row.CFA = CFA{Kind: CFAReg, Reg: reg}
+				default:
 					return errors.New("def_cfa_register without a register rule")
 				}
-				m.row.CFA.Reg = reg
 			}
 		case 0x0e: // def_cfa_offset
 			var off uint64

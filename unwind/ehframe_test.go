@@ -29,11 +29,14 @@ func section(t testing.TB, name string) Section {
 	return Section{Data: data, Addr: addr, Arch: archOfName(name)}
 }
 
-// archOfName is the architecture of a testdata section: arm64 by its
-// name, else x86-64.
+// archOfName is the architecture of a testdata section: arm64 or
+// riscv64 by its name, else x86-64.
 func archOfName(name string) Arch {
-	if strings.Contains(name, "arm64") {
+	switch {
+	case strings.Contains(name, "arm64"):
 		return ARM64
+	case strings.Contains(name, "riscv64"):
+		return RISCV64
 	}
 	return X86_64
 }
@@ -91,7 +94,7 @@ func readelfFrames(t *testing.T, name string) []readelfFDE {
 			row := readelfRow{pc: pc, cfa: fields[1], rbp: "u", ra: "u"}
 			for i, c := range cols {
 				switch c {
-				case "rbp", "x29":
+				case "rbp", "x29", "s0":
 					row.rbp = fields[i]
 				case "ra":
 					row.ra = fields[i]
@@ -117,6 +120,8 @@ func readelfText(r Row, arch Arch) (cfa, rbp, ra string) {
 			name = "sp"
 		case arch == ARM64 && r.CFA.Reg < RegSP:
 			name = fmt.Sprintf("x%d", r.CFA.Reg)
+		case arch == RISCV64 && r.CFA.Reg < 32:
+			name = strings.Fields("zero ra sp gp tp t0 t1 t2 s0 s1 a0 a1 a2 a3 a4 a5 a6 a7 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 t3 t4 t5 t6")[r.CFA.Reg]
 		case arch == X86_64 && r.CFA.Reg < 8:
 			name = []string{"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp"}[r.CFA.Reg]
 		}
@@ -168,7 +173,7 @@ func at(rows []Row, pc uint64) (Row, bool) {
 // every row start of either side the same CFA, frame pointer (rbp, x29)
 // and return address rules.
 func TestParseAgainstReadelf(t *testing.T) {
-	for _, name := range []string{"chain-pie", "libc", "chain-arm64", "chain-arm64-pac", "libc-arm64"} {
+	for _, name := range []string{"chain-pie", "libc", "chain-arm64", "chain-arm64-pac", "libc-arm64", "chain-riscv64", "libc-riscv64"} {
 		t.Run(name, func(t *testing.T) {
 			arch := archOfName(name)
 			fdes, err := Parse(section(t, name))

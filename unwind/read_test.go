@@ -14,7 +14,7 @@ import (
 // TestReadMatchesCompile reads the real sections through Read and compares
 // the table with Compile's of Parse's FDEs.
 func TestReadMatchesCompile(t *testing.T) {
-	for _, name := range []string{"chain-pie", "libc", "chain-arm64", "libc-arm64"} {
+	for _, name := range []string{"chain-pie", "libc", "chain-arm64", "libc-arm64", "chain-riscv64", "libc-riscv64"} {
 		s := section(t, name)
 		_, want := compiled(t, name)
 		got, err := s.Arch.Read(bytes.NewReader(s.Data), int64(len(s.Data)), s.Addr, false)
@@ -140,11 +140,11 @@ func TestReadBounded(t *testing.T) {
 	}
 }
 
-// FuzzRead feeds Read the fuzzer's sections, read as x86-64's and as
-// arm64's: it errs or gives what Compile gives for Parse's FDEs, never
-// panics.
+// FuzzRead feeds Read the fuzzer's sections, read as x86-64's, arm64's
+// and riscv64's: it errs or gives what Compile gives for Parse's FDEs,
+// never panics.
 func FuzzRead(f *testing.F) {
-	for _, name := range []string{"chain-pie", "libc", "chain-arm64-pac", "libc-arm64"} {
+	for _, name := range []string{"chain-pie", "libc", "chain-arm64-pac", "libc-arm64", "chain-riscv64"} {
 		s := section(f, name)
 		f.Add(s.Data[:min(len(s.Data), 4096)], false)
 	}
@@ -154,7 +154,7 @@ func FuzzRead(f *testing.F) {
 	fr.addFDE(1)
 	f.Add(fr.b, false)
 	f.Fuzz(func(t *testing.T, data []byte, debug bool) {
-		for _, arch := range []Arch{X86_64, ARM64} {
+		for _, arch := range []Arch{X86_64, ARM64, RISCV64} {
 			got, err := arch.Read(bytes.NewReader(data), int64(len(data)), framesAddr, debug)
 			fdes, perr := Parse(Section{Data: data, Addr: framesAddr, Debug: debug, Arch: arch})
 			var want []Entry

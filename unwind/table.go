@@ -36,7 +36,7 @@ type Entry struct {
 // x30 as a pair (stp x29, x30: x30 8 bytes above x29):
 //
 //	bits 0-1   CFA base: BaseRSP (sp), BaseRBP (x29) or BaseStop
-//	bits 2-3   SavesNone, SavesRA or SavesPair
+//	bits 2-3   SavesNone, SavesRA, SavesPair, or riscv64's SavesFP
 //	bits 4-16  n: x30 saved at CFA - 8*n (SavesRA); x29 at CFA - 8*n and
 //	           x30 at CFA - 8*n + 8 (SavesPair)
 //	bits 17-31 the CFA offset in units of 8 (BaseStop: bits 10-13 the
@@ -44,6 +44,12 @@ type Entry struct {
 //
 // SavesNone's return address is x30's value: known at the sampled frame
 // and at one a signal interrupted, not above.
+//
+// riscv64's rows take the same word (sp or s0, ra, s0 for x29 and x30).
+// Its epilogues restore ra before s0 (ld ra; ld s0), so rows with s0
+// still saved and ra back in its register are common (721 of Debian's
+// riscv64 libc's 7249): SavesFP, s0 at CFA - 8*n and the return address
+// in ra. arm64's words never have it.
 const (
 	BaseRSP  = 0
 	BaseRBP  = 1
@@ -122,6 +128,7 @@ const (
 	SavesNone = 0
 	SavesRA   = 1
 	SavesPair = 2
+	SavesFP   = 3 // riscv64 only (see above)
 
 	savesShift = 2
 	slotShift  = 4
@@ -135,13 +142,16 @@ func encode(r Row) uint32 { return X86_64.encode(r) }
 
 // encode turns a row into the architecture's rule word.
 func (a Arch) encode(r Row) uint32 {
-	if a.Machine == elf.EM_AARCH64 {
-		return encodeARM64(r)
+	if a.Machine == elf.EM_AARCH64 || a.Machine == elf.EM_RISCV {
+		return a.encodeLR(r)
 	}
 	return encodeX86(r)
 }
 
-func encodeARM64(r Row) uint32 {
+// encodeLR is the rule word of a CPU with a link register: arm64's, and
+// riscv64's, whose rows have the same shapes (the return address in ra
+// until saved; s0 and ra saved as a pair, ra 8 bytes above).
+func (a Arch) encodeLR(r Row) uint32 {
 	if r.RA.Kind == RuleUndefined {
 		return stop(StopEnd)
 	}
@@ -150,9 +160,9 @@ func encodeARM64(r Row) uint32 {
 	}
 	var base uint32
 	switch r.CFA.Reg {
-	case RegSP:
+	case a.SP:
 		base = BaseRSP
-	case RegX29:
+	case a.FP:
 		base = BaseRBP
 	default:
 		return stop(StopUnsupported)
@@ -166,6 +176,8 @@ func encodeARM64(r Row) uint32 {
 		saves, at = SavesRA, r.RA.Offset
 	case r.RBP.Kind == RuleOffset && r.RA.Kind == RuleOffset && r.RA.Offset == r.RBP.Offset+8:
 		saves, at = SavesPair, r.RBP.Offset
+	case r.RBP.Kind == RuleOffset && r.RA.Kind == RuleSame && a.Machine == elf.EM_RISCV:
+		saves, at = SavesFP, r.RBP.Offset
 	default:
 		return stop(StopUnsupported)
 	}
@@ -235,8 +247,8 @@ type Decoded struct {
 type DecodedARM64 struct {
 	Base   uint32 // BaseRSP (sp), BaseRBP (x29) or BaseStop
 	Offset uint32 // the CFA's offset in bytes; BaseStop: the Stop reason
-	Saves  uint32 // SavesNone, SavesRA or SavesPair
-	Slot   int64  // SavesRA: x30 at CFA + Slot; SavesPair: x29 there, x30 8 above
+	Saves  uint32 // SavesNone, SavesRA, SavesPair or SavesFP (riscv64)
+	Slot   int64  // SavesRA: x30 at CFA + Slot; SavesPair: x29 there, x30 8 above; SavesFP: x29 there
 }
 
 // DecodeARM64 takes arm64's rule word apart.

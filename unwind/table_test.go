@@ -172,8 +172,12 @@ func TestDerefRule(t *testing.T) {
 // rule word that gives back its CFA, and where x29 and x30 were saved:
 // all of the chain fixture's, and all of Debian's arm64 libc's but the 3
 // rows whose CFA is another register (x0: setcontext's, and the like).
+// The same of riscv64's sections, with s0 and ra, and s0 alone (SavesFP).
 func TestEncodeARM64(t *testing.T) {
-	for name, wantUnsupported := range map[string]int{"chain-arm64": 0, "chain-arm64-pac": 0, "libc-arm64": 3} {
+	// riscv64's libc: 27 rows whose CFA is t0's (hand-written code) or
+	// that save ra and s0 apart.
+	for name, wantUnsupported := range map[string]int{"chain-arm64": 0, "chain-arm64-pac": 0, "libc-arm64": 3, "chain-riscv64": 0, "libc-riscv64": 27} {
+		arch := archOfName(name)
 		fdes, err := Parse(section(t, name))
 		if err != nil {
 			t.Fatal(err)
@@ -182,7 +186,7 @@ func TestEncodeARM64(t *testing.T) {
 		for _, f := range fdes {
 			for _, r := range f.Rows {
 				rows++
-				d := DecodeARM64(ARM64.encode(r))
+				d := DecodeARM64(arch.encode(r))
 				if r.RA.Kind == RuleUndefined {
 					if d.Base != BaseStop || Stop(d.Offset) != StopEnd {
 						t.Errorf("%s 0x%x: %+v, want the end of the stack", name, r.PC, d)
@@ -193,13 +197,18 @@ func TestEncodeARM64(t *testing.T) {
 					unsupported++
 					continue
 				}
-				reg := map[uint32]uint64{BaseRSP: RegSP, BaseRBP: RegX29}[d.Base]
+				reg := map[uint32]uint64{BaseRSP: arch.SP, BaseRBP: arch.FP}[d.Base]
 				fp, ra := Rule{Kind: RuleSame}, Rule{Kind: RuleSame}
 				switch d.Saves {
 				case SavesRA:
 					ra = Rule{Kind: RuleOffset, Offset: d.Slot}
 				case SavesPair:
 					fp, ra = Rule{Kind: RuleOffset, Offset: d.Slot}, Rule{Kind: RuleOffset, Offset: d.Slot + 8}
+				case SavesFP:
+					if arch != RISCV64 {
+						t.Errorf("%s 0x%x: SavesFP outside riscv64", name, r.PC)
+					}
+					fp = Rule{Kind: RuleOffset, Offset: d.Slot}
 				}
 				if reg != r.CFA.Reg || int64(d.Offset) != r.CFA.Offset || fp != r.RBP || ra != r.RA {
 					t.Errorf("%s 0x%x: %+v decoded as CFA r%d+%d, x29 %+v, x30 %+v", name, r.PC, r, reg, d.Offset, fp, ra)
@@ -228,6 +237,15 @@ func TestEncodeARM64(t *testing.T) {
 		if w := ARM64.encode(c.row); (DecodeARM64(w).Base != BaseStop) != c.ok {
 			t.Errorf("%+v: rule %#x, want encodable %v", c.row, w, c.ok)
 		}
+	}
+	// s0 saved, ra back in its register: riscv64's epilogue, not arm64's.
+	fpOnly := Row{CFA: CFA{Kind: CFAReg, Reg: RegRVSP, Offset: 16}, RBP: Rule{Kind: RuleOffset, Offset: -16}}
+	if d := DecodeARM64(RISCV64.encode(fpOnly)); d.Base != BaseRSP || d.Saves != SavesFP || d.Slot != -16 || d.Offset != 16 {
+		t.Errorf("riscv64 %+v: %+v", fpOnly, d)
+	}
+	fpOnly.CFA.Reg = RegSP
+	if d := DecodeARM64(ARM64.encode(fpOnly)); d.Base != BaseStop {
+		t.Errorf("arm64 %+v: %+v, want unsupported", fpOnly, d)
 	}
 }
 
