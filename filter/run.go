@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -550,6 +551,10 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	act, err := action(o)
 	if err != nil {
 		return err
+	}
+	if ev.kind == "tracepoint" && runtime.GOARCH == "arm" && (strings.Contains(o.CountBy, "kstack") || strings.Contains(o.Fields, "kstack")) {
+		// perf_arch_fetch_caller_regs leaves ARM's unwinder no lr.
+		fmt.Fprintln(s.Stderr, "filter: kstack: 32-bit ARM's kernel walks a stack taken at a tracepoint no further than its first frame (a kprobe's is whole)")
 	}
 	if stacks, _, _ := stackColumns("--count-by", o.CountBy); slices.Contains(stacks, "ustack") {
 		return runUstack(ctx, s, o, ev, root, target, stackRun{stacks: stacks})
