@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,9 +73,8 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if syms.Hidden {
 		fmt.Fprintln(s.Stderr, "dropmon: kernel addresses are hidden (kptr_restrict, or not root): printing addresses only")
 	}
-	if o.Stacks && runtime.GOARCH == "arm" {
-		// perf_arch_fetch_caller_regs leaves its unwinder no lr.
-		fmt.Fprintln(s.Stderr, "dropmon: --stacks: 32-bit ARM's kernel walks a stack taken at a tracepoint no further than its first frame, so the stacks show no path to the drop")
+	if why := kernel.TracepointStackLimit(); o.Stacks && why != "" {
+		fmt.Fprintf(s.Stderr, "dropmon: --stacks: %s: the stacks show no path to the drop\n", why)
 	}
 	cfg := prog.Config{Layout: l, Protocol: o.proto, Stacks: o.Stacks, ProbeRead: kernel.Readers().Kernel}
 	// Only --protocol reads through skb: without it, a raw tracepoint is as

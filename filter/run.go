@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -552,14 +551,15 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	if ev.kind == "tracepoint" && runtime.GOARCH == "arm" && (strings.Contains(o.CountBy, "kstack") || strings.Contains(o.Fields, "kstack")) {
-		// perf_arch_fetch_caller_regs leaves ARM's unwinder no lr.
-		fmt.Fprintln(s.Stderr, "filter: kstack: 32-bit ARM's kernel walks a stack taken at a tracepoint no further than its first frame (a kprobe's is whole)")
+	keyStacks, _, _ := stackColumns("--count-by", o.CountBy)
+	fieldStacks, rest, _ := stackColumns("--fields", o.Fields)
+	if why := kernel.TracepointStackLimit(); why != "" && ev.kind == "tracepoint" && slices.Contains(append(keyStacks, fieldStacks...), "kstack") {
+		fmt.Fprintf(s.Stderr, "filter: kstack: %s\n", why)
 	}
-	if stacks, _, _ := stackColumns("--count-by", o.CountBy); slices.Contains(stacks, "ustack") {
+	if stacks := keyStacks; slices.Contains(stacks, "ustack") {
 		return runUstack(ctx, s, o, ev, root, target, stackRun{stacks: stacks})
 	}
-	if stacks, rest, _ := stackColumns("--fields", o.Fields); slices.Contains(stacks, "ustack") {
+	if stacks := fieldStacks; slices.Contains(stacks, "ustack") {
 		return runUstack(ctx, s, o, ev, root, target, stackRun{stacks: stacks, emit: true, record: compile.Action{Kind: compile.Emit, Columns: rest, Option: "--fields", Source: o.Fields}})
 	}
 	if err := checkReturnOnly(ev, root, act); err != nil {

@@ -188,7 +188,7 @@ func userSites(ev *event, pid int) ([]site, error) {
 		ev.provider = p.Provider
 		var sites []site
 		for _, s := range p.Sites {
-			if _, err := f.CodeOffset(s.Addr); err != nil {
+			if err := f.Probeable(s.Addr); err != nil { // USDT listed its offset
 				return nil, fmt.Errorf("%s:%s: %w", p.Provider, p.Name, err)
 			}
 			sites = append(sites, site{

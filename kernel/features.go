@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"runtime"
 	"strconv"
 	"sync"
 
@@ -122,4 +123,17 @@ func HaveSnprintfBTF() bool {
 	_ = loader.RemoveMemlock()
 	err := features.HaveProgramHelper(ebpf.Kprobe, bpf.FnSnprintfBtf)
 	return err == nil || !errors.Is(err, ebpf.ErrNotSupported)
+}
+
+// TracepointStackLimit is, where the kernel walks a stack taken at a
+// tracepoint (perf, raw or BTF) no further than its first frame, the line
+// that says so; "" elsewhere. That is 32-bit ARM: perf_arch_fetch_caller_regs
+// fills the caller's pc with the current sp and no lr, and its unwinder
+// (CONFIG_UNWINDER_ARM) stops after that frame. A kprobe's stack, from
+// real registers, is whole there.
+func TracepointStackLimit() string {
+	if runtime.GOARCH != "arm" {
+		return ""
+	}
+	return "32-bit ARM's kernel walks a stack taken at a tracepoint no further than its first frame (a kprobe's is whole)"
 }

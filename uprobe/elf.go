@@ -86,17 +86,26 @@ func (f *File) Offset(vaddr uint64) (uint64, error) {
 	return 0, fmt.Errorf("%s: address 0x%x is in no loaded segment", f.Path, vaddr)
 }
 
-// CodeOffset is Offset of an address a uprobe goes at. On 32-bit ARM
-// the kernel's uprobes decode ARM instructions only (arch_uprobe_analyze_insn
+// CodeOffset is Offset of an address a uprobe goes at, which Probeable
+// checks first.
+func (f *File) CodeOffset(vaddr uint64) (uint64, error) {
+	if err := f.Probeable(vaddr); err != nil {
+		return 0, err
+	}
+	return f.Offset(vaddr)
+}
+
+// Probeable says whether a uprobe can go at an address. On 32-bit ARM the
+// kernel's uprobes decode ARM instructions only (arch_uprobe_analyze_insn
 // refuses an address not 4-byte aligned, "Thumb not yet supported"), and a
 // breakpoint at an aligned address in Thumb code would break the process:
 // Thumb code is refused, known by the address's low bits, the file's
 // mapping symbols ($t, $a) or the function symbol that holds it.
-func (f *File) CodeOffset(vaddr uint64) (uint64, error) {
+func (f *File) Probeable(vaddr uint64) error {
 	if f.elf.Machine == elf.EM_ARM && (vaddr&3 != 0 || f.thumb(vaddr)) {
-		return 0, fmt.Errorf("%s: 0x%x is Thumb code, and 32-bit ARM's uprobes probe ARM instructions only: build the program with -marm", f.Path, vaddr&^1)
+		return fmt.Errorf("%s: 0x%x is Thumb code, and 32-bit ARM's uprobes probe ARM instructions only: build the program with -marm", f.Path, vaddr&^1)
 	}
-	return f.Offset(vaddr)
+	return nil
 }
 
 // thumb reports an ARM file's address in Thumb code: the nearest mapping

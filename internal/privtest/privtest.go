@@ -105,7 +105,8 @@ func NoBTF(t testing.TB) bool {
 // registers perf_arch_fetch_caller_regs fills, the caller's pc with the
 // current sp and no lr, and stops after that frame. A kprobe's stack,
 // from real registers, is whole there. The README's matrix table names
-// this skip.
+// this skip. (The tools ask kernel.TracepointStackLimit, which this
+// package cannot import: kernel's own tests import it.)
 func NeedTracepointStacks(t testing.TB) {
 	t.Helper()
 	if runtime.GOARCH == "arm" {
