@@ -4,11 +4,25 @@
 # (which have kprobes, unlike our host's) under qemu TCG with an initramfs of busybox, the tools and the test binaries
 # (built for the guest's architecture), runs the privileged tests inside,
 # and checks each guest's verdict lines.
+#
+# Phases, so that make test can prepare the guests while the host's tests
+# run: `run.sh install` installs what the matrix needs; `run.sh prepare`
+# also downloads the kernels and builds each architecture's stage (in
+# $cache/stages, the kernels listed in $cache/kernels); `run.sh boot`
+# boots the prepared guests and checks them; `run.sh` alone does all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=.cache/vm
 mkdir -p "$cache"
+phase=${1:-all}
+case "$phase" in
+  install|prepare|boot|all) ;;
+  *) echo "usage: vmtest/run.sh [install|prepare|boot]" >&2; exit 2 ;;
+esac
 start=$(date +%s)
+stages=$(pwd)/$cache/stages
+
+if [ "$phase" != boot ]; then
 
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
@@ -37,6 +51,10 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "test-vm: installing ${need[*]}" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+fi
+[ "$phase" != install ] || exit 0
+
+if [ "$phase" != boot ]; then
 
 # The newest Debian cloud kernel of each series, downloaded once: 6.1 and
 # 6.12 from the machine's own sources; 5.10 (bullseye) and 7.x (sid)
@@ -165,8 +183,7 @@ fi
 # Per architecture: static tools and test binaries, the fixtures (built
 # here: the guests have no compiler), the C library they run on at the
 # paths the dynamic linker looks in, busybox and /init.
-stages=$(mktemp -d)
-trap 'rm -rf "$stages"' EXIT
+rm -rf "$stages" && mkdir -p "$stages"
 pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind ldso
   writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile profile/prog)
 make_stage() { # make_stage ARCH
@@ -245,6 +262,13 @@ make_stage() { # make_stage ARCH
   chmod 755 "$stage/init"
 }
 for arch in $(printf '%s\n' "${kernels[@]}" | cut -d: -f1 | sort -u); do make_stage "$arch"; done
+printf '%s\n' "${kernels[@]}" > "$cache/kernels"
+fi
+[ "$phase" != prepare ] || exit 0
+
+[ -s "$cache/kernels" ] && [ -d "$stages" ] || { echo "test-vm: nothing prepared: run vmtest/run.sh prepare first" >&2; exit 1; }
+mapfile -t kernels < "$cache/kernels"
+trap 'rm -rf "$stages" "$cache/kernels"' EXIT
 
 status=0
 all_passed=0 all_failed=0 all_skipped=0 recap=
