@@ -11,6 +11,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -316,15 +317,22 @@ func TestStackMode(t *testing.T) {
 func TestKprobeGlobMany(t *testing.T) {
 	privtest.RequireKprobes(t)
 	privtest.NeedBTF(t) // the function's arguments
-	r := filter(t, "--count", "kprobe:*sys_*", "-c", "true")
+	// Without kprobe_multi, the kernel detaches a kprobe each one grace
+	// period at a time: *sys_*'s 1160 took 45 of the test's 60 s in the
+	// matrix's 6.1 guest. There the glob is *sys_s*, still hundreds.
+	glob, least := "kprobe:*sys_*", 500
+	if !perfevent.KprobeMulti() {
+		glob, least = "kprobe:*sys_s*", 100
+	}
+	r := filter(t, "--count", glob, "-c", "true")
 	m := regexp.MustCompile(`(\d+) functions attached in (\S+) \((.*)\)`).FindStringSubmatch(r.Stderr)
 	if r.Status != 0 || m == nil {
 		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
 	}
 	n, _ := strconv.Atoi(m[1])
-	t.Logf("%d functions attached in %s (%s); the whole run: %s", n, m[2], m[3], r.Stderr)
-	if n < 500 {
-		t.Errorf("%d functions attached: want at least 500 from kprobe:*sys_*", n)
+	t.Logf("%s: %d functions attached in %s (%s); the whole run: %s", glob, n, m[2], m[3], r.Stderr)
+	if n < least {
+		t.Errorf("%d functions attached: want at least %d from %s", n, least, glob)
 	}
 	root, err := tracefs.Root()
 	if err != nil {
