@@ -15,6 +15,7 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -84,25 +85,26 @@ func byChain(t *testing.T, rep ustackReport) (chains map[string]uint64, complete
 }
 
 // requireUnwinder skips where profile's in-kernel unwinder does not read
-// the architecture's frames: on riscv64 a user stack is walked by frame
+// the architecture's frames: on 32-bit ARM a user stack is walked by frame
 // pointers only (profile --unwind=fp), and fx-chain, built without them,
 // cannot be whole there (the README's matrix table names these skips).
 func requireUnwinder(t *testing.T) {
 	t.Helper()
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		t.Skipf("%s: ustack walks frame pointers only here (the in-kernel unwinder reads x86-64 and arm64 frames), and fx-chain has none", runtime.GOARCH)
+	if _, ok := prog.ArchOf(runtime.GOARCH); !ok {
+		t.Skipf("%s: ustack walks frame pointers only here (the in-kernel unwinder reads x86-64, arm64 and riscv64 frames), and fx-chain has none", runtime.GOARCH)
 	}
 }
 
 // Where profile's unwinder does not read the architecture's frames
-// (riscv64), --count-by ustack walks frame pointers and says so in one
+// (32-bit ARM), --count-by ustack walks frame pointers and says so in one
 // line; elsewhere it says nothing of it. Either way the 3 events count.
 func TestUstackArchNotice(t *testing.T) {
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "fx-chain")
 	r := filter(t, "--json", "--count-by", "ustack", "uprobe:"+fx+":tk_leaf", "-c", fx+" 2 1")
 	rep := ustacks(t, r)
-	fpOnly := runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64"
+	_, unwinds := prog.ArchOf(runtime.GOARCH)
+	fpOnly := !unwinds
 	if said := strings.Contains(r.Stderr, "user stacks are walked by frame pointers only"); said != fpOnly || rep.Events == nil || *rep.Events != 3 {
 		t.Errorf("on %s: stderr %q, events %v; want the frame-pointer notice: %v, and 3 events", runtime.GOARCH, r.Stderr, rep.Events, fpOnly)
 	}

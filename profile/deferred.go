@@ -21,7 +21,7 @@ import (
 type deferredSample struct {
 	pid                uint32
 	lookup, pc, sp, bp uint64
-	lr                 uint64 // arm64's x30
+	lr                 uint64 // arm64's x30, riscv64's ra
 	stack              []byte // the copy of the stack from sp
 	key                []byte // the key as far as the kernel walked it
 	arrived            time.Time
@@ -295,15 +295,17 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			}
 		}
 		var why int32 = prog.StopNoTable
-		if haveRule && ps.arm64 {
-			// arm64's word (see prog's stepARM64): x30 holds the return
-			// address of a frame that saved none, known where pc is exact.
+		if haveRule && ps.arch != prog.X86_64 {
+			// arm64's word (see prog's stepLR): x30 holds the return
+			// address of a frame that saved none, known where pc is exact
+			// (riscv64: ra, also where s0 alone is saved).
 			dr := unwind.DecodeARM64(rule)
+			inLR := dr.Saves == unwind.SavesNone || dr.Saves == unwind.SavesFP
 			if dr.Base == unwind.BaseStop {
 				if why = int32(dr.Offset & unwind.KindMask); why == prog.StopEnd {
 					return frames, prog.StopEnd, fp, 0
 				}
-			} else if dr.Saves != unwind.SavesNone || lookup == pc {
+			} else if !inLR || lookup == pc {
 				cfa = sp + uint64(dr.Offset)
 				if dr.Base == unwind.BaseRBP {
 					cfa = bp + uint64(dr.Offset)
@@ -319,11 +321,17 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 					bp, ok = read(cfa + uint64(dr.Slot))
 					next, ok2 = read(cfa + uint64(dr.Slot) + 8)
 					ok = ok && ok2
+				case unwind.SavesFP:
+					bp, ok = read(cfa + uint64(dr.Slot))
+					next = lr
 				}
 				if !ok {
 					return frames, prog.StopRead, fp, 0
 				}
-				sp, next = cfa, next&prog.UserAddressMask
+				sp = cfa
+				if ps.arch == prog.ARM64 {
+					next &= prog.UserAddressMask
+				}
 				goto step
 			} else {
 				why = prog.StopUnsupported
@@ -373,20 +381,25 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			}
 		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp == 0 {
 			return frames, prog.StopEnd, fp, 0
-		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && ps.plausibleFrame(sp, bp) && !(ps.arm64 && m != nil && m.file.isSigreturn(pc-m.bias)) {
+		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && ps.plausibleFrame(sp, bp) && !(ps.arch != prog.X86_64 && m != nil && m.file.isSigreturn(pc-m.bias)) {
 			// Known to have no table (JIT code, a file without one): the
 			// frame pointer, where it is plausible, as the kernel steps.
 			// Never where the mapping is unknown (a process gone before
 			// its maps were read): there it is a guess about nothing.
-			saved, ok1 := read(bp)
-			ra, ok2 := read(bp + 8)
+			// riscv64's frame record is below s0, the caller's sp.
+			record, above := bp, bp+16
+			if ps.arch == prog.RISCV64 {
+				record, above = bp-16, bp
+			}
+			saved, ok1 := read(record)
+			ra, ok2 := read(record + 8)
 			if !ok1 || !ok2 {
 				return frames, prog.StopRead, fp, 0
 			}
-			if ps.arm64 {
+			if ps.arch == prog.ARM64 {
 				ra &= prog.UserAddressMask
 			}
-			sp, bp, next, fp = bp+16, saved, ra, true
+			sp, bp, next, fp = above, saved, ra, true
 			goto step
 		}
 		// No step: the signal trampoline, or the end.
@@ -394,10 +407,14 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 			// The interrupted code's registers, in the signal frame.
 			var ok [4]bool
 			rsp, rip, rbp := prog.SignalRSP, prog.SignalRSP+8, prog.SignalRBP
-			if ps.arm64 {
+			switch ps.arch {
+			case prog.ARM64:
 				rsp, rip, rbp = prog.SignalSPARM64, prog.SignalSPARM64+8, prog.SignalX29ARM64
 				lr, ok[3] = read(sp + prog.SignalX29ARM64 + 8)
-			} else {
+			case prog.RISCV64:
+				rsp, rip, rbp = prog.SignalSPRISCV64, prog.SignalPCRISCV64, prog.SignalS0RISCV64
+				lr, ok[3] = read(sp + prog.SignalPCRISCV64 + 8)
+			default:
 				ok[3] = true
 			}
 			at := sp
@@ -435,7 +452,7 @@ func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, s
 // Go's frames keep it), within prog.MaxFrame, aligned.
 func (ps *processes) plausibleFrame(sp, bp uint64) bool {
 	low := bp
-	if ps.arm64 {
+	if ps.arch == prog.ARM64 {
 		low += 8
 		return low >= sp && low-sp <= prog.MaxFrame && bp&7 == 0
 	}

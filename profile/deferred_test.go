@@ -255,7 +255,7 @@ func TestUnwindCopyARM64(t *testing.T) {
 	copy(code[0x400:], []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4})
 	text := &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Vaddr: 0x1000, Filesz: 0x1000}, ReaderAt: bytes.NewReader(code)}
 	f := &file{name: "f", elf: arm, progs: []*elf.Prog{text}, first: 0, rows: len(entries), tried: true}
-	ps := &processes{arm64: true, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
+	ps := &processes{arch: prog.ARM64, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
 		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
 	}}
 	stack := make([]byte, 0x310)
@@ -279,6 +279,70 @@ func TestUnwindCopyARM64(t *testing.T) {
 		{"signal", 0x1400, 0x13ff, []uint64{0x1010, 0x1150, 0x1250}, prog.StopEnd},
 	} {
 		s := &deferredSample{pid: 1, pc: c.pc, lookup: c.lookup, sp: 0x7000, lr: 0x1150, stack: stack}
+		frames, stop, fp, wait := ps.unwindCopy(s, 10)
+		if !slices.Equal(frames, c.want) || stop != c.stop || fp || wait != 0 {
+			t.Errorf("%s: frames %#x, stop %d, fp %v, wait %v; want %#x, stop %d", c.name, frames, stop, fp, wait, c.want, c.stop)
+		}
+	}
+}
+
+// TestUnwindCopyRISCV64: a deferred riscv64 sample is unwound in user
+// space as the kernel walks it: arm64's words with ra for x30 and s0 for
+// x29, and riscv64's own, an epilogue's row with s0 still saved and the
+// return address back in ra (only where pc is exact), through its signal
+// frame (pc, ra, sp, then s0 at 64).
+func TestUnwindCopyRISCV64(t *testing.T) {
+	privtest.Require(t)
+	same := unwind.Rule{Kind: unwind.RuleSame}
+	sp := func(off int64) unwind.CFA { return unwind.CFA{Kind: unwind.CFAReg, Reg: unwind.RegRVSP, Offset: off} }
+	saved := func(off int64) unwind.Rule { return unwind.Rule{Kind: unwind.RuleOffset, Offset: off} }
+	entries, err := unwind.RISCV64.Compile([]unwind.FDE{
+		{Begin: 0x1100, End: 0x1200, Rows: []unwind.Row{{PC: 0x1100, CFA: sp(16), RBP: saved(-16), RA: same}}}, // ld ra done, ld s0 not yet
+		{Begin: 0x1200, End: 0x1300, Rows: []unwind.Row{{PC: 0x1200, CFA: sp(32), RBP: saved(-16), RA: saved(-8)}}},
+		{Begin: 0x1300, End: 0x1400, Rows: []unwind.Row{{PC: 0x1300, CFA: sp(0), RBP: same, RA: unwind.Rule{Kind: unwind.RuleUndefined}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, fences := unwind.Blocks(entries)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Put(uint32(0), rows); err != nil {
+		t.Fatal(err)
+	}
+	rv := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_RISCV}}
+	// The sigreturn trampoline at 0x1500, in no FDE.
+	code := make([]byte, 0x1000)
+	copy(code[0x500:], []byte{0x93, 0x08, 0xb0, 0x08, 0x73, 0x00, 0x00, 0x00})
+	text := &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Vaddr: 0x1000, Filesz: 0x1000}, ReaderAt: bytes.NewReader(code)}
+	f := &file{name: "f", elf: rv, progs: []*elf.Prog{text}, first: 0, rows: len(entries), tried: true}
+	ps := &processes{arch: prog.RISCV64, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
+		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
+	}}
+	stack := make([]byte, 0x200)
+	binary.LittleEndian.PutUint64(stack[0:], 0x7100)    // f's saved s0, at its CFA - 16
+	binary.LittleEndian.PutUint64(stack[0x20:], 0x7200) // g's s0 and ra, at its CFA (sp 0x7010 + 32) - 16
+	binary.LittleEndian.PutUint64(stack[0x28:], 0x1310)
+	// A signal frame at 0x7000 (the trampoline's sp): the interrupted pc,
+	// ra and sp, f's, and its s0.
+	for i, v := range []uint64{0x1110, 0x1210, 0x7000} {
+		binary.LittleEndian.PutUint64(stack[prog.SignalPCRISCV64+8*i:], v)
+	}
+	binary.LittleEndian.PutUint64(stack[prog.SignalS0RISCV64:], 0x7400)
+	for _, c := range []struct {
+		name       string
+		pc, lookup uint64
+		want       []uint64
+		stop       int32
+	}{
+		{"exact", 0x1110, 0x1110, []uint64{0x1210, 0x1310}, prog.StopEnd},
+		{"return address", 0x1110, 0x110f, nil, prog.StopUnsupported}, // ra is not the caller's above the sampled frame
+		{"signal", 0x1500, 0x14ff, []uint64{0x1110, 0x1210, 0x1310}, prog.StopEnd},
+	} {
+		s := &deferredSample{pid: 1, pc: c.pc, lookup: c.lookup, sp: 0x7000, lr: 0x1210, stack: stack}
 		frames, stop, fp, wait := ps.unwindCopy(s, 10)
 		if !slices.Equal(frames, c.want) || stop != c.stop || fp || wait != 0 {
 			t.Errorf("%s: frames %#x, stop %d, fp %v, wait %v; want %#x, stop %d", c.name, frames, stop, fp, wait, c.want, c.stop)

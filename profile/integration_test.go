@@ -26,6 +26,7 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/ldso"
+	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/unwind"
 	"golang.org/x/sys/unix"
 )
@@ -111,14 +112,24 @@ func chainShare(r report, comm string, inC bool) (float64, int) {
 }
 
 // requireUnwinder skips where profile has no in-kernel unwinder: on
-// riscv64 it walks frame pointers only, by the kernel's own walker (which
-// takes a leaf's stale ra for its caller), and --label, the process
-// context and signal frames read x86-64 and arm64 only. The README's
-// matrix table names these skips.
+// 32-bit ARM it walks frame pointers only, by the kernel's own walker.
+// The README's matrix table names these skips.
 func requireUnwinder(t *testing.T) {
 	t.Helper()
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		t.Skipf("%s: profile walks frame pointers only here; the in-kernel unwinder, --label and the context read x86-64 and arm64", runtime.GOARCH)
+	if _, ok := prog.ArchOf(runtime.GOARCH); !ok {
+		t.Skipf("%s: profile walks frame pointers only here; the in-kernel unwinder reads x86-64, arm64 and riscv64", runtime.GOARCH)
+	}
+}
+
+// requireThreadPointer skips where --label's thread-locals and the
+// process context are not read: the sampled thread's thread pointer is in
+// task_struct on x86-64 and arm64 only (riscv64 keeps it in the task's
+// pt_regs, tp). The README's matrix table names these skips.
+func requireThreadPointer(t *testing.T) {
+	t.Helper()
+	requireUnwinder(t)
+	if prog.ThreadPointerMember[runtime.GOARCH] == "" {
+		t.Skipf("%s: --label and the context read the thread pointer in task_struct, on x86-64 and arm64", runtime.GOARCH)
 	}
 }
 
@@ -207,9 +218,10 @@ func TestFramePointers(t *testing.T) {
 		}
 	}
 	// Unasked, frame pointers are said to be all there is where they are
-	// (riscv64), and only there.
+	// (32-bit ARM), and only there.
 	res := tooltest.Run(t, tooltest.Tool(t, "profile"), "--json", "-F", "99", "-c", fx+" 0.3 user")
-	fpOnly := runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64"
+	_, unwinds := prog.ArchOf(runtime.GOARCH)
+	fpOnly := !unwinds
 	if said := strings.Contains(res.Stderr, "user stacks are walked by frame pointers only"); res.Status != 0 || said != fpOnly {
 		t.Errorf("auto on %s: exit %d, stderr %q; want the frame-pointer notice: %v", runtime.GOARCH, res.Status, res.Stderr, fpOnly)
 	}
@@ -505,9 +517,9 @@ func TestIdle(t *testing.T) {
 	}
 }
 
-// hostileFrames writes a static x86-64 ELF that spins (jmp .) and has an
-// .eh_frame of 64 MiB: one CIE and 3.3 million FDEs of a row each, far
-// past the parse's FDE limit.
+// hostileFrames writes a static ELF of the host's architecture that spins
+// (jmp .) and has an .eh_frame of 64 MiB: one CIE and 3.3 million FDEs of
+// a row each, far past the parse's FDE limit.
 func hostileFrames(t *testing.T, path string) {
 	const (
 		base     = 0x400000
@@ -520,10 +532,13 @@ func hostileFrames(t *testing.T, path string) {
 	var frames []byte
 	frames = le.AppendUint32(frames, 20)
 	// A CIE: x86-64's return address at CFA-8, CFA = rsp+8; arm64's in
-	// x30, CFA = sp (then DW_CFA_nop).
+	// x30 and riscv64's in ra, CFA = sp (then DW_CFA_nop).
 	machine, code, cie := uint16(0x3e), []byte{0xeb, 0xfe}, []byte{16, 1, 0x1b, 0x0c, 7, 8, 0x90, 1, 0, 0} // jmp .
-	if runtime.GOARCH == "arm64" {
+	switch runtime.GOARCH {
+	case "arm64":
 		machine, code, cie = 0xb7, []byte{0x00, 0x00, 0x00, 0x14}, []byte{30, 1, 0x1b, 0x0c, 31, 0, 0, 0, 0, 0} // b .
+	case "riscv64": // the return address in ra, CFA = sp
+		machine, code, cie = 0xf3, []byte{0x6f, 0x00, 0x00, 0x00}, []byte{1, 1, 0x1b, 0x0c, 2, 0, 0, 0, 0, 0} // j .
 	}
 	frames = append(frames, 0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78)
 	frames = append(frames, cie...)
@@ -847,7 +862,7 @@ func TestUnreadableProcessSaid(t *testing.T) {
 // phase gets its share of the main thread's samples; the pprof file
 // carries them as sample labels.
 func TestLabelsPerThread(t *testing.T) {
-	requireUnwinder(t)
+	requireThreadPointer(t)
 	privtest.Require(t)
 	dir := fixtures(t)
 	// glibc's dynamic executable, musl's static one.
@@ -983,7 +998,7 @@ func checkPhases(t *testing.T, by map[string]int, total int) {
 // unset (glibc: not allocated) or zero (musl allocates every thread's
 // block at dlopen).
 func TestLabelsLibraries(t *testing.T) {
-	requireUnwinder(t)
+	requireThreadPointer(t)
 	privtest.Require(t)
 	dir := fixtures(t)
 	// Each label's value is req + its offset (tls.c).
@@ -1060,7 +1075,7 @@ func TestLabelsLibraries(t *testing.T) {
 // map's id, tag (NULL: none) and first three entries, no more than its cnt
 // (the second thread's 1), as labels NAME.id, NAME.tag, NAME.KEY.
 func TestLabelsStrobe(t *testing.T) {
-	requireUnwinder(t)
+	requireThreadPointer(t)
 	privtest.Require(t)
 	dir := fixtures(t)
 	// The map's id is the thread's req. No more labels: on kernels of
@@ -1194,7 +1209,7 @@ func TestLabelUsageErrors(t *testing.T) {
 // go), so that a process that gets its pid again is announced and placed
 // anew instead of read at the first one's places.
 func TestLabelsForgottenAtExit(t *testing.T) {
-	requireUnwinder(t)
+	requireThreadPointer(t)
 	privtest.Require(t)
 	exe := filepath.Join(fixtures(t), "tls")
 	before := lastMapID()
@@ -1296,7 +1311,7 @@ func readPprof(t *testing.T, path string) *profile.Profile {
 // update (valid 0), never a label set's label with no key or a key's
 // second value. --no-context reads none.
 func TestContext(t *testing.T) {
-	requireUnwinder(t)
+	requireThreadPointer(t)
 	privtest.Require(t)
 	dir := fixtures(t)
 	ids := func(trace, span string) map[string]any {
@@ -1608,7 +1623,7 @@ func TestSignalFrames(t *testing.T) {
 					continue
 				}
 				if j := i + 3; j < len(st.User) && sigreturnNames[st.User[j]] {
-					st.User[j] = "__restore_rt" // arm64's vdso names it __kernel_rt_sigreturn where its symbols are read
+					st.User[j] = "__restore_rt" // arm64's vdso names it __kernel_rt_sigreturn where its symbols are read, riscv64's __vdso_rt_sigreturn
 				}
 				// musl: the signal came in libc's code, which has no
 				// unwind rows, and the stack ends there, by musl's design

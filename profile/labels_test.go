@@ -35,7 +35,7 @@ func TestDecodeLabels(t *testing.T) {
 // The executable's thread-locals sit below the thread pointer on x86-64,
 // the block rounded up to its alignment, and above a 16-byte TCB on arm64.
 func TestTPOffset(t *testing.T) {
-	requireUnwinder(t)
+	requireThreadPointer(t)
 	ef := &elf.File{Progs: []*elf.Prog{{ProgHeader: elf.ProgHeader{Type: elf.PT_TLS, Vaddr: 0x3de8, Memsz: 0x24, Align: 8}}}}
 	got, err := tpOffset(ef, 0x10)
 	if err != nil {

@@ -62,10 +62,11 @@ an address in it. A sample that meets a file whose table is not read yet
 is not cut short: a copy of the top of its stack (8 KiB at most) goes to
 user space, which unwinds it once the table is read. auto (the default) uses
 the tables where a file has one and frame pointers elsewhere (JIT code); fp
-uses only frame pointers. The unwinder reads x86-64 and arm64 frames (on
-arm64: the return address in x30 where a frame saved none, pointer
-authentication codes stripped, signal frames through the vdso's trampoline);
-on other architectures auto means fp, and eh is refused.
+uses only frame pointers. The unwinder reads x86-64, arm64 and riscv64
+frames (on arm64 and riscv64: the return address in x30 or ra where a frame
+saved none, signal frames through the vdso's trampoline; arm64's pointer
+authentication codes stripped); on other architectures (32-bit ARM) auto
+means fp, and eh is refused.
 
 --label reads the sampled thread's own memory at each sample (the idea of
 strobemeta): a request id, the endpoint being served, a tenant. A stack

@@ -129,7 +129,7 @@ type processes struct {
 	eager             bool
 	short             bool              // --no-params: names without parameters
 	mode              string            // the unwind mode (prog.Unwind*)
-	arm64             bool              // the rule words and registers are arm64's
+	arch              prog.Arch         // whose rule words and registers
 	names             map[string]string // demangled names by symbol
 	capacity          int               // rows the table holds
 	next              int               // its first free row, at a block's start
@@ -501,7 +501,7 @@ const (
 // frameSource is where a file's frame section is read from.
 type frameSource struct {
 	arch  unwind.Arch
-	extra []unwind.FDE // rows the section lacks (arm64's PLT)
+	extra []unwind.FDE // rows the section lacks (arm64's and riscv64's PLT)
 	src   io.ReaderAt
 	size  int64
 	addr  uint64
@@ -520,8 +520,13 @@ func frames(ef *elf.File) (fs frameSource, err error) {
 		return fs, fmt.Errorf("%v: the unwinder here reads %v frames only", ef.Machine, want)
 	}
 	fs.arch, _ = unwind.ArchOf(ef.Machine)
-	if plt := ef.Section(".plt"); plt != nil && ef.Machine == elf.EM_AARCH64 && plt.Type == elf.SHT_PROGBITS && plt.Addr+plt.Size < 1<<32 {
-		fs.extra = append(fs.extra, unwind.PLTARM64(plt.Addr, plt.Size))
+	if plt := ef.Section(".plt"); plt != nil && plt.Type == elf.SHT_PROGBITS && plt.Addr+plt.Size < 1<<32 {
+		switch ef.Machine {
+		case elf.EM_AARCH64:
+			fs.extra = append(fs.extra, unwind.PLTARM64(plt.Addr, plt.Size))
+		case elf.EM_RISCV:
+			fs.extra = append(fs.extra, unwind.PLTRISCV64(plt.Addr, plt.Size))
+		}
 	}
 	for _, p := range ef.Progs {
 		if p.Type == elf.PT_LOAD && p.Vaddr+p.Memsz > 1<<32 {
@@ -555,8 +560,11 @@ func frames(ef *elf.File) (fs frameSource, err error) {
 // hostMachine is the ELF machine of the architecture profile runs on:
 // the one whose frames the in-kernel unwinder steps.
 func hostMachine() elf.Machine {
-	if runtime.GOARCH == "arm64" {
+	switch runtime.GOARCH {
+	case "arm64":
 		return elf.EM_AARCH64
+	case "riscv64":
+		return elf.EM_RISCV
 	}
 	return elf.EM_X86_64
 }

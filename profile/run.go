@@ -144,16 +144,16 @@ func CountStacks(ctx context.Context, s *run.Session, c run.Common, tree run.Tre
 }
 
 // archUnwind holds the unwinding mode to what the architecture has: the
-// in-kernel unwinder's rows and register offsets are x86-64's and
-// arm64's; elsewhere (riscv64) auto is frame pointers, said once at the
-// start (fpOnly), and eh is refused.
+// in-kernel unwinder's rows and register offsets are x86-64's, arm64's
+// and riscv64's; elsewhere (32-bit ARM) auto is frame pointers, said once
+// at the start (fpOnly), and eh is refused.
 func (o *options) archUnwind() error {
-	if runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" {
+	if _, ok := prog.ArchOf(runtime.GOARCH); ok {
 		return nil
 	}
 	switch o.Unwind {
 	case prog.UnwindEH:
-		return usage.Errorf("--unwind=eh: the in-kernel unwinder reads x86-64 and arm64 frames only; on %s use --unwind=fp", runtime.GOARCH)
+		return usage.Errorf("--unwind=eh: the in-kernel unwinder reads x86-64, arm64 and riscv64 frames only; on %s use --unwind=fp", runtime.GOARCH)
 	case prog.UnwindAuto:
 		o.Unwind, o.fpOnly = prog.UnwindFP, true
 	}
@@ -199,7 +199,8 @@ func (o *options) unit() string {
 
 func trace(ctx context.Context, s *run.Session, o *options) error {
 	cfg := prog.Config{Mode: o.Unwind, Pid: int(o.Pid), Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
-		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames, ARM64: runtime.GOARCH == "arm64"}
+		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}
+	cfg.Arch, _ = prog.ArchOf(runtime.GOARCH)
 	if o.event != nil {
 		cfg.Event = &o.event.Event
 		if !o.event.Kernel {
@@ -207,7 +208,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 	}
 	if o.fpOnly {
-		fmt.Fprintf(s.Stderr, "%s: on %s user stacks are walked by frame pointers only (the in-kernel unwinder reads x86-64 and arm64 frames): code built without them gives partial stacks\n", o.tool(), runtime.GOARCH)
+		fmt.Fprintf(s.Stderr, "%s: on %s user stacks are walked by frame pointers only (the in-kernel unwinder reads x86-64, arm64 and riscv64 frames): code built without them gives partial stacks\n", o.tool(), runtime.GOARCH)
 	}
 	ns, err := kernel.PidNamespace()
 	if err != nil {
@@ -297,7 +298,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return err
 	}
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
-	ps.short, ps.mode, ps.arm64 = o.NoParams, cfg.Mode, cfg.ARM64
+	ps.short, ps.mode, ps.arch = o.NoParams, cfg.Mode, cfg.Arch
 	deferred := newDeferrer(cfg)
 	r := &reporter{s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
 	emitting := cfg.Event != nil && cfg.Event.Emit
@@ -680,8 +681,8 @@ func (r *reporter) resolveKernel(ctx context.Context, cur map[stackKey]uint64) e
 
 // sigreturnNames are the signal return trampolines' names: glibc's and
 // musl's (named by their code where no symbol names them), and arm64's
-// vdso's.
-var sigreturnNames = map[string]bool{"__restore_rt": true, "__kernel_rt_sigreturn": true}
+// and riscv64's vdso's.
+var sigreturnNames = map[string]bool{"__restore_rt": true, "__kernel_rt_sigreturn": true, "__vdso_rt_sigreturn": true}
 
 // userFrames names a key's user frames, innermost first, and says how the
 // walk ended ("" when whole).

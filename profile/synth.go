@@ -14,7 +14,8 @@ import (
 // pltSymbols names a file's PLT entries after the functions they jump to:
 // the i-th relocation of .rela.plt is the i-th entry (x86-64: of .plt.sec
 // where the linker made one for IBT, else of .plt after its 16-byte
-// header; arm64: of .plt after its 32-byte header), as perf reads them.
+// header; arm64 and riscv64: of .plt after its 32-byte header), as perf
+// reads them.
 func pltSymbols(ef *elf.File) (out []symbol) {
 	defer func() {
 		if recover() != nil { // debug/elf on a hostile file
@@ -36,6 +37,9 @@ func pltSymbols(ef *elf.File) (out []symbol) {
 		}
 	case elf.EM_AARCH64:
 		jumpSlot = uint32(elf.R_AARCH64_JUMP_SLOT)
+		plt, first = ef.Section(".plt"), 32
+	case elf.EM_RISCV:
+		jumpSlot = uint32(elf.R_RISCV_JUMP_SLOT)
 		plt, first = ef.Section(".plt"), 32
 	}
 	if plt == nil || plt.Size < first {
@@ -66,11 +70,13 @@ func pltSymbols(ef *elf.File) (out []symbol) {
 const maxPLTEntries = 1 << 20
 
 // sigreturnCode is the signal return trampoline (glibc's and musl's
-// __restore_rt) of each architecture: x86-64's mov $15, %rax; syscall, and
-// arm64's mov x8, #139; svc #0 (also the vdso's __kernel_rt_sigreturn).
+// __restore_rt) of each architecture: x86-64's mov $15, %rax; syscall,
+// arm64's mov x8, #139; svc #0 (also the vdso's __kernel_rt_sigreturn),
+// and riscv64's li a7, 139; ecall (the vdso's __vdso_rt_sigreturn).
 var sigreturnCode = map[elf.Machine][]byte{
 	elf.EM_X86_64:  {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05},
 	elf.EM_AARCH64: {0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4},
+	elf.EM_RISCV:   {0x93, 0x08, 0xb0, 0x08, 0x73, 0x00, 0x00, 0x00},
 }
 
 // isSigreturn reports whether the code at virtual address v of the file

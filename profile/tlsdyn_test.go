@@ -15,7 +15,7 @@ import (
 // The fixture libraries' relocations of thread-locals are those of their
 // access model, of the symbols (and values) their symbol tables give.
 func TestTLSRelocs(t *testing.T) {
-	requireUnwinder(t)
+	requireThreadPointer(t)
 	dir := fixtures(t)
 	for _, c := range []struct {
 		lib  string

@@ -518,3 +518,11 @@ func PLTARM64(addr, size uint64) FDE {
 	}
 	return FDE{Begin: addr, End: addr + size, Rows: rows}
 }
+
+// PLTRISCV64 is the FDE riscv64's linkers do not write for a .plt: its
+// 32-byte header and 16-byte stubs (auipc t3; ld t3; jalr t1, t3; nop)
+// touch neither sp nor ra, so the return address is still in ra.
+func PLTRISCV64(addr, size uint64) FDE {
+	row := Row{PC: addr, CFA: CFA{Kind: CFAReg, Reg: RegRVSP}, RBP: Rule{Kind: RuleSame}, RA: Rule{Kind: RuleSame}}
+	return FDE{Begin: addr, End: addr + size, Rows: []Row{row}}
+}

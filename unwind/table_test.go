@@ -249,6 +249,30 @@ func TestEncodeARM64(t *testing.T) {
 	}
 }
 
+// TestPLTRISCV64: riscv64's .plt is one row, its return address in ra
+// throughout (the header and the stubs touch neither sp nor ra).
+func TestPLTRISCV64(t *testing.T) {
+	entries, err := RISCV64.Compile([]FDE{PLTRISCV64(0x1000, 0x60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		pc uint32
+		d  DecodedARM64
+	}{
+		{0x1000, DecodedARM64{Base: BaseRSP, Saves: SavesNone}},
+		{0x1060, DecodedARM64{Base: BaseStop, Offset: uint32(StopNoRow)}},
+	}
+	if len(entries) != len(want) {
+		t.Fatalf("%d entries %+v, want %d", len(entries), entries, len(want))
+	}
+	for i, w := range want {
+		if d := DecodeARM64(entries[i].Rule); entries[i].PC != w.pc || d != w.d {
+			t.Errorf("entry %d: 0x%x %+v, want 0x%x %+v", i, entries[i].PC, d, w.pc, w.d)
+		}
+	}
+}
+
 // TestPLTARM64: the rows profile writes for arm64's .plt: the header's
 // push of x16 and x30, then stubs whose return address is in x30.
 func TestPLTARM64(t *testing.T) {

@@ -188,13 +188,41 @@ type Config struct {
 	// OffCPU: the programs count the time threads wait, at
 	// sched:sched_switch, not samples (see offcpu.go).
 	OffCPU *OffCPU
-	// ARM64: the unwinder reads arm64's registers and rule words
-	// (unwind.ARM64), else x86-64's.
-	ARM64 bool
+	// Arch: whose registers and rule words the unwinder reads.
+	Arch Arch
 	// Event: the program runs at an event (filter's --count-by ustack),
 	// not at a CPU-clock sample.
 	Event *Event
 }
+
+// Arch is a CPU whose frames the unwinder steps.
+type Arch int
+
+const (
+	X86_64 Arch = iota // unwind.X86_64's rule words
+	ARM64              // unwind.ARM64's: the return address in x30 until saved
+	// RISCV64 takes arm64's words (unwind.RISCV64), ra for x30 and s0
+	// for x29, and one of its own (unwind.SavesFP).
+	RISCV64
+)
+
+// ArchOf is the Arch of a GOARCH; false where the unwinder steps no
+// frames (profile walks frame pointers only there).
+func ArchOf(goarch string) (Arch, bool) {
+	switch goarch {
+	case "amd64":
+		return X86_64, true
+	case "arm64":
+		return ARM64, true
+	case "riscv64":
+		return RISCV64, true
+	}
+	return 0, false
+}
+
+// linkRegister: the return address is in a register (x30, ra) until a
+// frame saves it, and the rule words are unwind's encodeLR's.
+func (a Arch) linkRegister() bool { return a != X86_64 }
 
 // Event is an event the sampler runs at instead of the CPU clock: its
 // program type (the unwinder tail-called is of that type too), and the
@@ -514,14 +542,20 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	// An event's context is the probe's registers or no registers at all
 	// (a tracepoint's record).
 	ctxRegs := cfg.OffCPU == nil && (cfg.Event == nil || cfg.Event.Regs)
-	if cfg.Event != nil && !ctxRegs && !cfg.TaskRegs && (cfg.ARM64 || cfg.TaskStack == 0) {
+	if cfg.Event != nil && !ctxRegs && !cfg.TaskRegs && (cfg.Arch != X86_64 || cfg.TaskStack == 0) {
 		return nil, ErrNoUserRegs
 	}
-	if ctxRegs && cfg.ARM64 {
+	if ctxRegs && cfg.Arch == ARM64 {
 		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, armPstate, bpf.DWord).WithSource(bpf.Comment("user mode (pstate: EL0, AArch64): the sample's registers are the user's")))
 		insns.Add(bpf.And.Imm(bpf.R1, armModeMask))
 		insns.Add(bpf.JNE.Imm(bpf.R1, 0, "kernel_mode"))
 		insns.Append(loadRegsARM64(asm.RegCtx, 0))
+		insns.Add(bpf.Ja.Label("have_regs"))
+	} else if ctxRegs && cfg.Arch == RISCV64 {
+		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, rvPC, bpf.DWord).WithSource(bpf.Comment("user mode (pc in the lower half: the context has no status): the sample's registers are the user's")))
+		insns.Add(bpf.RSh.Imm(bpf.R1, 63))
+		insns.Add(bpf.JNE.Imm(bpf.R1, 0, "kernel_mode"))
+		insns.Append(loadRegsRISCV64(asm.RegCtx))
 		insns.Add(bpf.Ja.Label("have_regs"))
 	} else if ctxRegs {
 		insns.Add(bpf.LoadMem(bpf.R1, asm.RegCtx, regs.CS, bpf.DWord).WithSource(bpf.Comment("user mode (cs & 3 == 3): the sample's registers are the user's")))
@@ -530,7 +564,7 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		insns.Append(loadRegs(asm.RegCtx))
 		insns.Add(bpf.Ja.Label("have_regs"))
 	}
-	if cfg.TaskRegs && cfg.ARM64 {
+	if cfg.TaskRegs && cfg.Arch == ARM64 {
 		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy x29 to pstate of bpf_task_pt_regs(current)")))
 		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
 		insns.Add(bpf.FnTaskPtRegs.Call())
@@ -543,6 +577,15 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.And.Imm(bpf.R1, armModeMask))
 		insns.Add(bpf.JNE.Imm(bpf.R1, 0, "no_regs"))
 		insns.Append(loadRegsARM64(bpf.R7, armFP))
+	} else if cfg.TaskRegs && cfg.Arch == RISCV64 {
+		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy pc to s0 of bpf_task_pt_regs(current)")))
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
+		insns.Add(bpf.FnTaskPtRegs.Call())
+		insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R0))
+		insns.Append(copyRegs(cfg))
+		insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R8))
+		insns.Add(bpf.Add.Imm(bpf.R7, stateRegs))
+		insns.Append(loadRegsRISCV64(bpf.R7))
 	} else if cfg.TaskRegs {
 		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy bpf_task_pt_regs(current)")))
 		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
@@ -552,9 +595,9 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R8))
 		insns.Add(bpf.Add.Imm(bpf.R7, stateRegs))
 		insns.Append(loadRegs(bpf.R7))
-	} else if cfg.ARM64 {
+	} else if cfg.Arch != X86_64 {
 		// Before 5.15 arm64's pt_regs has no fixed size to find it by.
-		insns.Add(bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no way to the user registers before 5.15 on arm64")))
+		insns.Add(bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no way to the user registers before 5.15 here")))
 	} else if cfg.TaskStack > 0 {
 		// Before 5.15: the user registers are the last thing on the task's
 		// kernel stack (task_pt_regs: stack + THREAD_SIZE - sizeof(pt_regs),
@@ -648,8 +691,11 @@ func copyRegs(cfg Config) bpf.Instructions {
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R8))
 	insns.Add(bpf.Add.Imm(bpf.R1, stateRegs))
 	size := int32(ptRegsLen)
-	if cfg.ARM64 {
+	switch cfg.Arch {
+	case ARM64:
 		size = armRegsLen
+	case RISCV64:
+		size = rvRegsLen
 	}
 	insns.Add(bpf.Mov.Imm(bpf.R2, size))
 	insns.Add(cfg.Readers.Kernel.Call())
@@ -690,6 +736,30 @@ func loadRegsARM64(from bpf.Register, base int16) bpf.Instructions {
 		bpf.LoadMem(bpf.R2, from, armSP-base, bpf.DWord),
 		bpf.LoadMem(bpf.R3, from, armFP-base, bpf.DWord),
 		bpf.LoadMem(bpf.R4, from, armLR-base, bpf.DWord),
+		bpf.StoreMem(bpf.R8, stateLR, bpf.R4, bpf.DWord),
+	}
+}
+
+// riscv64's user registers (struct user_regs_struct: the start of pt_regs
+// and all of a perf_event program's context): pc, ra, sp, gp, tp, t0 to t2,
+// then s0 at 64. The context ends before status: a user-mode sample is
+// told by its pc, in the lower half. A kernel-mode sample copies pc to s0.
+const (
+	rvPC      = 0
+	rvRA      = 8
+	rvSP      = 16
+	rvFP      = 64
+	rvRegsLen = rvFP + 8
+)
+
+// loadRegsRISCV64 loads pc, sp and s0 of the registers at from into R1,
+// R2, R3, and ra into the walk's state.
+func loadRegsRISCV64(from bpf.Register) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.LoadMem(bpf.R1, from, rvPC, bpf.DWord),
+		bpf.LoadMem(bpf.R2, from, rvSP, bpf.DWord),
+		bpf.LoadMem(bpf.R3, from, rvFP, bpf.DWord),
+		bpf.LoadMem(bpf.R4, from, rvRA, bpf.DWord),
 		bpf.StoreMem(bpf.R8, stateLR, bpf.R4, bpf.DWord),
 	}
 }
@@ -871,8 +941,8 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.JGT.Reg(bpf.R1, bpf.R6, "no_row"))
 	insns.Add(bpf.LoadMem(bpf.R2, bpf.R0, 4, bpf.Word).WithSource(bpf.Comment("the rule: base (bits 0-1), saved rbp (2-9), offset (10-31)")))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpRule, bpf.R2, bpf.DWord))
-	if cfg.ARM64 {
-		insns.Append(stepARM64(cfg, p, next))
+	if cfg.Arch.linkRegister() {
+		insns.Append(stepLR(cfg, p, next))
 		insns.Append(noTable(cfg, p, next))
 		if !last {
 			insns.Add(asm.Nop().WithSymbol(next))
@@ -934,13 +1004,15 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	return insns.Instructions
 }
 
-// stepARM64 steps an arm64 frame by its rule word (R2, also at fpRule;
-// see unwind.ARM64): CFA = sp or x29 + offset; the return address in
-// x30 (a frame that has not saved it: only where pc is exact, the
+// stepLR steps an arm64 or riscv64 frame by its rule word (R2, also at
+// fpRule; see unwind.ARM64): CFA = sp or x29 + offset; the return address
+// in x30 (a frame that has not saved it: only where pc is exact, the
 // sampled frame or one a signal interrupted), or at CFA - 8n, with x29
-// below it if the frame saved the pair. The return address loses its
+// below it if the frame saved the pair. riscv64 (ra for x30, s0 for x29)
+// has one more: s0 saved at CFA - 8n and the return address back in ra
+// (an epilogue between its two loads). arm64's return address loses its
 // pointer authentication code (the bits above the 48 of a user address).
-func stepARM64(cfg Config, p, next string) bpf.Instructions {
+func stepLR(cfg Config, p, next string) bpf.Instructions {
 	var insns asm.Seq
 	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R2).WithSource(bpf.Comment("the rule: base (bits 0-1), saves (2-3), slot (4-16), cfa/8 (17-31); a stop's reason in 10-13")))
 	insns.Add(bpf.And.Imm(bpf.R3, 3))
@@ -965,7 +1037,7 @@ func stepARM64(cfg Config, p, next string) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord).WithSource(bpf.Comment("nothing saved: the return address is x30's, known only where pc is exact")))
 	insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord))
 	insns.Add(bpf.JEq.Reg(bpf.R1, bpf.R3, p+"_lr"))
-	insns.Add(bpf.Mov.Imm(bpf.R1, StopUnsupported))
+	insns.Add(bpf.Mov.Imm(bpf.R1, StopUnsupported).WithSymbol(p + "_inexact"))
 	insns.Add(bpf.Ja.Label("signal"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateLR, bpf.DWord).WithSymbol(p + "_lr"))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpRead, bpf.R1, bpf.DWord))
@@ -978,8 +1050,18 @@ func stepARM64(cfg Config, p, next string) bpf.Instructions {
 	insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R3))
 	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R1))
 	insns.Add(bpf.JEq.Imm(bpf.R4, unwind.SavesPair, p+"_pair"))
+	if cfg.Arch == RISCV64 {
+		insns.Add(bpf.JEq.Imm(bpf.R4, unwind.SavesFP, p+"_s0"))
+	}
 	insns.Append(read8(bpf.RFP, fpRead, cfg.Readers.User.Call(), "read_error"))
 	insns.Add(bpf.Ja.Label(p + "_step"))
+	if cfg.Arch == RISCV64 {
+		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpLookup, bpf.DWord).WithSymbol(p + "_s0").WithSource(bpf.Comment("s0 saved, the return address back in ra: known only where pc is exact")))
+		insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, statePC, bpf.DWord))
+		insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, p+"_inexact"))
+		insns.Append(read8(bpf.R9, stateBP, cfg.Readers.User.Call(), "read_error"))
+		insns.Add(bpf.Ja.Label(p + "_lr"))
+	}
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSymbol(p + "_pair").WithSource(bpf.Comment("the pair: x29, then x30")))
 	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
 	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
@@ -992,7 +1074,9 @@ func stepARM64(cfg Config, p, next string) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord).WithSymbol(p + "_step").WithSource(bpf.Comment("the caller: sp = cfa, pc = return address without its authentication code")))
 	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
-	insns.Append(stripPAC(bpf.R1, bpf.R2))
+	if cfg.Arch == ARM64 {
+		insns.Append(stripPAC(bpf.R1, bpf.R2))
+	}
 	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
 	insns.Add(bpf.Ja.Label(next))
 	return insns.Instructions
@@ -1083,8 +1167,11 @@ const (
 // expression (glibc): only its code says what it is. Every stack that
 // ends early pays one read of nine bytes; whole ones pay nothing.
 func signalFrame(cfg Config) bpf.Instructions {
-	if cfg.ARM64 {
+	switch cfg.Arch {
+	case ARM64:
 		return signalFrameARM64(cfg)
+	case RISCV64:
+		return signalFrameRISCV64(cfg)
 	}
 	var insns asm.Seq
 	insns.Append(signalCode(cfg, 9, "mov $15, %rax; syscall"))
@@ -1169,6 +1256,46 @@ func signalFrameARM64(cfg Config) bpf.Instructions {
 	return insns.Instructions
 }
 
+// riscv64's sigreturn trampoline, the vdso's __vdso_rt_sigreturn and
+// musl's __restore_rt alike: li a7, 139 (rt_sigreturn); ecall, as a
+// little-endian u64.
+const sigreturnRISCV64 = 0x0000007308b00893
+
+// Where the interrupted code's registers are in riscv64's signal frame,
+// from the stack pointer at the trampoline (struct rt_sigframe): its
+// siginfo (128 bytes), then the ucontext, whose uc_mcontext (after
+// uc_flags, uc_link, uc_stack, an 8-byte uc_sigmask and 120 bytes of
+// room for it, aligned to 16: at 176) begins with struct user_regs_struct:
+// pc, ra, sp, ..., s0.
+const (
+	SignalRegsRISCV64 = 128 + 176
+	SignalPCRISCV64   = SignalRegsRISCV64 // ra follows
+	SignalSPRISCV64   = SignalRegsRISCV64 + 16
+	SignalS0RISCV64   = SignalRegsRISCV64 + 64
+)
+
+// signalFrameRISCV64 is signalFrame for riscv64: from the trampoline,
+// the interrupted code's s0, pc and ra (its return address if it saved
+// none: a leaf, or a function's first instructions), then sp.
+func signalFrameRISCV64(cfg Config) bpf.Instructions {
+	var insns asm.Seq
+	insns.Append(signalCode(cfg, 8, "li a7, 139; ecall"))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.LoadImm(bpf.R2, sigreturnRISCV64, bpf.DWord))
+	insns.Add(bpf.JNE.Reg(bpf.R1, bpf.R2, "signal_not"))
+	regs := readStack(cfg, SignalS0RISCV64, bpf.R9, stateBP, 8)
+	regs[0] = regs[0].WithSource(bpf.Comment("a signal frame: s0, then pc and ra, then sp, as the signal found them"))
+	insns.Append(regs)
+	insns.Append(readStack(cfg, SignalPCRISCV64, bpf.RFP, fpRead, 16))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.R9, stateLR, bpf.R1, bpf.DWord))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
+	insns.Add(bpf.StoreMem(bpf.RFP, fpRead+8, bpf.R1, bpf.DWord))
+	insns.Append(readStack(cfg, SignalSPRISCV64, bpf.RFP, fpRead, 8))
+	insns.Append(signalResume())
+	return insns.Instructions
+}
+
 // readStack reads size bytes of the user stack at the walk's sp + off
 // into dst + dstOff; a failed read ends the walk (read_error).
 func readStack(cfg Config, off int32, dst bpf.Register, dstOff, size int32) bpf.Instructions {
@@ -1195,17 +1322,24 @@ func noTable(cfg Config, p, next string) bpf.Instructions {
 		return insns.Instructions
 	}
 	first := bpf.LoadMem(bpf.R3, bpf.R9, stateBP, bpf.DWord).WithSource(bpf.Comment("frame pointers: {saved rbp, return address} at rbp, if rbp is a plausible frame"))
-	if cfg.ARM64 {
+	if cfg.Arch == RISCV64 {
+		first = first.WithSource(bpf.Comment("frame pointers: {saved s0, return address} below s0 (the caller's sp), if s0 is a plausible frame"))
+	}
+	if cfg.Arch.linkRegister() {
 		// The vdso's trampoline has no table, and a frame record that
-		// holds x30, not pc: the signal frame has them both.
-		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSymbol(p + "_notable").WithSource(bpf.Comment("not the sigreturn trampoline (mov x8, #139; svc #0): its frame record is not the interrupted code's")))
+		// holds the link register, not pc: the signal frame has them both.
+		code, sigreturn := "mov x8, #139; svc #0", int64(sigreturnARM64)
+		if cfg.Arch == RISCV64 {
+			code, sigreturn = "li a7, 139; ecall", sigreturnRISCV64
+		}
+		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSymbol(p + "_notable").WithSource(bpf.Comment("not the sigreturn trampoline (" + code + "): its frame record is not the interrupted code's")))
 		insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
 		insns.Add(bpf.Mov.Imm(bpf.R2, 8))
 		insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, statePC, bpf.DWord))
 		insns.Add(cfg.Readers.User.Call())
 		insns.Add(bpf.JNE.Imm(bpf.R0, 0, p+"_fp"))
 		insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
-		insns.Add(bpf.LoadImm(bpf.R2, int64(sigreturnARM64), bpf.DWord))
+		insns.Add(bpf.LoadImm(bpf.R2, sigreturn, bpf.DWord))
 		insns.Add(bpf.JEq.Reg(bpf.R1, bpf.R2, "no_table"))
 		insns.Add(first.WithSymbol(p + "_fp"))
 	} else {
@@ -1213,7 +1347,7 @@ func noTable(cfg Config, p, next string) bpf.Instructions {
 	}
 	insns.Add(bpf.JEq.Imm(bpf.R3, 0, "end"))
 	insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stateSP, bpf.DWord))
-	if cfg.ARM64 {
+	if cfg.Arch == ARM64 {
 		// Go's arm64 frames keep x29 8 bytes below sp (the frame pointer
 		// saved at sp-8, the return address at sp).
 		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R3).WithSource(bpf.Comment("x29 at sp-8 or above (Go's frames), within 8 MiB")))
@@ -1229,6 +1363,9 @@ func noTable(cfg Config, p, next string) bpf.Instructions {
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R3))
 	insns.Add(bpf.And.Imm(bpf.R1, 7))
 	insns.Add(bpf.JNE.Imm(bpf.R1, 0, "no_table"))
+	if cfg.Arch == RISCV64 {
+		insns.Add(bpf.Sub.Imm(bpf.R3, 16))
+	}
 	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
 	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
 	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
@@ -1236,12 +1373,14 @@ func noTable(cfg Config, p, next string) bpf.Instructions {
 	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
 	insns.Add(bpf.StoreImm(bpf.R9, keyFP, 1, bpf.Byte))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateBP, bpf.DWord))
-	insns.Add(bpf.Add.Imm(bpf.R1, 16))
+	if cfg.Arch != RISCV64 {
+		insns.Add(bpf.Add.Imm(bpf.R1, 16))
+	}
 	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
 	insns.Add(bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
-	if cfg.ARM64 {
+	if cfg.Arch == ARM64 {
 		insns.Append(stripPAC(bpf.R1, bpf.R2))
 	}
 	insns.Add(bpf.StoreMem(bpf.R9, statePC, bpf.R1, bpf.DWord))
@@ -1280,7 +1419,7 @@ func deferred(cfg Config) bpf.Instructions {
 		insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, off, bpf.DWord))
 		insns.Add(bpf.StoreMem(bpf.R9, deferHeader+16+8*int16(i), bpf.R1, bpf.DWord))
 	}
-	if cfg.ARM64 {
+	if cfg.Arch.linkRegister() {
 		insns.Add(bpf.LoadMem(bpf.R1, bpf.R9, stateLR, bpf.DWord))
 		insns.Add(bpf.StoreMem(bpf.R9, deferHeader+40, bpf.R1, bpf.DWord))
 	}

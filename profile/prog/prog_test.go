@@ -74,22 +74,28 @@ func variants(t *testing.T) map[string]Config {
 		// arm64's unwinder: from the sample's registers or the task's, on
 		// small keys with the old readers (no kernel-mode registers before
 		// 5.15 there), and off-CPU.
-		"arm64_eh":          {ARM64: true, Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
-		"arm64_auto_small":  {ARM64: true, Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames},
-		"arm64_offcpu_auto": {ARM64: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, OffCPU: offCPU},
-		"arm64_eh_context":  {ARM64: true, Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: everyKind, Context: true},
+		"arm64_eh":          {Arch: ARM64, Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
+		"arm64_auto_small":  {Arch: ARM64, Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames},
+		"arm64_offcpu_auto": {Arch: ARM64, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, OffCPU: offCPU},
+		"arm64_eh_context":  {Arch: ARM64, Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: everyKind, Context: true},
+		// riscv64's: arm64's words with SavesFP, its own registers and
+		// signal frame, frame records below s0.
+		"riscv64_eh":          {Arch: RISCV64, Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
+		"riscv64_auto_small":  {Arch: RISCV64, Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames},
+		"riscv64_offcpu_auto": {Arch: RISCV64, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, OffCPU: offCPU},
 		// At an event (filter's --count-by ustack): a tracepoint's record
 		// (the task's registers), a probe's registers (a uprobe's are the
 		// user's, a kprobe's the kernel's), the kernel stack kept or not.
 		"event_tracepoint":    {Event: gateEvent(ebpf.TracePoint, false), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, UserDepth: ud, Tree: tooltest.Tree(t, 4, nil)},
 		"event_kprobe_kstack": {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
 		"event_uprobe_small":  {Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, UserDepth: SmallKernelFrames + SmallUserFrames},
-		"arm64_event_uprobe":  {ARM64: true, Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"arm64_event_uprobe":  {Arch: ARM64, Event: gateEvent(ebpf.Kprobe, true), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"riscv64_event_tp":    {Arch: RISCV64, Event: gateEvent(ebpf.TracePoint, false), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, UserDepth: ud},
 		// Printed (--fields ustack): a record of 21 bytes copied into the
 		// scratch value, the event sent instead of counted; and none.
 		"event_emit_uprobe":    {Event: emitEvent(ebpf.Kprobe, true, 21), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, UserDepth: ud},
 		"event_emit_tp_kstack": {Event: emitEvent(ebpf.TracePoint, false, 0), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, Readers: asm.OldReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames},
-		"arm64_event_emit":     {ARM64: true, Event: emitEvent(ebpf.Kprobe, true, 64), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"arm64_event_emit":     {Arch: ARM64, Event: emitEvent(ebpf.Kprobe, true, 64), Idle: true, Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 	}
 	return v
 }
@@ -100,11 +106,12 @@ func variants(t *testing.T) map[string]Config {
 // none: bpf_get_stack reads the task's registers itself).
 func TestEventWithoutUserRegs(t *testing.T) {
 	for _, cfg := range []Config{
-		{ARM64: true, Event: gateEvent(ebpf.TracePoint, false), Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: 62},
+		{Arch: ARM64, Event: gateEvent(ebpf.TracePoint, false), Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: 62},
+		{Arch: RISCV64, Event: gateEvent(ebpf.TracePoint, false), Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: 62},
 		{Event: gateEvent(ebpf.TracePoint, false), Mode: UnwindEH, Rows: 1 << 16, Readers: asm.OldReaders, UserDepth: 62},
 	} {
 		if _, err := Collection(cfg); err != ErrNoUserRegs {
-			t.Errorf("ARM64 %v, task stack %d: %v, want ErrNoUserRegs", cfg.ARM64, cfg.TaskStack, err)
+			t.Errorf("arch %d, task stack %d: %v, want ErrNoUserRegs", cfg.Arch, cfg.TaskStack, err)
 		}
 	}
 }
@@ -204,7 +211,7 @@ func TestProgramsLoad(t *testing.T) {
 		}
 	}
 	for name, cfg := range v {
-		if cfg.ARM64 != (runtime.GOARCH == "arm64") && cfg.ARM64 {
+		if cfg.Arch == ARM64 && runtime.GOARCH != "arm64" {
 			delete(v, name) // arm64's registers are past the end of another architecture's context
 		}
 		if runtime.GOARCH == "arm" && cfg.Mode != UnwindFP {

@@ -13,6 +13,9 @@ cflags="-O2 -fomit-frame-pointer -fno-optimize-sibling-calls"
 # CHAIN_FP=1: with frame pointers instead (arm64, where profile unwinds by
 # frame pointers only).
 [ "${CHAIN_FP:-}" = 1 ] && cflags="-O2 -fno-omit-frame-pointer -fno-optimize-sibling-calls"
+# gcc 12 writes no .eh_frame for C on riscv64 unless asked (13 does by
+# default there): the unwinder's tables.
+case "$("${CC:-gcc}" -dumpmachine)" in riscv64*) cflags="$cflags -fasynchronous-unwind-tables" ;; esac
 "${CC:-gcc}" $cflags -fPIE -pie -o "$out/chain-pie" "$src/chain.c"
 # chain-fp: the chain with frame pointers, for --unwind=fp on every
 # architecture (riscv64's and 32-bit ARM's only way). 32-bit ARM's kernel
