@@ -9,6 +9,7 @@ package asm
 
 import (
 	"fmt"
+	"math"
 
 	bpf "github.com/cilium/ebpf/asm"
 )
@@ -320,6 +321,39 @@ func FollowForks(mapName, lostMap string, parentOff, childOff int) (bpf.Instruct
 	return append(insns, Return("exit", 0)...), nil
 }
 
+// FollowForksRaw is FollowForks for the raw tracepoint sched_process_fork,
+// whose arguments are the parent (the current task: fork runs in it) and
+// the child, with no record: the parent's pid is the current thread's, the
+// child's is read from its task_struct at taskPid (task_struct.pid's
+// offset, from BTF) with read. The same pids as the record's.
+func FollowForksRaw(mapName, lostMap string, taskPid int, read bpf.BuiltinFunc) (bpf.Instructions, error) {
+	if taskPid <= 0 || taskPid > math.MaxInt32 {
+		return nil, fmt.Errorf("task_struct.pid at %d", taskPid)
+	}
+	var s Seq
+	s.Append(Prologue())
+	s.Add(bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment("the parent: the current thread (its pid, as the record's parent_pid)")))
+	s.Add(StoreKey(-4, bpf.R0, bpf.Word))
+	s.Append(MapLookup(mapName, -4))
+	s.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	s.Add(bpf.LoadMem(bpf.R3, RegCtx, 8, bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("the child's pid: ((struct task_struct *)ctx[1])->pid (+%d)", taskPid))))
+	s.Add(bpf.Add.Imm(bpf.R3, int32(taskPid)))
+	s.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
+	s.Add(bpf.Add.Imm(bpf.R1, -4))
+	s.Add(bpf.Mov.Imm(bpf.R2, 4))
+	s.Add(read.Call())
+	s.Add(bpf.JNE.Imm(bpf.R0, 0, "exit"))
+	s.Add(bpf.Mov.Imm(bpf.R1, TreeTraced))
+	s.Add(StoreKey(-8, bpf.R1, bpf.Word))
+	s.Append(Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[child] = 1: traced, whatever its parent"))
+	s.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
+	s.Add(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the map is full: the child is not followed")))
+	s.Add(StoreKey(-4, bpf.R1, bpf.Word))
+	s.Append(PerCPUArrayIncrement("lost", lostMap, -4))
+	s.Append(Return("exit", 0))
+	return s.Instructions, nil
+}
+
 // TreeOnExec is a whole program for sched:sched_process_exec: a process
 // of the tree in the hash mapName that execs is traced from then on (a
 // waiting shell that execs the command); the command's own process, root,
@@ -367,6 +401,18 @@ func ForgetExits(mapName string, pidOff int) (bpf.Instructions, error) {
 	insns = append(insns, StoreKey(-4, bpf.R1, bpf.Word))
 	insns = append(insns, Note(MapDelete(mapName, -4), "delete "+mapName+"[pid]: it exited")...)
 	return append(insns, Return("exit", 0)...), nil
+}
+
+// ForgetExitsRaw is ForgetExits for the raw tracepoint sched_process_exit,
+// which has no record: the exiting task is the current one (do_exit runs
+// in it), so its pid is the current thread's.
+func ForgetExitsRaw(mapName string) bpf.Instructions {
+	var s Seq
+	s.Add(bpf.FnGetCurrentPidTgid.Call().WithSource(bpf.Comment("the exiting task: the current thread (its pid, as the record's)")))
+	s.Add(StoreKey(-4, bpf.R0, bpf.Word))
+	s.Append(Note(MapDelete(mapName, -4), "delete "+mapName+"[pid]: it exited"))
+	s.Append(Return("exit", 0))
+	return s.Instructions
 }
 
 // cacheSlot finds the slot of the 16-byte key at fp+keyOff in the per-CPU

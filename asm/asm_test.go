@@ -23,20 +23,26 @@ func TestSnippetGoldens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	forkRaw, err := FollowForksRaw("pids", "pids_lost", 1264, bpf.FnProbeReadKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, insns := range map[string]bpf.Instructions{
-		"log2slot":        Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3),
-		"field_signed":    field,
-		"percpu_inc":      PerCPUArrayIncrement("inc", "hist", -4),
-		"hash_inc":        HashIncrement("inc", "hist", -8, -16, "lost", StoreComm("comms", -8, -32)),
-		"pid_in_set":      PidInSet("pids", -36, "exit"),
-		"follow_forks":    fork,
-		"forget_exits":    exits,
-		"tree_on_exec":    TreeOnExec("pids", nil, 4321, TreeWaiting),
-		"tree_on_exec_ns": TreeOnExec("pids", &PidNS{Dev: 4, Ino: 4026532417}, 2, TreeTraced),
-		"decade_slot":     DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3),
-		"cache_inc":       CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
-		"stats_cache":     StatsCache("stats", "stats_cache", -176, -148, 255),
-		"row_search":      RowSearch("search", "rows", "fences", 1<<14-1, bpf.R6, bpf.R7, bpf.R8, -4, "fail"),
+		"log2slot":         Log2Slot("slot", bpf.R1, bpf.R2, bpf.R3),
+		"field_signed":     field,
+		"percpu_inc":       PerCPUArrayIncrement("inc", "hist", -4),
+		"hash_inc":         HashIncrement("inc", "hist", -8, -16, "lost", StoreComm("comms", -8, -32)),
+		"pid_in_set":       PidInSet("pids", -36, "exit"),
+		"follow_forks":     fork,
+		"forget_exits":     exits,
+		"follow_forks_raw": forkRaw,
+		"forget_exits_raw": ForgetExitsRaw("pids"),
+		"tree_on_exec":     TreeOnExec("pids", nil, 4321, TreeWaiting),
+		"tree_on_exec_ns":  TreeOnExec("pids", &PidNS{Dev: 4, Ino: 4026532417}, 2, TreeTraced),
+		"decade_slot":      DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3),
+		"cache_inc":        CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
+		"stats_cache":      StatsCache("stats", "stats_cache", -176, -148, 255),
+		"row_search":       RowSearch("search", "rows", "fences", 1<<14-1, bpf.R6, bpf.R7, bpf.R8, -4, "fail"),
 	} {
 		golden.Check(t, name, fmt.Sprintf("%v", insns))
 	}

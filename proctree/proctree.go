@@ -5,9 +5,13 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	ebpfasm "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -30,8 +34,16 @@ const (
 )
 
 // Tree is what following a command's process tree takes: its root, and
-// where this kernel's sched_process_fork and sched_process_exit records
-// keep the pids (from their format files, read by New).
+// how this kernel gives the pids: from the raw tracepoints' arguments
+// where it has them and its BTF places task_struct.pid (TaskPid), else
+// where its sched_process_fork and sched_process_exit records keep them
+// (from their format files, read by New).
+//
+// Raw tracepoints, because a perf tracepoint event's close waits out a
+// grace period under the kernel's event_mutex (tracepoint_synchronize_
+// unregister): 50 to 90 ms each on our 6.18 host, the three of them most
+// of a short -c run; a raw tracepoint's link releases its probe without
+// waiting.
 type Tree struct {
 	Root int // the command's pid: the namespace's, with NS
 	// Shell: the root execs a shell that runs the command line, which
@@ -43,11 +55,22 @@ type Tree struct {
 	// Max is the most processes followed at once; 0 is MaxFollowed.
 	Max                          uint32
 	ParentPid, ChildPid, ExitPid int
+	// TaskPid, when not 0, is task_struct.pid's offset: the programs are
+	// raw tracepoints', which read the child's pid from its task, with
+	// ReadKernel (the kernel's probe-read helper).
+	TaskPid    int
+	ReadKernel ebpfasm.BuiltinFunc
 }
 
 // New is the Tree of root on this kernel.
 func New(root int, shell bool, ns *asm.PidNS, max uint32) (*Tree, error) {
 	t := &Tree{Root: root, Shell: shell, NS: ns, Max: max}
+	if hook.HaveRawTracepoints() {
+		if off, err := kbtf.MemberOffset("task_struct", "pid"); err == nil {
+			t.TaskPid, t.ReadKernel = off, kernel.Readers().Kernel
+			return t, nil
+		}
+	}
 	f, err := tracefs.ReadFormat("sched", "sched_process_fork")
 	if err != nil {
 		return nil, fmt.Errorf("follow the command's processes: %w", err)
@@ -84,11 +107,18 @@ func (t *Tree) Read(fork, exit *tracefs.Format) error {
 // process that execs (asm.TreeOnExec). Inside a pid namespace (t.NS not
 // nil), t.Root is that namespace's pid.
 func Add(spec *ebpf.CollectionSpec, t *Tree) error {
-	fork, err := asm.FollowForks(PidsMap, pidsLost, t.ParentPid, t.ChildPid)
-	if err != nil {
-		return err
+	typ := ebpf.TracePoint
+	var fork, exits ebpfasm.Instructions
+	var err error
+	if t.TaskPid != 0 {
+		typ = ebpf.RawTracepoint
+		fork, err = asm.FollowForksRaw(PidsMap, pidsLost, t.TaskPid, t.ReadKernel)
+		exits = asm.ForgetExitsRaw(PidsMap)
+	} else {
+		if fork, err = asm.FollowForks(PidsMap, pidsLost, t.ParentPid, t.ChildPid); err == nil {
+			exits, err = asm.ForgetExits(PidsMap, t.ExitPid)
+		}
 	}
-	exits, err := asm.ForgetExits(PidsMap, t.ExitPid)
 	if err != nil {
 		return err
 	}
@@ -98,19 +128,20 @@ func Add(spec *ebpf.CollectionSpec, t *Tree) error {
 	}
 	spec.Maps[PidsMap] = &ebpf.MapSpec{Name: "tk_pids", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: max}
 	spec.Maps[pidsLost] = &ebpf.MapSpec{Name: "tk_pids_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
-	spec.Programs[followProg] = &ebpf.ProgramSpec{Name: followProg, Type: ebpf.TracePoint, License: "GPL", Instructions: fork}
-	spec.Programs[forgetProg] = &ebpf.ProgramSpec{Name: forgetProg, Type: ebpf.TracePoint, License: "GPL", Instructions: exits}
+	spec.Programs[followProg] = &ebpf.ProgramSpec{Name: followProg, Type: typ, License: "GPL", Instructions: fork}
+	spec.Programs[forgetProg] = &ebpf.ProgramSpec{Name: forgetProg, Type: typ, License: "GPL", Instructions: exits}
 	rootValue := uint32(asm.TreeTraced)
 	if t.Shell {
 		rootValue = asm.TreeWaiting
 	}
-	spec.Programs[execProg] = &ebpf.ProgramSpec{Name: execProg, Type: ebpf.TracePoint, License: "GPL", Instructions: asm.TreeOnExec(PidsMap, t.NS, uint32(t.Root), rootValue)}
+	spec.Programs[execProg] = &ebpf.ProgramSpec{Name: execProg, Type: typ, License: "GPL", Instructions: asm.TreeOnExec(PidsMap, t.NS, uint32(t.Root), rootValue)}
 	return nil
 }
 
 // Follow attaches the exec program that puts the root in PidsMap when
 // the gate execs it, the fork follower and the exit pruner through
-// attach, which owns them from then on.
+// attach, which owns them from then on: a raw tracepoint's programs (see
+// Tree) by the event's name, others through perf.
 func Follow(coll *ebpf.Collection, attach func(prog *ebpf.Program, group, name string) error) error {
 	exec, fork, exits := coll.Programs[execProg], coll.Programs[followProg], coll.Programs[forgetProg]
 	if coll.Maps[PidsMap] == nil || exec == nil || fork == nil || exits == nil {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/counts"
+	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/kernel"
@@ -201,6 +202,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	cfg := prog.Config{Mode: o.Unwind, Pid: int(o.Pid), Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
 		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}
 	cfg.Arch, _ = prog.ArchOf(runtime.GOARCH)
+	cfg.RawEvents = hook.HaveRawTracepoints()
 	if o.event != nil {
 		cfg.Event = &o.event.Event
 		if !o.event.Kernel {

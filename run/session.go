@@ -234,8 +234,13 @@ func (s *Session) Load(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
 	return coll, nil
 }
 
-// AttachTracepoint attaches prog to group:name for the rest of the run.
+// AttachTracepoint attaches prog to group:name for the rest of the run: a
+// raw tracepoint's program by the event's name (its link detaches without
+// waiting, see proctree.Tree), others through perf.
 func (s *Session) AttachTracepoint(prog *ebpf.Program, group, name string) error {
+	if prog.Type() == ebpf.RawTracepoint {
+		return s.AttachHook(prog, hook.Raw, group, name)
+	}
 	a, err := perfevent.AttachTracepoint(prog, group, name)
 	if err != nil {
 		return err

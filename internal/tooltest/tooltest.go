@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/hook"
@@ -568,6 +569,14 @@ func Tree(t testing.TB, root int, ns *asm.PidNS) *proctree.Tree {
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// RawTree is Tree for raw tracepoints (proctree.Tree.TaskPid): pids read
+// from task_struct at 1264, 6.18's pid (a golden's number; the verifier
+// takes any offset for a probe read).
+func RawTree(t testing.TB, root int, ns *asm.PidNS) *proctree.Tree {
+	t.Helper()
+	return &proctree.Tree{Root: root, NS: ns, TaskPid: 1264, ReadKernel: bpf.FnProbeReadKernel}
 }
 
 // Root is the tree's top: the nearest directory above the test's that

@@ -190,6 +190,11 @@ type Config struct {
 	OffCPU *OffCPU
 	// Arch: whose registers and rule words the unwinder reads.
 	Arch Arch
+	// RawEvents: the exec and exit programs (which read no record: the
+	// task is the current one) are raw tracepoints' (4.17+), whose links
+	// detach without waiting out a grace period as a perf event's close
+	// does (see proctree.Tree).
+	RawEvents bool
 	// Event: the program runs at an event (filter's --count-by ustack),
 	// not at a CPU-clock sample.
 	Event *Event
@@ -423,9 +428,13 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		spec.Maps["progs"] = &ebpf.MapSpec{Name: "profile_progs", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 		spec.Programs["unwind"] = &ebpf.ProgramSpec{Name: "profile_unwind", Type: typ, License: "GPL", Instructions: unwindProg(cfg)}
 	}
-	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: ebpf.TracePoint, License: "GPL", Instructions: execProg(cfg)}
+	events := ebpf.TracePoint
+	if cfg.RawEvents {
+		events = ebpf.RawTracepoint
+	}
+	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: events, License: "GPL", Instructions: execProg(cfg)}
 	if cfg.Exit != nil {
-		spec.Programs["exit"] = &ebpf.ProgramSpec{Name: "profile_exit", Type: ebpf.TracePoint, License: "GPL", Instructions: exitProg(cfg)}
+		spec.Programs["exit"] = &ebpf.ProgramSpec{Name: "profile_exit", Type: events, License: "GPL", Instructions: exitProg(cfg)}
 	}
 	if cfg.Tree != nil {
 		if err := proctree.Add(spec, cfg.Tree); err != nil {

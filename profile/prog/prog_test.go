@@ -47,7 +47,9 @@ func variants(t *testing.T) map[string]Config {
 		"eh_task_stack":   {Mode: UnwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"auto_small_keys": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, StartStack: ss, Readers: asm.NewReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames, Exit: exit},
 		"eh_tree_ns":      {Mode: UnwindEH, Tree: tooltest.Tree(t, 2, ns), NS: ns, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
-		"auto_lazy":       {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		// Raw tracepoints' exec and exit, and the tree's programs.
+		"eh_tree_raw": {Mode: UnwindEH, Tree: tooltest.RawTree(t, 2, ns), NS: ns, RawEvents: true, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, Exit: exit},
+		"auto_lazy":   {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, LazyHashes: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		// One label of each kind, and the most labels, each a string.
 		"fp_labels":  {Mode: UnwindFP, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: everyKind},
 		"eh_labels8": {Mode: UnwindEH, Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud, ThreadPointer: 8 * 330, Labels: mostLabels},

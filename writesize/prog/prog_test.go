@@ -40,6 +40,7 @@ func variants(t *testing.T) map[string]Config {
 		"prog_all":                       {Count: count},
 		"prog_pid":                       {Count: count, Pid: 1234},
 		"prog_tree":                      {Count: count, Tree: tooltest.Tree(t, 1, nil)},
+		"prog_tree_raw":                  {Count: count, Tree: tooltest.RawTree(t, 1, nil)},
 		"prog_per_process":               {Count: count, PerProcess: true},
 		"prog_pid_per_process":           {Count: count, Pid: 1234, PerProcess: true},
 		"prog_kprobe_wrapper":            {Kprobe: &Kprobe{Symbol: "__x64_sys_write", Wrapper: true, ProbeRead: bpf.FnProbeReadKernel, Regs: asm.AMD64}},
