@@ -1139,10 +1139,12 @@ func TestLabelsStrobe(t *testing.T) {
 func haveFixture(t *testing.T, path string) {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
-		if !strings.Contains(path, "/musl/") || runtime.GOARCH == "amd64" || os.Getenv("TRACEKIT_BIN") != "" {
+		if !strings.Contains(path, "/musl/") || runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" && os.Getenv("TRACEKIT_BIN") != "" {
 			t.Fatalf("fixture %s: %v", path, err)
 		}
-		t.Skipf("no %s: on arm64 the musl fixtures are built by vmtest only (a cross build over Debian's arm64 musl)", path)
+		// riscv64 has none: bookworm's riscv64 ld dies linking against
+		// sid's musl (see vmtest/run.sh).
+		t.Skipf("no %s: the musl fixtures are built for x86-64, and for arm64 by vmtest (a cross build over Debian's arm64 musl)", path)
 	}
 }
 
@@ -1462,6 +1464,12 @@ func TestOverloads(t *testing.T) {
 			if st.Comm != "overload" {
 				continue
 			}
+			// riscv64's vdso has no unwind rows: a sample in its
+			// clock_gettime (spin_cpu's, slow under TCG: up to half the
+			// samples in the riscv64 guest) ends there, under no overload.
+			if len(st.User) > 0 && strings.HasPrefix(st.User[0], "__vdso_") && st.End == "[unwind error: no unwind row]" && runtime.GOARCH == "riscv64" {
+				continue
+			}
 			total += st.Count
 			for _, f := range st.User {
 				if slices.Contains(c.names, f) {
@@ -1544,6 +1552,11 @@ func elfBuildID(t *testing.T, path string) []byte {
 // .gopclntab: main.c under main.b, main.a and main.main.
 func TestGoStripped(t *testing.T) {
 	requireUnwinder(t)
+	if runtime.GOARCH == "riscv64" {
+		// Go keeps frame pointers on x86-64 and arm64 only, and a
+		// stripped Go program has no .debug_frame: nothing to step by.
+		t.Skip("riscv64: Go keeps no frame pointers here, and -ldflags=-w leaves no .debug_frame")
+	}
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "gospin")
 	f, err := elf.Open(fx)
@@ -1744,7 +1757,14 @@ func TestThreadAndVfork(t *testing.T) {
 					continue
 				}
 				inC += st.Count
-				if st.End != "complete" && st.End != "frame pointers" || len(st.User) < i+len(want) || !slices.Equal(st.User[i:i+len(want)], want) {
+				ended := st.End == "complete" || st.End == "frame pointers"
+				// Debian 12's riscv64 libc (gcc 12: no unwind tables unless
+				// asked) has no row for start_thread, the thread's root:
+				// there the stack ends below run, in libc, for want of one.
+				if form == "thread" && runtime.GOARCH == "riscv64" && st.End == "[unwind error: no unwind row]" {
+					ended = true
+				}
+				if !ended || len(st.User) < i+len(want) || !slices.Equal(st.User[i:i+len(want)], want) {
 					continue
 				}
 				last := st.User[len(st.User)-1]

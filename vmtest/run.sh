@@ -159,26 +159,31 @@ foreign arm64 arm64 bookworm 'linux-image-@-cloud-arm64-unsigned' ${TK_VM_ARM64_
 foreign riscv64 riscv64 sid 'linux-binary-@-riscv64' ${TK_VM_RISCV64_SERIES-'7\.[0-9]+\.[0-9]+\+deb[0-9]+'}
 # shellcheck disable=SC2086
 foreign arm armhf bookworm 'linux-image-@-armmp' ${TK_VM_ARMV7_SERIES-'6\.1\.0-[0-9]+'}
-# musl for arm64 (Debian's arm64 musl and musl-dev, unpacked here), built
-# with the cross compiler through musl's specs file rewritten to point here:
-# profile's musl fixtures.
-musl_arm64=$(pwd)/$cache/musl-arm64
-if [[ " ${kernels[*]} " == *" arm64:"* ]] && [ ! -x "$musl_arm64/musl-gcc" ]; then
-  mapfile -t arm < <(apt_arch arm64)
-  [ -n "$(ls "$cache/apt-arm64/lists" | grep -v partial)" ] || apt-get "${arm[@]}" update -qq
-  rm -rf "$musl_arm64" && mkdir -p "$musl_arm64"
-  (cd "$musl_arm64" && apt-get "${arm[@]}" download -qq musl:arm64 musl-dev:arm64 2>/dev/null)
-  for deb in "$musl_arm64"/*.deb; do dpkg -x "$deb" "$musl_arm64"; done
+# musl for arm64 (Debian's musl and musl-dev of that architecture,
+# unpacked under $cache/musl-DEBARCH), built with the cross compiler
+# through musl's specs file rewritten to point there: profile's musl
+# fixtures. Not riscv64's: bookworm's riscv64 ld (binutils 2.40) dies of
+# SIGSEGV linking anything against sid's musl 1.2.6.
+cross_musl() { # cross_musl DEBARCH TRIPLE: $cache/musl-DEBARCH/musl-gcc, made once
+  local debarch=$1 triple=$2 d=$(pwd)/$cache/musl-$1 opts
+  [ -x "$d/musl-gcc" ] && return
+  mapfile -t opts < <(apt_arch "$debarch")
+  [ -n "$(ls "$cache/apt-$debarch/lists" | grep -v partial)" ] || apt-get "${opts[@]}" update -qq
+  rm -rf "$d" && mkdir -p "$d"
+  (cd "$d" && apt-get "${opts[@]}" download -qq "musl:$debarch" "musl-dev:$debarch" 2>/dev/null)
+  for deb in "$d"/*.deb; do dpkg -x "$deb" "$d"; done
   # Debian's /lib is /usr/lib: the linker finds libc.so (from musl, in
   # /lib) beside the rest (musl-dev's, in /usr/lib). Without it the link
   # takes libc.a, and dlopen says "Dynamic loading not supported".
-  ln -s ../../../lib/aarch64-linux-musl/libc.so "$musl_arm64/usr/lib/aarch64-linux-musl/libc.so"
-  sed -e "s#/usr/include/aarch64-linux-musl#$musl_arm64/usr/include/aarch64-linux-musl#g" \
-    -e "s#/usr/lib/aarch64-linux-musl#$musl_arm64/usr/lib/aarch64-linux-musl#g" \
-    "$musl_arm64/usr/lib/aarch64-linux-musl/musl-gcc.specs" > "$musl_arm64/musl.specs"
-  printf '#!/bin/sh\nexec aarch64-linux-gnu-gcc -specs=%s "$@"\n' "$musl_arm64/musl.specs" > "$musl_arm64/musl-gcc.tmp"
-  chmod +x "$musl_arm64/musl-gcc.tmp" && mv "$musl_arm64/musl-gcc.tmp" "$musl_arm64/musl-gcc"
-fi
+  [ -e "$d/usr/lib/$triple-linux-musl/libc.so" ] || ln -s "../../../lib/$triple-linux-musl/libc.so" "$d/usr/lib/$triple-linux-musl/libc.so"
+  sed -e "s#/usr/include/$triple-linux-musl#$d/usr/include/$triple-linux-musl#g" \
+    -e "s#/usr/lib/$triple-linux-musl#$d/usr/lib/$triple-linux-musl#g" \
+    "$d/usr/lib/$triple-linux-musl/musl-gcc.specs" > "$d/musl.specs"
+  printf '#!/bin/sh\nexec %s-linux-gnu-gcc -specs=%s "$@"\n' "$triple" "$d/musl.specs" > "$d/musl-gcc.tmp"
+  chmod +x "$d/musl-gcc.tmp" && mv "$d/musl-gcc.tmp" "$d/musl-gcc"
+}
+musl_arm64=$(pwd)/$cache/musl-arm64
+[[ " ${kernels[*]} " != *" arm64:"* ]] || cross_musl arm64 aarch64
 
 # Per architecture: static tools and test binaries, the fixtures (built
 # here: the guests have no compiler), the C library they run on at the

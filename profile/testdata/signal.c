@@ -142,13 +142,15 @@ int main(int argc, char **argv)
 		// getppid's GOT slot, resolved by a first call: the slot of
 		// .got.plt that holds its address (looked up by name: taking
 		// its address here would make the call go through .plt.got).
+		// riscv64's _GLOBAL_OFFSET_TABLE_ is past the PLT's slots (the
+		// .got's own start is 15 slots below it at most).
 		getppid();
 		void *target = dlsym(RTLD_DEFAULT, "getppid");
-		int slot = -1;
-		for (int i = 0; i < 64; i++)
+		int slot = -64;
+		for (int i = -15; i < 64; i++)
 			if (_GLOBAL_OFFSET_TABLE_[i] == target)
 				slot = i;
-		if (slot < 0) {
+		if (slot == -64) {
 			fprintf(stderr, "signal: getppid's GOT slot not found\n");
 			return 1;
 		}

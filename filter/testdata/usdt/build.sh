@@ -23,5 +23,8 @@ fi
 "${CC:-gcc}" -O2 -fPIC -shared -o "$out/libtk.so" "$src/lib.c"
 "${CC:-gcc}" -O2 -fPIE -pie -DTK_LIB -o "$out/fx-lib" "$src/fixture.c" "$src/guarded.c" -L"$out" -ltk -Wl,-rpath,'$ORIGIN'
 "${CC:-gcc}" -O0 -o "$out/fx-calls" "$src/calls.c"
-# (gcc 12 writes riscv64's .eh_frame only when asked: the unwinder's rows.)
-"${CC:-gcc}" -O2 -fomit-frame-pointer -fno-optimize-sibling-calls -fasynchronous-unwind-tables -fPIE -pie -o "$out/fx-chain" "$src/chain.c"
+# (gcc 12 writes riscv64's .eh_frame only when asked: the unwinder's rows.
+# Not on 32-bit ARM, where the tables are .ARM.exidx and need libgcc_s.)
+tables=
+case "$("${CC:-gcc}" -dumpmachine)" in riscv64*) tables=-fasynchronous-unwind-tables ;; esac
+"${CC:-gcc}" -O2 -fomit-frame-pointer -fno-optimize-sibling-calls $tables -fPIE -pie -o "$out/fx-chain" "$src/chain.c"
