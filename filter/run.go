@@ -1103,7 +1103,7 @@ func (e event) probe() tracefs.Probe {
 // command's process tree (proctree), which is followed from then on.
 func loadFollowing(s *run.Session, spec *ebpf.CollectionSpec, tree bool, ns *asm.PidNS, maxTree uint32) (*ebpf.Collection, error) {
 	if tree {
-		t, err := proctree.New(s.CommandPid(), s.CommandShell(), ns, maxTree)
+		t, err := s.ProcessTree(ns, maxTree)
 		if err != nil {
 			return nil, err
 		}

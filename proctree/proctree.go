@@ -9,9 +9,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/counts"
-	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/kbtf"
-	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -62,12 +60,15 @@ type Tree struct {
 	ReadKernel ebpfasm.BuiltinFunc
 }
 
-// New is the Tree of root on this kernel.
-func New(root int, shell bool, ns *asm.PidNS, max uint32) (*Tree, error) {
+// New is the Tree of root on this kernel. readKernel is the kernel's
+// probe-read helper where raw tracepoints load, else 0 (see
+// run.Session.ProcessTree): with it and the kernel's BTF, the programs
+// are raw tracepoints'.
+func New(root int, shell bool, ns *asm.PidNS, max uint32, readKernel ebpfasm.BuiltinFunc) (*Tree, error) {
 	t := &Tree{Root: root, Shell: shell, NS: ns, Max: max}
-	if hook.HaveRawTracepoints() {
+	if readKernel != 0 {
 		if off, err := kbtf.MemberOffset("task_struct", "pid"); err == nil {
-			t.TaskPid, t.ReadKernel = off, kernel.Readers().Kernel
+			t.TaskPid, t.ReadKernel = off, readKernel
 			return t, nil
 		}
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
-	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
@@ -218,7 +217,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	cfg.NS = ns
 	if o.Command != "" && (o.event == nil || !o.event.All) {
-		if cfg.Tree, err = proctree.New(s.CommandPid(), s.CommandShell(), ns, o.MaxTree); err != nil {
+		if cfg.Tree, err = s.ProcessTree(ns, o.MaxTree); err != nil {
 			return err
 		}
 	}

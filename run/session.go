@@ -12,10 +12,13 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/proctree"
@@ -261,6 +264,16 @@ func (o *TreeOption) CheckTree() error {
 		return usage.Errorf("--max-tree %d: from 1 to %d", o.MaxTree, proctree.MaxLimit)
 	}
 	return nil
+}
+
+// ProcessTree is the -c command's process tree on this kernel (see
+// proctree.New): followed by raw tracepoints' programs where they load.
+func (s *Session) ProcessTree(ns *asm.PidNS, max uint32) (*proctree.Tree, error) {
+	var read bpf.BuiltinFunc
+	if hook.HaveRawTracepoints() {
+		read = kernel.Readers().Kernel
+	}
+	return proctree.New(s.CommandPid(), s.CommandShell(), ns, max, read)
 }
 
 // FollowProcessTree follows the -c command and its descendants in the

@@ -17,7 +17,6 @@ import (
 	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
-	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tracefs"
@@ -180,7 +179,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		cfg.NS = ns
 	}
 	if tree {
-		t, err := proctree.New(cmdPid, s.CommandShell(), cfg.NS, o.MaxTree)
+		t, err := s.ProcessTree(cfg.NS, o.MaxTree)
 		if err != nil {
 			return err
 		}
