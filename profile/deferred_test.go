@@ -240,24 +240,8 @@ func TestUnwindCopyARM64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, fences := unwind.Blocks(entries)
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if err := m.Put(uint32(0), rows); err != nil {
-		t.Fatal(err)
-	}
-	arm := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_AARCH64}}
 	// The sigreturn trampoline at 0x1400, in no FDE.
-	code := make([]byte, 0x1000)
-	copy(code[0x400:], []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4})
-	text := &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Vaddr: 0x1000, Filesz: 0x1000}, ReaderAt: bytes.NewReader(code)}
-	f := &file{name: "f", elf: arm, progs: []*elf.Prog{text}, first: 0, rows: len(entries), tried: true}
-	ps := &processes{arch: prog.ARM64, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
-		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
-	}}
+	ps := copyUnwinder(t, prog.ARM64, elf.EM_AARCH64, entries, 0x1400, []byte{0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4})
 	stack := make([]byte, 0x310)
 	binary.LittleEndian.PutUint64(stack[0:], 0x7100)             // g's x29
 	binary.LittleEndian.PutUint64(stack[8:], 0x002a000000001250) // g's x30, signed
@@ -304,24 +288,8 @@ func TestUnwindCopyRISCV64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, fences := unwind.Blocks(entries)
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if err := m.Put(uint32(0), rows); err != nil {
-		t.Fatal(err)
-	}
-	rv := &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_RISCV}}
 	// The sigreturn trampoline at 0x1500, in no FDE.
-	code := make([]byte, 0x1000)
-	copy(code[0x500:], []byte{0x93, 0x08, 0xb0, 0x08, 0x73, 0x00, 0x00, 0x00})
-	text := &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Vaddr: 0x1000, Filesz: 0x1000}, ReaderAt: bytes.NewReader(code)}
-	f := &file{name: "f", elf: rv, progs: []*elf.Prog{text}, first: 0, rows: len(entries), tried: true}
-	ps := &processes{arch: prog.RISCV64, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
-		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
-	}}
+	ps := copyUnwinder(t, prog.RISCV64, elf.EM_RISCV, entries, 0x1500, []byte{0x93, 0x08, 0xb0, 0x08, 0x73, 0x00, 0x00, 0x00})
 	stack := make([]byte, 0x200)
 	binary.LittleEndian.PutUint64(stack[0:], 0x7100)    // f's saved s0, at its CFA - 16
 	binary.LittleEndian.PutUint64(stack[0x20:], 0x7200) // g's s0 and ra, at its CFA (sp 0x7010 + 32) - 16
@@ -348,4 +316,27 @@ func TestUnwindCopyRISCV64(t *testing.T) {
 			t.Errorf("%s: frames %#x, stop %d, fp %v, wait %v; want %#x, stop %d", c.name, frames, stop, fp, wait, c.want, c.stop)
 		}
 	}
+}
+
+// copyUnwinder is the processes of a deferred-unwinding test: process 1
+// maps one file at 0x1000 (its text 0x1000 bytes, sigreturn's code at
+// sigAt) whose rows are entries, in a row map of the test's own.
+func copyUnwinder(t *testing.T, arch prog.Arch, machine elf.Machine, entries []unwind.Entry, sigAt uint64, sigreturn []byte) *processes {
+	t.Helper()
+	rows, fences := unwind.Blocks(entries)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := m.Put(uint32(0), rows); err != nil {
+		t.Fatal(err)
+	}
+	code := make([]byte, 0x1000)
+	copy(code[sigAt-0x1000:], sigreturn)
+	text := &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Vaddr: 0x1000, Filesz: 0x1000}, ReaderAt: bytes.NewReader(code)}
+	f := &file{name: "f", elf: &elf.File{FileHeader: elf.FileHeader{Machine: machine}}, progs: []*elf.Prog{text}, first: 0, rows: len(entries), tried: true}
+	return &processes{arch: arch, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
+		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
+	}}
 }

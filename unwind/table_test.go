@@ -249,52 +249,43 @@ func TestEncodeARM64(t *testing.T) {
 	}
 }
 
-// TestPLTRISCV64: riscv64's .plt is one row, its return address in ra
-// throughout (the header and the stubs touch neither sp nor ra).
-func TestPLTRISCV64(t *testing.T) {
-	entries, err := RISCV64.Compile([]FDE{PLTRISCV64(0x1000, 0x60)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []struct {
+// TestPLTLinkRegister: the rows profile writes for a .plt the linker gives
+// none: arm64's header pushes x16 and x30, then stubs whose return address
+// is in x30; riscv64's is one row, its return address in ra throughout
+// (the header and the stubs touch neither sp nor ra).
+func TestPLTLinkRegister(t *testing.T) {
+	type row struct {
 		pc uint32
 		d  DecodedARM64
+	}
+	for _, c := range []struct {
+		name string
+		arch Arch
+		fde  FDE
+		want []row
 	}{
-		{0x1000, DecodedARM64{Base: BaseRSP, Saves: SavesNone}},
-		{0x1060, DecodedARM64{Base: BaseStop, Offset: uint32(StopNoRow)}},
-	}
-	if len(entries) != len(want) {
-		t.Fatalf("%d entries %+v, want %d", len(entries), entries, len(want))
-	}
-	for i, w := range want {
-		if d := DecodeARM64(entries[i].Rule); entries[i].PC != w.pc || d != w.d {
-			t.Errorf("entry %d: 0x%x %+v, want 0x%x %+v", i, entries[i].PC, d, w.pc, w.d)
+		{"arm64", ARM64, PLTARM64(0x1000, 0x60), []row{
+			{0x1000, DecodedARM64{Base: BaseRSP, Saves: SavesNone}},
+			{0x1004, DecodedARM64{Base: BaseRSP, Offset: 16, Saves: SavesRA, Slot: -8}},
+			{0x1020, DecodedARM64{Base: BaseRSP, Saves: SavesNone}},
+			{0x1060, DecodedARM64{Base: BaseStop, Offset: uint32(StopNoRow)}},
+		}},
+		{"riscv64", RISCV64, PLTRISCV64(0x1000, 0x60), []row{
+			{0x1000, DecodedARM64{Base: BaseRSP, Saves: SavesNone}},
+			{0x1060, DecodedARM64{Base: BaseStop, Offset: uint32(StopNoRow)}},
+		}},
+	} {
+		entries, err := c.arch.Compile([]FDE{c.fde})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-}
-
-// TestPLTARM64: the rows profile writes for arm64's .plt: the header's
-// push of x16 and x30, then stubs whose return address is in x30.
-func TestPLTARM64(t *testing.T) {
-	entries, err := ARM64.Compile([]FDE{PLTARM64(0x1000, 0x60)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []struct {
-		pc uint32
-		d  DecodedARM64
-	}{
-		{0x1000, DecodedARM64{Base: BaseRSP, Saves: SavesNone}},
-		{0x1004, DecodedARM64{Base: BaseRSP, Offset: 16, Saves: SavesRA, Slot: -8}},
-		{0x1020, DecodedARM64{Base: BaseRSP, Saves: SavesNone}},
-		{0x1060, DecodedARM64{Base: BaseStop, Offset: uint32(StopNoRow)}},
-	}
-	if len(entries) != len(want) {
-		t.Fatalf("%d entries %+v, want %d", len(entries), entries, len(want))
-	}
-	for i, w := range want {
-		if d := DecodeARM64(entries[i].Rule); entries[i].PC != w.pc || d != w.d {
-			t.Errorf("entry %d: 0x%x %+v, want 0x%x %+v", i, entries[i].PC, d, w.pc, w.d)
+		if len(entries) != len(c.want) {
+			t.Fatalf("%s: %d entries %+v, want %d", c.name, len(entries), entries, len(c.want))
+		}
+		for i, w := range c.want {
+			if d := DecodeARM64(entries[i].Rule); entries[i].PC != w.pc || d != w.d {
+				t.Errorf("%s: entry %d: 0x%x %+v, want 0x%x %+v", c.name, i, entries[i].PC, d, w.pc, w.d)
+			}
 		}
 	}
 }

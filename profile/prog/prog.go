@@ -586,24 +586,19 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.And.Imm(bpf.R1, armModeMask))
 		insns.Add(bpf.JNE.Imm(bpf.R1, 0, "no_regs"))
 		insns.Append(loadRegsARM64(bpf.R7, armFP))
-	} else if cfg.TaskRegs && cfg.Arch == RISCV64 {
-		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy pc to s0 of bpf_task_pt_regs(current)")))
-		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
-		insns.Add(bpf.FnTaskPtRegs.Call())
-		insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R0))
-		insns.Append(copyRegs(cfg))
-		insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R8))
-		insns.Add(bpf.Add.Imm(bpf.R7, stateRegs))
-		insns.Append(loadRegsRISCV64(bpf.R7))
 	} else if cfg.TaskRegs {
-		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: copy bpf_task_pt_regs(current)")))
+		what, load := "kernel mode: copy bpf_task_pt_regs(current)", loadRegs(bpf.R7)
+		if cfg.Arch == RISCV64 {
+			what, load = "kernel mode: copy pc to s0 of bpf_task_pt_regs(current)", loadRegsRISCV64(bpf.R7)
+		}
+		insns.Add(bpf.FnGetCurrentTaskBtf.Call().WithSymbol("kernel_mode").WithSource(bpf.Comment(what)))
 		insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
 		insns.Add(bpf.FnTaskPtRegs.Call())
 		insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R0))
 		insns.Append(copyRegs(cfg))
 		insns.Add(bpf.Mov.Reg(bpf.R7, bpf.R8))
 		insns.Add(bpf.Add.Imm(bpf.R7, stateRegs))
-		insns.Append(loadRegs(bpf.R7))
+		insns.Append(load)
 	} else if cfg.Arch != X86_64 {
 		// Before 5.15 arm64's pt_regs has no fixed size to find it by.
 		insns.Add(bpf.Ja.Label("no_regs").WithSymbol("kernel_mode").WithSource(bpf.Comment("kernel mode: no way to the user registers before 5.15 here")))
