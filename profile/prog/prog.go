@@ -190,10 +190,14 @@ type Config struct {
 	OffCPU *OffCPU
 	// Arch: whose registers and rule words the unwinder reads.
 	Arch Arch
-	// RawEvents: the exec and exit programs (which read no record: the
-	// task is the current one) are raw tracepoints' (4.17+), whose links
-	// detach without waiting out a grace period as a perf event's close
-	// does (see proctree.Tree).
+	// RawEvents: the exec program (which reads no record: the task is
+	// the current one) is a raw tracepoint's (4.17+), whose link detaches
+	// without waiting out a grace period as a perf event's close does
+	// (see proctree.Tree). The exit program stays a perf tracepoint's: a
+	// perf event's program runs holding bpf_prog_active, so the CPU-clock
+	// sampler cannot run inside it and put the exiting process back in
+	// seen between its deletes; a raw tracepoint's does not hold it (the
+	// 7.2 guest's TestLabelsForgottenAtExit: seen kept the pid).
 	RawEvents bool
 	// Event: the program runs at an event (filter's --count-by ustack),
 	// not at a CPU-clock sample.
@@ -434,7 +438,7 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 	}
 	spec.Programs["exec"] = &ebpf.ProgramSpec{Name: "profile_exec", Type: events, License: "GPL", Instructions: execProg(cfg)}
 	if cfg.Exit != nil {
-		spec.Programs["exit"] = &ebpf.ProgramSpec{Name: "profile_exit", Type: events, License: "GPL", Instructions: exitProg(cfg)}
+		spec.Programs["exit"] = &ebpf.ProgramSpec{Name: "profile_exit", Type: ebpf.TracePoint, License: "GPL", Instructions: exitProg(cfg)}
 	}
 	if cfg.Tree != nil {
 		if err := proctree.Add(spec, cfg.Tree); err != nil {
