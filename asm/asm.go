@@ -306,11 +306,17 @@ func FollowForks(mapName, lostMap string, parentOff, childOff int) (bpf.Instruct
 	insns = append(insns, MapLookup(mapName, -4)...)
 	insns = append(insns, bpf.JEq.Imm(bpf.R0, 0, "exit"))
 	insns = append(insns, child...)
-	insns = append(insns,
-		StoreKey(-4, bpf.R1, bpf.Word),
+	insns = append(insns, StoreKey(-4, bpf.R1, bpf.Word))
+	return append(insns, addChild(mapName, lostMap)...), nil
+}
+
+// addChild ends a fork follower: the child's pid, at fp-4, joins the hash
+// mapName as traced; one that does not fit adds 1 to lostMap's slot 0.
+func addChild(mapName, lostMap string) bpf.Instructions {
+	insns := bpf.Instructions{
 		bpf.Mov.Imm(bpf.R1, TreeTraced),
 		StoreKey(-8, bpf.R1, bpf.Word),
-	)
+	}
 	insns = append(insns, Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[child] = 1: traced, whatever its parent")...)
 	insns = append(insns,
 		bpf.JEq.Imm(bpf.R0, 0, "exit"),
@@ -318,7 +324,7 @@ func FollowForks(mapName, lostMap string, parentOff, childOff int) (bpf.Instruct
 		StoreKey(-4, bpf.R1, bpf.Word),
 	)
 	insns = append(insns, PerCPUArrayIncrement("lost", lostMap, -4)...)
-	return append(insns, Return("exit", 0)...), nil
+	return append(insns, Return("exit", 0)...)
 }
 
 // FollowForksRaw is FollowForks for the raw tracepoint sched_process_fork,
@@ -343,14 +349,7 @@ func FollowForksRaw(mapName, lostMap string, taskPid int, read bpf.BuiltinFunc) 
 	s.Add(bpf.Mov.Imm(bpf.R2, 4))
 	s.Add(read.Call())
 	s.Add(bpf.JNE.Imm(bpf.R0, 0, "exit"))
-	s.Add(bpf.Mov.Imm(bpf.R1, TreeTraced))
-	s.Add(StoreKey(-8, bpf.R1, bpf.Word))
-	s.Append(Note(MapUpdate(mapName, -4, -8, UpdateAny), mapName+"[child] = 1: traced, whatever its parent"))
-	s.Add(bpf.JEq.Imm(bpf.R0, 0, "exit"))
-	s.Add(bpf.Mov.Imm(bpf.R1, 0).WithSource(bpf.Comment("the map is full: the child is not followed")))
-	s.Add(StoreKey(-4, bpf.R1, bpf.Word))
-	s.Append(PerCPUArrayIncrement("lost", lostMap, -4))
-	s.Append(Return("exit", 0))
+	s.Append(addChild(mapName, lostMap))
 	return s.Instructions, nil
 }
 

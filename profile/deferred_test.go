@@ -252,17 +252,28 @@ func TestUnwindCopyARM64(t *testing.T) {
 	}
 	binary.LittleEndian.PutUint64(stack[0x300:], 0x7400)
 	binary.LittleEndian.PutUint64(stack[0x308:], 0x1250)
-	for _, c := range []struct {
-		name       string
-		pc, lookup uint64
-		want       []uint64
-		stop       int32
-	}{
+	checkCopies(t, ps, stack, 0x1150, []copyCase{
 		{"exact", 0x1010, 0x1010, []uint64{0x1150, 0x1250}, prog.StopEnd},
 		{"return address", 0x1010, 0x100f, nil, prog.StopUnsupported}, // x30 is not the caller's above the sampled frame
 		{"signal", 0x1400, 0x13ff, []uint64{0x1010, 0x1150, 0x1250}, prog.StopEnd},
-	} {
-		s := &deferredSample{pid: 1, pc: c.pc, lookup: c.lookup, sp: 0x7000, lr: 0x1150, stack: stack}
+	})
+}
+
+// copyCase is a deferred sample at pc (looked up at lookup) and the
+// frames and stop its unwinding must give.
+type copyCase struct {
+	name       string
+	pc, lookup uint64
+	want       []uint64
+	stop       int32
+}
+
+// checkCopies unwinds each case's sample, its stack copy from sp 0x7000
+// and its link register lr, in process 1 of ps.
+func checkCopies(t *testing.T, ps *processes, stack []byte, lr uint64, cases []copyCase) {
+	t.Helper()
+	for _, c := range cases {
+		s := &deferredSample{pid: 1, pc: c.pc, lookup: c.lookup, sp: 0x7000, lr: lr, stack: stack}
 		frames, stop, fp, wait := ps.unwindCopy(s, 10)
 		if !slices.Equal(frames, c.want) || stop != c.stop || fp || wait != 0 {
 			t.Errorf("%s: frames %#x, stop %d, fp %v, wait %v; want %#x, stop %d", c.name, frames, stop, fp, wait, c.want, c.stop)
@@ -300,22 +311,11 @@ func TestUnwindCopyRISCV64(t *testing.T) {
 		binary.LittleEndian.PutUint64(stack[prog.SignalPCRISCV64+8*i:], v)
 	}
 	binary.LittleEndian.PutUint64(stack[prog.SignalS0RISCV64:], 0x7400)
-	for _, c := range []struct {
-		name       string
-		pc, lookup uint64
-		want       []uint64
-		stop       int32
-	}{
+	checkCopies(t, ps, stack, 0x1210, []copyCase{
 		{"exact", 0x1110, 0x1110, []uint64{0x1210, 0x1310}, prog.StopEnd},
 		{"return address", 0x1110, 0x110f, nil, prog.StopUnsupported}, // ra is not the caller's above the sampled frame
 		{"signal", 0x1500, 0x14ff, []uint64{0x1110, 0x1210, 0x1310}, prog.StopEnd},
-	} {
-		s := &deferredSample{pid: 1, pc: c.pc, lookup: c.lookup, sp: 0x7000, lr: 0x1210, stack: stack}
-		frames, stop, fp, wait := ps.unwindCopy(s, 10)
-		if !slices.Equal(frames, c.want) || stop != c.stop || fp || wait != 0 {
-			t.Errorf("%s: frames %#x, stop %d, fp %v, wait %v; want %#x, stop %d", c.name, frames, stop, fp, wait, c.want, c.stop)
-		}
-	}
+	})
 }
 
 // copyUnwinder is the processes of a deferred-unwinding test: process 1
