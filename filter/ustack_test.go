@@ -189,6 +189,35 @@ func TestUstackUprobe(t *testing.T) {
 	}
 }
 
+// Interval reports of --count-by ustack start again each time, and add up
+// to the events exactly: the kernel's counts are drained by flipping its
+// two hashes (profile/prog.CountsSwap) at every report and every second,
+// while fx-chain's 30000 calls of tk_leaf go on.
+func TestUstackIntervalsExact(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "fx-chain")
+	r := filter(t, "--json", "--count-by", "ustack", "uprobe:"+fx+":tk_leaf", "0.05", "-c", fx+" 20000 10000")
+	var reports int
+	var total, lost uint64
+	for _, l := range lines(r.Stdout) {
+		var rep ustackReport
+		if err := json.Unmarshal([]byte(l), &rep); err != nil || rep.Events == nil {
+			t.Fatalf("a --json report line: %v: %q\n%s", err, l, r.Stderr)
+		}
+		reports++
+		_, _, n := byChain(t, rep)
+		total += n
+		lost += rep.Lost
+	}
+	if r.Status != 0 || total != 30000 || lost != 0 {
+		t.Errorf("exit %d; %d reports counted %d calls of tk_leaf, %d lost; want 30000, none lost:\n%s\n%s", r.Status, reports, total, lost, r.Stdout, r.Stderr)
+	}
+	if reports < 3 {
+		t.Errorf("%d reports; want the run's several:\n%s", reports, r.Stdout)
+	}
+	t.Logf("%d calls in %d reports", total, reports)
+}
+
 // --count-by ustack,kstack on a tracepoint (a syscall's): the user stack
 // comes from the task's registers, not the record; fx-chain's pwrites at
 // fd 987654, 20 through tk_a and tk_b and 10 through tk_c, each stack's

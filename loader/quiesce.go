@@ -83,6 +83,9 @@ func (s *Swapped) Flip() (*ebpf.Map, error) {
 	return old, nil
 }
 
+// Current is the map the program counts in now.
+func (s *Swapped) Current() *ebpf.Map { return s.maps[s.cur] }
+
 // Close frees the Quiescer's maps.
 func (s *Swapped) Close() error { return s.wait.Close() }
 

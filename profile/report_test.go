@@ -167,3 +167,43 @@ func svgTitles(t *testing.T, svg []byte) map[string]bool {
 		}
 	}
 }
+
+// The tables drains fill are bounded: a sample of a new stack past the
+// bound is counted as left out. Reports that start again each interval
+// take the table and leave a new one; --cumulative reports take a copy;
+// a report not printed gives its counts back to the next.
+func TestHeldCounts(t *testing.T) {
+	h := &held{keys: map[stackKey]uint64{}, maxStack: 2}
+	for _, k := range []string{"a", "b", "a", "c", "c", "b"} {
+		h.add(stackKey(k), 10)
+	}
+	if h.keys["a"] != 20 || h.keys["b"] != 20 || len(h.keys) != 2 || h.leftOut != 20 {
+		t.Errorf("held %v, %d left out; want a and b 20 each, c's 20 left out", h.keys, h.leftOut)
+	}
+
+	r := &reporter{o: &options{}, cur: newHeld()}
+	r.o.Cumulative = false
+	r.hold("x", 5)
+	got := r.take(false)
+	if got.keys["x"] != 5 || len(r.cur.keys) != 0 {
+		t.Errorf("took %v, %v left; want x 5, nothing left", got.keys, r.cur.keys)
+	}
+	r.hold("y", 1)
+	r.putBack(got)
+	if r.cur.keys["x"] != 5 || r.cur.keys["y"] != 1 {
+		t.Errorf("after a report not printed: %v; want x 5 and y 1", r.cur.keys)
+	}
+	if fin := r.take(true); fin != r.cur {
+		t.Error("the final report took a copy, not the table drains fill")
+	}
+
+	r = &reporter{o: &options{}, cur: newHeld()}
+	r.o.Cumulative = true
+	r.hold("x", 5)
+	got = r.take(false)
+	r.hold("x", 1)
+	r.putBack(got)
+	if got.keys["x"] != 5 || r.cur.keys["x"] != 6 {
+		t.Errorf("--cumulative: took %v, holds %v; want x 5, then x 6", got.keys, r.cur.keys)
+	}
+}

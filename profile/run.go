@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"sort"
@@ -23,6 +24,7 @@ import (
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/profile/prog"
@@ -301,10 +303,20 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	ps.short, ps.mode, ps.arch = o.NoParams, cfg.Mode, cfg.Arch
 	deferred := newDeferrer(cfg)
-	r := &reporter{s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
+	r := &reporter{cur: newHeld(), lastDrain: time.Now(), s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
 	emitting := cfg.Event != nil && cfg.Event.Emit
 	if emitting {
 		deferred.emit = r.emit
+	} else {
+		// The whole run's counts for the files, apart from the report's
+		// only where reports start again each interval.
+		if (o.Pprof != "" || o.SVG != "") && o.Interval() > 0 && !o.Cumulative {
+			r.whole = newHeld()
+		}
+		if r.swap, err = loader.NewSwapped(coll.Maps["counts"], coll.Maps[prog.CountsSwap], coll.Maps[prog.GenMap]); err != nil {
+			return err
+		}
+		defer r.swap.Close()
 	}
 	defer ps.close()
 	ps.labels, ps.labelMap, ps.context = o.labels, coll.Maps["labels"], cfg.Context
@@ -381,19 +393,19 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	// (WakeEach), each reading its own rings (a ring's Close ends its
 	// reader before it unmaps them); the tick refreshes the table of
 	// processes that changed their maps.
-	drain := func(r *perfevent.Rings) func() error {
+	drain := func(rg *perfevent.Rings) func() error {
 		return func() error {
 			mu.Lock()
 			defer mu.Unlock()
-			r.Read(handle)
-			if r == stacks && stacks.Lost > ps.deferLost {
+			rg.Read(handle)
+			if rg == stacks && stacks.Lost > ps.deferLost {
 				ps.deferLost = stacks.Lost
 				ps.holdReading()
 			}
 			ps.collect()
 			ps.refresh()
 			deferred.resolve(ps, false)
-			return nil
+			return r.drainDue()
 		}
 	}
 	stop, err := rings.Drain(50*time.Millisecond, drain(rings), s.Stop)
@@ -483,7 +495,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		*out.f = f
 		s.OnClose("", f.close)
 	}
-	r.counts.Cumulative, r.lost.Cumulative = o.Cumulative, o.Cumulative
+	r.lost.Cumulative = o.Cumulative
 	return s.Loop(ctx, what, func(final bool) error {
 		mu.Lock()
 		locked := true
@@ -508,10 +520,10 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			}
 			return nil
 		}
-		c, err := r.gather()
-		if err != nil {
+		if err := r.drain(final); err != nil {
 			return err
 		}
+		counted := r.take(final)
 		if !final {
 			// Kernel names take a pass over kallsyms: 10 to 20 s in the
 			// 1-CPU guests beside two spinners, and the ring readers
@@ -529,20 +541,23 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		if final {
 			kctx = context.Background()
 		}
-		if err := r.resolveKernel(kctx, c.cur); err != nil {
-			if !final && ctx.Err() != nil {
-				return nil
-			}
-			return err
+		toName := []*held{counted}
+		if final && r.whole != nil {
+			toName = append(toName, r.whole)
 		}
+		err := r.resolveKernel(kctx, toName...)
 		if !locked {
 			mu.Lock()
 			locked = true
 		}
 		if !final && ctx.Err() != nil {
+			r.putBack(counted)
 			return nil
 		}
-		return r.report(time.Now(), final, c)
+		if err != nil {
+			return err
+		}
+		return r.report(time.Now(), final, counted)
 	})
 }
 
@@ -557,10 +572,16 @@ type reporter struct {
 	warned   bool
 	pprof    *outFile // --pprof, created at the start
 	svg      *outFile // --svg
-	counts   counts.KeyedDeltas[stackKey]
-	raw      map[stackKey]uint64 // the counts as last read
-	lost     counts.Deltas
-	start    time.Time
+	// The counts, drained from the kernel's two hashes (swap) every
+	// drainEvery and at each report: the report's (since the last one,
+	// or the start: --cumulative, or no interval), and the whole run's
+	// for --pprof and --svg where that is not the report's.
+	swap      *loader.Swapped
+	cur       *held
+	whole     *held
+	lastDrain time.Time
+	lost      counts.Deltas // the kernel's and the deferrer's lost samples
+	start     time.Time
 	// contexts: the contexts table, by id, as read so far (its entries
 	// are never deleted: an id names one context for the whole run).
 	contexts map[uint64][]byte
@@ -615,51 +636,139 @@ var ends = map[int32]string{
 	prog.StopNoRegs:      "[no user registers]",
 }
 
-// counted is what a report reads: the stacks' counts, the kernel's and
-// the deferred samples', and the samples lost.
-type counted struct {
-	cur  map[stackKey]uint64
-	lost uint64
+// drainEvery is how often the kernel's counts move to user space between
+// reports: each of its two hashes then holds the stacks of about a second
+// (prog.CountsSwap), however long the run or its interval.
+const drainEvery = time.Second
+
+// maxHeld bounds the stacks a report (and the whole run's files) holds:
+// keys of up to 1.6 KiB each (64 kernel and 127 user frames), some 30 MiB.
+// A sample of a new stack past it is counted as left out.
+const maxHeld = 16384
+
+// held is a table of counts by key, bounded by maxHeld.
+type held struct {
+	keys     map[stackKey]uint64
+	leftOut  uint64 // samples of stacks that did not fit
+	maxStack int
 }
 
-// gather reads the counts.
-func (r *reporter) gather() (counted, error) {
-	cur := map[stackKey]uint64{}
-	var k []byte
+func newHeld() *held { return &held{keys: map[stackKey]uint64{}, maxStack: maxHeld} }
+
+func (h *held) add(k stackKey, n uint64) {
+	if _, ok := h.keys[k]; ok || len(h.keys) < h.maxStack {
+		h.keys[k] += n
+		return
+	}
+	h.leftOut += n
+}
+
+// drain moves the kernel's counts and the deferred samples' to the
+// report's table (and the whole run's). Between reports it flips the
+// hashes (loader.Swapped: exact, the programs running are waited out) and
+// empties the one drained; the final report reads the hash the programs
+// count in, and leaves it.
+func (r *reporter) drain(final bool) error {
+	m := r.swap.Current()
+	if !final {
+		var err error
+		if m, err = r.swap.Flip(); err != nil {
+			return err
+		}
+	}
+	r.lastDrain = time.Now()
+	var keys [][]byte
+	k := make([]byte, m.KeySize())
 	var v uint64
-	it := r.coll.Maps["counts"].Iterate()
+	it := m.Iterate()
 	for it.Next(&k, &v) {
-		cur[stackKey(k)] = v
+		keys = append(keys, bytes.Clone(k))
+		r.hold(stackKey(k), v)
 	}
 	if err := it.Err(); err != nil {
-		return counted{}, fmt.Errorf("read stack counts: %w", err)
+		return fmt.Errorf("read stack counts: %w", err)
 	}
 	for k, n := range r.deferred.counts {
-		cur[k] += n
+		r.hold(k, n)
 	}
-	total, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
-	if err != nil {
-		return counted{}, err
+	clear(r.deferred.counts)
+	if final {
+		return nil
 	}
-	return counted{cur, total + r.deferred.lost}, nil
+	return loader.Empty(m, keys)
 }
 
-// stacks names the counts gathered (their kernel addresses resolved).
-func (r *reporter) stacks(c counted) (delta, all []stack, lost uint64) {
-	r.raw = c.cur
-	return r.named(r.counts.Step(c.cur), false), r.named(c.cur, false), r.lost.Counter(c.lost)
+// drainDue drains if drainEvery has passed since the last drain.
+func (r *reporter) drainDue() error {
+	if r.swap == nil || time.Since(r.lastDrain) < drainEvery {
+		return nil
+	}
+	return r.drain(false)
+}
+
+func (r *reporter) hold(k stackKey, n uint64) {
+	r.cur.add(k, n)
+	if r.whole != nil {
+		r.whole.add(k, n)
+	}
+}
+
+// take is the table a report prints. At the end, or where reports do not
+// start again (--cumulative), the one drains add to (between reports a
+// copy: the report names it unlocked, while the drains go on); else the
+// one since the last report, and a new one takes its place.
+func (r *reporter) take(final bool) *held {
+	cur := r.cur
+	if cur == nil {
+		cur = newHeld()
+		r.cur = cur
+	}
+	switch {
+	case final:
+		return cur
+	case r.o.Cumulative:
+		return &held{keys: maps.Clone(cur.keys), leftOut: cur.leftOut, maxStack: cur.maxStack}
+	}
+	r.cur = newHeld()
+	return cur
+}
+
+// putBack returns the counts of a report not printed (the run ended
+// while it named them) to the next one.
+func (r *reporter) putBack(h *held) {
+	if r.o.Cumulative || h == r.cur {
+		return
+	}
+	for k, n := range h.keys {
+		r.cur.add(k, n)
+	}
+	r.cur.leftOut += h.leftOut
+}
+
+// stacks names the counts held for the report (their kernel addresses
+// resolved), and returns the samples lost since the last report: the
+// kernel's (a full hash), the deferrer's, and those left out of the
+// table.
+func (r *reporter) stacks(h *held) (report []stack, lost uint64, err error) {
+	total, err := counts.ReadPerCPUCounter(r.coll.Maps["lost"])
+	if err != nil {
+		return nil, 0, err
+	}
+	return r.named(h.keys, false), r.lost.Counter(total+r.deferred.lost) + h.leftOut, nil
 }
 
 // resolveKernel names the kernel addresses not named yet, in one pass over
 // kallsyms (read at report time: the run itself keeps no kernel symbols).
-func (r *reporter) resolveKernel(ctx context.Context, cur map[stackKey]uint64) error {
+func (r *reporter) resolveKernel(ctx context.Context, tables ...*held) error {
 	var todo []uint64
 	seen := map[uint64]bool{}
-	for k := range cur {
-		for _, pc := range k.decode(r.cfg).Kernel {
-			if _, ok := r.kernel[pc]; !ok && !seen[pc] {
-				seen[pc] = true
-				todo = append(todo, pc)
+	for _, h := range tables {
+		for k := range h.keys {
+			for _, pc := range k.decode(r.cfg).Kernel {
+				if _, ok := r.kernel[pc]; !ok && !seen[pc] {
+					seen[pc] = true
+					todo = append(todo, pc)
+				}
 			}
 		}
 	}
@@ -772,13 +881,20 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 	return out
 }
 
-func (r *reporter) report(now time.Time, final bool, c counted) error {
-	stacks, all, lost := r.stacks(c)
+func (r *reporter) report(now time.Time, final bool, counted *held) error {
+	stacks, lost, err := r.stacks(counted)
+	if err != nil {
+		return err
+	}
 	if final {
+		whole, all := counted, stacks
+		if r.whole != nil {
+			whole, all = r.whole, r.named(r.whole.keys, false)
+		}
 		// The files hold the whole run, whatever the interval reports showed.
 		if r.pprof != nil {
 			if err := r.pprof.write(func(w io.Writer) error {
-				return writePprof(w, r.named(r.raw, true), r.ps, r.o.Frequency, r.o.OffCPU, r.start, now.Sub(r.start))
+				return writePprof(w, r.named(whole.keys, true), r.ps, r.o.Frequency, r.o.OffCPU, r.start, now.Sub(r.start))
 			}); err != nil {
 				return err
 			}
@@ -815,7 +931,7 @@ func (r *reporter) report(now time.Time, final bool, c counted) error {
 		writeStacks(&b, stacks)
 		r.summary(&b, stacks, lost)
 	}
-	_, err := io.WriteString(r.s.Stdout, b.String())
+	_, err = io.WriteString(r.s.Stdout, b.String())
 	return err
 }
 

@@ -133,9 +133,18 @@ const (
 // u64 bias; u64 start; u64 end} of the mapping the prefix is part of.
 const MappingSize = 32
 
+// The counts are two hashes of the same keys: the programs count in the
+// one gen[0] names (0: counts, 1: CountsSwap) while user space drains the
+// other (loader.Swapped), so that neither holds more than the stacks of
+// about a second, however long the run.
+const (
+	CountsSwap = "counts1"
+	GenMap     = "gen"
+)
+
 // Map sizes.
 const (
-	maxStacks   = 4096
+	maxStacks   = 4096 // each of the two counts hashes
 	maxSeen     = 16384
 	maxMappings = 65536 // LPM prefixes, about 20 per mapped file
 )
@@ -371,10 +380,12 @@ func (c Config) DeferredSize() int { return c.scratchSize() - deferHeader }
 func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 	spec := &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{
-			"counts":  {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: maxStacks},
-			"scratch": {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(cfg.scratchSize()), MaxEntries: 1},
-			"lost":    {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
-			"seen":    {Name: "profile_seen", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxSeen},
+			"counts":   {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: maxStacks},
+			CountsSwap: {Name: "profile_counts1", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: maxStacks},
+			GenMap:     {Name: "profile_gen", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1},
+			"scratch":  {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(cfg.scratchSize()), MaxEntries: 1},
+			"lost":     {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+			"seen":     {Name: "profile_seen", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: maxSeen},
 			// Two rings: the process notices (16 to 24 bytes), and the
 			// deferred samples (up to 10 KiB each, see deferred), so that a
 			// flood of deferrals a starved profile reads too slowly (a
@@ -393,7 +404,7 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		spec.Maps["context_ids"] = &ebpf.MapSpec{Name: "profile_ctx_ids", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	}
 	if cfg.LazyHashes {
-		for _, m := range []string{"counts", "seen", "labels", "contexts"} {
+		for _, m := range []string{"counts", CountsSwap, "seen", "labels", "contexts"} {
 			if spec.Maps[m] != nil {
 				spec.Maps[m].Flags |= unix.BPF_F_NO_PREALLOC
 			}
@@ -419,6 +430,8 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		// Printed, not counted.
 		spec.Maps[RecordsMap] = &ebpf.MapSpec{Name: "profile_records", Type: ebpf.PerfEventArray}
 		delete(spec.Maps, "counts")
+		delete(spec.Maps, CountsSwap)
+		delete(spec.Maps, GenMap)
 	}
 	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: typ, License: "GPL", Instructions: entry}
 	if cfg.Mode != UnwindFP {
@@ -818,12 +831,26 @@ func count(label string, scratch bpf.Register) bpf.Instructions {
 }
 
 // add adds R1, as amount sets it (from a constant or a callee-saved
-// register), to counts[key], the key at keyOff of key; a full map counts
-// in lost. what says it in the comment.
+// register), to counts[key], the key at keyOff of key, in the hash of the
+// two that gen[0] names (user space drains the other: see CountsSwap); a
+// full map counts in lost. what says it in the comment.
 func add(label string, key bpf.Register, keyOff int32, amount bpf.Instruction, what string) bpf.Instructions {
-	p := label
 	var insns asm.Seq
-	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSymbol(label).WithSource(bpf.Comment(what + " (insert if new, a full map counts in lost)")))
+	insns.Add(bpf.LoadMapValue(bpf.R1, 0, 0).WithReference(GenMap).WithSymbol(label).WithSource(bpf.Comment(what + ": in counts or " + CountsSwap + ", as " + GenMap + "[0] says")))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.R1, 0, bpf.Word))
+	insns.Add(bpf.JNE.Imm(bpf.R1, 0, label+"_1"))
+	insns.Append(addTo(label+"_0", "counts", key, keyOff, amount))
+	insns.Add(bpf.Ja.Label(label + "_done"))
+	insns.Append(addTo(label+"_1", CountsSwap, key, keyOff, amount))
+	insns.Add(asm.Nop().WithSymbol(label + "_done"))
+	return insns.Instructions
+}
+
+// addTo is add's count in one hash, m: insert if new, a full map counts in
+// lost.
+func addTo(p, m string, key bpf.Register, keyOff int32, amount bpf.Instruction) bpf.Instructions {
+	var insns asm.Seq
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference(m).WithSymbol(p).WithSource(bpf.Comment(m + "[key] (insert if new, a full map counts in lost)")))
 	insns.Add(bpf.Mov.Reg(bpf.R2, key))
 	insns.Add(bpf.Add.Imm(bpf.R2, keyOff))
 	insns.Add(bpf.FnMapLookupElem.Call())
@@ -833,7 +860,7 @@ func add(label string, key bpf.Register, keyOff int32, amount bpf.Instruction, w
 	insns.Add(bpf.Ja.Label(p + "_done"))
 	insns.Add(amount.WithSymbol(p + "_insert"))
 	insns.Add(bpf.StoreMem(bpf.RFP, fpOne, bpf.R1, bpf.DWord))
-	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts"))
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference(m))
 	insns.Add(bpf.Mov.Reg(bpf.R2, key))
 	insns.Add(bpf.Add.Imm(bpf.R2, keyOff))
 	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.RFP))
@@ -841,7 +868,7 @@ func add(label string, key bpf.Register, keyOff int32, amount bpf.Instruction, w
 	insns.Add(bpf.Mov.Imm(bpf.R4, asm.UpdateNoExist))
 	insns.Add(bpf.FnMapUpdateElem.Call())
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, p+"_done"))
-	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference("counts").WithSource(bpf.Comment("another CPU inserted it first, or the map is full")))
+	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference(m).WithSource(bpf.Comment("another CPU inserted it first, or the map is full")))
 	insns.Add(bpf.Mov.Reg(bpf.R2, key))
 	insns.Add(bpf.Add.Imm(bpf.R2, keyOff))
 	insns.Add(bpf.FnMapLookupElem.Call())
