@@ -1029,10 +1029,11 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 			byEnd[st.End] += st.Count
 		}
 	}
-	unit, full := r.o.unit(), "the stack map is full"
+	full := fmt.Sprintf("more stacks than a table holds: %d a second, %d a report", prog.MaxStacks, maxHeld)
+	unit := r.o.unit()
 	if r.o.OffCPU {
 		// Counts are microseconds waited; what is lost is waits.
-		unit, full = "us waited", "the stack map or the table of waiting threads is full"
+		unit, full = "us waited", full+"; or the table of waiting threads is full"
 	}
 	fmt.Fprintf(w, "%d %s, %d stacks", samples, unit, len(stacks))
 	if r.o.Unwind != prog.UnwindFP && samples > 0 {

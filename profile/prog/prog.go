@@ -144,7 +144,7 @@ const (
 
 // Map sizes.
 const (
-	maxStacks   = 4096 // each of the two counts hashes
+	MaxStacks   = 4096 // each of the two counts hashes
 	maxSeen     = 16384
 	maxMappings = 65536 // LPM prefixes, about 20 per mapped file
 )
@@ -380,8 +380,8 @@ func (c Config) DeferredSize() int { return c.scratchSize() - deferHeader }
 func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 	spec := &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{
-			"counts":   {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: maxStacks},
-			CountsSwap: {Name: "profile_counts1", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: maxStacks},
+			"counts":   {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: MaxStacks},
+			CountsSwap: {Name: "profile_counts1", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: MaxStacks},
 			GenMap:     {Name: "profile_gen", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1},
 			"scratch":  {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(cfg.scratchSize()), MaxEntries: 1},
 			"lost":     {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
