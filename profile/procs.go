@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -213,11 +214,53 @@ func (ps *processes) announced(pid uint32) {
 }
 
 // exited marks a process whose last thread exited: it is not rescanned,
-// and the pid's next process starts afresh.
+// its prefixes leave the mappings trie, and the pid's next process starts
+// afresh.
 func (ps *processes) exited(pid uint32) {
 	if p := ps.procs[pid]; p != nil {
 		p.gone, p.exited = true, true
+		if ps.lpm != nil {
+			for _, k := range p.prefixes {
+				_ = ps.lpm.Delete(k)
+			}
+		}
+		p.prefixes = nil
 		ps.changes++
+	}
+}
+
+// sweepEvery is how often the processes gone are looked for (sweep).
+const sweepEvery = 10 * time.Second
+
+// sweep forgets the processes that are gone but still in the kernel's
+// seen map: a process seen before profile's exit program was attached,
+// or where there is none (see taskExit), or sampled in its exit after
+// the program's notice, which makes it new to seen again. Without it the
+// map (and the trie's prefixes of each) filled over a long run. Then it
+// drops the records of the exited processes that no count held refers
+// to (counted): what profile keeps of processes is bounded by the counts
+// it holds and the processes alive.
+func (ps *processes) sweep(seen, labels *ebpf.Map, counted func(uint32) bool) {
+	var dead []uint32
+	var pid uint32
+	var v uint64
+	it := seen.Iterate()
+	for it.Next(&pid, &v) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, fs.ErrNotExist) {
+			dead = append(dead, pid)
+		}
+	}
+	for _, pid := range dead {
+		_ = seen.Delete(pid)
+		if labels != nil {
+			_ = labels.Delete(pid)
+		}
+		ps.exited(pid)
+	}
+	for pid, p := range ps.procs {
+		if p.exited && !counted(pid) {
+			delete(ps.procs, pid)
+		}
 	}
 }
 
@@ -791,6 +834,9 @@ func (ps *processes) repoint(f *file) {
 		return
 	}
 	for pid, p := range ps.procs {
+		if p.exited {
+			continue // its prefixes went with it
+		}
 		for _, pm := range p.maps {
 			if pm.file == f {
 				ps.point(pid, p)

@@ -3,6 +3,7 @@ package profile
 import (
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -185,5 +186,65 @@ func TestAfterEntry(t *testing.T) {
 		if got := ps.afterEntry(pid, c.ret); got != c.want {
 			t.Errorf("afterEntry(%#x) = %v, want %v", c.ret, got, c.want)
 		}
+	}
+}
+
+// TestSweep: a process gone but still in the kernel's seen map (sampled
+// in its exit after the exit program's notice) leaves seen, its labels
+// and its prefixes in the mappings trie; its record goes unless a count
+// held refers to it. A live process stays.
+func TestSweep(t *testing.T) {
+	privtest.Require(t)
+	lpm, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LPMTrie, KeySize: 16, ValueSize: prog.MappingSize, MaxEntries: 64, Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lpm.Close()
+	seen, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seen.Close()
+	const gone, held = 1<<22 - 1, 1<<22 - 2 // above every pid_max: no such processes
+	self := uint32(os.Getpid())
+	f := &file{name: "gobin", first: -1, tried: true, err: errors.New("no frame section")}
+	ps := &processes{lpm: lpm, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
+	for _, pid := range []uint32{gone, held, self} {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); (err == nil) != (pid == self) {
+			t.Skipf("pid %d: %v", pid, err)
+		}
+		p := &process{comm: "p", maps: []procMapping{{mapping: mapping{Start: 0x400000, End: 0x500000}, file: f}}}
+		ps.procs[pid] = p
+		ps.point(pid, p)
+		if len(p.prefixes) == 0 {
+			t.Fatalf("pid %d: no prefixes in the trie", pid)
+		}
+		if err := seen.Put(pid, uint64(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps.sweep(seen, nil, func(pid uint32) bool { return pid == held })
+	var pid uint32
+	var v uint64
+	var left []uint32
+	for it := seen.Iterate(); it.Next(&pid, &v); {
+		left = append(left, pid)
+	}
+	if len(left) != 1 || left[0] != self {
+		t.Errorf("seen holds %v after the sweep; want only the live %d", left, self)
+	}
+	if ps.procs[gone] != nil || ps.procs[held] == nil || ps.procs[self] == nil || ps.procs[self].exited {
+		t.Errorf("records: gone %v, held %v, self %v; want gone dropped, held kept (a count names it), self alive", ps.procs[gone], ps.procs[held], ps.procs[self])
+	}
+	var k lpmKey
+	n := 0
+	for it := lpm.Iterate(); it.Next(&k, new(lpmValue)); {
+		if p := binary.BigEndian.Uint32(k.Pid[:]); p != self {
+			t.Errorf("a prefix of pid %d is still in the trie", p)
+		}
+		n++
+	}
+	if n != len(ps.procs[self].prefixes) {
+		t.Errorf("%d prefixes in the trie, want the live process's %d", n, len(ps.procs[self].prefixes))
 	}
 }

@@ -303,7 +303,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	ps.short, ps.mode, ps.arch = o.NoParams, cfg.Mode, cfg.Arch
 	deferred := newDeferrer(cfg)
-	r := &reporter{cur: newHeld(), lastDrain: time.Now(), s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
+	r := &reporter{cur: newHeld(), lastDrain: time.Now(), lastSweep: time.Now(), s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
 	emitting := cfg.Event != nil && cfg.Event.Emit
 	if emitting {
 		deferred.emit = r.emit
@@ -550,6 +550,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			mu.Lock()
 			locked = true
 		}
+		r.printing = nil
 		if !final && ctx.Err() != nil {
 			r.putBack(counted)
 			return nil
@@ -579,7 +580,9 @@ type reporter struct {
 	swap      *loader.Swapped
 	cur       *held
 	whole     *held
+	printing  *held // an interval report's, taken, while it is named
 	lastDrain time.Time
+	lastSweep time.Time
 	lost      counts.Deltas // the kernel's and the deferrer's lost samples
 	start     time.Time
 	// contexts: the contexts table, by id, as read so far (its entries
@@ -695,7 +698,37 @@ func (r *reporter) drain(final bool) error {
 	if final {
 		return nil
 	}
-	return loader.Empty(m, keys)
+	if err := loader.Empty(m, keys); err != nil {
+		return err
+	}
+	if time.Since(r.lastSweep) >= sweepEvery {
+		// After a drain: every sample taken before a process's exit
+		// notice was read is held now, its pid with it.
+		r.lastSweep = time.Now()
+		r.ps.sweep(r.coll.Maps["seen"], r.coll.Maps["labels"], r.countedPids())
+	}
+	return nil
+}
+
+// countedPids says which pids the counts held refer to: those of the
+// tables, the report being named, and the deferred samples.
+func (r *reporter) countedPids() func(uint32) bool {
+	pids := map[uint32]bool{}
+	for _, h := range []*held{r.cur, r.whole, r.printing} {
+		if h == nil {
+			continue
+		}
+		for k := range h.keys {
+			pids[binary.LittleEndian.Uint32([]byte(k[:4]))] = true
+		}
+	}
+	for _, d := range r.deferred.pending {
+		pids[d.pid] = true
+	}
+	for id := range r.deferred.stacks {
+		pids[id.pid] = true
+	}
+	return func(pid uint32) bool { return pids[pid] }
 }
 
 // drainDue drains if drainEvery has passed since the last drain.
@@ -730,6 +763,7 @@ func (r *reporter) take(final bool) *held {
 		return &held{keys: maps.Clone(cur.keys), leftOut: cur.leftOut, maxStack: cur.maxStack}
 	}
 	r.cur = newHeld()
+	r.printing = cur
 	return cur
 }
 
