@@ -130,6 +130,10 @@ A stack that ends before _start is marked by why:
                                  the stack is complete)
   [unwind error: no table]       the address is in no file with a loaded table
   [unwind error: read]           the stack could not be read (paged out)
+  [unwind error: read after a frame-pointer step]
+                                 auto stepped a frame of a file whose table is
+                                 not loaded (yet: a process's first samples)
+                                 by its frame pointer, and it was not one
   [unwind error: unsupported unwind rule]  a signal frame or hand-written CFI
   [truncated]                    127 frames, the most the walk keeps
   [no user registers]            a kernel thread

@@ -11,6 +11,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/profile/prog"
 )
 
 // fixedStacks is a report's worth of stacks, hottest last as reported.
@@ -205,5 +206,29 @@ func TestHeldCounts(t *testing.T) {
 	r.putBack(got)
 	if got.keys["x"] != 5 || r.cur.keys["x"] != 6 {
 		t.Errorf("--cumulative: took %v, holds %v; want x 5, then x 6", got.keys, r.cur.keys)
+	}
+}
+
+// TestStackEnds: how a walk ended, as the report names it; in auto mode
+// a read that failed after a frame-pointer step is told apart from one of
+// a table's step (a stack paged out).
+func TestStackEnds(t *testing.T) {
+	r := &reporter{ps: &processes{files: map[fileKey]*file{}, procs: map[uint32]*process{}}}
+	for _, c := range []struct {
+		stop int32
+		fp   bool
+		want string
+	}{
+		{prog.StopEnd, false, ""},
+		{prog.StopEnd, true, "[frame pointers]"},
+		{prog.StopRead, false, "[unwind error: read]"},
+		{prog.StopRead, true, "[unwind error: read after a frame-pointer step]"},
+		{prog.StopNoTable, true, "[unwind error: no table]"},
+		{prog.StopTruncated, false, "[truncated]"},
+	} {
+		_, end := r.userFrames(decodedKey{Pid: 1, Stop: uint8(c.stop), FP: c.fp, User: []uint64{0x1000, 0x2000}})
+		if end != c.want {
+			t.Errorf("stop %d, fp %v: %q, want %q", c.stop, c.fp, end, c.want)
+		}
 	}
 }

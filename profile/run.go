@@ -629,6 +629,10 @@ type stack struct {
 	Labels           []labelValue
 }
 
+// readAfterFP ends a stack whose walk could not read the stack after it
+// stepped a frame by its frame pointer (auto).
+const readAfterFP = "[unwind error: read after a frame-pointer step]"
+
 // ends names each stop reason as the report shows it.
 var ends = map[int32]string{
 	prog.StopNoRow:       "[unwind error: no unwind row]",
@@ -835,8 +839,13 @@ func (r *reporter) userFrames(k decodedKey) (user []string, end string) {
 	if int32(k.Stop) == prog.StopNoRow && len(k.User) > 1 && r.ps.afterEntry(k.Pid, k.User[len(k.User)-1]) {
 		end = "" // the process's first frame: its loader's _start has no row
 	}
-	if end == "" && k.FP {
+	switch {
+	case end == "" && k.FP:
 		end = "[frame pointers]" // whole, if the frame pointers were what they seemed
+	case int32(k.Stop) == prog.StopRead && k.FP:
+		// auto stepped a frame of a file whose table is not loaded (yet)
+		// by its frame pointer, and what it took for one was not.
+		end = readAfterFP
 	}
 	for i, pc := range k.User {
 		// The sampled pc, and the one a signal interrupted (after the
