@@ -17,9 +17,10 @@ import (
 // first address of every block (u32s, fenceMask+1 of them, a power of
 // two), read in place through its address (no call, nothing for the
 // verifier to patch); and rowsMap, whose values are blocks of
-// unwind.BlockRows rows, one of them looked up. Fixed steps and no branch
-// on the data: unwind.FenceSteps among the file's fences, then
-// unwind.BlockSteps within the block, each adding half of what is left to
+// unwind.BlockRows rows, one of them looked up. No branch on the data:
+// up to unwind.FenceSteps among the file's fences (as many as its blocks
+// need: the steps end when one is left), then unwind.BlockSteps within
+// the block, each adding half of what is left to
 // lo under a multiply by 0 or 1 made from the sign of target-address. (A
 // multiply, not an AND with a 0/-1 mask: 6.18's verifier forks its state
 // on the mask, 2^steps paths.) target, lo and n must be callee-saved
@@ -35,7 +36,15 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n
 	insns.Add(bpf.RSh.Imm(n, unwind.BlockSteps))
 	insns.Add(bpf.LoadMapValue(bpf.R4, 0, 0).WithReference(fencesMap))
 	for i := 0; i < unwind.FenceSteps; i++ {
-		insns.Add(bpf.Mov.Reg(bpf.R1, n).WithSymbol(fmt.Sprintf("%s_fence%d", prefix, i)))
+		// n is 1 once the block is found: a file of few blocks (most
+		// are, and every frame of a deep recursion is in one) skips the
+		// steps left, each a chain of dependent loads and a multiply.
+		jump := bpf.JLE.Imm(n, 1, prefix+"_block").WithSymbol(fmt.Sprintf("%s_fence%d", prefix, i))
+		if i == 0 {
+			jump = jump.WithSource(bpf.Comment(fmt.Sprintf("until %s is 1: the steps a file's blocks need, at most %d", n, unwind.FenceSteps)))
+		}
+		insns.Add(jump)
+		insns.Add(bpf.Mov.Reg(bpf.R1, n))
 		insns.Add(bpf.RSh.Imm(bpf.R1, 1))
 		insns.Add(bpf.Mov.Reg(bpf.R2, lo))
 		insns.Add(bpf.Add.Reg(bpf.R2, bpf.R1))
@@ -49,7 +58,7 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n
 		insns.Add(bpf.Add.Reg(lo, bpf.R2))
 		insns.Add(bpf.Sub.Reg(n, bpf.R1))
 	}
-	insns.Add(bpf.StoreMem(bpf.RFP, keyOff, lo, bpf.Word).WithSource(bpf.Comment(fmt.Sprintf("r0 = the block; %s = the last row at or below %s in it: %d steps", lo, target, unwind.BlockSteps))))
+	insns.Add(bpf.StoreMem(bpf.RFP, keyOff, lo, bpf.Word).WithSymbol(prefix + "_block").WithSource(bpf.Comment(fmt.Sprintf("r0 = the block; %s = the last row at or below %s in it: %d steps", lo, target, unwind.BlockSteps))))
 	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference(rowsMap))
 	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.RFP))
 	insns.Add(bpf.Add.Imm(bpf.R2, int32(keyOff)))

@@ -1,6 +1,7 @@
 package asm
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -54,6 +55,14 @@ func TestRowSearchInKernel(t *testing.T) {
 	for i := range rows {
 		rows[i].Rule = 1<<30 | uint32(i) // the program returns the rule: here, the row's index
 	}
+	// A file of one block (no fence step), of a few (the steps end
+	// early), and libc's.
+	for _, n := range []int{unwind.BlockRows - 1, 5*unwind.BlockRows + 3, len(rows)} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { searchInKernel(t, rows[:n]) })
+	}
+}
+
+func searchInKernel(t *testing.T, rows []unwind.Entry) {
 	const first = 16 * unwind.BlockRows // another file's blocks come first
 	blocks, fences := unwind.Blocks(rows)
 	nblocks := first/unwind.BlockRows + len(fences)
