@@ -43,39 +43,14 @@ func profileSuite() error {
 		return nil
 	}
 	secs := *profileSecs
-	var samplers []sampler
-	if p, err := exec.LookPath("bpftrace"); err == nil {
-		samplers = append(samplers, sampler{name: "bpftrace @[ustack, kstack] = count()", cmd: []string{p, "-e", "profile:hz:99 { @[ustack, kstack] = count(); }"}})
-	}
-	samplers = append(samplers,
+	samplers := append(bpftraceSamplers(),
 		sampler{name: "profile --unwind=fp", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=fp"}},
 		sampler{name: "profile --unwind=eh", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=eh"}},
 	)
-	data := filepath.Join(os.TempDir(), "bench-perf.data")
-	defer os.Remove(data)
-	if p, err := exec.LookPath("perf"); err == nil {
-		samplers = append(samplers, sampler{name: "perf record --call-graph dwarf + perf script",
-			cmd:  []string{p, "record", "-q", "-F", "99", "--call-graph", "dwarf", "-a", "-o", data},
-			post: []string{p, "script", "-i", data}})
-	} else {
-		fmt.Fprintln(os.Stderr, "bench: perf (linux-perf) not found: its row is left out")
-	}
+	samplers = append(samplers, perfSampler()...)
+	defer os.Remove(perfData)
 	rounds := max(*rounds/3, 5)
-	run := func(fixture []string) ([][]profileRun, error) {
-		res := make([][]profileRun, len(samplers))
-		for r := 0; r < rounds; r++ {
-			for i := range samplers {
-				k := (i + r) % len(samplers)
-				s := samplers[k]
-				run, err := sample(s.cmd, s.post, fixture)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", s.name, err)
-				}
-				res[k] = append(res[k], run)
-			}
-		}
-		return res, nil
-	}
+	run := func(fixture []string) ([][]profileRun, error) { return interleave(samplers, rounds, fixture, 2) }
 	res, err := run([]string{fx, fmt.Sprint(secs)})
 	if err != nil {
 		return err
@@ -98,6 +73,166 @@ func profileSuite() error {
 		return err
 	}
 	return tablesCost()
+}
+
+// bpftraceSamplers are bpftrace's user stacks at 99 Hz, alone (as
+// profile's keys without a kernel stack would be) and with the kernel
+// stack (as profile's keys are), when bpftrace is installed.
+func bpftraceSamplers() []sampler {
+	p, err := exec.LookPath("bpftrace")
+	if err != nil {
+		return nil
+	}
+	return []sampler{
+		{name: "bpftrace @[ustack] = count()", cmd: []string{p, "-e", "profile:hz:99 { @[ustack] = count(); }"}},
+		{name: "bpftrace @[ustack, kstack] = count()", cmd: []string{p, "-e", "profile:hz:99 { @[ustack, kstack] = count(); }"}},
+	}
+}
+
+var perfData = filepath.Join(os.TempDir(), "bench-perf.data")
+
+// perfSampler is perf's DWARF unwinding, system-wide, its report
+// included (perf script), when perf is installed: the whole-CPU
+// reference, last in a table.
+func perfSampler() []sampler {
+	p, err := exec.LookPath("perf")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: perf (linux-perf) not found: its row is left out")
+		return nil
+	}
+	return []sampler{{name: "perf record --call-graph dwarf + perf script",
+		cmd:  []string{p, "record", "-q", "-F", "99", "--call-graph", "dwarf", "-a", "-o", perfData},
+		post: []string{p, "script", "-i", perfData}}}
+}
+
+// interleave runs each sampler once a round over n copies of fixture,
+// the order rotating each round, and returns each one's runs.
+func interleave(samplers []sampler, rounds int, fixture []string, n int) ([][]profileRun, error) {
+	res := make([][]profileRun, len(samplers))
+	for r := 0; r < rounds; r++ {
+		for i := range samplers {
+			k := (i + r) % len(samplers)
+			s := samplers[k]
+			run, err := sample(s.cmd, s.post, [][]string{fixture}, n)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.name, err)
+			}
+			res[k] = append(res[k], run)
+		}
+	}
+	return res, nil
+}
+
+// benchDepths are the recursion depths of the depth suite.
+var benchDepths = []int{5, 20, 60, 120}
+
+// depthSuite measures the samplers' BPF time per sample as the stack
+// deepens: profile/testdata/deep at each of benchDepths (DEPTH + 5 user
+// frames, with frame pointers, so that bpftrace's ustack and profile's fp
+// walk reach main as the tables do), one per CPU, at 99 Hz; and the cost
+// of a frame, the slope between the shallowest and the deepest.
+func depthSuite() error {
+	fx, _ := filepath.Abs(filepath.Join(*fxDir, "deep"))
+	if !fileExists(fx) {
+		fmt.Fprintf(os.Stderr, "bench: no deep fixture (%s): the depth suite is left out\n", fx)
+		return nil
+	}
+	samplers := append(bpftraceSamplers(),
+		sampler{name: "profile --unwind=eh", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=eh"}},
+		sampler{name: "profile --unwind=fp", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=fp"}},
+	)
+	rounds, secs := max(*rounds/5, 3), max(*profileSecs/2, 3)
+	perSample := make([][]float64, len(samplers)) // by sampler, by depth
+	for _, depth := range benchDepths {
+		res, err := interleave(samplers, rounds, []string{fx, fmt.Sprint(depth), fmt.Sprint(secs)}, 2)
+		if err != nil {
+			return err
+		}
+		for k := range samplers {
+			perSample[k] = append(perSample[k], medianOf(res[k], func(p profileRun) float64 {
+				if p.runs == 0 {
+					return 0
+				}
+				return float64(p.bpf) / float64(p.runs)
+			}))
+		}
+	}
+	fmt.Printf("\nBPF ns per sample at 99 Hz while deep spins DEPTH calls down on every CPU for %d s (DEPTH + 5 user frames, frame pointers kept), %d interleaved rounds, medians\n\n", secs, rounds)
+	head, rule := "| user frames |", "| ---: |"
+	for _, s := range samplers {
+		head, rule = head+" "+s.name+" |", rule+" ---: |"
+	}
+	eh := len(samplers) - 2
+	for k := 0; k < eh; k++ {
+		head, rule = head+" eh vs "+strings.TrimSuffix(strings.TrimPrefix(samplers[k].name, "bpftrace "), " = count()")+" |", rule+" ---: |"
+	}
+	fmt.Println(head)
+	fmt.Println(rule)
+	row := func(label string, f func(k int) float64, ratio func(k int) string) {
+		line := "| " + label + " |"
+		for k := range samplers {
+			line += fmt.Sprintf(" %.0f |", f(k))
+		}
+		for k := 0; k < eh; k++ {
+			line += " " + ratio(k) + " |"
+		}
+		fmt.Println(line)
+	}
+	for i, depth := range benchDepths {
+		row(fmt.Sprint(depth+5), func(k int) float64 { return perSample[k][i] }, func(k int) string {
+			return fmt.Sprintf("%.2fx", perSample[eh][i]/perSample[k][i])
+		})
+	}
+	last, span := len(benchDepths)-1, float64(benchDepths[len(benchDepths)-1]-benchDepths[0])
+	slope := func(k int) float64 { return (perSample[k][last] - perSample[k][0]) / span }
+	row("ns a frame", slope, func(k int) string { return fmt.Sprintf("%.2fx", slope(eh)/slope(k)) })
+	return nil
+}
+
+// fleetProcs is how many processes the fleet suite spins.
+const fleetProcs = 50
+
+// fleetSuite samples the whole machine while fleetProcs processes of the
+// profile fixtures (chain-nopie, chain-pie, chain-lib, overload, deep 20,
+// in turn: several files, none with frame pointers but deep) spin, at 99
+// Hz: profile's whole CPU (its default mode, and eh) against perf's
+// DWARF unwinding.
+func fleetSuite() error {
+	var fixtures [][]string
+	secs := *profileSecs
+	for _, name := range []string{"chain-nopie", "chain-pie", "chain-lib", "overload", "deep"} {
+		fx, _ := filepath.Abs(filepath.Join(*fxDir, name))
+		if !fileExists(fx) {
+			fmt.Fprintf(os.Stderr, "bench: no %s fixture (%s): the fleet suite is left out\n", name, fx)
+			return nil
+		}
+		if name == "deep" {
+			fixtures = append(fixtures, []string{fx, "20", fmt.Sprint(secs)})
+		} else {
+			fixtures = append(fixtures, []string{fx, fmt.Sprint(secs)})
+		}
+	}
+	samplers := []sampler{
+		{name: "profile (auto)", cmd: []string{*bin + "/profile", "-F", "99"}},
+		{name: "profile --unwind=eh", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=eh"}},
+	}
+	samplers = append(samplers, perfSampler()...)
+	defer os.Remove(perfData)
+	rounds := max(*rounds/5, 3)
+	res := make([][]profileRun, len(samplers))
+	for r := 0; r < rounds; r++ {
+		for i := range samplers {
+			k := (i + r) % len(samplers)
+			run, err := sample(samplers[k].cmd, samplers[k].post, fixtures, fleetProcs)
+			if err != nil {
+				return fmt.Errorf("%s: %w", samplers[k].name, err)
+			}
+			res[k] = append(res[k], run)
+		}
+	}
+	fmt.Printf("\nSampling the whole machine at 99 Hz while %d processes (chain-nopie, chain-pie, chain-lib, overload, deep 20 in turn) spin for %d s, %d interleaved rounds, medians\n\n", fleetProcs, secs, rounds)
+	samplingTable(samplers, res)
+	return nil
 }
 
 func fileExists(path string) bool {
@@ -213,10 +348,11 @@ func medianOf(runs []profileRun, f func(profileRun) float64) float64 {
 	return median(xs)
 }
 
-// sample starts a sampler, waits until it samples, runs one fixture per
-// CPU for secs, stops the sampler with SIGINT and waits for its report
-// (and runs post, if any).
-func sample(cmdline, post []string, fixture []string) (profileRun, error) {
+// sample starts a sampler, waits until it samples, runs n fixtures (the
+// command lines of fixtures in turn: one per CPU, or a fleet) and waits
+// for them, stops the sampler with SIGINT and waits for its report (and
+// runs post, if any).
+func sample(cmdline, post []string, fixtures [][]string, n int) (profileRun, error) {
 	before := programIDs()
 	cmd := exec.Command(cmdline[0], cmdline[1:]...)
 	cmd.Stdout = io.Discard
@@ -257,15 +393,16 @@ func sample(cmdline, post []string, fixture []string) (profileRun, error) {
 		}
 		time.Sleep(time.Second)
 	}
-	var fixtures []*exec.Cmd
-	for i := 0; i < 2; i++ {
-		f := exec.Command(fixture[0], fixture[1:]...)
+	var running []*exec.Cmd
+	for i := 0; i < n; i++ {
+		fx := fixtures[i%len(fixtures)]
+		f := exec.Command(fx[0], fx[1:]...)
 		if err := f.Start(); err != nil {
 			return profileRun{}, err
 		}
-		fixtures = append(fixtures, f)
+		running = append(running, f)
 	}
-	for _, f := range fixtures {
+	for _, f := range running {
 		f.Wait()
 	}
 	var run profileRun
