@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -1902,6 +1903,51 @@ func TestShortLivedProcesses(t *testing.T) {
 			if st.Comm == "chain-pie" {
 				t.Logf("%d %s %v", st.Count, st.End, st.User)
 			}
+		}
+	}
+}
+
+// TestDeepStacks: a stack deeper than a key keeps (prog.UserFrames, or
+// what profile says it keeps where the kernel takes keys of 512 bytes at
+// most) ends [truncated] with exactly that many frames, innermost first;
+// one of ten frames fewer is whole, through main.
+func TestDeepStacks(t *testing.T) {
+	privtest.Require(t)
+	requireUnwinder(t)
+	fx := filepath.Join(fixtures(t), "deep")
+	limit := prog.UserFrames
+	for _, c := range []struct {
+		extra int // user frames past the limit (negative: below it)
+		whole bool
+	}{{-10, true}, {20, false}} {
+		// The fixture's DEPTH calls of d are DEPTH + 5 user frames: spin,
+		// then main and libc's start below them.
+		depth := limit + c.extra - 5
+		res := tooltest.Run(t, tooltest.Tool(t, "profile"), "--json", "-F", "199", "-c", fmt.Sprintf("%s %d 1", fx, depth))
+		if m := regexp.MustCompile(`cut at \d+ kernel and (\d+) user frames`).FindStringSubmatch(res.Stderr); m != nil && limit == prog.UserFrames {
+			limit, _ = strconv.Atoi(m[1])
+			depth = limit + c.extra - 5
+			res = tooltest.Run(t, tooltest.Tool(t, "profile"), "--json", "-F", "199", "-c", fmt.Sprintf("%s %d 1", fx, depth))
+		}
+		var r report
+		if err := json.Unmarshal([]byte(res.Stdout), &r); res.Status != 0 || err != nil {
+			t.Fatalf("deep %d: exit %d, %v\n%s", depth, res.Status, err, res.Stderr)
+		}
+		var in, good int
+		for _, st := range r.Stacks {
+			if st.Comm != "deep" || len(st.User) == 0 || st.User[0] != "spin" {
+				continue
+			}
+			in += int(st.Count)
+			if c.whole && st.End == "complete" && slices.Contains(st.User, "main") && len(st.User) == depth+5 ||
+				!c.whole && st.End == "[truncated]" && len(st.User) == limit && !slices.Contains(st.User, "main") {
+				good += int(st.Count)
+			}
+		}
+		t.Logf("deep %d (%d user frames, %d kept): %d of %d samples in spin as expected", depth, depth+5, limit, good, in)
+		if in < 100 || good*10 < in*9 {
+			t.Errorf("deep %d: %d of %d samples in spin %s; want 90%% of 100 or more", depth, good, in, map[bool]string{true: "whole through main", false: fmt.Sprintf("[truncated] at %d frames", limit)}[c.whole])
+			logStacks(t, r.Stacks)
 		}
 	}
 }
