@@ -41,7 +41,12 @@ type options struct {
 const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event
 per CPU runs a BPF program -F times a second, which reads the kernel stack and
 the user stack and counts them by (pid, kernel stack, user stack) in a BPF
-hash, keyed by the addresses themselves. User space names the frames when it
+hash, keyed by the addresses themselves. Every second (and at each report)
+profile moves the counts to user space: the program counts in one of two
+hashes of 4096 stacks while the other is read and emptied, so a long run
+never fills them. A report holds at most 16384 stacks, and interval reports
+start again each time (--cumulative: not); a sample past either bound is
+counted as lost, and the report says so. User space names the frames when it
 prints a report: kallsyms; the .symtab and .dynsym of each mapped file, and
 its separate debug file by build id under /usr/lib/debug/.build-id (Debian's
 -dbg packages); C++ and Rust names demangled as perf prints them, with their
