@@ -434,6 +434,38 @@ func sample(cmdline, post []string, fixtures [][]string, n int) (profileRun, err
 	return run, nil
 }
 
+// startTracing starts one of our tools (its output discarded) and returns
+// once it says "Tracing": its programs are attached. One that does not
+// within 30 s is killed.
+func startTracing(cmdline []string) (*exec.Cmd, error) {
+	cmd := exec.Command(cmdline[0], cmdline[1:]...)
+	cmd.Stdout = io.Discard
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ready := make(chan struct{}, 1)
+	go func() {
+		s := bufio.NewScanner(stderr)
+		for s.Scan() {
+			if strings.HasPrefix(s.Text(), "Tracing") {
+				ready <- struct{}{}
+			}
+		}
+	}()
+	select {
+	case <-ready:
+		return cmd, nil
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("%s did not start", cmdline[0])
+	}
+}
+
 // sampleTogether starts the samplers one after the other (each ready
 // before the next starts, so that each one's programs are known), runs
 // one fixture per CPU for secs, reads each one's programs' run time and
@@ -450,30 +482,11 @@ func sampleTogether(cmds [][]string, fx string, secs int) ([]profileRun, error) 
 	progs := make([][]ebpf.ProgramID, len(cmds))
 	for i, cmdline := range cmds {
 		before := programIDs()
-		cmd := exec.Command(cmdline[0], cmdline[1:]...)
-		cmd.Stdout = io.Discard
-		stderr, err := cmd.StderrPipe()
+		cmd, err := startTracing(cmdline)
 		if err != nil {
 			return nil, err
 		}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
 		started = append(started, cmd)
-		ready := make(chan struct{}, 1)
-		go func() {
-			s := bufio.NewScanner(stderr)
-			for s.Scan() {
-				if strings.HasPrefix(s.Text(), "Tracing") {
-					ready <- struct{}{}
-				}
-			}
-		}()
-		select {
-		case <-ready:
-		case <-time.After(30 * time.Second):
-			return nil, fmt.Errorf("%s did not start", cmdline[0])
-		}
 		for id := range programIDs() {
 			if !before[id] {
 				progs[i] = append(progs[i], id)

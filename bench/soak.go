@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,33 +35,14 @@ func soakSuite() error {
 		return nil
 	}
 	secs := *soakSecs
-	cmd := exec.Command(*bin+"/profile", "-F", "499", "1")
-	cmd.Stdout = io.Discard
-	stderr, err := cmd.StderrPipe()
+	cmd, err := startTracing([]string{*bin + "/profile", "-F", "499", "1"})
 	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
 		return err
 	}
 	defer func() {
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()
 	}()
-	ready := make(chan struct{}, 1)
-	go func() {
-		s := bufio.NewScanner(stderr)
-		for s.Scan() {
-			if strings.HasPrefix(s.Text(), "Tracing") {
-				ready <- struct{}{}
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("profile did not start")
-	}
 	end := time.Now().Add(time.Duration(secs) * time.Second)
 	var spawned atomic.Int64
 	var wg sync.WaitGroup

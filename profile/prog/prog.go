@@ -1016,15 +1016,7 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.JNE.Imm(bpf.R3, -2, p+"_ra"))
 	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R5))
 	insns.Add(bpf.Sub.Imm(bpf.R3, 16))
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP))
-	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
-	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
-	insns.Add(cfg.Readers.User.Call())
-	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.RFP, fpRead, bpf.R1, bpf.DWord))
+	insns.Append(readPair(cfg))
 	insns.Add(bpf.Ja.Label(p + "_step"))
 	insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R5).WithSymbol(p + "_ra").WithSource(bpf.Comment("return address = *(cfa - 8)")))
 	insns.Add(bpf.Sub.Imm(bpf.R3, 8))
@@ -1055,6 +1047,23 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 		insns.Add(asm.Nop().WithSymbol(next))
 	}
 	return insns.Instructions
+}
+
+// readPair reads the 16 bytes at R3, a saved frame pointer then a return
+// address: the first to the state's frame pointer, the second to fpRead,
+// where a step takes the return address from.
+func readPair(cfg Config) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Mov.Reg(bpf.R1, bpf.RFP),
+		bpf.Add.Imm(bpf.R1, fpRead),
+		bpf.Mov.Imm(bpf.R2, 16),
+		cfg.Readers.User.Call(),
+		bpf.JNE.Imm(bpf.R0, 0, "read_error"),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord),
+		bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord),
+		bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord),
+		bpf.StoreMem(bpf.RFP, fpRead, bpf.R1, bpf.DWord),
+	}
 }
 
 // stepLR steps an arm64 or riscv64 frame by its rule word (R2, also at
@@ -1115,15 +1124,9 @@ func stepLR(cfg Config, p, next string) bpf.Instructions {
 		insns.Append(read8(bpf.R9, stateBP, cfg.Readers.User.Call(), "read_error"))
 		insns.Add(bpf.Ja.Label(p + "_lr"))
 	}
-	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.RFP).WithSymbol(p + "_pair").WithSource(bpf.Comment("the pair: x29, then x30")))
-	insns.Add(bpf.Add.Imm(bpf.R1, fpRead))
-	insns.Add(bpf.Mov.Imm(bpf.R2, 16))
-	insns.Add(cfg.Readers.User.Call())
-	insns.Add(bpf.JNE.Imm(bpf.R0, 0, "read_error"))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.R9, stateBP, bpf.R1, bpf.DWord))
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead+8, bpf.DWord))
-	insns.Add(bpf.StoreMem(bpf.RFP, fpRead, bpf.R1, bpf.DWord))
+	pair := readPair(cfg)
+	pair[0] = pair[0].WithSymbol(p + "_pair").WithSource(bpf.Comment("the pair: x29, then x30"))
+	insns.Append(pair)
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCFA, bpf.DWord).WithSymbol(p + "_step").WithSource(bpf.Comment("the caller: sp = cfa, pc = return address without its authentication code")))
 	insns.Add(bpf.StoreMem(bpf.R9, stateSP, bpf.R1, bpf.DWord))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpRead, bpf.DWord))
