@@ -795,8 +795,9 @@ func (r *reporter) stacks(h *held) (report []stack, lost uint64, err error) {
 	return r.named(h.keys, false), r.lost.Counter(total+r.deferred.lost) + h.leftOut, nil
 }
 
-// resolveKernel names the kernel addresses not named yet, in one pass over
-// kallsyms (read at report time: the run itself keeps no kernel symbols).
+// resolveKernel names the kernel addresses not named yet, at report time
+// (the run itself keeps no kernel symbols): by the kernel's own lookup
+// (kernel.SymbolNames), or in one pass over kallsyms before 5.13.
 func (r *reporter) resolveKernel(ctx context.Context, tables ...*held) error {
 	var todo []uint64
 	seen := map[uint64]bool{}
@@ -813,9 +814,13 @@ func (r *reporter) resolveKernel(ctx context.Context, tables ...*held) error {
 	if len(todo) == 0 {
 		return nil
 	}
-	names, hidden, err := procfs.KernelFunctions(ctx, todo)
+	// The kernel names them (5.13+); else one pass over kallsyms.
+	names, err := kernel.SymbolNames(todo)
+	hidden := false
 	if err != nil {
-		return err
+		if names, hidden, err = procfs.KernelFunctions(ctx, todo); err != nil {
+			return err
+		}
 	}
 	if hidden && !r.warned {
 		r.warned = true
