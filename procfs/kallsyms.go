@@ -273,7 +273,8 @@ func nearestSymbols(r io.Reader, addrs []uint64) (map[uint64]ksym, bool, error) 
 
 // kallsymsLine takes apart "ffffffff81000000 T _stext" or "... t
 // name\t[module]" without allocating (the file has ~150k lines): the
-// address, whether it is code (t, T, w, W), the name and the module.
+// address, whether it is code (t, T, w, W, and not a mapping symbol), the
+// name and the module.
 func kallsymsLine(line []byte) (addr uint64, code bool, name, module []byte, ok bool) {
 	sp := bytes.IndexByte(line, ' ')
 	if sp < 0 || sp+3 > len(line) || line[sp+2] != ' ' {
@@ -287,7 +288,14 @@ func kallsymsLine(line []byte) (addr uint64, code bool, name, module []byte, ok 
 		code = true
 	}
 	name, module, _ = bytes.Cut(line[sp+3:], []byte("\t"))
-	return addr, code, bytes.TrimSpace(name), bytes.Trim(bytes.TrimSpace(module), "[]"), true
+	name = bytes.TrimSpace(name)
+	if bytes.HasPrefix(name, []byte("$")) || bytes.HasPrefix(name, []byte(".L")) {
+		// A mapping symbol (ARM's $a, $x, $d) or a local label (riscv64's
+		// .L0), which modules' symbols list and no function is: the
+		// kernel's own lookups skip them (is_mapping_symbol).
+		code = false
+	}
+	return addr, code, name, bytes.Trim(bytes.TrimSpace(module), "[]"), true
 }
 
 func parseHex(b []byte) (uint64, bool) {

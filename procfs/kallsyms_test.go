@@ -19,6 +19,8 @@ ffffffff81e90000 t udp_queue_rcv_skb
 ffffffff82000000 D some_data
 ffffffffc0a00000 T udp_tunnel_sock_release	[udp_tunnel]
 ffffffff81e92000 W weak_fn
+ffffffffc0a00200 t .L0 	[udp_tunnel]
+ffffffffc0a00300 t $x	[udp_tunnel]
 `
 
 func TestSymbolize(t *testing.T) {
@@ -36,6 +38,7 @@ func TestSymbolize(t *testing.T) {
 		{0xffffffff82000010, "weak_fn+0x16e010"}, // data symbols are not code
 		{0xffffffffc0a01008, "udp_tunnel_xmit+0x8 [udp_tunnel]"},
 		{0xffffffffc0a00100, "udp_tunnel_sock_release+0x100 [udp_tunnel]"},
+		{0xffffffffc0a00310, "udp_tunnel_sock_release+0x310 [udp_tunnel]"}, // past a local label and a mapping symbol, which are no functions
 		{0xffffffff80000000, ""}, // below the first symbol
 	} {
 		if got := s.Symbolize(tc.addr); got != tc.want {
@@ -79,7 +82,7 @@ func TestKernelFunctions(t *testing.T) {
 			}
 		}
 	}
-	check(kallsyms, []uint64{0xffffffff81e91234, 0xffffffff81e90010, 0xffffffff81e91000, 0xffffffff82000010, 0xffffffffc0a01008, 0xffffffffc0a00100, 0xffffffff80000000})
+	check(kallsyms, []uint64{0xffffffff81e91234, 0xffffffff81e90010, 0xffffffff81e91000, 0xffffffff82000010, 0xffffffffc0a01008, 0xffffffffc0a00100, 0xffffffffc0a00310, 0xffffffff80000000})
 	b, err := os.ReadFile("/proc/kallsyms")
 	if err != nil || os.Geteuid() != 0 {
 		return

@@ -24,8 +24,11 @@ case "$("${CC:-gcc}" -dumpmachine)" in riscv64*) cflags="$cflags -fasynchronous-
 fpflags="-O2 -fno-omit-frame-pointer -fno-optimize-sibling-calls"
 case "$("${CC:-gcc}" -dumpmachine)" in arm*) fpflags="$fpflags -mapcs-frame" ;; esac
 "${CC:-gcc}" $fpflags -fPIE -pie -o "$out/chain-fp" "$src/chain.c"
-# deep: stacks of a chosen depth, with frame pointers (make bench).
-"${CC:-gcc}" $fpflags -fPIE -pie -o "$out/deep" "$src/deep.c"
+# deep: stacks of a chosen depth, with frame pointers (make bench,
+# TestDeepStacks), and unwind tables where gcc 12 writes none unasked.
+deepflags=$fpflags
+case "$("${CC:-gcc}" -dumpmachine)" in riscv64*) deepflags="$deepflags -fasynchronous-unwind-tables" ;; esac
+"${CC:-gcc}" $deepflags -fPIE -pie -o "$out/deep" "$src/deep.c"
 "${CC:-gcc}" $cflags -fno-pie -no-pie -o "$out/chain-nopie" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIC -shared -DCHAIN_LIB -DCHAIN_SO -o "$out/libchain.so" "$src/chain.c"
 "${CC:-gcc}" $cflags -fPIE -pie -DCHAIN_LIB -o "$out/chain-lib" "$src/chain.c" -L"$out" -lchain -Wl,-rpath,'$ORIGIN'
