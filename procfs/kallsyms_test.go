@@ -39,7 +39,7 @@ func TestSymbolize(t *testing.T) {
 		{0xffffffffc0a01008, "udp_tunnel_xmit+0x8 [udp_tunnel]"},
 		{0xffffffffc0a00100, "udp_tunnel_sock_release+0x100 [udp_tunnel]"},
 		{0xffffffffc0a00310, "udp_tunnel_sock_release+0x310 [udp_tunnel]"}, // past a local label and a mapping symbol, which are no functions
-		{0xffffffff80000000, ""}, // below the first symbol
+		{0xffffffff80000000, ""},                                           // below the first symbol
 	} {
 		if got := s.Symbolize(tc.addr); got != tc.want {
 			t.Errorf("Symbolize(%#x) = %q, want %q", tc.addr, got, tc.want)
