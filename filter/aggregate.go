@@ -230,7 +230,7 @@ func kernelFrames(pcs []uint64) []string {
 
 // readCounts reads the counts hash (see decodeRows).
 func readCounts(m *ebpf.Map, cols []compile.Column) ([]keyCount, error) {
-	_, rows, err := readRaw(m, cols)
+	rows, err := readRaw(m, cols)
 	return rows, err
 }
 

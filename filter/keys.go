@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -80,17 +79,14 @@ func (t *keyTable) drain() error {
 }
 
 func (t *keyTable) drainLocked() error {
-	old, err := t.swap.Flip()
-	if err != nil {
+	var keys [][]byte
+	var counts []uint64
+	if err := loader.Drain(t.swap, func(k []byte, n uint64) {
+		keys, counts = append(keys, k), append(counts, n)
+	}); err != nil {
 		return err
 	}
-	keys, rows, err := readRaw(old, t.cols)
-	if err != nil {
-		return err
-	}
-	if err := loader.Empty(old, keys); err != nil {
-		return err
-	}
+	rows := decodeRows(keys, counts, t.cols)
 	for _, r := range rows {
 		k := rowKey(r)
 		if have, ok := t.report[k]; ok {
@@ -185,19 +181,15 @@ func (t *keyTable) scrape() (rows []keyCount, other, lost uint64, err error) {
 	return rows, t.serve.other, lost, nil
 }
 
-// readRaw reads a whole counts hash: its keys as the kernel holds them,
-// and the rows they decode to (see readCounts).
-func readRaw(m *ebpf.Map, cols []compile.Column) ([][]byte, []keyCount, error) {
+// readRaw reads a whole counts hash: the rows its keys decode to (see
+// readCounts).
+func readRaw(m *ebpf.Map, cols []compile.Column) ([]keyCount, error) {
 	var keys [][]byte
-	var vals []uint64
-	key := make([]byte, m.KeySize())
-	var val uint64
-	it := m.Iterate()
-	for it.Next(&key, &val) {
-		keys, vals = append(keys, append([]byte(nil), key...)), append(vals, val)
+	var counts []uint64
+	if err := loader.Each(m, func(k []byte, n uint64) {
+		keys, counts = append(keys, k), append(counts, n)
+	}); err != nil {
+		return nil, err
 	}
-	if err := it.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read the counts: %w", err)
-	}
-	return keys, decodeRows(keys, vals, cols), nil
+	return decodeRows(keys, counts, cols), nil
 }

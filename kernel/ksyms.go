@@ -46,21 +46,19 @@ func SymbolNames(addrs []uint64) (map[uint64]string, error) {
 	if err := fmtMap.Freeze(); err != nil {
 		return nil, err
 	}
-	insns := bpf.Instructions{
-		bpf.StoreImm(bpf.RFP, -4, 0, bpf.Word),
-		bpf.LoadMapPtr(bpf.R1, in.FD()),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, -4),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, "out"),
-		bpf.Mov.Reg(bpf.R6, bpf.R0),
-		bpf.LoadMapPtr(bpf.R1, out.FD()),
-		bpf.Mov.Reg(bpf.R2, bpf.RFP),
-		bpf.Add.Imm(bpf.R2, -4),
-		bpf.FnMapLookupElem.Call(),
-		bpf.JEq.Imm(bpf.R0, 0, "out"),
-		bpf.Mov.Reg(bpf.R7, bpf.R0),
+	// R6 and R7: in's and out's one value (the key, 0, at fp-4).
+	lookup := func(m *ebpf.Map, to bpf.Register) bpf.Instructions {
+		return bpf.Instructions{
+			bpf.LoadMapPtr(bpf.R1, m.FD()),
+			bpf.Mov.Reg(bpf.R2, bpf.RFP),
+			bpf.Add.Imm(bpf.R2, -4),
+			bpf.FnMapLookupElem.Call(),
+			bpf.JEq.Imm(bpf.R0, 0, "out"),
+			bpf.Mov.Reg(to, bpf.R0),
+		}
 	}
+	insns := append(bpf.Instructions{bpf.StoreImm(bpf.RFP, -4, 0, bpf.Word)}, lookup(in, bpf.R6)...)
+	insns = append(insns, lookup(out, bpf.R7)...)
 	for i := int32(0); i < symbolBatch; i++ {
 		insns = append(insns,
 			bpf.Mov.Reg(bpf.R1, bpf.R7),

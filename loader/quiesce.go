@@ -89,6 +89,40 @@ func (s *Swapped) Current() *ebpf.Map { return s.maps[s.cur] }
 // Close frees the Quiescer's maps.
 func (s *Swapped) Close() error { return s.wait.Close() }
 
+// Drain flips s (see Flip), hands every key and count of the map the
+// programs counted in until then to each, and empties that map. Each key
+// is each's own: a []byte or string key is a new one every time.
+func Drain[K any](s *Swapped, each func(key K, count uint64)) error {
+	m, err := s.Flip()
+	if err != nil {
+		return err
+	}
+	var keys []K
+	if err := Each(m, func(k K, n uint64) {
+		keys = append(keys, k)
+		each(k, n)
+	}); err != nil {
+		return err
+	}
+	return Empty(m, keys)
+}
+
+// Each hands every key and u64 value of m to each, as Drain does, without
+// emptying it: the map the programs count in (Swapped.Current) at the end
+// of a run, or a map no program swaps.
+func Each[K any](m *ebpf.Map, each func(key K, value uint64)) error {
+	var k K
+	var v uint64
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		each(k, v)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read the counts: %w", err)
+	}
+	return nil
+}
+
 // Empty deletes the keys read from a map Flip returned.
 func Empty[K any](m *ebpf.Map, keys []K) error {
 	var errs []error

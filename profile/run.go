@@ -676,36 +676,22 @@ func (h *held) add(k stackKey, n uint64) {
 // empties the one drained; the final report reads the hash the programs
 // count in, and leaves it.
 func (r *reporter) drain(final bool) error {
-	m := r.swap.Current()
-	if !final {
-		var err error
-		if m, err = r.swap.Flip(); err != nil {
-			return err
-		}
+	hold := func(k string, n uint64) { r.hold(stackKey(k), n) }
+	var err error
+	if final {
+		err = loader.Each(r.swap.Current(), hold)
+	} else {
+		err = loader.Drain(r.swap, hold)
+	}
+	if err != nil {
+		return fmt.Errorf("stack counts: %w", err)
 	}
 	r.lastDrain = time.Now()
-	var keys [][]byte
-	k := make([]byte, m.KeySize())
-	var v uint64
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, bytes.Clone(k))
-		r.hold(stackKey(k), v)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read stack counts: %w", err)
-	}
 	for k, n := range r.deferred.counts {
 		r.hold(k, n)
 	}
 	clear(r.deferred.counts)
-	if final {
-		return nil
-	}
-	if err := loader.Empty(m, keys); err != nil {
-		return err
-	}
-	if time.Since(r.lastSweep) >= sweepEvery {
+	if !final && time.Since(r.lastSweep) >= sweepEvery {
 		// After a drain: every sample taken before a process's exit
 		// notice was read is held now, its pid with it.
 		r.lastSweep = time.Now()
@@ -756,10 +742,6 @@ func (r *reporter) hold(k stackKey, n uint64) {
 // one since the last report, and a new one takes its place.
 func (r *reporter) take(final bool) *held {
 	cur := r.cur
-	if cur == nil {
-		cur = newHeld()
-		r.cur = cur
-	}
 	switch {
 	case final:
 		return cur

@@ -81,32 +81,19 @@ func (t *procTable) drain() error {
 }
 
 func (t *procTable) drainLocked() error {
-	old, err := t.swap.Flip()
-	if err != nil {
-		return err
-	}
-	var keys [][2]uint32
 	drained := map[uint32]*[slots.Log2]uint64{}
-	var key [2]uint32
-	var val uint64
-	it := old.Iterate()
-	for it.Next(&key, &val) {
-		keys = append(keys, key)
+	if err := loader.Drain(t.swap, func(key [2]uint32, n uint64) {
 		if key[1] >= slots.Log2 {
-			continue
+			return
 		}
 		h := drained[key[0]]
 		if h == nil {
 			h = &[slots.Log2]uint64{}
 			drained[key[0]] = h
 		}
-		h[key[1]] += val
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read histograms: %w", err)
-	}
-	if err := loader.Empty(old, keys); err != nil {
-		return err
+		h[key[1]] += n
+	}); err != nil {
+		return fmt.Errorf("histograms: %w", err)
 	}
 	byComm := map[string]*[slots.Log2]uint64{}
 	for pid, h := range drained {
