@@ -17,7 +17,10 @@ import (
 // first address of every block (u32s, fenceMask+1 of them, a power of
 // two), read in place through its address (no call, nothing for the
 // verifier to patch); and rowsMap, whose values are blocks of
-// unwind.BlockRows rows, one of them looked up. No branch on the data:
+// unwind.BlockRows rows, one of them looked up, in chunks: rowsMap is an
+// array of maps whose value k is the array of blocks k<<chunkShift on (its
+// size 1<<chunkShift), so that the table takes kernel memory a chunk at a
+// time as files are loaded. No branch on the data:
 // up to unwind.FenceSteps among the file's fences (as many as its blocks
 // need: the steps end when one is left), then unwind.BlockSteps within
 // the block, each adding half of what is left to
@@ -27,7 +30,7 @@ import (
 // registers (R6-R9); target and every address must be below 1<<32; lo and
 // n are clobbered. keyOff is a 4-byte stack slot for the block's key;
 // fail is jumped to if the block is outside the map. R0-R5 are clobbered.
-func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n bpf.Register, keyOff int16, fail string) bpf.Instructions {
+func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, chunkShift int, target, lo, n bpf.Register, keyOff int16, fail string) bpf.Instructions {
 	var insns Seq
 	insns.Add(bpf.RSh.Imm(lo, unwind.BlockSteps).WithSymbol(prefix).WithSource(bpf.Comment(fmt.Sprintf(
 		"%s = the last block starting at or below %s among the file's (%s+%d)/%d from %s/%d: %d steps of lo += (fence[lo+n/2] <= %s) * n/2; n -= n/2",
@@ -58,8 +61,18 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, target, lo, n
 		insns.Add(bpf.Add.Reg(lo, bpf.R2))
 		insns.Add(bpf.Sub.Reg(n, bpf.R1))
 	}
-	insns.Add(bpf.StoreMem(bpf.RFP, keyOff, lo, bpf.Word).WithSymbol(prefix + "_block").WithSource(bpf.Comment(fmt.Sprintf("r0 = the block; %s = the last row at or below %s in it: %d steps", lo, target, unwind.BlockSteps))))
+	insns.Add(bpf.Mov.Reg(bpf.R1, lo).WithSymbol(prefix + "_block").WithSource(bpf.Comment(fmt.Sprintf("r0 = the block: %s[%s >> %d][%s & %d]; %s = the last row at or below %s in it: %d steps",
+		rowsMap, lo, chunkShift, lo, 1<<chunkShift-1, lo, target, unwind.BlockSteps))))
+	insns.Add(bpf.RSh.Imm(bpf.R1, int32(chunkShift)))
+	insns.Add(bpf.StoreMem(bpf.RFP, keyOff, bpf.R1, bpf.Word))
 	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference(rowsMap))
+	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.RFP))
+	insns.Add(bpf.Add.Imm(bpf.R2, int32(keyOff)))
+	insns.Add(bpf.FnMapLookupElem.Call())
+	insns.Add(bpf.JEq.Imm(bpf.R0, 0, fail))
+	insns.Add(bpf.And.Imm(lo, 1<<chunkShift-1))
+	insns.Add(bpf.StoreMem(bpf.RFP, keyOff, lo, bpf.Word))
+	insns.Add(bpf.Mov.Reg(bpf.R1, bpf.R0))
 	insns.Add(bpf.Mov.Reg(bpf.R2, bpf.RFP))
 	insns.Add(bpf.Add.Imm(bpf.R2, int32(keyOff)))
 	insns.Add(bpf.FnMapLookupElem.Call())

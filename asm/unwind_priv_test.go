@@ -70,15 +70,32 @@ func searchInKernel(t *testing.T, rows []unwind.Entry) {
 	for fenceCap < nblocks {
 		fenceCap *= 2
 	}
-	table, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: uint32(nblocks)})
+	// Chunks of 4 blocks: the file's blocks are spread over several, as
+	// a big file's are over profile's 8192-block chunks.
+	const chunkShift = 2
+	chunk := &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 1 << chunkShift}
+	table, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: uint32(nblocks>>chunkShift + 1), InnerMap: chunk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer table.Close()
+	chunks := map[int]*ebpf.Map{}
 	for b := 0; b < len(fences); b++ {
 		var block [unwind.BlockRows]unwind.Entry
 		copy(block[:], blocks[b*unwind.BlockRows:])
-		if err := table.Put(uint32(first/unwind.BlockRows+b), block); err != nil {
+		key := first/unwind.BlockRows + b
+		c := chunks[key>>chunkShift]
+		if c == nil {
+			if c, err = ebpf.NewMap(chunk); err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := table.Put(uint32(key>>chunkShift), c); err != nil {
+				t.Fatal(err)
+			}
+			chunks[key>>chunkShift] = c
+		}
+		if err := c.Put(uint32(key&(1<<chunkShift-1)), block); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +125,7 @@ func searchInKernel(t *testing.T, rows []unwind.Entry) {
 		bpf.Mov.Imm(bpf.R7, first),
 		bpf.Mov.Imm(bpf.R8, int32(len(rows))),
 	}
-	insns = append(insns, RowSearch("s", "rows", "fences", int32(fenceCap-1), bpf.R6, bpf.R7, bpf.R8, -8, "fail")...)
+	insns = append(insns, RowSearch("s", "rows", "fences", int32(fenceCap-1), chunkShift, bpf.R6, bpf.R7, bpf.R8, -8, "fail")...)
 	insns = append(insns, bpf.LoadMem(bpf.R0, bpf.R0, 4, bpf.Word), bpf.Return())
 	insns = append(insns, Return("fail", -1)...)
 	for i := range insns {

@@ -476,7 +476,7 @@ func (ps *processes) ruleAt(f *file, v uint64) (uint32, bool) {
 		return 0, false
 	}
 	var block [unwind.BlockRows]unwind.Entry
-	if err := ps.rows.Lookup(uint32(first+b), &block); err != nil {
+	if err := ps.rows.block(first+b, &block); err != nil {
 		return 0, false
 	}
 	rows := block[:min(unwind.BlockRows, f.rows-b*unwind.BlockRows)]

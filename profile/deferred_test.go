@@ -324,12 +324,19 @@ func TestUnwindCopyRISCV64(t *testing.T) {
 func copyUnwinder(t *testing.T, arch prog.Arch, machine elf.Machine, entries []unwind.Entry, sigAt uint64, sigreturn []byte) *processes {
 	t.Helper()
 	rows, fences := unwind.Blocks(entries)
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 1})
+	// Chunks of one block, as many as the rows take.
+	chunk := &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 1}
+	outer, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: uint32(len(fences)), InnerMap: chunk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
-	if err := m.Put(uint32(0), rows); err != nil {
+	m := newRowChunks(outer, chunk)
+	t.Cleanup(func() { m.close(); outer.Close() })
+	var blocks [][unwind.BlockRows]unwind.Entry
+	for i := 0; i < len(rows); i += unwind.BlockRows {
+		blocks = append(blocks, [unwind.BlockRows]unwind.Entry(rows[i:]))
+	}
+	if err := m.put(0, blocks); err != nil {
 		t.Fatal(err)
 	}
 	code := make([]byte, 0x1000)

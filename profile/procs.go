@@ -125,21 +125,22 @@ type lpmValue struct {
 // files: all of them for the processes asked for (-p, -c), else a file's
 // when the unwinder first meets an address in it.
 type processes struct {
-	rows, fences, lpm *ebpf.Map // nil with --unwind=fp
-	fenceCopy         []uint32  // the fences value, written whole
-	eager             bool
-	short             bool              // --no-params: names without parameters
-	mode              string            // the unwind mode (prog.Unwind*)
-	arch              prog.Arch         // whose rule words and registers
-	names             map[string]string // demangled names by symbol
-	capacity          int               // rows the table holds
-	next              int               // its first free row, at a block's start
-	files             map[fileKey]*file
-	procs             map[uint32]*process
-	full              int      // files left out: the row table was full
-	denied            int      // processes whose maps the kernel would not let us read
-	refused           []string // files past the parse's limits, and why
-	deferLost         uint64   // deferred samples the kernel could not send: their ring was full
+	rows        *rowChunks // nil with --unwind=fp
+	fences, lpm *ebpf.Map  // nil with --unwind=fp
+	fenceCopy   []uint32   // the fences value, written whole
+	eager       bool
+	short       bool              // --no-params: names without parameters
+	mode        string            // the unwind mode (prog.Unwind*)
+	arch        prog.Arch         // whose rule words and registers
+	names       map[string]string // demangled names by symbol
+	capacity    int               // rows the table holds
+	next        int               // its first free row, at a block's start
+	files       map[fileKey]*file
+	procs       map[uint32]*process
+	full        int      // files left out: the row table was full
+	denied      int      // processes whose maps the kernel would not let us read
+	refused     []string // files past the parse's limits, and why
+	deferLost   uint64   // deferred samples the kernel could not send: their ring was full
 	// changes counts what may let a deferred sample go on: a table
 	// loaded (or refused), a process's mappings read anew, a process gone.
 	changes   uint64
@@ -173,7 +174,7 @@ const (
 	laneBig
 )
 
-func newProcesses(rows, fences, lpm *ebpf.Map, capacity int, eager bool) *processes {
+func newProcesses(rows *rowChunks, fences, lpm *ebpf.Map, capacity int, eager bool) *processes {
 	ps := &processes{rows: rows, fences: fences, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}, done: make(chan parseResult, len(processes{}.lanes))}
 	if fences != nil {
 		ps.fenceCopy = make([]uint32, fences.ValueSize()/4)
@@ -514,7 +515,8 @@ func (ps *processes) noteDenied(p *process, err error) {
 	}
 }
 
-// close ends the background parser and closes every file held open.
+// close ends the background parser and closes every file held open, and
+// the row table's chunks.
 func (ps *processes) close() {
 	ps.closing.Store(true)
 	ps.parsed.Wait()
@@ -523,6 +525,88 @@ func (ps *processes) close() {
 			f.osf.Close()
 		}
 	}
+	if ps.rows != nil {
+		ps.rows.close()
+	}
+}
+
+// rowChunks is the row table: blocks of unwind.BlockRows rows, numbered
+// from 0 across chunks of spec.MaxEntries blocks each, which it makes
+// (kernel memory) only as rows are stored, and puts in the array of maps
+// the unwinder looks them up through (prog.Config.RowChunk).
+type rowChunks struct {
+	outer  *ebpf.Map
+	spec   *ebpf.MapSpec
+	chunks []*ebpf.Map
+}
+
+func newRowChunks(outer *ebpf.Map, spec *ebpf.MapSpec) *rowChunks {
+	return &rowChunks{outer: outer, spec: spec}
+}
+
+func (t *rowChunks) per() int { return int(t.spec.MaxEntries) }
+
+// bytes is the kernel memory the chunks made take.
+func (t *rowChunks) bytes() int { return len(t.chunks) * t.per() * int(t.spec.ValueSize) }
+
+// chunk is the chunk of block b, made if it is not yet.
+func (t *rowChunks) chunk(b int) (*ebpf.Map, error) {
+	for len(t.chunks) <= b/t.per() {
+		m, err := ebpf.NewMap(t.spec)
+		if err != nil {
+			return nil, fmt.Errorf("make a chunk of the row table: %w", err)
+		}
+		if err := t.outer.Put(uint32(len(t.chunks)), m); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("add a chunk to the row table: %w", err)
+		}
+		t.chunks = append(t.chunks, m)
+	}
+	return t.chunks[b/t.per()], nil
+}
+
+// put writes blocks at block first on, in batches (5.6+) or one by one,
+// within each chunk.
+func (t *rowChunks) put(first int, blocks [][unwind.BlockRows]unwind.Entry) error {
+	keys := make([]uint32, 0, storeBatch)
+	for len(blocks) > 0 {
+		m, err := t.chunk(first)
+		if err != nil {
+			return err
+		}
+		n := min(len(blocks), storeBatch, t.per()-first%t.per())
+		keys = keys[:0]
+		for j := range n {
+			keys = append(keys, uint32((first+j)%t.per()))
+		}
+		if _, err := m.BatchUpdate(keys, blocks[:n], nil); err != nil {
+			if !errors.Is(err, ebpf.ErrNotSupported) {
+				return err
+			}
+			for k := range keys {
+				if err := m.Put(keys[k], blocks[k]); err != nil {
+					return err
+				}
+			}
+		}
+		first, blocks = first+n, blocks[n:]
+	}
+	return nil
+}
+
+// block reads block b (made already).
+func (t *rowChunks) block(b int, to *[unwind.BlockRows]unwind.Entry) error {
+	if b/t.per() >= len(t.chunks) {
+		return fmt.Errorf("block %d: no chunk of the row table holds it", b)
+	}
+	return t.chunks[b/t.per()].Lookup(uint32(b%t.per()), to)
+}
+
+func (t *rowChunks) close() {
+	for _, m := range t.chunks {
+		m.Close()
+	}
+	t.chunks = nil
 }
 
 // A frame section larger than this is parsed in the big files' lane, one
@@ -645,11 +729,11 @@ type parseJob struct {
 }
 
 type parseResult struct {
-	lane    int
-	f       *file
-	entries []unwind.Entry
-	err     error
-	took    time.Duration
+	lane  int
+	f     *file
+	table *unwind.Table
+	err   error
+	took  time.Duration
 }
 
 // startParse hands a lane's next queued file to its parser, if it is
@@ -666,8 +750,8 @@ func (ps *processes) startParse(lane int) {
 	go func() {
 		defer ps.parsed.Done()
 		start := time.Now()
-		entries, err := readFrames(job.fs, &ps.closing)
-		ps.done <- parseResult{lane, job.f, entries, err, time.Since(start)}
+		table, err := readFrames(job.fs, &ps.closing)
+		ps.done <- parseResult{lane, job.f, table, err, time.Since(start)}
 	}()
 }
 
@@ -712,7 +796,7 @@ func (ps *processes) await(lane int, wait time.Duration) bool {
 func (ps *processes) collected(res parseResult) {
 	ps.lanes[res.lane].busy = false
 	ps.loadTime += res.took
-	ps.loaded(res.f, res.entries, res.err)
+	ps.loaded(res.f, res.table, res.err)
 	ps.startParse(res.lane)
 }
 
@@ -774,7 +858,7 @@ func (ps *processes) preload(line string) {
 
 // readFrames parses a frame section; a closing flag set ends it at its
 // next read of the file.
-func readFrames(fs frameSource, closing *atomic.Bool) (entries []unwind.Entry, err error) {
+func readFrames(fs frameSource, closing *atomic.Bool) (table *unwind.Table, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("malformed ELF file (%v)", p)
@@ -784,11 +868,11 @@ func readFrames(fs frameSource, closing *atomic.Bool) (entries []unwind.Entry, e
 	if closing != nil {
 		src = stoppable{src, closing}
 	}
-	entries, err = fs.arch.Read(src, fs.size, fs.addr, fs.debug, fs.extra...)
-	if err == nil && len(entries) == 0 {
+	table, err = fs.arch.Read(src, fs.size, fs.addr, fs.debug, fs.extra...)
+	if err == nil && table.Len() == 0 {
 		err = errors.New("no unwind rows")
 	}
-	return entries, err
+	return table, err
 }
 
 type stoppable struct {
@@ -807,9 +891,9 @@ func (s stoppable) ReadAt(b []byte, off int64) (int, error) {
 
 // loaded puts a file's parsed rows in the table, and points every process
 // that maps the file at them.
-func (ps *processes) loaded(f *file, entries []unwind.Entry, err error) {
+func (ps *processes) loaded(f *file, table *unwind.Table, err error) {
 	if err == nil {
-		err = ps.storeRows(f, entries)
+		err = ps.storeRows(f, table)
 	}
 	f.held = false
 	ps.changes++
@@ -848,20 +932,16 @@ func (ps *processes) repoint(f *file) {
 
 // storeRows appends a file's rows to the table, from a block's start, its
 // last block padded.
-func (ps *processes) storeRows(f *file, entries []unwind.Entry) error {
-	n := len(entries)
-	padded := (n + unwind.BlockRows - 1) / unwind.BlockRows * unwind.BlockRows
+func (ps *processes) storeRows(f *file, table *unwind.Table) error {
+	padded := table.Blocks() * unwind.BlockRows
 	if ps.next+padded > ps.capacity {
 		ps.full++
 		return fmt.Errorf("the row table is full (%d of %d rows used)", ps.next, ps.capacity)
 	}
-	for len(entries) < padded {
-		entries = append(entries, unwind.Pad)
-	}
-	if err := ps.store(entries); err != nil {
+	if err := ps.store(table); err != nil {
 		return fmt.Errorf("load unwind rows: %w", err)
 	}
-	f.first, f.rows = ps.next, n
+	f.first, f.rows = ps.next, table.Len()
 	ps.next += padded
 	return nil
 }
@@ -873,27 +953,18 @@ const storeBatch = 512
 // (5.6+) or one at a time, then the fences value whole. (Not through a
 // mapping of the table into memory: every page of a mapped BPF array is
 // resident, the whole table counted in the tool's RSS.)
-func (ps *processes) store(rows []unwind.Entry) error {
+func (ps *processes) store(table *unwind.Table) error {
 	block := ps.next / unwind.BlockRows
-	blocks := len(rows) / unwind.BlockRows
-	keys := make([]uint32, 0, storeBatch)
-	values := make([][unwind.BlockRows]unwind.Entry, 0, storeBatch)
+	blocks := table.Blocks()
+	values := make([][unwind.BlockRows]unwind.Entry, 0, min(blocks, storeBatch))
 	for i := 0; i < blocks; i += storeBatch {
-		keys, values = keys[:0], values[:0]
+		values = values[:0]
 		for j := i; j < min(i+storeBatch, blocks); j++ {
-			keys = append(keys, uint32(block+j))
-			values = append(values, [unwind.BlockRows]unwind.Entry(rows[unwind.BlockRows*j:]))
-			ps.fenceCopy[block+j] = rows[unwind.BlockRows*j].PC
+			values = append(values, table.Block(j))
+			ps.fenceCopy[block+j] = values[len(values)-1][0].PC
 		}
-		if _, err := ps.rows.BatchUpdate(keys, values, nil); err != nil {
-			if !errors.Is(err, ebpf.ErrNotSupported) {
-				return err
-			}
-			for k := range keys {
-				if err := ps.rows.Put(keys[k], values[k]); err != nil {
-					return err
-				}
-			}
+		if err := ps.rows.put(block+i, values); err != nil {
+			return err
 		}
 	}
 	return ps.fences.Put(uint32(0), ps.fenceCopy)

@@ -67,10 +67,8 @@ func validate(o *options) error {
 	if o.Folded && o.Timestamp {
 		return usage.Errorf("--folded and -T cannot be used together: folded lines are for flame graph tools, which a time line would break")
 	}
-	if o.Budget < 1 || o.Budget > 512 {
-		// 512 MiB of rows have 1M blocks: their fences, one value of 4 MiB,
-		// are the most an array value may hold before 6.x (KMALLOC_MAX_SIZE).
-		return usage.Errorf("invalid --table-mib %d: want 1 to 512", o.Budget)
+	if o.Budget < 1 || o.Budget > maxBudget {
+		return usage.Errorf("invalid --table-mib %d: want 1 to %d", o.Budget, maxBudget)
 	}
 	labels, err := parseLabels(o.Labels)
 	if err != nil {
@@ -100,6 +98,15 @@ func validate(o *options) error {
 	}
 	return checkLabelKinds(labels, int(o.Pid), o.Command)
 }
+
+// The row table's budget, in MiB (--table-mib): the default, and the
+// most, whose 1M blocks have fences of 4 MiB in one array value, the most
+// an array value may hold before 6.x (KMALLOC_MAX_SIZE). The kernel
+// memory is taken a chunk (4 MiB) at a time, as files are read.
+const (
+	defaultBudget = 64
+	maxBudget     = 512
+)
 
 // stackKey is a counts map key, raw (its depths are the run's), and
 // decoded.
@@ -138,7 +145,7 @@ func (k stackKey) decode(cfg prog.Config) decodedKey {
 // stack]) and reports them as profile does: c's interval, count, -c,
 // --json and --cumulative, -p pid, folded as --folded.
 func CountStacks(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error {
-	o := &options{Common: c, TreeOption: tree, Pid: int64(pid), Folded: folded, Unwind: prog.UnwindAuto, Budget: 8, NoContext: true, Idle: true, event: &ev}
+	o := &options{Common: c, TreeOption: tree, Pid: int64(pid), Folded: folded, Unwind: prog.UnwindAuto, Budget: defaultBudget, NoContext: true, Idle: true, event: &ev}
 	if err := o.archUnwind(); err != nil {
 		return err
 	}
@@ -300,7 +307,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	ps := newProcesses(coll.Maps["rows"], coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
+	var rows *rowChunks
+	if m := coll.Maps["rows"]; m != nil {
+		rows = newRowChunks(m, cfg.RowChunk())
+	}
+	ps := newProcesses(rows, coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	ps.short, ps.mode, ps.arch = o.NoParams, cfg.Mode, cfg.Arch
 	deferred := newDeferrer(cfg)
 	r := &reporter{cur: newHeld(), lastDrain: time.Now(), lastSweep: time.Now(), s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}

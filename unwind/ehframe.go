@@ -232,91 +232,121 @@ func (w *window) at(off, n uint64) ([]byte, error) {
 // walk reads the section's entries in order and calls fn with each FDE.
 // The FDE's rows are valid until fn returns.
 func walk(src io.ReaderAt, size int64, addr uint64, debug bool, arch Arch, fn func(FDE) error) error {
-	if size < 0 {
-		return errTruncated
+	k, err := newWalker(src, size, addr, debug, arch)
+	if err != nil {
+		return err
 	}
-	w := &window{src: src, size: uint64(size)}
-	cw := &window{src: src, size: uint64(size)} // CIEs, read where an FDE points
-	cies := map[uint64]*cie{}
-	var rows []Row // the machine's, reused
-	for off := uint64(0); off < w.size; {
-		start := off
-		b, err := w.at(off, 4)
-		if err != nil {
-			return fmt.Errorf("entry at 0x%x: %w", start, err)
-		}
-		length := binary.LittleEndian.Uint32(b)
-		if length == 0 {
-			if debug {
-				return fmt.Errorf("entry at 0x%x: zero length", start)
-			}
-			break // the .eh_frame terminator
-		}
-		head, n := uint64(4), uint64(length)
-		long := length == 0xffffffff
-		if long {
-			if b, err = w.at(off+4, 8); err != nil {
-				return fmt.Errorf("entry at 0x%x: %w", start, err)
-			}
-			head, n = 12, binary.LittleEndian.Uint64(b)
-		}
-		if n > w.size-start-head {
-			return fmt.Errorf("entry at 0x%x: length 0x%x runs past the section", start, n)
-		}
-		if n > maxEntry {
-			return limitf("entry at 0x%x: %d bytes, more than the %d an entry may have", start, n, maxEntry)
-		}
-		entry, err := w.at(start, head+n)
-		if err != nil {
-			return fmt.Errorf("entry at 0x%x: %w", start, err)
-		}
-		r := reader{b: entry, off: head}
-		var id uint64
-		if long {
-			id, err = r.u64()
-		} else {
-			var v uint32
-			v, err = r.u32()
-			id = uint64(v)
-			if debug && v == 0xffffffff {
-				id = ^uint64(0)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("entry at 0x%x: %w", start, err)
-		}
-		off = start + head + n
-		if id == 0 && !debug || debug && id == ^uint64(0) {
-			continue // a CIE: parsed when an FDE points at it
-		}
-		cieOff := id // .debug_frame: a section offset
-		if !debug {
-			// .eh_frame: the distance back from the id field.
-			if id > start+head {
-				return fmt.Errorf("FDE at 0x%x: CIE pointer 0x%x points before the section", start, id)
-			}
-			cieOff = start + head - id
-		}
-		c, ok := cies[cieOff]
-		if !ok {
-			if len(cies) == maxCIEs {
-				return limitf("FDE at 0x%x: more than %d CIEs", start, maxCIEs)
-			}
-			if c, err = parseCIEAt(cw, cieOff, debug); err != nil {
-				return fmt.Errorf("FDE at 0x%x: %w", start, err)
-			}
-			cies[cieOff] = c
-		}
-		f, err := parseFDE(&r, Section{Data: entry, Addr: addr + start, Debug: debug, Arch: arch}, c, rows[:0])
-		if err != nil {
-			return fmt.Errorf("FDE at 0x%x: %w", start, err)
-		}
-		rows = f.Rows
-		if err := fn(f); err != nil {
+	for off := uint64(0); off < k.w.size; {
+		next, f, isFDE, err := k.entry(off, true)
+		if err != nil || next == 0 {
 			return err
+		}
+		off = next
+		if isFDE {
+			if err := fn(f); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// walker reads a section's entries, in order or where an FDE is.
+type walker struct {
+	w, cw *window // the entries; the CIEs, read where an FDE points
+	cies  map[uint64]*cie
+	addr  uint64
+	debug bool
+	arch  Arch
+	rows  []Row // the machine's, reused
+}
+
+func newWalker(src io.ReaderAt, size int64, addr uint64, debug bool, arch Arch) (*walker, error) {
+	if size < 0 {
+		return nil, errTruncated
+	}
+	return &walker{w: &window{src: src, size: uint64(size)}, cw: &window{src: src, size: uint64(size)}, cies: map[uint64]*cie{}, addr: addr, debug: debug, arch: arch}, nil
+}
+
+// entry reads the entry at off: next is the next entry's offset (0 at the
+// .eh_frame terminator), and an FDE (isFDE) its range, and with full its
+// rows too (valid until the next call).
+func (k *walker) entry(off uint64, full bool) (next uint64, f FDE, isFDE bool, err error) {
+	w, start := k.w, off
+	b, err := w.at(off, 4)
+	if err != nil {
+		return 0, f, false, fmt.Errorf("entry at 0x%x: %w", start, err)
+	}
+	length := binary.LittleEndian.Uint32(b)
+	if length == 0 {
+		if k.debug {
+			return 0, f, false, fmt.Errorf("entry at 0x%x: zero length", start)
+		}
+		return 0, f, false, nil // the .eh_frame terminator
+	}
+	head, n := uint64(4), uint64(length)
+	long := length == 0xffffffff
+	if long {
+		if b, err = w.at(off+4, 8); err != nil {
+			return 0, f, false, fmt.Errorf("entry at 0x%x: %w", start, err)
+		}
+		head, n = 12, binary.LittleEndian.Uint64(b)
+	}
+	if n > w.size-start-head {
+		return 0, f, false, fmt.Errorf("entry at 0x%x: length 0x%x runs past the section", start, n)
+	}
+	if n > maxEntry {
+		return 0, f, false, limitf("entry at 0x%x: %d bytes, more than the %d an entry may have", start, n, maxEntry)
+	}
+	entry, err := w.at(start, head+n)
+	if err != nil {
+		return 0, f, false, fmt.Errorf("entry at 0x%x: %w", start, err)
+	}
+	r := reader{b: entry, off: head}
+	var id uint64
+	if long {
+		id, err = r.u64()
+	} else {
+		var v uint32
+		v, err = r.u32()
+		id = uint64(v)
+		if k.debug && v == 0xffffffff {
+			id = ^uint64(0)
+		}
+	}
+	if err != nil {
+		return 0, f, false, fmt.Errorf("entry at 0x%x: %w", start, err)
+	}
+	next = start + head + n
+	if id == 0 && !k.debug || k.debug && id == ^uint64(0) {
+		return next, f, false, nil // a CIE: parsed when an FDE points at it
+	}
+	cieOff := id // .debug_frame: a section offset
+	if !k.debug {
+		// .eh_frame: the distance back from the id field.
+		if id > start+head {
+			return 0, f, false, fmt.Errorf("FDE at 0x%x: CIE pointer 0x%x points before the section", start, id)
+		}
+		cieOff = start + head - id
+	}
+	c, ok := k.cies[cieOff]
+	if !ok {
+		if len(k.cies) == maxCIEs {
+			return 0, f, false, limitf("FDE at 0x%x: more than %d CIEs", start, maxCIEs)
+		}
+		if c, err = parseCIEAt(k.cw, cieOff, k.debug); err != nil {
+			return 0, f, false, fmt.Errorf("FDE at 0x%x: %w", start, err)
+		}
+		k.cies[cieOff] = c
+	}
+	f, err = parseFDE(&r, Section{Data: entry, Addr: k.addr + start, Debug: k.debug, Arch: k.arch}, c, k.rows[:0], full)
+	if err != nil {
+		return 0, f, false, fmt.Errorf("FDE at 0x%x: %w", start, err)
+	}
+	if full {
+		k.rows = f.Rows
+	}
+	return next, f, true, nil
 }
 
 // parseCIEAt parses the CIE at off, keeping a copy of its initial
@@ -445,7 +475,7 @@ func parseCIE(r *reader, debug bool) (*cie, error) {
 
 // parseFDE reads an FDE and runs its instructions, appending its rows to
 // rows. An FDE with an empty range has no rows: its instructions are not run.
-func parseFDE(r *reader, s Section, c *cie, rows []Row) (FDE, error) {
+func parseFDE(r *reader, s Section, c *cie, rows []Row, full bool) (FDE, error) {
 	var f FDE
 	enc := c.fdeEnc
 	if s.Debug {
@@ -464,7 +494,7 @@ func parseFDE(r *reader, s Section, c *cie, rows []Row) (FDE, error) {
 		return f, fmt.Errorf("range 0x%x+0x%x wraps", begin, rng)
 	}
 	f.Begin, f.End, f.Signal = begin, begin+rng, c.signal
-	if f.End <= f.Begin {
+	if f.End <= f.Begin || !full {
 		return f, nil
 	}
 	if c.hasAugData {

@@ -17,11 +17,11 @@ func TestReadMatchesCompile(t *testing.T) {
 	for _, name := range []string{"chain-pie", "libc", "chain-arm64", "libc-arm64", "chain-riscv64", "libc-riscv64"} {
 		s := section(t, name)
 		_, want := compiled(t, name)
-		got, err := s.Arch.Read(bytes.NewReader(s.Data), int64(len(s.Data)), s.Addr, false)
+		tab, err := s.Arch.Read(bytes.NewReader(s.Data), int64(len(s.Data)), s.Addr, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(got, want) {
+		if got := tab.Entries(); !slices.Equal(got, want) {
 			t.Fatalf("%s: Read gives %d entries, Compile %d, or others", name, len(got), len(want))
 		}
 	}
@@ -69,7 +69,7 @@ func (f *frames) addFDE(rows int) {
 	f.pc += size
 }
 
-func (f *frames) read() ([]Entry, error) {
+func (f *frames) read() (*Table, error) {
 	return Read(bytes.NewReader(f.b), int64(len(f.b)), framesAddr, false)
 }
 
@@ -82,6 +82,17 @@ func TestReadBounded(t *testing.T) {
 		f := &frames{}
 		f.addCIE(0)
 		for i := 0; i < fdes; i++ {
+			f.addFDE(rows)
+		}
+		return f
+	}
+	// FDEs of one address each: every one's rows are cut by the next's,
+	// so the rows read grow and the table does not.
+	overlapping := func(fdes, rows int) *frames {
+		f := &frames{}
+		f.addCIE(0)
+		for i := 0; i < fdes; i++ {
+			f.pc = 0x2000
 			f.addFDE(rows)
 		}
 		return f
@@ -105,7 +116,7 @@ func TestReadBounded(t *testing.T) {
 	}{
 		// 64 MiB of FDEs, each a 1-byte function with one row.
 		{"fdes", many(64<<20/20, 1), fmt.Sprintf("more than %d FDEs", MaxFDEs), 0},
-		{"rows before merging", many(maxRaw/(maxRowsPerFDE-1)+1, maxRowsPerFDE), fmt.Sprintf("more than %d unwind rows", maxRaw), 0},
+		{"rows before merging", overlapping(maxRaw/(maxRowsPerFDE-1)+1, maxRowsPerFDE), fmt.Sprintf("more than %d unwind rows", maxRaw), 0},
 		{"rows after merging", many(MaxRows/maxRowsPerFDE+1, maxRowsPerFDE), fmt.Sprintf("more than %d unwind rows, the most", MaxRows), 0},
 		{"rows of an FDE", many(1, maxRowsPerFDE+2), fmt.Sprintf("more than %d rows", maxRowsPerFDE), 0},
 		{"CIEs", ciePairs, fmt.Sprintf("more than %d CIEs", maxCIEs), 0},
@@ -119,7 +130,7 @@ func TestReadBounded(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			entries, err := c.f.read()
+			tab, err := c.f.read()
 			runtime.ReadMemStats(&after)
 			alloc := after.TotalAlloc - before.TotalAlloc
 			t.Logf("%d bytes of section: %v; %.1f MiB allocated (the bound: %.1f)", len(c.f.b), err, float64(alloc)/(1<<20), float64(ParseMemory)/(1<<20))
@@ -127,8 +138,8 @@ func TestReadBounded(t *testing.T) {
 				t.Errorf("Read allocated %d bytes, more than ParseMemory (%d)", alloc, ParseMemory)
 			}
 			if c.err == "" {
-				if err != nil || len(entries) != c.rows+1 {
-					t.Fatalf("%d entries, %v; want %d", len(entries), err, c.rows+1)
+				if err != nil || tab.Len() != c.rows+1 {
+					t.Fatalf("%d entries, %v; want %d", tab.Len(), err, c.rows+1)
 				}
 				return
 			}
@@ -155,7 +166,8 @@ func FuzzRead(f *testing.F) {
 	f.Add(fr.b, false)
 	f.Fuzz(func(t *testing.T, data []byte, debug bool) {
 		for _, arch := range []Arch{X86_64, ARM64, RISCV64} {
-			got, err := arch.Read(bytes.NewReader(data), int64(len(data)), framesAddr, debug)
+			tab, err := arch.Read(bytes.NewReader(data), int64(len(data)), framesAddr, debug)
+			got := tab.Entries()
 			fdes, perr := Parse(Section{Data: data, Addr: framesAddr, Debug: debug, Arch: arch})
 			var want []Entry
 			if perr == nil {

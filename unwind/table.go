@@ -94,7 +94,7 @@ func (s Stop) String() string {
 // takes a fixed SearchSteps steps, FenceSteps among its blocks' first
 // addresses (the fences) and BlockSteps among one block's BlockRows rows.
 const (
-	SearchSteps = 20
+	SearchSteps = 21
 	MaxRows     = 1 << SearchSteps
 	BlockSteps  = 6
 	BlockRows   = 1 << BlockSteps
@@ -295,96 +295,240 @@ func (a Arch) Compile(fdes []FDE) ([]Entry, error) {
 // Read compiles the frame section of size bytes that src holds (at virtual
 // address addr; debug for .debug_frame) as Compile does, within a bound
 // set by the limits, not by the section: see ParseMemory.
-func Read(src io.ReaderAt, size int64, addr uint64, debug bool) ([]Entry, error) {
+func Read(src io.ReaderAt, size int64, addr uint64, debug bool) (*Table, error) {
 	return X86_64.Read(src, size, addr, debug)
 }
 
 // Read is Read for the architecture's frames and rule words; extra are
 // FDEs the section lacks (arm64's PLT, see PLTARM64), added after its own.
-func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool, extra ...FDE) ([]Entry, error) {
+// It reads the section twice: first where each FDE is and its range, then
+// each FDE's instructions, run in address order as its rows are laid out.
+// No FDE's rows are kept but the one's being laid out: its memory is the
+// FDEs' places (16 bytes each) and the table (8 bytes a row).
+func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool, extra ...FDE) (*Table, error) {
 	a = a.orDefault()
 	if size > MaxSection {
 		// The time a parse takes grows with the section.
 		return nil, limitf("a section of %d MiB, more than %d", size>>20, MaxSection>>20)
 	}
-	b := builder{arch: a}
-	if err := walk(src, size, addr, debug, a, b.add); err != nil {
+	k, err := newWalker(src, size, addr, debug, a)
+	if err != nil {
 		return nil, err
 	}
-	for _, f := range extra {
-		if err := b.add(f); err != nil {
+	var fdes []fdePlace
+	place := func(f FDE, at uint32) error {
+		if f.End <= f.Begin {
+			return nil
+		}
+		if err := checkFDE(f, len(fdes)); err != nil {
+			return err
+		}
+		fdes = append(grow(fdes, MaxFDEs), fdePlace{begin: uint32(f.Begin), end: uint32(f.End), at: at, seq: uint32(len(fdes))})
+		return nil
+	}
+	for off := uint64(0); off < k.w.size; {
+		next, f, isFDE, err := k.entry(off, false)
+		if err != nil {
+			return nil, err
+		}
+		if next == 0 {
+			break
+		}
+		if isFDE {
+			if err := place(f, uint32(off)); err != nil {
+				return nil, err
+			}
+		}
+		off = next
+	}
+	for i, f := range extra {
+		if err := place(f, extraFDE|uint32(i)); err != nil {
 			return nil, err
 		}
 	}
-	return b.compile()
+	slices.SortFunc(fdes, func(x, y fdePlace) int { return cmp.Or(cmp.Compare(x.begin, y.begin), cmp.Compare(x.seq, y.seq)) })
+	l := layer{arch: a}
+	for i, p := range fdes {
+		var rows []Row
+		if p.at&extraFDE != 0 {
+			rows = extra[p.at&^extraFDE].Rows
+		} else {
+			_, f, _, err := k.entry(uint64(p.at), true)
+			if err != nil {
+				return nil, err
+			}
+			rows = f.Rows
+		}
+		next := uint32(0)
+		if i+1 < len(fdes) {
+			next = fdes[i+1].begin
+		}
+		if err := l.lay(p.begin, p.end, rows, next, i+1 < len(fdes)); err != nil {
+			return nil, err
+		}
+	}
+	return &l.out, nil
+}
+
+// fdePlace is an FDE as Read's first pass finds it: its range, the
+// offset of its entry (or, with extraFDE, its index among the extra
+// FDEs), and its place in the order read.
+type fdePlace struct {
+	begin, end uint32
+	at, seq    uint32
+}
+
+const extraFDE = 1 << 31 // past MaxSection
+
+func checkFDE(f FDE, fdes int) error {
+	if f.End >= 1<<32 {
+		return fmt.Errorf("an FDE ends at 0x%x, past 4 GiB", f.End)
+	}
+	if fdes == MaxFDEs {
+		return limitf("more than %d FDEs", MaxFDEs)
+	}
+	return nil
 }
 
 // The most one section may hold while it is read: FDEs with a range, and
 // rows before neighbours are merged across FDEs (within an FDE they are
-// merged as they are read). libLLVM-14 has 95,000 FDEs.
+// merged as they are read), which bounds the time a parse takes.
+// libLLVM-14 has 95,000 FDEs and 948,864 rows after merging, Rust's
+// libLLVM 22 1,439,033 rows.
 const (
 	MaxSection = 256 << 20 // bytes
-	MaxFDEs    = MaxRows / 2
-	maxRaw     = MaxRows + MaxRows/2
-	rawChunk   = 1 << 16 // rows: the raw rows are kept in chunks, never copied
-	rawChunks  = (maxRaw + rawChunk - 1) / rawChunk
+	MaxFDEs    = 1 << 19
+	maxRaw     = MaxRows + MaxRows/4
+	rawChunk   = 1 << 16 // rows: a Table's chunk, and Compile's raw rows'
 )
 
 // ParseMemory is the most memory Read allocates for one section, in bytes,
 // whatever the section holds (every allocation counted, collected or not):
-// the FDEs' records as their slice grows (16 bytes each), the rows before
-// merging (8 bytes each, in chunks), the table (8 bytes a row), the rows of
-// the FDE being run as they grow, and the two windows on the section as
-// they grow to its largest entry; and 1 MiB for the rest.
-const ParseMemory = 2*16*MaxFDEs + 8*rawChunk*rawChunks + 8*(MaxRows+1) +
-	2*maxRowsPerFDE*int(unsafe.Sizeof(Row{})) + 2*2*maxEntry + 1<<20
+// the FDEs' places as their slice grows (16 bytes each), the table (8
+// bytes a row, in chunks), the rows of the FDE being run and laid out as
+// they grow, and the two windows on the section as they grow to its
+// largest entry; and 1 MiB for the rest.
+const ParseMemory = 2*16*MaxFDEs + 8*(MaxRows+rawChunk) +
+	2*maxRowsPerFDE*(int(unsafe.Sizeof(Row{}))+8) + 2*2*maxEntry + 1<<20
 
-// builder keeps each FDE's rows, encoded, until all are read.
+// layer lays the rows of FDEs, given in address order, out in a Table:
+// rows at or past an FDE's end, or the next FDE's begin, left out (the
+// next one wins where they overlap), neighbours with the same rule
+// merged, a stop row where no FDE covers an address, and one for an FDE
+// whose rows the unwinder cannot follow.
+type layer struct {
+	arch Arch
+	out  Table
+	enc  []Entry // the FDE's rows, encoded, reused
+	raw  int     // rows before merging across FDEs
+}
+
+// lay lays out the FDE [begin, end) whose rows are rows; next is the next
+// FDE's begin, if there is one (more).
+func (l *layer) lay(begin, end uint32, rows []Row, next uint32, more bool) error {
+	l.enc = l.arch.encodeRows(l.enc[:0], rows, end)
+	l.raw += len(l.enc)
+	if l.raw > maxRaw {
+		return limitf("more than %d unwind rows", maxRaw)
+	}
+	return l.layEncoded(begin, end, l.enc, next, more)
+}
+
+// encodeRows appends to dst the rows below end, encoded, but for one
+// whose rule is the one before's.
+func (a Arch) encodeRows(dst []Entry, rows []Row, end uint32) []Entry {
+	first := len(dst)
+	for _, r := range rows {
+		if r.PC >= uint64(end) {
+			break
+		}
+		rule := a.encode(r)
+		if len(dst) > first && dst[len(dst)-1].Rule == rule {
+			continue
+		}
+		dst = append(dst, Entry{PC: uint32(r.PC), Rule: rule})
+	}
+	return dst
+}
+
+func (l *layer) layEncoded(begin, end uint32, rows []Entry, next uint32, more bool) error {
+	if more && next < end {
+		end = next // overlapping FDEs: the next one wins
+	}
+	for _, r := range rows {
+		if r.PC >= end {
+			break
+		}
+		if err := l.add(r.PC, r.Rule); err != nil {
+			return err
+		}
+	}
+	if len(rows) == 0 && begin < end {
+		if err := l.add(begin, stop(StopUnsupported)); err != nil {
+			return err
+		}
+	}
+	if end > begin && (!more || next > end) {
+		return l.add(end, stop(StopNoRow))
+	}
+	return nil
+}
+
+func (l *layer) add(pc uint32, rule uint32) error {
+	out := &l.out
+	if n := out.n; n > 0 {
+		if last := out.last(); last.PC == pc {
+			last.Rule = rule
+			if n > 1 && out.At(n-2).Rule == rule {
+				out.n--
+			}
+			return nil
+		} else if last.Rule == rule {
+			return nil
+		}
+	}
+	if out.n == MaxRows {
+		return limitf("more than %d unwind rows, the most the unwinder searches", MaxRows)
+	}
+	out.push(Entry{PC: pc, Rule: rule})
+	return nil
+}
+
+// builder keeps each FDE's rows, encoded, until all are given (Compile).
 type builder struct {
 	arch Arch
 	fdes []fdeRows
 	raw  [][]Entry // chunks of rawChunk rows
 	n    int       // rows in raw
+	enc  []Entry
 }
 
 type fdeRows struct {
 	begin, end uint32
 	first, n   uint32 // its rows: the raw rows first to first+n-1
+	seq        uint32 // its place in the order given
 }
-
-func (b *builder) row(i uint32) Entry { return b.raw[i/rawChunk][i%rawChunk] }
 
 func (b *builder) add(f FDE) error {
 	if f.End <= f.Begin {
 		return nil
 	}
-	if f.End >= 1<<32 {
-		return fmt.Errorf("an FDE ends at 0x%x, past 4 GiB", f.End)
+	if err := checkFDE(f, len(b.fdes)); err != nil {
+		return err
 	}
-	if len(b.fdes) == MaxFDEs {
-		return limitf("more than %d FDEs", MaxFDEs)
+	b.enc = b.arch.encodeRows(b.enc[:0], f.Rows, uint32(f.End))
+	if b.n+len(b.enc) > maxRaw {
+		return limitf("more than %d unwind rows", maxRaw)
 	}
 	first := b.n
-	var last uint32
-	for _, r := range f.Rows {
-		if r.PC >= f.End {
-			break
-		}
-		rule := b.arch.encode(r)
-		if b.n > first && last == rule {
-			continue
-		}
-		if b.n == maxRaw {
-			return limitf("more than %d unwind rows", maxRaw)
-		}
+	for _, e := range b.enc {
 		if b.n%rawChunk == 0 {
 			b.raw = append(b.raw, make([]Entry, rawChunk))
 		}
-		b.raw[b.n/rawChunk][b.n%rawChunk] = Entry{PC: uint32(r.PC), Rule: rule}
+		b.raw[b.n/rawChunk][b.n%rawChunk] = e
 		b.n++
-		last = rule
 	}
-	b.fdes = append(grow(b.fdes, MaxFDEs), fdeRows{begin: uint32(f.Begin), end: uint32(f.End), first: uint32(first), n: uint32(b.n - first)})
+	b.fdes = append(grow(b.fdes, MaxFDEs), fdeRows{begin: uint32(f.Begin), end: uint32(f.End), first: uint32(first), n: uint32(b.n - first), seq: uint32(len(b.fdes))})
 	return nil
 }
 
@@ -400,58 +544,83 @@ func grow[T any](s []T, limit int) []T {
 	return bigger
 }
 
-// compile sorts the FDEs by address (those with one address in the order
-// they were read, but for ones without rows) and lays their rows out.
-func (b *builder) compile() ([]Entry, error) {
-	slices.SortFunc(b.fdes, func(x, y fdeRows) int {
-		return cmp.Or(cmp.Compare(x.begin, y.begin), cmp.Compare(x.first, y.first), cmp.Compare(x.n, y.n), cmp.Compare(x.end, y.end))
-	})
-	out := make([]Entry, 0, min(b.n+2*len(b.fdes), MaxRows+1))
-	add := func(pc uint32, rule uint32) error {
-		if n := len(out); n > 0 {
-			if out[n-1].PC == pc {
-				out[n-1].Rule = rule
-				if n > 1 && out[n-2].Rule == rule {
-					out = out[:n-1]
-				}
-				return nil
-			}
-			if out[n-1].Rule == rule {
-				return nil
-			}
-		}
-		if len(out) == MaxRows {
-			return limitf("more than %d unwind rows, the most the unwinder searches", MaxRows)
-		}
-		out = append(out, Entry{PC: pc, Rule: rule})
+// Table is a file's rows, in address order, kept in chunks of rawChunk
+// rows (a multiple of BlockRows: a block is never split), so that no
+// allocation is as big as the table and the raw rows' chunks, freed as
+// they are laid out, make room for it.
+type Table struct {
+	chunks [][]Entry
+	n      int
+}
+
+// Len is the number of rows (none in a nil Table).
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	return t.n
+}
+
+// At is row i.
+func (t *Table) At(i int) Entry { return t.chunks[i/rawChunk][i%rawChunk] }
+
+// Block is the BlockRows rows from row b*BlockRows, the last block padded
+// with Pad.
+func (t *Table) Block(b int) (block [BlockRows]Entry) {
+	first := b * BlockRows
+	at := first % rawChunk // a chunk holds whole blocks
+	n := copy(block[:], t.chunks[first/rawChunk][at:at+min(BlockRows, t.n-first)])
+	for i := n; i < BlockRows; i++ {
+		block[i] = Pad
+	}
+	return block
+}
+
+// Blocks is the number of blocks the rows take.
+func (t *Table) Blocks() int { return (t.n + BlockRows - 1) / BlockRows }
+
+// Entries is the rows in one slice (nil for a nil Table).
+func (t *Table) Entries() []Entry {
+	if t == nil {
 		return nil
 	}
+	out := make([]Entry, 0, t.n)
+	for i := 0; i < t.n; i += rawChunk {
+		out = append(out, t.chunks[i/rawChunk][:min(rawChunk, t.n-i)]...)
+	}
+	return out
+}
+
+func (t *Table) last() *Entry { return &t.chunks[(t.n-1)/rawChunk][(t.n-1)%rawChunk] }
+
+func (t *Table) push(e Entry) {
+	if t.n%rawChunk == 0 && t.n/rawChunk == len(t.chunks) {
+		t.chunks = append(t.chunks, make([]Entry, rawChunk))
+	}
+	t.chunks[t.n/rawChunk][t.n%rawChunk] = e
+	t.n++
+}
+
+// compile sorts the FDEs by address (those with one address in the order
+// they were given) and lays their rows out as Read does.
+func (b *builder) compile() ([]Entry, error) {
+	slices.SortFunc(b.fdes, func(x, y fdeRows) int { return cmp.Or(cmp.Compare(x.begin, y.begin), cmp.Compare(x.seq, y.seq)) })
+	l := layer{arch: b.arch}
+	var rows []Entry
 	for i, f := range b.fdes {
-		end := f.end
-		if i+1 < len(b.fdes) && b.fdes[i+1].begin < end {
-			end = b.fdes[i+1].begin // overlapping FDEs: the next one wins
+		rows = rows[:0]
+		for j := f.first; j < f.first+f.n; j++ {
+			rows = append(rows, b.raw[j/rawChunk][j%rawChunk])
 		}
-		for i := f.first; i < f.first+f.n; i++ {
-			r := b.row(i)
-			if r.PC >= end {
-				break
-			}
-			if err := add(r.PC, r.Rule); err != nil {
-				return nil, err
-			}
+		next := uint32(0)
+		if i+1 < len(b.fdes) {
+			next = b.fdes[i+1].begin
 		}
-		if f.n == 0 && f.begin < end {
-			if err := add(f.begin, stop(StopUnsupported)); err != nil {
-				return nil, err
-			}
-		}
-		if end > f.begin && (i+1 == len(b.fdes) || b.fdes[i+1].begin > end) {
-			if err := add(end, stop(StopNoRow)); err != nil {
-				return nil, err
-			}
+		if err := l.layEncoded(f.begin, f.end, rows, next, i+1 < len(b.fdes)); err != nil {
+			return nil, err
 		}
 	}
-	return out, nil
+	return l.out.Entries(), nil
 }
 
 // Search is the in-kernel search in Go: the index (from first) of the last

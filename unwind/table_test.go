@@ -289,3 +289,31 @@ func TestPLTLinkRegister(t *testing.T) {
 		}
 	}
 }
+
+// A Table of more than one chunk gives its rows back in order, whole
+// blocks of them, the last one padded.
+func TestTableBlocks(t *testing.T) {
+	tab := &Table{}
+	const n = rawChunk + BlockRows + 5
+	for i := range n {
+		tab.push(Entry{PC: uint32(i), Rule: uint32(i) * 3})
+	}
+	if tab.Len() != n || tab.Blocks() != n/BlockRows+1 || len(tab.chunks) != 2 {
+		t.Fatalf("%d rows in %d blocks, %d chunks", tab.Len(), tab.Blocks(), len(tab.chunks))
+	}
+	all := tab.Entries()
+	for b := range tab.Blocks() {
+		block := tab.Block(b)
+		for i, e := range block {
+			r := b*BlockRows + i
+			if want := Pad; r < n {
+				want = all[r]
+				if e != want || tab.At(r) != want || want.PC != uint32(r) {
+					t.Fatalf("row %d: %v, At %v, Entries %v", r, e, tab.At(r), want)
+				}
+			} else if e != want {
+				t.Fatalf("row %d past the end: %v, want Pad", r, e)
+			}
+		}
+	}
+}

@@ -7,6 +7,7 @@ package prog
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
@@ -168,7 +169,7 @@ type Config struct {
 	// processes user space reads are that namespace's pids; samples of
 	// tasks outside it are dropped (their maps cannot be read from here).
 	NS       *asm.PidNS
-	Rows     int  // capacity of the row table
+	Rows     int  // the row table's budget: the most rows it may hold
 	TaskRegs bool // bpf_task_pt_regs (5.15+): user registers of a kernel-mode sample
 	// LazyHashes: the hash maps allocate entries as they are inserted
 	// (6.1+ for perf_event programs), not all of them at load: the counts
@@ -341,6 +342,21 @@ func (c Config) fences() int {
 	return n
 }
 
+// ChunkBlocks is how many blocks of rows one chunk of the row table
+// holds: 4 MiB (or the whole budget, when smaller). The table takes
+// kernel memory a chunk at a time, as files are loaded.
+func (c Config) ChunkBlocks() int { return min(maxChunkBlocks, c.fences()) }
+
+const maxChunkBlocks = 4 << 20 / (8 * unwind.BlockRows)
+
+// RowChunk is the spec of one chunk of the row table: an array of blocks
+// of rows, a value of the "rows" array of maps.
+func (c Config) RowChunk() *ebpf.MapSpec {
+	return &ebpf.MapSpec{Name: "profile_rows", Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: uint32(c.ChunkBlocks())}
+}
+
+func (c Config) chunkShift() int { return bits.TrailingZeros(uint(c.ChunkBlocks())) }
+
 func (c Config) keyUser() int { return keyKernel + 8*c.KernelDepth }
 
 // KeySize is the counts key's size: pid, stop, kernel error, the label
@@ -435,9 +451,11 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 	}
 	spec.Programs["sample"] = &ebpf.ProgramSpec{Name: "profile_sample", Type: typ, License: "GPL", Instructions: entry}
 	if cfg.Mode != UnwindFP {
-		// The row table, as unwind.Blocks lays it out: blocks of rows, and
-		// the first address of each block in one value (read in place).
-		spec.Maps["rows"] = &ebpf.MapSpec{Name: "profile_rows", Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: uint32(cfg.Rows / unwind.BlockRows)}
+		// The row table, as unwind.Blocks lays it out: blocks of rows, in
+		// chunks user space makes as files are loaded (RowChunk), and the
+		// first address of each block in one value (read in place).
+		chunks := (cfg.Rows/unwind.BlockRows + cfg.ChunkBlocks() - 1) / cfg.ChunkBlocks()
+		spec.Maps["rows"] = &ebpf.MapSpec{Name: "profile_chunks", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: uint32(chunks), InnerMap: cfg.RowChunk()}
 		// Both are written through syscalls, not mapped into memory: a
 		// mapping of the table is resident in full, 8 MiB more RSS.
 		spec.Maps["fences"] = &ebpf.MapSpec{Name: "profile_fences", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(4 * cfg.fences()), MaxEntries: 1}
@@ -971,7 +989,7 @@ func frame(cfg Config, p string, last bool) bpf.Instructions {
 	insns.Add(bpf.LoadMem(bpf.R7, bpf.R9, stateMapFirst, bpf.Word))
 	insns.Add(bpf.LoadMem(bpf.R8, bpf.R9, stateMapCount, bpf.Word))
 	insns.Add(bpf.JEq.Imm(bpf.R8, 0, p+"_notable"))
-	insns.Append(asm.RowSearch(p+"_search", "rows", "fences", int32(cfg.fences()-1), bpf.R6, bpf.R7, bpf.R8, fpSearch, "no_row"))
+	insns.Append(asm.RowSearch(p+"_search", "rows", "fences", int32(cfg.fences()-1), cfg.chunkShift(), bpf.R6, bpf.R7, bpf.R8, fpSearch, "no_row"))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R0, 0, bpf.Word).WithSource(bpf.Comment("the row's address: above the target, the target is below the file's first row")))
 	insns.Add(bpf.JGT.Reg(bpf.R1, bpf.R6, "no_row"))
 	insns.Add(bpf.LoadMem(bpf.R2, bpf.R0, 4, bpf.Word).WithSource(bpf.Comment("the rule: base (bits 0-1), saved rbp (2-9), offset (10-31)")))

@@ -42,7 +42,7 @@ func variants(t *testing.T) map[string]Config {
 		"fp_idle":         {Mode: UnwindFP, Idle: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"fp_pid":          {Mode: UnwindFP, Pid: 1234, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"eh_tree":         {Mode: UnwindEH, Tree: tooltest.Tree(t, 1, nil), Rows: 1 << 16, TaskRegs: true, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
-		"auto_all":        {Mode: UnwindAuto, Rows: 1 << 16, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
+		"auto_all":        {Mode: UnwindAuto, Rows: 64 << 20 / 8, TaskRegs: true, StartStack: ss, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"auto_no_taskreg": {Mode: UnwindAuto, Rows: 1 << 16, Readers: asm.OldReaders, KernelDepth: kd, UserDepth: ud},
 		"eh_task_stack":   {Mode: UnwindEH, Rows: 1 << 16, TaskStack: 24, Readers: asm.NewReaders, KernelDepth: kd, UserDepth: ud},
 		"auto_small_keys": {Mode: UnwindAuto, Rows: 1 << 16, TaskStack: 24, StartStack: ss, Readers: asm.NewReaders, KernelDepth: SmallKernelFrames, UserDepth: SmallUserFrames, Exit: exit},
