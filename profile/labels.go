@@ -240,16 +240,14 @@ func indexSymbols(ef *elf.File, wanted map[string]bool) (out map[string]elf.Symb
 		}
 	}()
 	out = map[string]elf.Symbol{}
-	for _, read := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
-		all, _ := read()
-		for _, s := range all {
-			name, _, _ := strings.Cut(s.Name, "@")
-			if _, have := out[name]; have || !wanted[name] || s.Section == elf.SHN_UNDEF {
-				continue
-			}
-			out[name] = s
+	eachSymbol(ef, func(s elfSym) {
+		name, _, _ := strings.Cut(s.name, "@")
+		if _, have := out[name]; have || !wanted[name] || s.section == elf.SHN_UNDEF {
+			return
 		}
-	}
+		// Copies: the names would keep the whole string table.
+		out[strings.Clone(name)] = elf.Symbol{Name: strings.Clone(s.name), Info: s.info, Other: s.other, Section: s.section, Value: s.value, Size: s.size}
+	})
 	return out, nil
 }
 

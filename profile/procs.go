@@ -2,6 +2,7 @@ package profile
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -1040,20 +1041,18 @@ func symbolsOf(ef *elf.File) (out []symbol) {
 			out = nil
 		}
 	}()
-	seen := map[uint64]bool{}
-	for _, read := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
-		all, _ := read()
-		for _, s := range all {
-			if elf.ST_TYPE(s.Info) != elf.STT_FUNC && elf.ST_TYPE(s.Info) != elf.STT_GNU_IFUNC || s.Value == 0 || seen[s.Value] {
-				continue
-			}
-			seen[s.Value] = true
-			name, _, _ := strings.Cut(s.Name, "@")
-			out = append(out, symbol{name: name, value: s.Value, size: s.Size})
+	out = make([]symbol, 0, symbolCount(ef))
+	eachSymbol(ef, func(s elfSym) {
+		if t := elf.ST_TYPE(s.info); t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC || s.value == 0 {
+			return
 		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].value < out[j].value })
-	return out
+		name, _, _ := strings.Cut(s.name, "@")
+		out = append(out, symbol{name: name, value: s.value, size: s.size})
+	})
+	// The first at each address: .symtab's before .dynsym's, each in its
+	// order.
+	slices.SortStableFunc(out, func(a, b symbol) int { return cmp.Compare(a.value, b.value) })
+	return slices.CompactFunc(out, func(a, b symbol) bool { return a.value == b.value })
 }
 
 // symbols reads the file's symbols the first time a report needs them.
@@ -1120,19 +1119,27 @@ func buildID(ef *elf.File) []byte {
 	return b[off : off+uint64(descSz)]
 }
 
-// mergeSymbols adds the symbols of more at addresses syms lacks.
+// mergeSymbols adds the symbols of more at addresses syms (sorted by
+// address, one at each) lacks: one pass over both, sorted.
 func mergeSymbols(syms, more []symbol) []symbol {
-	have := map[uint64]bool{}
-	for _, s := range syms {
-		have[s.value] = true
+	if len(more) == 0 {
+		return syms
 	}
+	more = slices.Clone(more)
+	slices.SortStableFunc(more, func(a, b symbol) int { return cmp.Compare(a.value, b.value) })
+	out := make([]symbol, 0, len(syms)+len(more))
+	i := 0
 	for _, s := range more {
-		if !have[s.value] {
-			syms = append(syms, s)
+		for i < len(syms) && syms[i].value < s.value {
+			out = append(out, syms[i])
+			i++
 		}
+		if i < len(syms) && syms[i].value == s.value || len(out) > 0 && out[len(out)-1].value == s.value {
+			continue
+		}
+		out = append(out, s)
 	}
-	sort.Slice(syms, func(i, j int) bool { return syms[i].value < syms[j].value })
-	return syms
+	return append(out, syms[i:]...)
 }
 
 // symbolize names a user address of a process: "function", or
