@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -157,6 +158,7 @@ type processes struct {
 	// The background parsers, one a lane (small files, big ones), each a
 	// file at a time, their results on done.
 	lanes   [2]parseLane
+	gcWas   int // GOGC before the big files' lane began, 0 when it is idle
 	done    chan parseResult
 	closing atomic.Bool
 	parsed  sync.WaitGroup
@@ -747,6 +749,16 @@ func (ps *processes) startParse(lane int) {
 	job := l.queue[0]
 	l.queue = l.queue[1:]
 	l.busy = true
+	if lane == laneBig && ps.gcWas == 0 {
+		// Collected sooner while a big file is read: the table it
+		// builds (libLLVM-14's 7.6 MiB) would otherwise let the heap grow
+		// to twice the rest before the next collection.
+		if was := debug.SetGCPercent(bigParseGC); was > bigParseGC {
+			ps.gcWas = was
+		} else {
+			debug.SetGCPercent(was) // GOGC=off, or lower already
+		}
+	}
 	ps.parsed.Add(1)
 	go func() {
 		defer ps.parsed.Done()
@@ -799,7 +811,16 @@ func (ps *processes) collected(res parseResult) {
 	ps.loadTime += res.took
 	ps.loaded(res.f, res.table, res.err)
 	ps.startParse(res.lane)
+	if res.lane == laneBig && !ps.lanes[laneBig].busy && ps.gcWas != 0 {
+		debug.SetGCPercent(ps.gcWas)
+		ps.gcWas = 0
+		debug.FreeOSMemory() // the big tables' garbage, given back
+	}
 }
+
+// bigParseGC is the garbage collector's GOGC while a big file's table is
+// read (see startParse).
+const bigParseGC = 25
 
 // preloadWait bounds how long the -c command waits for the tables of
 // its files (the largest libraries' take longest).
