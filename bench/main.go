@@ -37,7 +37,7 @@ var (
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
 	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, call, kcall, stream, sample or switch; or depth (profile's cost per frame), fleet (50 processes), soak (profile's memory over minutes: only when asked), glob or startup")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, call, kcall, stream, sample or switch; or depth (profile's cost per frame), tables (profile's tables of python3.11 and of a libLLVM process), fleet (50 processes), soak (profile's memory over minutes: only when asked), glob or startup")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -256,6 +256,12 @@ func run() error {
 		if err := profileSuite(); err != nil {
 			return err
 		}
+	}
+	if *only == "tables" {
+		if err := tablesCost(); err != nil {
+			return err
+		}
+		return bigLibraryCost()
 	}
 	if *only == "" || *only == "depth" {
 		if err := depthSuite(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -72,7 +73,10 @@ func profileSuite() error {
 	if err := labelCost(fx, perSampleNs["profile --unwind=eh"]); err != nil {
 		return err
 	}
-	return tablesCost()
+	if err := tablesCost(); err != nil {
+		return err
+	}
+	return bigLibraryCost()
 }
 
 // bpftraceSamplers are bpftrace's user stacks at 99 Hz, alone (as
@@ -545,5 +549,48 @@ func tablesCost() error {
 		ms, last = append(ms, t), m
 	}
 	fmt.Printf("\nprofile's unwind tables for python3.11 (its files: the interpreter, libc, the loader, [vdso]): %s files, %s rows, %s MiB of map memory, read in %.0f ms (median of 5)\n", last[1], last[2], last[3], median(ms))
+	return nil
+}
+
+// bigLibraryCost reports the tables of a process linking Debian's
+// libLLVM-14 (profile/testdata/llvm.c, built here with gcc when the
+// library is installed), read by profile -p at the default settings: the
+// time to read them, and profile's own peak memory (VmHWM: -p, so that
+// no child of profile's is in its wait4 usage).
+func bigLibraryCost() error {
+	const lib = "/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1"
+	if _, err := os.Stat(lib); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no %s: the libLLVM row is left out\n", lib)
+		return nil
+	}
+	fx := filepath.Join(*fxDir, "llvm")
+	if out, err := exec.Command("gcc", "-O2", "-o", fx, "profile/testdata/llvm.c", "-l:libLLVM-14.so.1").CombinedOutput(); err != nil {
+		return fmt.Errorf("build the llvm fixture: %v\n%s", err, out)
+	}
+	var ms, mib []float64
+	var last []string
+	for i := 0; i < 5; i++ {
+		spin := exec.Command(fx, "3")
+		if err := spin.Start(); err != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond) // its libraries mapped
+		tool := exec.Command(*bin+"/profile", "-F", "99", "-p", fmt.Sprint(spin.Process.Pid), "1.5", "1")
+		out, err := tool.CombinedOutput()
+		spin.Process.Kill()
+		spin.Wait()
+		if err != nil {
+			return fmt.Errorf("profile the llvm fixture: %v\n%s", err, out)
+		}
+		m := tablesLine.FindStringSubmatch(string(out))
+		if m == nil {
+			return fmt.Errorf("profile the llvm fixture: no tables line\n%s", out)
+		}
+		var t float64
+		fmt.Sscan(m[4], &t)
+		ms, last = append(ms, t), m
+		mib = append(mib, float64(tool.ProcessState.SysUsage().(*syscall.Rusage).Maxrss)/1024)
+	}
+	fmt.Printf("profile's unwind tables for a process linking libLLVM-14 (profile/testdata/llvm.c: libLLVM, libz3, libstdc++, libc, ...): %s files, %s rows, %s MiB of map memory, read in %.0f ms (median of 5; goal 200), profile's peak RSS %.1f MiB (median; most %.1f; goal 32)\n", last[1], last[2], last[3], median(ms), median(mib), slices.Max(mib))
 	return nil
 }

@@ -1951,3 +1951,47 @@ func TestDeepStacks(t *testing.T) {
 		}
 	}
 }
+
+// TestBigLibrary profiles a process linking Debian's libLLVM-14 (the
+// llvm fixture, built here) at the default settings: its files' tables
+// (libLLVM's 948,864 rows, libz3's 386,222, ...) are more than the 8 MiB
+// table profile once had, and are all loaded, none left out; 95% of its
+// samples or more are whole, to _start, and libLLVM's functions are named.
+func TestBigLibrary(t *testing.T) {
+	privtest.Require(t)
+	if os.Getenv("TRACEKIT_BIN") != "" {
+		t.Skip("libLLVM-14 is on the host, not in the matrix's guests")
+	}
+	const lib = "/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1"
+	tooltest.Install(t, "libllvm14 gcc", func() bool {
+		_, err := os.Stat(lib)
+		_, errCC := exec.LookPath("gcc")
+		return err == nil && errCC == nil
+	})
+	fx := filepath.Join(t.TempDir(), "llvm")
+	if out, err := exec.Command("gcc", "-O2", "-o", fx, "testdata/llvm.c", "-l:libLLVM-14.so.1").CombinedOutput(); err != nil {
+		t.Fatalf("build the llvm fixture: %v\n%s", err, out)
+	}
+	res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-F", "199", "-c", fx+" 2")
+	if res.Status != 0 {
+		t.Fatalf("exit %d\n%s%s", res.Status, res.Stdout, res.Stderr)
+	}
+	m := regexp.MustCompile(`(?m)^(\d+) samples, \d+ stacks; user stacks complete: (\d+) `).FindStringSubmatch(res.Stdout)
+	tables := regexp.MustCompile(`(?m)^unwind tables: (\d+) files, (\d+) rows`).FindStringSubmatch(res.Stdout)
+	if m == nil || tables == nil {
+		t.Fatalf("no summary:\n%s", res.Stdout)
+	}
+	samples, _ := strconv.Atoi(m[1])
+	complete, _ := strconv.Atoi(m[2])
+	rows, _ := strconv.Atoi(tables[2])
+	t.Logf("%d of %d samples complete; %s files, %d rows", complete, samples, tables[1], rows)
+	if samples < 200 || float64(complete) < 0.95*float64(samples) {
+		t.Errorf("%d of %d samples complete, want 95%% of 200 or more", complete, samples)
+	}
+	if rows <= 8<<20/8 || strings.Contains(res.Stdout, "left out") || strings.Contains(res.Stdout, "refused") {
+		t.Errorf("%d rows loaded, want more than the 1,048,576 of 8 MiB and no file left out or refused:\n%s", rows, res.Stdout)
+	}
+	if !strings.Contains(res.Stdout, "llvm::LLVMContext::LLVMContext()") || !strings.Contains(res.Stdout, "_start") {
+		t.Errorf("no frame named llvm::LLVMContext::LLVMContext() or _start:\n%s", res.Stdout)
+	}
+}
