@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"bytes"
 	"sort"
 	"sync"
 	"time"
@@ -82,7 +83,7 @@ func (t *keyTable) drainLocked() error {
 	var keys [][]byte
 	var counts []uint64
 	if err := loader.Drain(t.swap, func(k []byte, n uint64) {
-		keys, counts = append(keys, k), append(counts, n)
+		keys, counts = append(keys, bytes.Clone(k)), append(counts, n)
 	}); err != nil {
 		return err
 	}

@@ -3,8 +3,10 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Quiescer waits for the BPF programs running on any CPU to end, so that
@@ -57,6 +59,10 @@ type Swapped struct {
 	gen  *ebpf.Map
 	cur  uint32
 	wait *Quiescer
+	// Drain's batches: keys, counts; noBatch once the kernel said no.
+	batch   reflect.Value
+	counts  []uint64
+	noBatch bool
 }
 
 // NewSwapped makes the pair of a and b (the program counts in a first).
@@ -90,21 +96,61 @@ func (s *Swapped) Current() *ebpf.Map { return s.maps[s.cur] }
 func (s *Swapped) Close() error { return s.wait.Close() }
 
 // Drain flips s (see Flip), hands every key and count of the map the
-// programs counted in until then to each, and empties that map. Each key
-// is each's own: a []byte or string key is a new one every time.
-func Drain[K any](s *Swapped, each func(key K, count uint64)) error {
+// programs counted in until then to each, and empties that map: a batch
+// of drainBatch keys a call (BPF_MAP_LOOKUP_AND_DELETE_BATCH, 5.6+), else
+// a lookup and a delete a key. A key is valid until each returns.
+func Drain(s *Swapped, each func(key []byte, count uint64)) error {
 	m, err := s.Flip()
 	if err != nil {
 		return err
 	}
-	var keys []K
-	if err := Each(m, func(k K, n uint64) {
+	if !s.noBatch {
+		err := s.drainBatches(m, each)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) && !errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("drain the counts: %w", err)
+		}
+		// No batches here (before 5.6), or a bucket of more keys than a
+		// batch: what is left, a key at a time, as from now on.
+		s.noBatch = true
+	}
+	var keys [][]byte
+	if err := Each(m, func(k []byte, n uint64) {
 		keys = append(keys, k)
 		each(k, n)
 	}); err != nil {
 		return err
 	}
 	return Empty(m, keys)
+}
+
+// drainBatch is how many keys Drain reads and deletes a call: 400 KiB of
+// profile's stack keys.
+const drainBatch = 256
+
+// drainBatches reads and deletes m's keys drainBatch at a time.
+func (s *Swapped) drainBatches(m *ebpf.Map, each func(key []byte, count uint64)) error {
+	if !s.batch.IsValid() {
+		// Keys of the map's size: a slice of byte arrays, as the batch
+		// call wants a slice of keys.
+		s.batch = reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(int(m.KeySize()), reflect.TypeFor[byte]())), drainBatch, drainBatch)
+		s.counts = make([]uint64, drainBatch)
+	}
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookupAndDelete(&cursor, s.batch.Interface(), s.counts, nil)
+		for i := range n {
+			each(s.batch.Index(i).Bytes(), s.counts[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil // the end
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // Each hands every key and u64 value of m to each, as Drain does, without

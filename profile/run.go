@@ -687,7 +687,7 @@ func (h *held) add(k stackKey, n uint64) {
 // empties the one drained; the final report reads the hash the programs
 // count in, and leaves it.
 func (r *reporter) drain(final bool) error {
-	hold := func(k string, n uint64) { r.hold(stackKey(k), n) }
+	hold := func(k []byte, n uint64) { r.hold(stackKey(k), n) }
 	var err error
 	if final {
 		err = loader.Each(r.swap.Current(), hold)

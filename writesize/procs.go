@@ -1,6 +1,7 @@
 package writesize
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sort"
 	"sync"
@@ -82,16 +83,17 @@ func (t *procTable) drain() error {
 
 func (t *procTable) drainLocked() error {
 	drained := map[uint32]*[slots.Log2]uint64{}
-	if err := loader.Drain(t.swap, func(key [2]uint32, n uint64) {
-		if key[1] >= slots.Log2 {
+	if err := loader.Drain(t.swap, func(key []byte, n uint64) {
+		pid, slot := binary.NativeEndian.Uint32(key), binary.NativeEndian.Uint32(key[4:])
+		if slot >= slots.Log2 {
 			return
 		}
-		h := drained[key[0]]
+		h := drained[pid]
 		if h == nil {
 			h = &[slots.Log2]uint64{}
-			drained[key[0]] = h
+			drained[pid] = h
 		}
-		h[key[1]] += n
+		h[slot] += n
 	}); err != nil {
 		return fmt.Errorf("histograms: %w", err)
 	}
