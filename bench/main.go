@@ -258,10 +258,7 @@ func run() error {
 		}
 	}
 	if *only == "tables" {
-		if err := tablesCost(); err != nil {
-			return err
-		}
-		return bigLibraryCost()
+		return tablesSuite()
 	}
 	if *only == "" || *only == "depth" {
 		if err := depthSuite(); err != nil {

@@ -73,10 +73,7 @@ func profileSuite() error {
 	if err := labelCost(fx, perSampleNs["profile --unwind=eh"]); err != nil {
 		return err
 	}
-	if err := tablesCost(); err != nil {
-		return err
-	}
-	return bigLibraryCost()
+	return tablesSuite()
 }
 
 // bpftraceSamplers are bpftrace's user stacks at 99 Hz, alone (as
@@ -526,6 +523,28 @@ func sampleTogether(cmds [][]string, fx string, secs int) ([]profileRun, error) 
 
 var tablesLine = regexp.MustCompile(`unwind tables: (\d+) files, (\d+) rows \(([\d.]+) of \d+ MiB\), read in (\d+) ms`)
 
+// tablesSuite is -only tables: python3.11's and a libLLVM process's.
+func tablesSuite() error {
+	if err := tablesCost(); err != nil {
+		return err
+	}
+	return bigLibraryCost()
+}
+
+// tablesOf runs profile (tool) on what, and returns its summary's tables
+// line and the milliseconds the tables took to read.
+func tablesOf(what string, tool *exec.Cmd) (line []string, ms float64, err error) {
+	out, err := tool.CombinedOutput()
+	if err != nil {
+		return nil, 0, fmt.Errorf("profile %s: %v\n%s", what, err, out)
+	}
+	if line = tablesLine.FindStringSubmatch(string(out)); line == nil {
+		return nil, 0, fmt.Errorf("profile %s: no tables line\n%s", what, out)
+	}
+	fmt.Sscan(line[4], &ms)
+	return line, ms, nil
+}
+
 // tablesCost reports the unwind tables of python3.11 (with libc and the
 // loader) as profile loads them: rows, map memory, time to read.
 func tablesCost() error {
@@ -536,16 +555,10 @@ func tablesCost() error {
 	var ms []float64
 	var last []string
 	for i := 0; i < 5; i++ {
-		out, err := exec.Command(*bin+"/profile", "-c", py+" -c 'i = 0\nwhile i < 3000000: i += 1'").CombinedOutput()
+		m, t, err := tablesOf("python3.11", exec.Command(*bin+"/profile", "-c", py+" -c 'i = 0\nwhile i < 3000000: i += 1'"))
 		if err != nil {
-			return fmt.Errorf("profile python3.11: %v\n%s", err, out)
+			return err
 		}
-		m := tablesLine.FindStringSubmatch(string(out))
-		if m == nil {
-			return fmt.Errorf("profile python3.11: no tables line\n%s", out)
-		}
-		var t float64
-		fmt.Sscan(m[4], &t)
 		ms, last = append(ms, t), m
 	}
 	fmt.Printf("\nprofile's unwind tables for python3.11 (its files: the interpreter, libc, the loader, [vdso]): %s files, %s rows, %s MiB of map memory, read in %.0f ms (median of 5)\n", last[1], last[2], last[3], median(ms))
@@ -555,8 +568,8 @@ func tablesCost() error {
 // bigLibraryCost reports the tables of a process linking Debian's
 // libLLVM-14 (profile/testdata/llvm.c, built here with gcc when the
 // library is installed), read by profile -p at the default settings: the
-// time to read them, and profile's own peak memory (VmHWM: -p, so that
-// no child of profile's is in its wait4 usage).
+// time to read them, and profile's own peak RSS (wait4's maxrss, which
+// would count a child's: -p, so that profile has none).
 func bigLibraryCost() error {
 	const lib = "/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1"
 	if _, err := os.Stat(lib); err != nil {
@@ -576,18 +589,12 @@ func bigLibraryCost() error {
 		}
 		time.Sleep(200 * time.Millisecond) // its libraries mapped
 		tool := exec.Command(*bin+"/profile", "-F", "99", "-p", fmt.Sprint(spin.Process.Pid), "1.5", "1")
-		out, err := tool.CombinedOutput()
+		m, t, err := tablesOf("the llvm fixture", tool)
 		spin.Process.Kill()
 		spin.Wait()
 		if err != nil {
-			return fmt.Errorf("profile the llvm fixture: %v\n%s", err, out)
+			return err
 		}
-		m := tablesLine.FindStringSubmatch(string(out))
-		if m == nil {
-			return fmt.Errorf("profile the llvm fixture: no tables line\n%s", out)
-		}
-		var t float64
-		fmt.Sscan(m[4], &t)
 		ms, last = append(ms, t), m
 		mib = append(mib, float64(tool.ProcessState.SysUsage().(*syscall.Rusage).Maxrss)/1024)
 	}

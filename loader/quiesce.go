@@ -123,7 +123,7 @@ func Drain(s *Swapped, each func(key []byte, count uint64)) error {
 	}); err != nil {
 		return err
 	}
-	return Empty(m, keys)
+	return empty(m, keys)
 }
 
 // drainBatch is how many keys Drain reads and deletes a call: 400 KiB of
@@ -153,11 +153,11 @@ func (s *Swapped) drainBatches(m *ebpf.Map, each func(key []byte, count uint64))
 	}
 }
 
-// Each hands every key and u64 value of m to each, as Drain does, without
-// emptying it: the map the programs count in (Swapped.Current) at the end
-// of a run, or a map no program swaps.
-func Each[K any](m *ebpf.Map, each func(key K, value uint64)) error {
-	var k K
+// Each hands every key and u64 value of m to each, as Drain does (each
+// key its own here), without emptying it: the map the programs count in
+// (Swapped.Current) at the end of a run, or a map no program swaps.
+func Each(m *ebpf.Map, each func(key []byte, value uint64)) error {
+	var k []byte // cilium/ebpf gives a new one each time
 	var v uint64
 	it := m.Iterate()
 	for it.Next(&k, &v) {
@@ -169,8 +169,8 @@ func Each[K any](m *ebpf.Map, each func(key K, value uint64)) error {
 	return nil
 }
 
-// Empty deletes the keys read from a map Flip returned.
-func Empty[K any](m *ebpf.Map, keys []K) error {
+// empty deletes the keys read from a map Flip returned.
+func empty(m *ebpf.Map, keys [][]byte) error {
 	var errs []error
 	for _, k := range keys {
 		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

@@ -549,9 +549,6 @@ func newRowChunks(outer *ebpf.Map, spec *ebpf.MapSpec) *rowChunks {
 
 func (t *rowChunks) per() int { return int(t.spec.MaxEntries) }
 
-// bytes is the kernel memory the chunks made take.
-func (t *rowChunks) bytes() int { return len(t.chunks) * t.per() * int(t.spec.ValueSize) }
-
 // chunk is the chunk of block b, made if it is not yet.
 func (t *rowChunks) chunk(b int) (*ebpf.Map, error) {
 	for len(t.chunks) <= b/t.per() {
@@ -1140,13 +1137,12 @@ func buildID(ef *elf.File) []byte {
 	return b[off : off+uint64(descSz)]
 }
 
-// mergeSymbols adds the symbols of more at addresses syms (sorted by
-// address, one at each) lacks: one pass over both, sorted.
+// mergeSymbols adds the symbols of more (which it sorts) at addresses
+// syms (sorted by address, one at each) lacks: one pass over both.
 func mergeSymbols(syms, more []symbol) []symbol {
 	if len(more) == 0 {
 		return syms
 	}
-	more = slices.Clone(more)
 	slices.SortStableFunc(more, func(a, b symbol) int { return cmp.Compare(a.value, b.value) })
 	out := make([]symbol, 0, len(syms)+len(more))
 	i := 0

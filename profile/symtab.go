@@ -56,17 +56,22 @@ func symbolCount(ef *elf.File) int {
 	n := 0
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
 		if sec := symbolTable(ef, typ); sec != nil {
-			n += int(min(sec.Size/16, maxSymbols))
+			n += int(min(sec.Size/uint64(symbolSize(ef)), maxSymbols))
 		}
 	}
 	return n
 }
 
-func symbolsIn(ef *elf.File, sec *elf.Section, fn func(s elfSym)) {
-	size := 24
+// symbolSize is the size of one symbol table entry of ef's class.
+func symbolSize(ef *elf.File) int {
 	if ef.Class == elf.ELFCLASS32 {
-		size = 16
+		return 16
 	}
+	return 24
+}
+
+func symbolsIn(ef *elf.File, sec *elf.Section, fn func(s elfSym)) {
+	size := symbolSize(ef)
 	if sec.Flags&elf.SHF_COMPRESSED != 0 || sec.Size/uint64(size) > maxSymbols || int(sec.Link) >= len(ef.Sections) {
 		return
 	}

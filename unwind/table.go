@@ -283,13 +283,17 @@ func Compile(fdes []FDE) ([]Entry, error) { return X86_64.Compile(fdes) }
 
 // Compile is Compile for the architecture's rule words.
 func (a Arch) Compile(fdes []FDE) ([]Entry, error) {
-	b := builder{arch: a.orDefault()}
-	for _, f := range fdes {
-		if err := b.add(f); err != nil {
+	var places []fdePlace
+	for i, f := range fdes {
+		if err := place(&places, f, uint32(i)); err != nil {
 			return nil, err
 		}
 	}
-	return b.compile()
+	t, err := layOut(a.orDefault(), places, func(p fdePlace) ([]Row, error) { return fdes[p.at].Rows, nil })
+	if err != nil {
+		return nil, err
+	}
+	return t.Entries(), nil
 }
 
 // Read compiles the frame section of size bytes that src holds (at virtual
@@ -316,16 +320,6 @@ func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool, extra .
 		return nil, err
 	}
 	var fdes []fdePlace
-	place := func(f FDE, at uint32) error {
-		if f.End <= f.Begin {
-			return nil
-		}
-		if err := checkFDE(f, len(fdes)); err != nil {
-			return err
-		}
-		fdes = append(grow(fdes, MaxFDEs), fdePlace{begin: uint32(f.Begin), end: uint32(f.End), at: at, seq: uint32(len(fdes))})
-		return nil
-	}
 	for off := uint64(0); off < k.w.size; {
 		next, f, isFDE, err := k.entry(off, false)
 		if err != nil {
@@ -335,35 +329,56 @@ func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool, extra .
 			break
 		}
 		if isFDE {
-			if err := place(f, uint32(off)); err != nil {
+			if err := place(&fdes, f, uint32(off)); err != nil {
 				return nil, err
 			}
 		}
 		off = next
 	}
 	for i, f := range extra {
-		if err := place(f, extraFDE|uint32(i)); err != nil {
+		if err := place(&fdes, f, extraFDE|uint32(i)); err != nil {
 			return nil, err
 		}
 	}
+	return layOut(a, fdes, func(p fdePlace) ([]Row, error) {
+		if p.at&extraFDE != 0 {
+			return extra[p.at&^extraFDE].Rows, nil
+		}
+		_, f, _, err := k.entry(uint64(p.at), true)
+		return f.Rows, err
+	})
+}
+
+// place adds f, found at at, to fdes: an FDE with no range is left out.
+func place(fdes *[]fdePlace, f FDE, at uint32) error {
+	if f.End <= f.Begin {
+		return nil
+	}
+	if f.End >= 1<<32 {
+		return fmt.Errorf("an FDE ends at 0x%x, past 4 GiB", f.End)
+	}
+	if len(*fdes) == MaxFDEs {
+		return limitf("more than %d FDEs", MaxFDEs)
+	}
+	*fdes = append(grow(*fdes, MaxFDEs), fdePlace{begin: uint32(f.Begin), end: uint32(f.End), at: at, seq: uint32(len(*fdes))})
+	return nil
+}
+
+// layOut sorts the FDEs by address (those with one address in the order
+// they were found) and lays their rows (from rows) out in a Table.
+func layOut(a Arch, fdes []fdePlace, rows func(fdePlace) ([]Row, error)) (*Table, error) {
 	slices.SortFunc(fdes, func(x, y fdePlace) int { return cmp.Or(cmp.Compare(x.begin, y.begin), cmp.Compare(x.seq, y.seq)) })
 	l := layer{arch: a}
 	for i, p := range fdes {
-		var rows []Row
-		if p.at&extraFDE != 0 {
-			rows = extra[p.at&^extraFDE].Rows
-		} else {
-			_, f, _, err := k.entry(uint64(p.at), true)
-			if err != nil {
-				return nil, err
-			}
-			rows = f.Rows
+		r, err := rows(p)
+		if err != nil {
+			return nil, err
 		}
 		next := uint32(0)
 		if i+1 < len(fdes) {
 			next = fdes[i+1].begin
 		}
-		if err := l.lay(p.begin, p.end, rows, next, i+1 < len(fdes)); err != nil {
+		if err := l.lay(p.begin, p.end, r, next, i+1 < len(fdes)); err != nil {
 			return nil, err
 		}
 	}
@@ -372,23 +387,13 @@ func (a Arch) Read(src io.ReaderAt, size int64, addr uint64, debug bool, extra .
 
 // fdePlace is an FDE as Read's first pass finds it: its range, the
 // offset of its entry (or, with extraFDE, its index among the extra
-// FDEs), and its place in the order read.
+// FDEs; Compile: its index), and its place in the order found.
 type fdePlace struct {
 	begin, end uint32
 	at, seq    uint32
 }
 
 const extraFDE = 1 << 31 // past MaxSection
-
-func checkFDE(f FDE, fdes int) error {
-	if f.End >= 1<<32 {
-		return fmt.Errorf("an FDE ends at 0x%x, past 4 GiB", f.End)
-	}
-	if fdes == MaxFDEs {
-		return limitf("more than %d FDEs", MaxFDEs)
-	}
-	return nil
-}
 
 // The most one section may hold while it is read: FDEs with a range, and
 // rows before neighbours are merged across FDEs (within an FDE they are
@@ -399,7 +404,7 @@ const (
 	MaxSection = 256 << 20 // bytes
 	MaxFDEs    = 1 << 19
 	maxRaw     = MaxRows + MaxRows/4
-	rawChunk   = 1 << 16 // rows: a Table's chunk, and Compile's raw rows'
+	rawChunk   = 1 << 16 // rows: a Table's chunk
 )
 
 // ParseMemory is the most memory Read allocates for one section, in bytes,
@@ -494,44 +499,6 @@ func (l *layer) add(pc uint32, rule uint32) error {
 	return nil
 }
 
-// builder keeps each FDE's rows, encoded, until all are given (Compile).
-type builder struct {
-	arch Arch
-	fdes []fdeRows
-	raw  [][]Entry // chunks of rawChunk rows
-	n    int       // rows in raw
-	enc  []Entry
-}
-
-type fdeRows struct {
-	begin, end uint32
-	first, n   uint32 // its rows: the raw rows first to first+n-1
-	seq        uint32 // its place in the order given
-}
-
-func (b *builder) add(f FDE) error {
-	if f.End <= f.Begin {
-		return nil
-	}
-	if err := checkFDE(f, len(b.fdes)); err != nil {
-		return err
-	}
-	b.enc = b.arch.encodeRows(b.enc[:0], f.Rows, uint32(f.End))
-	if b.n+len(b.enc) > maxRaw {
-		return limitf("more than %d unwind rows", maxRaw)
-	}
-	first := b.n
-	for _, e := range b.enc {
-		if b.n%rawChunk == 0 {
-			b.raw = append(b.raw, make([]Entry, rawChunk))
-		}
-		b.raw[b.n/rawChunk][b.n%rawChunk] = e
-		b.n++
-	}
-	b.fdes = append(grow(b.fdes, MaxFDEs), fdeRows{begin: uint32(f.Begin), end: uint32(f.End), first: uint32(first), n: uint32(b.n - first), seq: uint32(len(b.fdes))})
-	return nil
-}
-
 // grow makes room for one more element, doubling the capacity up to
 // limit, never past it (append would grow a full slice of limit elements
 // by a quarter more).
@@ -546,8 +513,7 @@ func grow[T any](s []T, limit int) []T {
 
 // Table is a file's rows, in address order, kept in chunks of rawChunk
 // rows (a multiple of BlockRows: a block is never split), so that no
-// allocation is as big as the table and the raw rows' chunks, freed as
-// they are laid out, make room for it.
+// allocation is as big as the table.
 type Table struct {
 	chunks [][]Entry
 	n      int
@@ -599,28 +565,6 @@ func (t *Table) push(e Entry) {
 	}
 	t.chunks[t.n/rawChunk][t.n%rawChunk] = e
 	t.n++
-}
-
-// compile sorts the FDEs by address (those with one address in the order
-// they were given) and lays their rows out as Read does.
-func (b *builder) compile() ([]Entry, error) {
-	slices.SortFunc(b.fdes, func(x, y fdeRows) int { return cmp.Or(cmp.Compare(x.begin, y.begin), cmp.Compare(x.seq, y.seq)) })
-	l := layer{arch: b.arch}
-	var rows []Entry
-	for i, f := range b.fdes {
-		rows = rows[:0]
-		for j := f.first; j < f.first+f.n; j++ {
-			rows = append(rows, b.raw[j/rawChunk][j%rawChunk])
-		}
-		next := uint32(0)
-		if i+1 < len(b.fdes) {
-			next = b.fdes[i+1].begin
-		}
-		if err := l.layEncoded(f.begin, f.end, rows, next, i+1 < len(b.fdes)); err != nil {
-			return nil, err
-		}
-	}
-	return l.out.Entries(), nil
 }
 
 // Search is the in-kernel search in Go: the index (from first) of the last
