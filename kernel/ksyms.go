@@ -46,32 +46,7 @@ func SymbolNames(addrs []uint64) (map[uint64]string, error) {
 	if err := fmtMap.Freeze(); err != nil {
 		return nil, err
 	}
-	// R6 and R7: in's and out's one value (the key, 0, at fp-4).
-	lookup := func(m *ebpf.Map, to bpf.Register) bpf.Instructions {
-		return bpf.Instructions{
-			bpf.LoadMapPtr(bpf.R1, m.FD()),
-			bpf.Mov.Reg(bpf.R2, bpf.RFP),
-			bpf.Add.Imm(bpf.R2, -4),
-			bpf.FnMapLookupElem.Call(),
-			bpf.JEq.Imm(bpf.R0, 0, "out"),
-			bpf.Mov.Reg(to, bpf.R0),
-		}
-	}
-	insns := append(bpf.Instructions{bpf.StoreImm(bpf.RFP, -4, 0, bpf.Word)}, lookup(in, bpf.R6)...)
-	insns = append(insns, lookup(out, bpf.R7)...)
-	for i := int32(0); i < symbolBatch; i++ {
-		insns = append(insns,
-			bpf.Mov.Reg(bpf.R1, bpf.R7),
-			bpf.Add.Imm(bpf.R1, i*symbolLen),
-			bpf.Mov.Imm(bpf.R2, symbolLen),
-			bpf.LoadMapValue(bpf.R3, fmtMap.FD(), 0),
-			bpf.Mov.Reg(bpf.R4, bpf.R6),
-			bpf.Add.Imm(bpf.R4, i*8),
-			bpf.Mov.Imm(bpf.R5, 8),
-			bpf.FnSnprintf.Call(),
-		)
-	}
-	insns = append(insns, bpf.Mov.Imm(bpf.R0, 0).WithSymbol("out"), bpf.Return())
+	insns := symbolProgram(in.FD(), out.FD(), fmtMap.FD())
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL", Instructions: insns})
 	if err != nil {
 		return nil, fmt.Errorf("load the program that names kernel addresses: %w", err)
@@ -105,4 +80,36 @@ func SymbolNames(addrs []uint64) (map[uint64]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// symbolProgram is SymbolNames' socket filter: %ps of each of the
+// symbolBatch addresses in the map in's value into out's, the format
+// from the frozen map format. The maps by their file descriptors.
+func symbolProgram(in, out, format int) bpf.Instructions {
+	// R6 and R7: in's and out's one value (the key, 0, at fp-4).
+	lookup := func(fd int, to bpf.Register) bpf.Instructions {
+		return bpf.Instructions{
+			bpf.LoadMapPtr(bpf.R1, fd),
+			bpf.Mov.Reg(bpf.R2, bpf.RFP),
+			bpf.Add.Imm(bpf.R2, -4),
+			bpf.FnMapLookupElem.Call(),
+			bpf.JEq.Imm(bpf.R0, 0, "out"),
+			bpf.Mov.Reg(to, bpf.R0),
+		}
+	}
+	insns := append(bpf.Instructions{bpf.StoreImm(bpf.RFP, -4, 0, bpf.Word)}, lookup(in, bpf.R6)...)
+	insns = append(insns, lookup(out, bpf.R7)...)
+	for i := int32(0); i < symbolBatch; i++ {
+		insns = append(insns,
+			bpf.Mov.Reg(bpf.R1, bpf.R7),
+			bpf.Add.Imm(bpf.R1, i*symbolLen),
+			bpf.Mov.Imm(bpf.R2, symbolLen),
+			bpf.LoadMapValue(bpf.R3, format, 0),
+			bpf.Mov.Reg(bpf.R4, bpf.R6),
+			bpf.Add.Imm(bpf.R4, i*8),
+			bpf.Mov.Imm(bpf.R5, 8),
+			bpf.FnSnprintf.Call(),
+		)
+	}
+	return append(insns, bpf.Mov.Imm(bpf.R0, 0).WithSymbol("out"), bpf.Return())
 }
