@@ -2,6 +2,7 @@ package asm
 
 import (
 	"fmt"
+	"math/bits"
 
 	bpf "github.com/cilium/ebpf/asm"
 
@@ -38,6 +39,8 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, chunkShift in
 	insns.Add(bpf.Add.Imm(n, unwind.BlockRows-1))
 	insns.Add(bpf.RSh.Imm(n, unwind.BlockSteps))
 	insns.Add(bpf.LoadMapValue(bpf.R4, 0, 0).WithReference(fencesMap))
+	insns.Add(bpf.Mov.Reg(bpf.R5, target).WithSource(bpf.Comment(fmt.Sprintf("r5 = %s + 1: an address is at or below %s if address - r5 is negative", target, target))))
+	insns.Add(bpf.Add.Imm(bpf.R5, 1))
 	for i := 0; i < unwind.FenceSteps; i++ {
 		// n is 1 once the block is found: a file of few blocks (most
 		// are, and every frame of a deep recursion is in one) skips the
@@ -53,16 +56,15 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, chunkShift in
 		insns.Add(bpf.Add.Reg(bpf.R2, bpf.R1))
 		insns.Add(bpf.And.Imm(bpf.R2, fenceMask))
 		insns.Add(bpf.LSh.Imm(bpf.R2, 2))
-		insns.Add(bpf.Mov.Reg(bpf.R3, bpf.R4))
-		insns.Add(bpf.Add.Reg(bpf.R3, bpf.R2))
-		insns.Add(bpf.LoadMem(bpf.R3, bpf.R3, 0, bpf.Word))
-		insns.Append(atOrBelow(bpf.R2, bpf.R3, target))
-		insns.Add(bpf.Mul.Reg(bpf.R2, bpf.R1))
-		insns.Add(bpf.Add.Reg(lo, bpf.R2))
+		insns.Add(bpf.Add.Reg(bpf.R2, bpf.R4))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.R2, 0, bpf.Word))
+		insns.Append(atOrBelow(bpf.R3))
+		insns.Add(bpf.Mul.Reg(bpf.R3, bpf.R1))
+		insns.Add(bpf.Add.Reg(lo, bpf.R3))
 		insns.Add(bpf.Sub.Reg(n, bpf.R1))
 	}
-	insns.Add(bpf.Mov.Reg(bpf.R1, lo).WithSymbol(prefix + "_block").WithSource(bpf.Comment(fmt.Sprintf("r0 = the block: %s[%s >> %d][%s & %d]; %s = the last row at or below %s in it: %d steps",
-		rowsMap, lo, chunkShift, lo, 1<<chunkShift-1, lo, target, unwind.BlockSteps))))
+	insns.Add(bpf.Mov.Reg(bpf.R1, lo).WithSymbol(prefix + "_block").WithSource(bpf.Comment(fmt.Sprintf("r0 = the block: %s[%s >> %d][%s & %d]; then the last row at or below %s in it: %d steps of r0 += (r0[half] <= %s) * half rows",
+		rowsMap, lo, chunkShift, lo, 1<<chunkShift-1, target, unwind.BlockSteps, target))))
 	insns.Add(bpf.RSh.Imm(bpf.R1, int32(chunkShift)))
 	insns.Add(bpf.StoreMem(bpf.RFP, keyOff, bpf.R1, bpf.Word))
 	insns.Add(bpf.LoadMapPtr(bpf.R1, 0).WithReference(rowsMap))
@@ -77,30 +79,25 @@ func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, chunkShift in
 	insns.Add(bpf.Add.Imm(bpf.R2, int32(keyOff)))
 	insns.Add(bpf.FnMapLookupElem.Call())
 	insns.Add(bpf.JEq.Imm(bpf.R0, 0, fail))
-	insns.Add(bpf.Mov.Imm(lo, 0))
+	// The pointer itself moves: a row is 8 bytes, so a step of half rows
+	// adds the condition shifted by log2(8*half). (The calls clobbered R5.)
+	insns.Add(bpf.Mov.Reg(bpf.R5, target))
+	insns.Add(bpf.Add.Imm(bpf.R5, 1))
 	for half := int32(unwind.BlockRows / 2); half > 0; half >>= 1 {
-		insns.Add(bpf.Mov.Reg(bpf.R1, lo).WithSymbol(fmt.Sprintf("%s_row%d", prefix, half)))
-		insns.Add(bpf.Add.Imm(bpf.R1, half))
-		insns.Add(bpf.LSh.Imm(bpf.R1, 3))
-		insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R0))
-		insns.Add(bpf.Add.Reg(bpf.R2, bpf.R1))
-		insns.Add(bpf.LoadMem(bpf.R2, bpf.R2, 0, bpf.Word))
-		insns.Append(atOrBelow(bpf.R3, bpf.R2, target))
-		insns.Add(bpf.Mul.Imm(bpf.R3, half))
-		insns.Add(bpf.Add.Reg(lo, bpf.R3))
+		insns.Add(bpf.LoadMem(bpf.R3, bpf.R0, int16(8*half), bpf.Word).WithSymbol(fmt.Sprintf("%s_row%d", prefix, half)))
+		insns.Append(atOrBelow(bpf.R3))
+		insns.Add(bpf.LSh.Imm(bpf.R3, int32(bits.TrailingZeros32(uint32(8*half)))))
+		insns.Add(bpf.Add.Reg(bpf.R0, bpf.R3))
 	}
-	insns.Add(bpf.LSh.Imm(lo, 3).WithSource(bpf.Comment("r0 = &block[lo]")))
-	insns.Add(bpf.Add.Reg(bpf.R0, lo))
 	return insns.Instructions
 }
 
-// atOrBelow sets cond to 1 if addr <= target, else 0, without a branch:
-// the sign bit of target-addr, flipped (both below 1<<32).
-func atOrBelow(cond, addr, target bpf.Register) bpf.Instructions {
-	var insns Seq
-	insns.Add(bpf.Mov.Reg(cond, target))
-	insns.Add(bpf.Sub.Reg(cond, addr))
-	insns.Add(bpf.RSh.Imm(cond, 63))
-	insns.Add(bpf.Xor.Imm(cond, 1))
-	return insns.Instructions
+// atOrBelow turns the address in cond into 1 if it is at or below the
+// target, else 0, without a branch: the sign bit of address - R5, R5
+// being target + 1 (both below 1<<32).
+func atOrBelow(cond bpf.Register) bpf.Instructions {
+	return bpf.Instructions{
+		bpf.Sub.Reg(cond, bpf.R5),
+		bpf.RSh.Imm(cond, 63),
+	}
 }
