@@ -194,7 +194,7 @@ func (d *deferrer) finish(ps *processes, s *deferredSample, force bool, now time
 	if fp || s.fp {
 		key[7] = 1
 	}
-	k := stackKey(key)
+	k := packKey(key, d.cfg)
 	if d.emit != nil {
 		d.emit(s.smp, s.emitted)
 		return true

@@ -1910,28 +1910,45 @@ func TestShortLivedProcesses(t *testing.T) {
 // TestDeepStacks: a stack deeper than a key keeps (prog.UserFrames, or
 // what profile says it keeps where the kernel takes keys of 512 bytes at
 // most) ends [truncated] with exactly that many frames, innermost first;
-// one of ten frames fewer is whole, through main.
+// one of ten frames fewer is whole, through main. A frame-pointer walk
+// (--unwind=fp, bpf_get_stack) is cut at kernel.perf_event_max_stack if
+// that is fewer, and marked so too.
 func TestDeepStacks(t *testing.T) {
 	privtest.Require(t)
 	requireUnwinder(t)
 	fx := filepath.Join(fixtures(t), "deep")
-	limit := prog.UserFrames
+	keep := prog.UserFrames
+	maxStack := 127
+	if b, err := os.ReadFile("/proc/sys/kernel/perf_event_max_stack"); err == nil {
+		maxStack, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
 	for _, c := range []struct {
+		mode  string
 		extra int // user frames past the limit (negative: below it)
 		whole bool
-	}{{-10, true}, {20, false}} {
+	}{{"auto", -10, true}, {"auto", 20, false}, {"fp", 20, false}} {
+		limit := keep
+		if c.mode == "fp" {
+			limit = min(keep, maxStack)
+		}
 		// The fixture's DEPTH calls of d are DEPTH + 5 user frames: spin,
 		// then main and libc's start below them.
 		depth := limit + c.extra - 5
-		res := tooltest.Run(t, tooltest.Tool(t, "profile"), "--json", "-F", "199", "-c", fmt.Sprintf("%s %d 1", fx, depth))
-		if m := regexp.MustCompile(`cut at \d+ kernel and (\d+) user frames`).FindStringSubmatch(res.Stderr); m != nil && limit == prog.UserFrames {
-			limit, _ = strconv.Atoi(m[1])
+		args := []string{"--json", "-F", "199", "--unwind", c.mode, "-c", fmt.Sprintf("%s %d 1", fx, depth)}
+		res := tooltest.Run(t, tooltest.Tool(t, "profile"), args...)
+		if m := regexp.MustCompile(`cut at \d+ kernel and (\d+) user frames`).FindStringSubmatch(res.Stderr); m != nil && keep == prog.UserFrames {
+			keep, _ = strconv.Atoi(m[1])
+			limit = keep
+			if c.mode == "fp" {
+				limit = min(keep, maxStack)
+			}
 			depth = limit + c.extra - 5
-			res = tooltest.Run(t, tooltest.Tool(t, "profile"), "--json", "-F", "199", "-c", fmt.Sprintf("%s %d 1", fx, depth))
+			args[len(args)-1] = fmt.Sprintf("%s %d 1", fx, depth)
+			res = tooltest.Run(t, tooltest.Tool(t, "profile"), args...)
 		}
 		var r report
 		if err := json.Unmarshal([]byte(res.Stdout), &r); res.Status != 0 || err != nil {
-			t.Fatalf("deep %d: exit %d, %v\n%s", depth, res.Status, err, res.Stderr)
+			t.Fatalf("%s, deep %d: exit %d, %v\n%s", c.mode, depth, res.Status, err, res.Stderr)
 		}
 		var in, good int
 		for _, st := range r.Stacks {
@@ -1944,9 +1961,9 @@ func TestDeepStacks(t *testing.T) {
 				good += int(st.Count)
 			}
 		}
-		t.Logf("deep %d (%d user frames, %d kept): %d of %d samples in spin as expected", depth, depth+5, limit, good, in)
+		t.Logf("%s, deep %d (%d user frames, %d kept): %d of %d samples in spin as expected", c.mode, depth, depth+5, limit, good, in)
 		if in < 100 || good*10 < in*9 {
-			t.Errorf("deep %d: %d of %d samples in spin %s; want 90%% of 100 or more", depth, good, in, map[bool]string{true: "whole through main", false: fmt.Sprintf("[truncated] at %d frames", limit)}[c.whole])
+			t.Errorf("%s, deep %d: %d of %d samples in spin %s; want 90%% of 100 or more", c.mode, depth, good, in, map[bool]string{true: "whole through main", false: fmt.Sprintf("[truncated] at %d frames", limit)}[c.whole])
 			logStacks(t, r.Stacks)
 		}
 	}

@@ -58,8 +58,8 @@ frame pointers: a frame-pointer walk (bpftrace's ustack, BCC's profile) stops
 after a frame or two. --unwind=eh walks them in the kernel: profile reads each
 mapped file's .eh_frame into a table of rows (address -> where the caller's
 frame and return address are), and the program looks up each frame's row and
-steps to its caller, up to 127 frames (5 per program, then a tail call; 46
-on kernels that take hash keys of 512 bytes at most, as 5.10). The tables of
+steps to its caller, up to 256 frames (8 per program, then a tail call, 32
+programs; 46 on kernels that take hash keys of 512 bytes at most, as 5.10). The tables of
 the -p/-c processes are loaded when each is first seen (and again after an
 exec), a -c command's executable and libraries before it is released;
 tracing everything, a file's table is loaded when the unwinder first meets
@@ -140,7 +140,8 @@ A stack that ends before _start is marked by why:
                                  not loaded (yet: a process's first samples)
                                  by its frame pointer, and it was not one
   [unwind error: unsupported unwind rule]  a signal frame or hand-written CFI
-  [truncated]                    127 frames, the most the walk keeps
+  [truncated]                    256 frames, the most the walk keeps (fp:
+                                 kernel.perf_event_max_stack, 127 unless raised)
   [no user registers]            a kernel thread
 The report counts each.
 

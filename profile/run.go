@@ -108,9 +108,62 @@ const (
 	maxBudget     = 512
 )
 
-// stackKey is a counts map key, raw (its depths are the run's), and
-// decoded.
+// stackKey is a counts map key as user space holds it (packKey): the
+// kernel's keys have room for every frame the run keeps (64 kernel and 256
+// user), most of it zeros.
 type stackKey string
+
+// packKey packs a raw key (its depths the run's): the header, the numbers
+// of kernel and user frames (u16 each), the frames up to the first 0 of
+// each stack, then the rest (labels, context). A walk writes no frame
+// past a 0, and decoding stops at the first: two keys that differ only
+// past it are one stack.
+func packKey(b []byte, cfg prog.Config) stackKey {
+	user := 8 + 8*cfg.KernelDepth
+	end := user + 8*cfg.UserDepth
+	if len(b) < end {
+		return stackKey(b)
+	}
+	nk, nu := depth(b[8:user]), depth(b[user:end])
+	out := make([]byte, 0, 12+8*(nk+nu)+len(b)-end)
+	out = append(out, b[:8]...)
+	out = binary.LittleEndian.AppendUint16(out, uint16(nk))
+	out = binary.LittleEndian.AppendUint16(out, uint16(nu))
+	out = append(out, b[8:8+8*nk]...)
+	out = append(out, b[user:user+8*nu]...)
+	out = append(out, b[end:]...)
+	return stackKey(out)
+}
+
+// depth is the number of frames before the first 0 of a stack.
+func depth(b []byte) int {
+	n := 0
+	for ; 8*n+8 <= len(b) && binary.LittleEndian.Uint64(b[8*n:]) != 0; n++ {
+	}
+	return n
+}
+
+// raw unpacks k into the kernel's layout (a key of cfg.KeySize() bytes).
+func (k stackKey) raw(cfg prog.Config) []byte {
+	b := make([]byte, cfg.KeySize())
+	p := []byte(k)
+	if len(p) < 12 {
+		copy(b, p)
+		return b
+	}
+	user := 8 + 8*cfg.KernelDepth
+	end := user + 8*cfg.UserDepth
+	nk, nu := int(binary.LittleEndian.Uint16(p[8:])), int(binary.LittleEndian.Uint16(p[10:]))
+	if nk > cfg.KernelDepth || nu > cfg.UserDepth || len(p) < 12+8*(nk+nu) {
+		copy(b, p)
+		return b
+	}
+	copy(b, p[:8])
+	copy(b[8:], p[12:12+8*nk])
+	copy(b[user:], p[12+8*nk:12+8*(nk+nu)])
+	copy(b[end:], p[12+8*(nk+nu):])
+	return b
+}
 
 type decodedKey struct {
 	Pid     uint32
@@ -121,9 +174,11 @@ type decodedKey struct {
 	User    []uint64
 }
 
-func (k stackKey) decode(cfg prog.Config) decodedKey {
+func (k stackKey) decode(cfg prog.Config) decodedKey { return decodeKey(k.raw(cfg), cfg) }
+
+// decodeKey decodes a raw key.
+func decodeKey(b []byte, cfg prog.Config) decodedKey {
 	kernelDepth := cfg.KernelDepth
-	b := []byte(k)
 	d := decodedKey{Pid: binary.LittleEndian.Uint32(b), Stop: b[4], KernErr: b[5], FP: b[7] != 0}
 	frames := func(b []byte) []uint64 {
 		var out []uint64
@@ -314,7 +369,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	ps := newProcesses(rows, coll.Maps["fences"], coll.Maps["mappings"], cfg.Rows, o.Pid != 0 || o.Command != "")
 	ps.short, ps.mode, ps.arch = o.NoParams, cfg.Mode, cfg.Arch
 	deferred := newDeferrer(cfg)
-	r := &reporter{cur: newHeld(), lastDrain: time.Now(), lastSweep: time.Now(), s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}}
+	r := &reporter{cur: newHeld(), lastDrain: time.Now(), lastSweep: time.Now(), s: s, o: o, coll: coll, ps: ps, deferred: deferred, start: time.Now(), kernel: map[uint64]string{}, cfg: cfg, contexts: map[uint64][]byte{}, fpFrames: fpFrames(cfg.UserDepth)}
 	emitting := cfg.Event != nil && cfg.Event.Emit
 	if emitting {
 		deferred.emit = r.emit
@@ -599,6 +654,24 @@ type reporter struct {
 	// contexts: the contexts table, by id, as read so far (its entries
 	// are never deleted: an id names one context for the whole run).
 	contexts map[uint64][]byte
+	// fpFrames: the most user frames a frame-pointer walk
+	// (bpf_get_stack) writes, the key's or kernel.perf_event_max_stack,
+	// whichever is fewer; a walk that long is cut.
+	fpFrames int
+}
+
+// fpFrames is the most user frames bpf_get_stack gives a key of n:
+// the kernel cuts its walks at kernel.perf_event_max_stack (127 unless
+// raised).
+func fpFrames(n int) int {
+	b, err := os.ReadFile("/proc/sys/kernel/perf_event_max_stack")
+	if err != nil {
+		return min(n, 127)
+	}
+	if m, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && m > 0 {
+		return min(n, m)
+	}
+	return min(n, 127)
 }
 
 // contextLabels are the labels of the context a key carries.
@@ -660,7 +733,9 @@ var ends = map[int32]string{
 const drainEvery = time.Second
 
 // maxHeld bounds the stacks a report (and the whole run's files) holds:
-// keys of up to 1.6 KiB each (64 kernel and 127 user frames), some 30 MiB.
+// keys packed to their frames (packKey), 8 bytes a frame: a stack of 30
+// frames some 250 bytes, the deepest (64 kernel and 256 user frames)
+// 2.6 KiB, 42 MiB if every stack were that deep.
 // A sample of a new stack past it is counted as left out.
 const maxHeld = 16384
 
@@ -687,7 +762,7 @@ func (h *held) add(k stackKey, n uint64) {
 // empties the one drained; the final report reads the hash the programs
 // count in, and leaves it.
 func (r *reporter) drain(final bool) error {
-	hold := func(k []byte, n uint64) { r.hold(stackKey(k), n) }
+	hold := func(k []byte, n uint64) { r.hold(packKey(k, r.cfg), n) }
 	var err error
 	if final {
 		err = loader.Each(r.swap.Current(), hold)
@@ -840,6 +915,8 @@ func (r *reporter) userFrames(k decodedKey) (user []string, end string) {
 	switch {
 	case end == "" && k.FP:
 		end = "[frame pointers]" // whole, if the frame pointers were what they seemed
+	case int32(k.Stop) == prog.StopFP && r.fpFrames > 0 && len(k.User) >= r.fpFrames:
+		end = ends[prog.StopTruncated]
 	case int32(k.Stop) == prog.StopRead && k.FP:
 		// auto stepped a frame of a file whose table is not loaded (yet)
 		// by its frame pointer, and what it took for one was not.
@@ -862,7 +939,7 @@ func (r *reporter) emit(smp perfevent.Sample, raw []byte) {
 	if len(raw) < off+r.o.event.Record {
 		return // not a record of this run's program
 	}
-	k := stackKey(raw[:r.cfg.KeySize()]).decode(r.cfg)
+	k := decodeKey(raw[:r.cfg.KeySize()], r.cfg)
 	user, end := r.userFrames(k)
 	smp.Raw = raw[off : off+r.o.event.Record]
 	r.o.event.Print(smp, prog.Stack{Comm: r.ps.comm(k.Pid), User: user, End: end, Kernel: k.Kernel})
@@ -874,14 +951,15 @@ func (r *reporter) emit(smp perfevent.Sample, raw []byte) {
 // keeps each key a stack of its own, with its addresses.
 func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 	byName := map[string]*stack{}
-	for raw, n := range counts {
+	for packed, n := range counts {
 		if n == 0 {
 			continue
 		}
-		k := raw.decode(r.cfg)
+		raw := packed.raw(r.cfg)
+		k := decodeKey(raw, r.cfg)
 		user, end := r.userFrames(k)
 		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: end, User: user,
-			Labels: append(decodeLabels(r.o.labels, r.cfg, []byte(raw)), r.contextLabels(k.Pid, []byte(raw))...)}
+			Labels: append(decodeLabels(r.o.labels, r.cfg, raw), r.contextLabels(k.Pid, raw)...)}
 		for _, pc := range k.Kernel {
 			// The function, not the instruction: "vfs_read", as BCC and perf.
 			name := r.kernel[pc]
@@ -893,7 +971,7 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 		if k.KernErr != 0 {
 			st.Kernel = append(st.Kernel, "[kernel stack lost]")
 		}
-		name := string(raw)
+		name := string(packed)
 		if byAddress {
 			st.UserPC, st.KernelPC = k.User, k.Kernel
 		} else {

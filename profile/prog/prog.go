@@ -64,11 +64,11 @@ const (
 
 	// The depths where the kernel allows big hash keys, and where not.
 	KernelFrames      = 64  // kernel frames kept (perf_event stacks rarely pass 40)
-	UserFrames        = 127 // user frames kept (PERF_MAX_STACK_DEPTH)
+	UserFrames        = 256 // user frames kept: framesPerProg a program, 32 programs (the tail-call limit, 32 before 5.17 and 33 since)
 	SmallKernelFrames = 16
 	SmallUserFrames   = 46 // 8 + 8*(16+46) = 504 bytes of key
 
-	framesPerProg = 5 // frames one unwind program walks before it tail-calls itself
+	framesPerProg = 8 // frames one unwind program walks before it tail-calls itself
 )
 
 // Why a user stack ends. The first values are the table's own (unwind.Stop).
@@ -913,7 +913,7 @@ func unwindProg(cfg Config) bpf.Instructions {
 	for f := 0; f < framesPerProg; f++ {
 		insns.Append(frame(cfg, fmt.Sprintf("f%d", f), f == framesPerProg-1))
 	}
-	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSymbol("next").WithSource(bpf.Comment("more frames: tail call this program again (at most 32 times)")))
+	insns.Add(bpf.LoadMem(bpf.R1, bpf.RFP, fpCtx, bpf.DWord).WithSymbol("next").WithSource(bpf.Comment("more frames: tail call this program again (31 times walk 256 frames; the kernel allows 32, 33 since 5.17)")))
 	insns.Add(bpf.LoadMapPtr(bpf.R2, 0).WithReference("progs"))
 	insns.Add(bpf.Mov.Imm(bpf.R3, 0))
 	insns.Add(bpf.FnTailCall.Call())

@@ -208,7 +208,7 @@ func TestProgramsLoad(t *testing.T) {
 	if !kernel.HashKeyFits(Config{KernelDepth: KernelFrames, UserDepth: UserFrames}.KeySize()) {
 		for name, cfg := range v {
 			if cfg.UserDepth == UserFrames {
-				delete(v, name) // this kernel refuses 1.5 KiB hash keys: the small-key variant is what runs here
+				delete(v, name) // this kernel refuses 2.5 KiB hash keys: the small-key variant is what runs here
 			}
 		}
 	}
