@@ -190,6 +190,33 @@ func TestChainWithoutFramePointers(t *testing.T) {
 	}
 }
 
+// TestConstructor: chain-lib's library runs the chain in its constructor
+// (CHAIN_CTOR), called by the loader's start code (glibc's _dl_start_user
+// calls _dl_init, which runs the constructors), which has no unwind row:
+// its stacks end there whole, as "complete", not "no unwind row".
+func TestConstructor(t *testing.T) {
+	requireUnwinder(t)
+	privtest.Require(t)
+	t.Setenv("CHAIN_CTOR", "1.5")
+	fx := filepath.Join(fixtures(t), "chain-lib")
+	r := profileJSON(t, "-F", "199", "-c", fx+" 0 user now")
+	var n, whole int
+	for _, st := range r.Stacks {
+		if st.Comm != "chain-lib" || len(st.User) < 3 || st.User[0] != "c" {
+			continue
+		}
+		n += int(st.Count)
+		if st.End == "complete" && slices.Equal(st.User[:3], []string{"c", "b", "a"}) && len(st.User) >= 5 {
+			whole += int(st.Count)
+		}
+	}
+	t.Logf("%d of %d samples in c whole, through the loader's start", whole, n)
+	if n < 100 || whole*10 < n*9 {
+		t.Errorf("%d of %d samples in c whole, want 90%% of 100 or more", whole, n)
+		logStacks(t, r.Stacks)
+	}
+}
+
 // TestFramePointers profiles chain-fp, the chain built with frame
 // pointers, with --unwind=fp (riscv64's only way): the kernel's own walker
 // (bpf_get_stack) gets from the spinning c up through a to main in at

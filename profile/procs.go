@@ -414,21 +414,30 @@ func (ps *processes) mappingAt(pid uint32, addr uint64) *procMapping {
 	return nil
 }
 
-// afterEntry says whether ret, a return address of a process, is the
-// one of its first call: just past the entry point of its file. There the
-// dynamic loader's _start (glibc's ld.so: mov %rsp,%rdi; call _dl_start,
-// ret = entry+8; arm64's the same in two instructions) has no unwind row,
-// and a stack taken in the loader's first work ends with "no unwind row"
-// where it is whole. (An executable's _start marks its return address
-// undefined, and ends complete by its row.)
+// afterEntry says whether ret, a return address of a process, is one of
+// its first calls: in the code at the entry point of its file (within
+// entryCode bytes). There the dynamic loader's _start has no unwind row:
+// glibc's ld.so calls _dl_start (x86-64: mov %rsp,%rdi; call _dl_start,
+// ret = entry+8; arm64's the same in a few instructions), then, as
+// _dl_start_user with rbp cleared "to mark the outermost frame even for
+// constructors", _dl_init (ret = entry+0x30 on x86-64), which runs the
+// libraries' constructors: a stack taken in the loader's first work or in
+// a constructor ends with "no unwind row" where it is whole. (An
+// executable's _start marks its return address undefined, and ends
+// complete by its row.)
 func (ps *processes) afterEntry(pid uint32, ret uint64) bool {
 	m := ps.mappingAt(pid, ret-1)
 	if m == nil || m.file.elf == nil || m.file.elf.Entry == 0 || ret-1 < m.bias {
 		return false
 	}
 	at := ret - 1 - m.bias
-	return at >= m.file.elf.Entry && at < m.file.elf.Entry+16
+	return at >= m.file.elf.Entry && at < m.file.elf.Entry+entryCode
 }
+
+// entryCode is how far past the entry point the loader's start code calls
+// (glibc 2.36's x86-64 _start and _dl_start_user: 61 bytes, its second
+// call's return address at 48; arm64's and riscv64's are as short).
+const entryCode = 64
 
 func sameMappings(a, b []procMapping) bool {
 	if len(a) != len(b) {

@@ -162,10 +162,10 @@ func TestNoFrameSectionPointed(t *testing.T) {
 	}
 }
 
-// TestAfterEntry: the return address of a process's first call, just past
-// its loader's entry point (glibc's ld.so: entry+8), is where its stack
-// ends whole; an address before the entry, or past its first
-// instructions, is not.
+// TestAfterEntry: the return address of a process's first calls, just
+// past its loader's entry point (glibc's ld.so: entry+8, _dl_start; and
+// entry+0x30, _dl_init, the libraries' constructors), is where its stack
+// ends whole; an address before the entry, or past its start code, is not.
 func TestAfterEntry(t *testing.T) {
 	const pid, base, entry = 7, 0x7f0000000000, 0x1ab70
 	ld := &file{name: "ld-linux-x86-64.so.2", elf: &elf.File{FileHeader: elf.FileHeader{Entry: entry}}, first: -1}
@@ -179,7 +179,8 @@ func TestAfterEntry(t *testing.T) {
 		{base + entry + 8, true},
 		{base + entry + 1, true},
 		{base + entry, false}, // its call is before the entry
-		{base + entry + 17, false},
+		{base + entry + 0x30, true},
+		{base + entry + 65, false},
 		{base + 0x1465b, false},
 		{0x1000, false}, // in no mapping
 	} {

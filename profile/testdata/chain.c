@@ -2,7 +2,8 @@
 // frame pointers by the tests. c spins for the seconds given (default 2):
 // in user space ("user"), or in the kernel reading /dev/zero ("syscall").
 // With -DCHAIN_LIB, a, b and c live in a shared library: this file built
-// with -DCHAIN_SO (no main).
+// with -DCHAIN_SO (no main; its constructor runs the chain first if
+// CHAIN_CTOR is set).
 // It first sleeps 1 s, so that c's samples are not the ones taken while
 // the profiler reads the process's tables (unless the third argument is
 // "now").
@@ -54,6 +55,18 @@ __attribute__((noinline)) void a(double secs, int sys)
 {
 	b(secs, sys);
 	sink++;
+}
+#endif
+
+#ifdef CHAIN_SO
+// CHAIN_CTOR=SECS: the library's constructor runs the chain for SECS
+// first, called by the dynamic loader's start code (glibc: _dl_start_user
+// -> _dl_init), which has no unwind row.
+__attribute__((constructor)) static void ctor(void)
+{
+	const char *s = getenv("CHAIN_CTOR");
+	if (s)
+		a(atof(s), 0);
 }
 #endif
 
