@@ -30,6 +30,11 @@ type profileRun struct {
 // c spinning) at 99 Hz, in interleaved rounds.
 var profileSecs = flag.Int("profile-secs", 10, "seconds the profile suite's fixtures spin in each run")
 
+// baseline adds another build's profile to the fleet and depth suites, in the same
+// interleaved rounds: a change's cost measured side by side, not against
+// a table from another day.
+var baseline = flag.String("baseline", "", "directory of another build's tools (e.g. a worktree's bin): the fleet and depth suites run its profile beside this one's")
+
 // sampler is a sampling profiler's command line.
 type sampler struct {
 	name string
@@ -142,6 +147,10 @@ func depthSuite() error {
 		sampler{name: "profile --unwind=eh", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=eh"}},
 		sampler{name: "profile --unwind=fp", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=fp"}},
 	)
+	eh := len(samplers) - 2 // the columns before it are the peers eh is compared with
+	if *baseline != "" {
+		samplers = append(samplers, sampler{name: "profile --unwind=eh, " + *baseline, cmd: []string{*baseline + "/profile", "-F", "99", "--unwind=eh"}})
+	}
 	rounds, secs := max(*rounds/5, 3), max(*profileSecs/2, 3)
 	perSample := make([][]float64, len(samplers)) // by sampler, by depth
 	for _, depth := range benchDepths {
@@ -163,7 +172,6 @@ func depthSuite() error {
 	for _, s := range samplers {
 		head, rule = head+" "+s.name+" |", rule+" ---: |"
 	}
-	eh := len(samplers) - 2
 	for k := 0; k < eh; k++ {
 		head, rule = head+" eh vs "+strings.TrimSuffix(strings.TrimPrefix(samplers[k].name, "bpftrace "), " = count()")+" |", rule+" ---: |"
 	}
@@ -216,6 +224,9 @@ func fleetSuite() error {
 	samplers := []sampler{
 		{name: "profile (auto)", cmd: []string{*bin + "/profile", "-F", "99"}},
 		{name: "profile --unwind=eh", cmd: []string{*bin + "/profile", "-F", "99", "--unwind=eh"}},
+	}
+	if *baseline != "" {
+		samplers = append(samplers, sampler{name: "profile (auto), " + *baseline, cmd: []string{*baseline + "/profile", "-F", "99"}})
 	}
 	samplers = append(samplers, perfSampler()...)
 	defer os.Remove(perfData)

@@ -53,14 +53,16 @@ func (q *Quiescer) Close() error {
 
 // Swapped is a pair of maps a program counts in one at a time, as the u32
 // in Gen's first value says (asm.SwappedHashIncrement), so that user space
-// can drain one while the other counts.
+// can drain one while the other counts; or several pairs the one value
+// switches together (Also).
 type Swapped struct {
-	maps [2]*ebpf.Map
-	gen  *ebpf.Map
-	cur  uint32
-	wait *Quiescer
-	// Drain's batches: keys, counts; noBatch once the kernel said no.
-	batch   reflect.Value
+	pairs [][2]*ebpf.Map
+	gen   *ebpf.Map
+	cur   uint32
+	wait  *Quiescer
+	// Drain's batches: keys (a slice of arrays of each pair's key size),
+	// counts; noBatch once the kernel said no.
+	batch   []reflect.Value
 	counts  []uint64
 	noBatch bool
 }
@@ -71,14 +73,26 @@ func NewSwapped(a, b, gen *ebpf.Map) (*Swapped, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Swapped{maps: [2]*ebpf.Map{a, b}, gen: gen, wait: q}, nil
+	s := &Swapped{gen: gen, wait: q}
+	s.Also(a, b)
+	return s, nil
 }
 
-// Flip makes the program count in the other map, waits for the programs
-// running to end, and returns the map it counted in, which nothing writes
-// any more: read it, then Empty it.
-func (s *Swapped) Flip() (*ebpf.Map, error) {
-	old := s.maps[s.cur]
+// Also adds the pair of a and b, which the programs count in as they do in
+// the first pair (a when it is its a).
+func (s *Swapped) Also(a, b *ebpf.Map) {
+	s.pairs = append(s.pairs, [2]*ebpf.Map{a, b})
+	s.batch = append(s.batch, reflect.Value{})
+}
+
+// Flip makes the program count in the other map of each pair, waits for
+// the programs running to end, and returns the maps it counted in (one a
+// pair), which nothing writes any more: read them, then empty them.
+func (s *Swapped) Flip() ([]*ebpf.Map, error) {
+	var old []*ebpf.Map
+	for _, p := range s.pairs {
+		old = append(old, p[s.cur])
+	}
 	if err := s.gen.Put(uint32(0), s.cur^1); err != nil {
 		return nil, fmt.Errorf("swap the counts: %w", err)
 	}
@@ -89,23 +103,42 @@ func (s *Swapped) Flip() (*ebpf.Map, error) {
 	return old, nil
 }
 
-// Current is the map the program counts in now.
-func (s *Swapped) Current() *ebpf.Map { return s.maps[s.cur] }
+// Current is the map of the first pair the program counts in now.
+func (s *Swapped) Current() *ebpf.Map { return s.pairs[0][s.cur] }
+
+// Currents are the maps the program counts in now, one a pair.
+func (s *Swapped) Currents() []*ebpf.Map {
+	var out []*ebpf.Map
+	for _, p := range s.pairs {
+		out = append(out, p[s.cur])
+	}
+	return out
+}
 
 // Close frees the Quiescer's maps.
 func (s *Swapped) Close() error { return s.wait.Close() }
 
-// Drain flips s (see Flip), hands every key and count of the map the
-// programs counted in until then to each, and empties that map: a batch
+// Drain flips s (see Flip), hands every key and count of the maps the
+// programs counted in until then to each, and empties those maps: a batch
 // of drainBatch keys a call (BPF_MAP_LOOKUP_AND_DELETE_BATCH, 5.6+), else
 // a lookup and a delete a key. A key is valid until each returns.
 func Drain(s *Swapped, each func(key []byte, count uint64)) error {
-	m, err := s.Flip()
+	maps, err := s.Flip()
 	if err != nil {
 		return err
 	}
+	for i, m := range maps {
+		if err := s.drain(i, m, each); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drain empties m, the pair i's map Flip returned, into each.
+func (s *Swapped) drain(i int, m *ebpf.Map, each func(key []byte, count uint64)) error {
 	if !s.noBatch {
-		err := s.drainBatches(m, each)
+		err := s.drainBatches(i, m, each)
 		if err == nil {
 			return nil
 		}
@@ -126,23 +159,26 @@ func Drain(s *Swapped, each func(key []byte, count uint64)) error {
 	return empty(m, keys)
 }
 
-// drainBatch is how many keys Drain reads and deletes a call: 400 KiB of
-// profile's stack keys.
+// drainBatch is how many keys Drain reads and deletes a call: 650 KiB of
+// profile's deepest stack keys.
 const drainBatch = 256
 
 // drainBatches reads and deletes m's keys drainBatch at a time.
-func (s *Swapped) drainBatches(m *ebpf.Map, each func(key []byte, count uint64)) error {
-	if !s.batch.IsValid() {
+func (s *Swapped) drainBatches(i int, m *ebpf.Map, each func(key []byte, count uint64)) error {
+	if !s.batch[i].IsValid() {
 		// Keys of the map's size: a slice of byte arrays, as the batch
 		// call wants a slice of keys.
-		s.batch = reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(int(m.KeySize()), reflect.TypeFor[byte]())), drainBatch, drainBatch)
+		s.batch[i] = reflect.MakeSlice(reflect.SliceOf(reflect.ArrayOf(int(m.KeySize()), reflect.TypeFor[byte]())), drainBatch, drainBatch)
+	}
+	if s.counts == nil {
 		s.counts = make([]uint64, drainBatch)
 	}
+	batch := s.batch[i]
 	var cursor ebpf.MapBatchCursor
 	for {
-		n, err := m.BatchLookupAndDelete(&cursor, s.batch.Interface(), s.counts, nil)
-		for i := range n {
-			each(s.batch.Index(i).Bytes(), s.counts[i])
+		n, err := m.BatchLookupAndDelete(&cursor, batch.Interface(), s.counts, nil)
+		for j := range n {
+			each(batch.Index(j).Bytes(), s.counts[j])
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil // the end

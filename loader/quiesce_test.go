@@ -10,9 +10,10 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 )
 
-// Drain hands every key of the map counted in once, with its count, and
-// leaves it empty, in batches and a key at a time alike; keys of an odd
-// size (13 bytes), more of them than a batch holds.
+// Drain hands every key of the maps counted in once, with its count, and
+// leaves them empty, in batches and a key at a time alike; keys of an odd
+// size (13 bytes), more of them than a batch holds, and a second pair
+// (Also) of another size (21 bytes) flipped with the first.
 func TestDrain(t *testing.T) {
 	privtest.Require(t)
 	if err := rlimit.RemoveMemlock(); err != nil {
@@ -38,7 +39,18 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	var deep [2]*ebpf.Map
+	for i := range deep {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 21, ValueSize: 8, MaxEntries: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		deep[i] = m
+	}
+	s.Also(deep[0], deep[1])
 	const n = 3*drainBatch + 7
+	const nDeep = drainBatch + 3
 	for _, batch := range []bool{true, false} {
 		s.noBatch = !batch
 		cur := s.Current()
@@ -49,9 +61,30 @@ func TestDrain(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		curDeep := s.Currents()[1]
+		for i := range nDeep {
+			key := make([]byte, 21)
+			binary.LittleEndian.PutUint32(key[17:], uint32(i))
+			if err := curDeep.Put(key, uint64(5)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		seen := map[uint32]uint64{}
-		if err := Drain(s, func(k []byte, c uint64) { seen[binary.LittleEndian.Uint32(k[9:])] += c }); err != nil {
+		seenDeep := map[uint32]uint64{}
+		if err := Drain(s, func(k []byte, c uint64) {
+			if len(k) == 21 {
+				seenDeep[binary.LittleEndian.Uint32(k[17:])] += c
+				return
+			}
+			seen[binary.LittleEndian.Uint32(k[9:])] += c
+		}); err != nil {
 			t.Fatal(err)
+		}
+		if len(seenDeep) != nDeep {
+			t.Errorf("batches %v: %d keys of the second pair drained, want %d", batch, len(seenDeep), nDeep)
+		}
+		if s.Currents()[1] == curDeep {
+			t.Errorf("batches %v: the second pair did not flip", batch)
 		}
 		if len(seen) != n {
 			t.Errorf("batches %v: %d keys drained, want %d", batch, len(seen), n)

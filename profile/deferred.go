@@ -117,7 +117,7 @@ func (d *deferrer) add(ps *processes, smp perfevent.Sample) {
 	keySize := d.cfg.KeySize()
 	s.key = append([]byte(nil), raw[prog.DeferHeaderSize:prog.DeferHeaderSize+keySize]...)
 	s.stack = append([]byte(nil), raw[base:base+int(n)]...)
-	user := 8 + 8*d.cfg.KernelDepth
+	user := d.cfg.UserOffset()
 	for s.n < d.cfg.UserDepth && binary.LittleEndian.Uint64(s.key[user+8*s.n:]) != 0 {
 		s.n++
 	}
@@ -186,7 +186,7 @@ func (d *deferrer) finish(ps *processes, s *deferredSample, force bool, now time
 		}
 	}
 	key := s.key
-	user := 8 + 8*d.cfg.KernelDepth
+	user := d.cfg.UserOffset()
 	for i, pc := range frames {
 		binary.LittleEndian.PutUint64(key[user+8*(s.n+i):], pc)
 	}

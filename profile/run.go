@@ -113,25 +113,25 @@ const (
 // user), most of it zeros.
 type stackKey string
 
-// packKey packs a raw key (its depths the run's): the header, the numbers
-// of kernel and user frames (u16 each), the frames up to the first 0 of
-// each stack, then the rest (labels, context). A walk writes no frame
-// past a 0, and decoding stops at the first: two keys that differ only
-// past it are one stack.
+// packKey packs a raw key (its depths the run's, or a short key: a
+// prefix with fewer user frames, prog.Config.ShortKeySize): the header,
+// the numbers of kernel and user frames (u16 each), the labels, then the
+// frames up to the first 0 of each stack. A walk writes no frame past a
+// 0, and decoding stops at the first: two keys that differ only past it
+// are one stack.
 func packKey(b []byte, cfg prog.Config) stackKey {
-	user := 8 + 8*cfg.KernelDepth
-	end := user + 8*cfg.UserDepth
-	if len(b) < end {
+	kernel, user := cfg.KernelOffset(), cfg.UserOffset()
+	if len(b) < user {
 		return stackKey(b)
 	}
-	nk, nu := depth(b[8:user]), depth(b[user:end])
-	out := make([]byte, 0, 12+8*(nk+nu)+len(b)-end)
+	nk, nu := depth(b[kernel:user]), depth(b[user:min(len(b), cfg.KeySize())])
+	out := make([]byte, 0, 12+kernel-8+8*(nk+nu))
 	out = append(out, b[:8]...)
 	out = binary.LittleEndian.AppendUint16(out, uint16(nk))
 	out = binary.LittleEndian.AppendUint16(out, uint16(nu))
-	out = append(out, b[8:8+8*nk]...)
+	out = append(out, b[8:kernel]...)
+	out = append(out, b[kernel:kernel+8*nk]...)
 	out = append(out, b[user:user+8*nu]...)
-	out = append(out, b[end:]...)
 	return stackKey(out)
 }
 
@@ -147,21 +147,21 @@ func depth(b []byte) int {
 func (k stackKey) raw(cfg prog.Config) []byte {
 	b := make([]byte, cfg.KeySize())
 	p := []byte(k)
-	if len(p) < 12 {
+	kernel, user := cfg.KernelOffset(), cfg.UserOffset()
+	if len(p) < 12+kernel-8 {
 		copy(b, p)
 		return b
 	}
-	user := 8 + 8*cfg.KernelDepth
-	end := user + 8*cfg.UserDepth
 	nk, nu := int(binary.LittleEndian.Uint16(p[8:])), int(binary.LittleEndian.Uint16(p[10:]))
-	if nk > cfg.KernelDepth || nu > cfg.UserDepth || len(p) < 12+8*(nk+nu) {
+	frames := 12 + kernel - 8
+	if nk > cfg.KernelDepth || nu > cfg.UserDepth || len(p) < frames+8*(nk+nu) {
 		copy(b, p)
 		return b
 	}
 	copy(b, p[:8])
-	copy(b[8:], p[12:12+8*nk])
-	copy(b[user:], p[12+8*nk:12+8*(nk+nu)])
-	copy(b[end:], p[12+8*(nk+nu):])
+	copy(b[8:kernel], p[12:frames])
+	copy(b[kernel:], p[frames:frames+8*nk])
+	copy(b[user:], p[frames+8*nk:frames+8*(nk+nu)])
 	return b
 }
 
@@ -191,8 +191,9 @@ func decodeKey(b []byte, cfg prog.Config) decodedKey {
 		}
 		return out
 	}
-	d.Kernel = frames(b[8 : 8+8*kernelDepth])
-	d.User = frames(b[8+8*kernelDepth : min(len(b), 8+8*(kernelDepth+cfg.UserDepth))])
+	kernel, user := cfg.KernelOffset(), cfg.UserOffset()
+	d.Kernel = frames(b[kernel : kernel+8*kernelDepth])
+	d.User = frames(b[user:min(len(b), user+8*cfg.UserDepth)])
 	return d
 }
 
@@ -383,6 +384,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			return err
 		}
 		defer r.swap.Close()
+		if cfg.ShortKeySize() > 0 {
+			r.swap.Also(coll.Maps[prog.ShortCounts], coll.Maps[prog.ShortSwap])
+		}
 	}
 	defer ps.close()
 	ps.labels, ps.labelMap, ps.context = o.labels, coll.Maps["labels"], cfg.Context
@@ -765,7 +769,11 @@ func (r *reporter) drain(final bool) error {
 	hold := func(k []byte, n uint64) { r.hold(packKey(k, r.cfg), n) }
 	var err error
 	if final {
-		err = loader.Each(r.swap.Current(), hold)
+		for _, m := range r.swap.Currents() {
+			if err = loader.Each(m, hold); err != nil {
+				break
+			}
+		}
 	} else {
 		err = loader.Drain(r.swap, hold)
 	}

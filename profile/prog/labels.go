@@ -113,7 +113,7 @@ func (c Config) labelsSize() int {
 
 // LabelOffset is where label i sits in a key (from the key's start).
 func (c Config) LabelOffset(i int) int {
-	off := 8 + 8*(c.KernelDepth+c.UserDepth)
+	off := 8
 	for _, l := range c.Labels[:i] {
 		off += l.slot()
 	}

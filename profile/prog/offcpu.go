@@ -105,7 +105,7 @@ func switchIn(cfg Config) (bpf.Instructions, error) {
 		insns.Add(bpf.LoadImm(bpf.R1, int64(oc.MaxBlock), bpf.DWord).WithSource(bpf.Comment("longer than --max-block: not counted")))
 		insns.Add(bpf.JGT.Reg(bpf.R9, bpf.R1, "in_forget"))
 	}
-	insns.Append(add("in_count", bpf.R8, 8, bpf.Mov.Reg(bpf.R1, bpf.R9), "counts[key] += r9"))
+	insns.Append(add(cfg, "in_count", bpf.R8, 8, bpf.Mov.Reg(bpf.R1, bpf.R9), "counts[key] += r9"))
 	insns.Add(asm.Nop().WithSymbol("in_forget"))
 	insns.Append(asm.Note(asm.MapDelete("blocked", fpTid), "the stash is used up, counted or not"))
 	insns.Add(asm.Nop().WithSymbol("in_done"))
@@ -159,7 +159,7 @@ func finish(cfg Config, label string, scratch bpf.Register, entry bool) bpf.Inst
 		return append(insns, output(RecordsMap, scratch, keyBase, int32(cfg.emitSize()))...)
 	}
 	if cfg.OffCPU == nil {
-		return count(label, scratch)
+		return count(cfg, label, scratch)
 	}
 	var insns asm.Seq
 	if entry {

@@ -52,7 +52,6 @@ const (
 	keyStop    = keyBase + 4 // u8: why the user stack ends (see stop*)
 	keyKernErr = keyBase + 5 // u8: 1 if the kernel stack could not be read
 	keyFP      = keyBase + 7 // u8: 1 if a frame was stepped by its frame pointer (auto)
-	keyKernel  = keyBase + 8
 
 	// A deferred sample (see deferred): the header, over the end of the
 	// pt_regs copy (read before the walk), then the key, the context, and
@@ -67,6 +66,7 @@ const (
 	UserFrames        = 256 // user frames kept: framesPerProg a program, 32 programs (the tail-call limit, 32 before 5.17 and 33 since)
 	SmallKernelFrames = 16
 	SmallUserFrames   = 46 // 8 + 8*(16+46) = 504 bytes of key
+	ShortUserFrames   = 64 // the short counts' keys (ShortKeySize): 8 + 8*(64+64) = 1032 bytes and the labels
 
 	framesPerProg = 8 // frames one unwind program walks before it tail-calls itself
 )
@@ -141,13 +141,19 @@ const MappingSize = 32
 const (
 	CountsSwap = "counts1"
 	GenMap     = "gen"
+	// ShortCounts and ShortSwap are the same two hashes for the keys of
+	// ShortUserFrames user frames or fewer (ShortKeySize), where the key
+	// keeps more: counts and CountsSwap then hold the deeper ones.
+	ShortCounts = "short"
+	ShortSwap   = "short1"
 )
 
 // Map sizes.
 const (
-	MaxStacks   = 4096 // each of the two counts hashes
-	maxSeen     = 16384
-	maxMappings = 65536 // LPM prefixes, about 20 per mapped file
+	MaxStacks     = 4096 // each of the two counts hashes (the short ones, where there are)
+	MaxDeepStacks = 1024 // each of the two counts hashes of deeper keys, where there are short ones
+	maxSeen       = 16384
+	maxMappings   = 65536 // LPM prefixes, about 20 per mapped file
 )
 
 // Unwind modes.
@@ -357,11 +363,37 @@ func (c Config) RowChunk() *ebpf.MapSpec {
 
 func (c Config) chunkShift() int { return bits.TrailingZeros(uint(c.ChunkBlocks())) }
 
-func (c Config) keyUser() int { return keyKernel + 8*c.KernelDepth }
+func (c Config) keyUser() int { return keyBase + c.UserOffset() }
+
+// KernelOffset and UserOffset are where a key's kernel and user frames
+// begin (from the key's start): after its header and its labels, so that
+// a key's first bytes, up to ShortUserFrames user frames, are a short
+// key (ShortKeySize).
+func (c Config) KernelOffset() int { return 8 + c.labelsSize() }
+func (c Config) UserOffset() int   { return c.KernelOffset() + 8*c.KernelDepth }
 
 // KeySize is the counts key's size: pid, stop, kernel error, the label
-// bits, the frames, then the labels.
-func (c Config) KeySize() int { return 8 + 8*(c.KernelDepth+c.UserDepth) + c.labelsSize() }
+// bits, the labels, then the frames.
+func (c Config) KeySize() int { return 8 + c.labelsSize() + 8*(c.KernelDepth+c.UserDepth) }
+
+// MaxStacks is how many keys each of the two counts hashes takes:
+// MaxDeepStacks where the short hashes take the rest.
+func (c Config) MaxStacks() int {
+	if c.ShortKeySize() > 0 {
+		return MaxDeepStacks
+	}
+	return MaxStacks
+}
+
+// ShortKeySize is the size of the short counts' keys (ShortCounts): the
+// first ShortUserFrames user frames of a key, which has no more; 0 when
+// every key is that short.
+func (c Config) ShortKeySize() int {
+	if c.UserDepth <= ShortUserFrames {
+		return 0
+	}
+	return c.UserOffset() + 8*ShortUserFrames
+}
 func (c Config) scratchSize() int {
 	n := keyBase + c.KeySize()
 	if c.Context {
@@ -396,8 +428,8 @@ func (c Config) DeferredSize() int { return c.scratchSize() - deferHeader }
 func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 	spec := &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{
-			"counts":   {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: MaxStacks},
-			CountsSwap: {Name: "profile_counts1", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: MaxStacks},
+			"counts":   {Name: "profile_counts", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: uint32(cfg.MaxStacks())},
+			CountsSwap: {Name: "profile_counts1", Type: ebpf.Hash, KeySize: uint32(cfg.KeySize()), ValueSize: 8, MaxEntries: uint32(cfg.MaxStacks())},
 			GenMap:     {Name: "profile_gen", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1},
 			"scratch":  {Name: "profile_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(cfg.scratchSize()), MaxEntries: 1},
 			"lost":     {Name: "profile_lost", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1},
@@ -419,8 +451,12 @@ func Collection(cfg Config) (*ebpf.CollectionSpec, error) {
 		spec.Maps["contexts"] = &ebpf.MapSpec{Name: "profile_contexts", Type: ebpf.Hash, KeySize: ContextSize, ValueSize: 8, MaxEntries: maxContexts}
 		spec.Maps["context_ids"] = &ebpf.MapSpec{Name: "profile_ctx_ids", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	}
+	if n := cfg.ShortKeySize(); n > 0 {
+		spec.Maps[ShortCounts] = &ebpf.MapSpec{Name: "profile_short", Type: ebpf.Hash, KeySize: uint32(n), ValueSize: 8, MaxEntries: MaxStacks}
+		spec.Maps[ShortSwap] = &ebpf.MapSpec{Name: "profile_short1", Type: ebpf.Hash, KeySize: uint32(n), ValueSize: 8, MaxEntries: MaxStacks}
+	}
 	if cfg.LazyHashes {
-		for _, m := range []string{"counts", CountsSwap, "seen", "labels", "contexts"} {
+		for _, m := range []string{"counts", CountsSwap, ShortCounts, ShortSwap, "seen", "labels", "contexts"} {
 			if spec.Maps[m] != nil {
 				spec.Maps[m].Flags |= unix.BPF_F_NO_PREALLOC
 			}
@@ -542,7 +578,7 @@ func sampleProg(cfg Config) (bpf.Instructions, error) {
 	if cfg.KernelDepth > 0 {
 		insns.Add(bpf.Mov.Reg(bpf.R1, asm.RegCtx).WithSource(bpf.Comment("kernel stack: bpf_get_stack(ctx, key.kernel, size, 0), zero-filled")))
 		insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R8))
-		insns.Add(bpf.Add.Imm(bpf.R2, keyKernel))
+		insns.Add(bpf.Add.Imm(bpf.R2, int32(keyBase+cfg.KernelOffset())))
 		insns.Add(bpf.Mov.Imm(bpf.R3, int32(8*cfg.KernelDepth)))
 		insns.Add(bpf.Mov.Imm(bpf.R4, 0))
 		insns.Add(bpf.FnGetStack.Call())
@@ -844,19 +880,34 @@ func outputR5(ring string, from bpf.Register, off int32, setSize ...bpf.Instruct
 
 // count adds one to counts[key], the key at keyBase of the scratch value in
 // scratch (a callee-saved register); a full map counts in lost.
-func count(label string, scratch bpf.Register) bpf.Instructions {
-	return add(label, scratch, keyBase, bpf.Mov.Imm(bpf.R1, 1), "counts[key]++")
+func count(cfg Config, label string, scratch bpf.Register) bpf.Instructions {
+	return add(cfg, label, scratch, keyBase, bpf.Mov.Imm(bpf.R1, 1), "counts[key]++")
 }
 
 // add adds R1, as amount sets it (from a constant or a callee-saved
 // register), to counts[key], the key at keyOff of key, in the hash of the
 // two that gen[0] names (user space drains the other: see CountsSwap); a
-// full map counts in lost. what says it in the comment.
-func add(label string, key bpf.Register, keyOff int32, amount bpf.Instruction, what string) bpf.Instructions {
+// full map counts in lost. A key of ShortUserFrames user frames or fewer
+// counts in the short hashes (ShortCounts), its first ShortKeySize bytes
+// the key: most stacks are that short, and a hash's cost is its key's
+// size (each lookup hashes and compares the whole key). what says it in
+// the comment.
+func add(cfg Config, label string, key bpf.Register, keyOff int32, amount bpf.Instruction, what string) bpf.Instructions {
 	var insns asm.Seq
 	insns.Add(bpf.LoadMapValue(bpf.R1, 0, 0).WithReference(GenMap).WithSymbol(label).WithSource(bpf.Comment(what + ": in counts or " + CountsSwap + ", as " + GenMap + "[0] says")))
 	insns.Add(bpf.LoadMem(bpf.R1, bpf.R1, 0, bpf.Word))
-	insns.Add(bpf.JNE.Imm(bpf.R1, 0, label+"_1"))
+	if cfg.ShortKeySize() > 0 {
+		insns.Add(bpf.LoadMem(bpf.R2, key, int16(keyOff)+int16(cfg.ShortKeySize()), bpf.DWord).WithSource(bpf.Comment(fmt.Sprintf("no user frame past the first %d: in %s or %s", ShortUserFrames, ShortCounts, ShortSwap))))
+		insns.Add(bpf.JNE.Imm(bpf.R2, 0, label+"_deep"))
+		insns.Add(bpf.JNE.Imm(bpf.R1, 0, label+"_short1"))
+		insns.Append(addTo(label+"_short0", ShortCounts, key, keyOff, amount))
+		insns.Add(bpf.Ja.Label(label + "_done"))
+		insns.Append(addTo(label+"_short1", ShortSwap, key, keyOff, amount))
+		insns.Add(bpf.Ja.Label(label + "_done"))
+		insns.Add(bpf.JNE.Imm(bpf.R1, 0, label+"_1").WithSymbol(label + "_deep"))
+	} else {
+		insns.Add(bpf.JNE.Imm(bpf.R1, 0, label+"_1"))
+	}
 	insns.Append(addTo(label+"_0", "counts", key, keyOff, amount))
 	insns.Add(bpf.Ja.Label(label + "_done"))
 	insns.Append(addTo(label+"_1", CountsSwap, key, keyOff, amount))
