@@ -19,7 +19,7 @@ import (
 var soakSecs = flag.Int("soak-secs", 180, "seconds the soak suite samples the machine while processes come and go")
 
 // soakMaps are the maps of profile's whose entries the soak suite counts.
-var soakMaps = []string{"profile_counts", "profile_counts1", "profile_seen", "profile_maps"}
+var soakMaps = []string{"profile_short", "profile_short1", "profile_counts", "profile_counts1", "profile_seen", "profile_maps"}
 
 // soakSuite runs profile system-wide at 499 Hz with a report every second
 // for soakSecs, while two loops start short processes (deep 3 for 20 ms,

@@ -197,6 +197,11 @@ func TestChainWithoutFramePointers(t *testing.T) {
 func TestConstructor(t *testing.T) {
 	requireUnwinder(t)
 	privtest.Require(t)
+	if runtime.GOARCH == "riscv64" {
+		// Its ld.so has 16 FDEs (gcc writes none for C there unasked): the
+		// walk stops at call_init, before the start code.
+		t.Skip("riscv64: Debian's ld.so has no unwind rows for _dl_init and call_init")
+	}
 	t.Setenv("CHAIN_CTOR", "1.5")
 	fx := filepath.Join(fixtures(t), "chain-lib")
 	r := profileJSON(t, "-F", "199", "-c", fx+" 0 user now")

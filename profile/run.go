@@ -1157,6 +1157,9 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 		}
 	}
 	full := fmt.Sprintf("more stacks than a table holds: %d a second, %d a report", prog.MaxStacks, maxHeld)
+	if r.cfg.ShortKeySize() > 0 {
+		full = fmt.Sprintf("more stacks than a table holds: %d a second (%d of over %d user frames), %d a report", prog.MaxStacks, prog.MaxDeepStacks, prog.ShortUserFrames, maxHeld)
+	}
 	unit := r.o.unit()
 	if r.o.OffCPU {
 		// Counts are microseconds waited; what is lost is waits.
