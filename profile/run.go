@@ -143,25 +143,34 @@ func depth(b []byte) int {
 	return n
 }
 
+// parts splits a packed key into its labels and its kernel and user
+// frames (each stack's up to its first 0); ok is false for a key packKey
+// did not make (too short to pack), which is the kernel's layout as it is.
+func (k stackKey) parts(cfg prog.Config) (labels, kernel, user []byte, ok bool) {
+	p := []byte(k)
+	frames := 12 + cfg.KernelOffset() - 8
+	if len(p) < frames {
+		return nil, nil, nil, false
+	}
+	nk, nu := int(binary.LittleEndian.Uint16(p[8:])), int(binary.LittleEndian.Uint16(p[10:]))
+	if nk > cfg.KernelDepth || nu > cfg.UserDepth || len(p) < frames+8*(nk+nu) {
+		return nil, nil, nil, false
+	}
+	return p[12:frames], p[frames : frames+8*nk], p[frames+8*nk : frames+8*(nk+nu)], true
+}
+
 // raw unpacks k into the kernel's layout (a key of cfg.KeySize() bytes).
 func (k stackKey) raw(cfg prog.Config) []byte {
 	b := make([]byte, cfg.KeySize())
-	p := []byte(k)
-	kernel, user := cfg.KernelOffset(), cfg.UserOffset()
-	if len(p) < 12+kernel-8 {
-		copy(b, p)
+	labels, kernel, user, ok := k.parts(cfg)
+	if !ok {
+		copy(b, k)
 		return b
 	}
-	nk, nu := int(binary.LittleEndian.Uint16(p[8:])), int(binary.LittleEndian.Uint16(p[10:]))
-	frames := 12 + kernel - 8
-	if nk > cfg.KernelDepth || nu > cfg.UserDepth || len(p) < frames+8*(nk+nu) {
-		copy(b, p)
-		return b
-	}
-	copy(b, p[:8])
-	copy(b[8:kernel], p[12:frames])
-	copy(b[kernel:], p[frames:frames+8*nk])
-	copy(b[user:], p[frames+8*nk:frames+8*(nk+nu)])
+	copy(b, k[:8])
+	copy(b[8:], labels)
+	copy(b[cfg.KernelOffset():], kernel)
+	copy(b[cfg.UserOffset():], user)
 	return b
 }
 
@@ -174,27 +183,33 @@ type decodedKey struct {
 	User    []uint64
 }
 
-func (k stackKey) decode(cfg prog.Config) decodedKey { return decodeKey(k.raw(cfg), cfg) }
+// decode decodes a packed key in place: a report decodes every key it
+// holds, twice (its kernel frames named, then its stacks), and a key
+// unpacked would be 2.6 KiB of garbage each time.
+func (k stackKey) decode(cfg prog.Config) decodedKey {
+	_, kernel, user, ok := k.parts(cfg)
+	if !ok {
+		return decodeKey(k.raw(cfg), cfg)
+	}
+	b := []byte(k)
+	return decodedKey{Pid: binary.LittleEndian.Uint32(b), Stop: b[4], KernErr: b[5], FP: b[7] != 0, Kernel: pcs(kernel), User: pcs(user)}
+}
 
 // decodeKey decodes a raw key.
 func decodeKey(b []byte, cfg prog.Config) decodedKey {
-	kernelDepth := cfg.KernelDepth
-	d := decodedKey{Pid: binary.LittleEndian.Uint32(b), Stop: b[4], KernErr: b[5], FP: b[7] != 0}
-	frames := func(b []byte) []uint64 {
-		var out []uint64
-		for i := 0; i+8 <= len(b); i += 8 {
-			pc := binary.LittleEndian.Uint64(b[i:])
-			if pc == 0 {
-				break
-			}
-			out = append(out, pc)
-		}
-		return out
-	}
 	kernel, user := cfg.KernelOffset(), cfg.UserOffset()
-	d.Kernel = frames(b[kernel : kernel+8*kernelDepth])
-	d.User = frames(b[user:min(len(b), user+8*cfg.UserDepth)])
-	return d
+	return decodedKey{Pid: binary.LittleEndian.Uint32(b), Stop: b[4], KernErr: b[5], FP: b[7] != 0,
+		Kernel: pcs(b[kernel : kernel+8*cfg.KernelDepth]),
+		User:   pcs(b[user:min(len(b), user+8*cfg.UserDepth)])}
+}
+
+// pcs reads a stack's frames up to its first 0 (nil if none).
+func pcs(b []byte) []uint64 {
+	var out []uint64
+	for i := range depth(b) {
+		out = append(out, binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
 }
 
 // CountStacks counts ev's occurrences by (process, user stack[, kernel
