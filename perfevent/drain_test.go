@@ -112,3 +112,54 @@ func outputMap(t *testing.T) *ebpf.Map {
 	t.Cleanup(func() { m.Close() })
 	return m
 }
+
+// DrainDue waits as long as its fn says (the first wait as asked), a Wake
+// calls fn at once, and a Wake after the stop is harmless.
+func TestDrainDue(t *testing.T) {
+	m := outputMap(t)
+	rings, err := OpenOutputRings(m, "test", 1, WakeEach)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rings.Close()
+
+	calls := make(chan time.Time, 16)
+	start := time.Now()
+	stop, err := rings.DrainDue(300*time.Millisecond, func() (time.Duration, error) {
+		calls <- time.Now()
+		return 0, nil // then only a Wake
+	}, func(err error) { t.Errorf("fail: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-calls:
+		if d := at.Sub(start); d < 300*time.Millisecond || d > 2*time.Second {
+			t.Errorf("first call after %v, want 300 ms", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no call after the first wait")
+	}
+	select {
+	case <-calls:
+		t.Fatal("a call with no wait asked, no ring and no Wake")
+	case <-time.After(500 * time.Millisecond):
+	}
+	woken := time.Now()
+	rings.Wake()
+	rings.Wake()
+	select {
+	case at := <-calls:
+		if d := at.Sub(woken); d > time.Second {
+			t.Errorf("call %v after the Wake", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no call after a Wake")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(calls); n > 1 {
+		t.Errorf("%d more calls after two Wakes, want at most one", n)
+	}
+	stop()
+	rings.Wake()
+}

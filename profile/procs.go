@@ -156,10 +156,12 @@ type processes struct {
 	labelNotes []string        // why labels are unset, once each
 
 	// The background parsers, one a lane (small files, big ones), each a
-	// file at a time, their results on done.
+	// file at a time, their results on done, each waking the reader
+	// that collects them through wake (once it is there).
 	lanes   [2]parseLane
 	gcWas   int // GOGC before the big files' lane began, 0 when it is idle
 	done    chan parseResult
+	wake    atomic.Pointer[func()]
 	closing atomic.Bool
 	parsed  sync.WaitGroup
 }
@@ -375,12 +377,24 @@ func (ps *processes) scan(pid uint32, force bool) {
 // of an OpenTelemetry record not published yet (until the backoff
 // reaches its longest, some 6 s of rescans: a library opened later is
 // found at the next scan a miss or an exec makes).
-func (ps *processes) refresh() {
+//
+// It returns when the next of these rescans is due (zero if none is).
+func (ps *processes) refresh() (next time.Time) {
 	for pid, p := range ps.procs {
-		if !p.gone && (ps.eager || p.labelsLate || (p.labelsMissing || p.otelKeysWait) && p.every < rescanMost) {
-			ps.scan(pid, false)
+		if !ps.rescanned(p) {
+			continue
+		}
+		ps.scan(pid, false)
+		if due := p.scanned.Add(p.every); ps.rescanned(p) && (next.IsZero() || due.Before(next)) {
+			next = due
 		}
 	}
+	return next
+}
+
+// rescanned says whether refresh rescans a process.
+func (ps *processes) rescanned(p *process) bool {
+	return !p.gone && (ps.eager || p.labelsLate || (p.labelsMissing || p.otelKeysWait) && p.every < rescanMost)
 }
 
 // miss loads the table of the file at addr in a process, which the
@@ -771,6 +785,9 @@ func (ps *processes) startParse(lane int) {
 		start := time.Now()
 		table, err := readFrames(job.fs, &ps.closing)
 		ps.done <- parseResult{lane, job.f, table, err, time.Since(start)}
+		if wake := ps.wake.Load(); wake != nil {
+			(*wake)() // collected now, not at the reader's next due work
+		}
 	}()
 }
 

@@ -476,10 +476,14 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	// New processes and deferred samples wake their readers at once
 	// (WakeEach), each reading its own rings (a ring's Close ends its
-	// reader before it unmaps them); the tick refreshes the table of
-	// processes that changed their maps.
-	drain := func(rg *perfevent.Rings) func() error {
-		return func() error {
+	// reader before it unmaps them). The notices' reader also wakes for
+	// the work due at times of its own (nextDue): the rescans of processes
+	// whose libraries or labels may still come, the deferred samples'
+	// deadlines, the drain of the counts; and at a parser's result. An
+	// idle machine wakes it about once a second, not at a fixed tick.
+	var due time.Time // when the notices' reader wakes next
+	drain := func(rg *perfevent.Rings) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			rg.Read(handle)
@@ -488,18 +492,31 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 				ps.holdReading()
 			}
 			ps.collect()
-			ps.refresh()
+			rescan := ps.refresh()
 			deferred.resolve(ps, false)
-			return r.drainDue()
+			if err := r.drainDue(); err != nil {
+				return 0, err
+			}
+			wait := r.nextDue(rescan)
+			if at := time.Now().Add(wait); rg == rings {
+				due = at
+			} else if at.Before(due) {
+				rings.Wake() // work due sooner than it wakes (a deferred sample's rescan)
+			}
+			return wait, nil
 		}
 	}
-	stop, err := rings.Drain(50*time.Millisecond, drain(rings), s.Stop)
+	stop, err := rings.DrainDue(rescanFirst, drain(rings), s.Stop)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	wake := rings.Wake
+	ps.wake.Store(&wake)
+	defer ps.wake.Store(nil)
 	if stacks != nil {
-		stopStacks, err := stacks.Drain(0, drain(stacks), s.Stop)
+		next := drain(stacks)
+		stopStacks, err := stacks.Drain(0, func() error { _, err := next(); return err }, s.Stop)
 		if err != nil {
 			return err
 		}
@@ -836,6 +853,24 @@ func (r *reporter) drainDue() error {
 		return nil
 	}
 	return r.drain(false)
+}
+
+// nextDue is how long the notices' reader may wait for the next of its
+// own work: a rescan due at rescan (if not zero), the deferred samples'
+// deadline, the next drain; at most drainEvery, at least a millisecond.
+func (r *reporter) nextDue(rescan time.Time) time.Duration {
+	now := time.Now()
+	due := now.Add(drainEvery)
+	if r.swap != nil {
+		due = r.lastDrain.Add(drainEvery)
+	}
+	if !rescan.IsZero() && rescan.Before(due) {
+		due = rescan
+	}
+	if d := r.deferred; len(d.pending) > 0 && d.next.Before(due) {
+		due = d.next
+	}
+	return max(due.Sub(now), time.Millisecond)
 }
 
 func (r *reporter) hold(k stackKey, n uint64) {
