@@ -1,12 +1,14 @@
 package profile
 
 import (
+	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -247,5 +249,106 @@ func TestSweep(t *testing.T) {
 	}
 	if n != len(ps.procs[self].prefixes) {
 		t.Errorf("%d prefixes in the trie, want the live process's %d", n, len(ps.procs[self].prefixes))
+	}
+}
+
+// TestPoint: after each rescan or table read, the mappings trie holds
+// exactly the prefixes of the process's mappings with tables or settled
+// (none of those gone), each with its mapping's value; and a mapping
+// pointed before with the same value is not put again (its prefix
+// removed behind point's back stays removed).
+func TestPoint(t *testing.T) {
+	privtest.Require(t)
+	lpm, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LPMTrie, KeySize: 16, ValueSize: prog.MappingSize, MaxEntries: 1024, Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lpm.Close()
+	const pid = 4242
+	exe := &file{name: "exe", first: 0, rows: 100}
+	lib := &file{name: "lib", first: -1} // its table not read yet
+	other := &file{name: "other", first: 500, rows: 7}
+	p := &process{maps: []procMapping{
+		{mapping: mapping{Start: 0x401000, End: 0x4a3000}, file: exe},
+		{mapping: mapping{Start: 0x7f0000001000, End: 0x7f0000157000}, file: lib, bias: 0x7f0000000000},
+	}}
+	ps := &processes{lpm: lpm, files: map[fileKey]*file{}, procs: map[uint32]*process{pid: p}}
+
+	check := func(when string) {
+		t.Helper()
+		want := map[lpmKey]lpmValue{}
+		for _, m := range p.maps {
+			if m.file.first < 0 {
+				continue
+			}
+			for _, k := range prefixes(pid, m.Start, m.End) {
+				want[k] = lpmValue{First: uint32(m.file.first), Count: uint32(m.file.rows), Bias: m.bias, Start: m.Start, End: m.End}
+			}
+		}
+		got := map[lpmKey]lpmValue{}
+		var k lpmKey
+		var v lpmValue
+		it := lpm.Iterate()
+		for it.Next(&k, &v) {
+			got[k] = v
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: %d prefixes in the trie, want %d", when, len(got), len(want))
+		}
+		for k, w := range want {
+			if g, ok := got[k]; !ok || g != w {
+				t.Errorf("%s: prefix /%d at %x: %+v (there: %v), want %+v", when, k.Prefixlen, k.Addr, g, ok, w)
+			}
+		}
+	}
+	ps.point(pid, p)
+	check("first scan")
+	lib.first, lib.rows = 100, 40
+	ps.repoint(lib)
+	check("the library's table read")
+	p.maps = append(p.maps, procMapping{mapping: mapping{Start: 0x7f0000200000, End: 0x7f0000209000}, file: other, bias: 0x7f0000200000})
+	p.maps[0].End = 0x4a2000 // remapped shorter
+	ps.point(pid, p)
+	check("a library mapped, the executable's mapping changed")
+	p.maps = p.maps[1:]
+	ps.point(pid, p)
+	check("the executable's mapping gone")
+
+	// The library's mapping is unchanged: a rescan does not put it again.
+	k := prefixes(pid, p.maps[0].Start, p.maps[0].End)[0]
+	if err := lpm.Delete(&k); err != nil {
+		t.Fatal(err)
+	}
+	ps.point(pid, p)
+	if err := lpm.Lookup(&k, new(lpmValue)); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("an unchanged mapping's prefix was put again (lookup: %v)", err)
+	}
+
+	ps.exited(pid)
+	if err := lpm.NextKey(nil, new(lpmKey)); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("prefixes left in the trie after the exit (%v)", err)
+	}
+	if p.spans != nil {
+		t.Error("spans kept after the exit: a next process of the pid would not be put")
+	}
+}
+
+// TestSortByAddress: sortByAddress orders as a stable sort by address.
+func TestSortByAddress(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for _, n := range []int{0, 1, 2, 3, 17, 100, 5000} {
+		syms := make([]symbol, n)
+		for i := range syms {
+			syms[i] = symbol{name: fmt.Sprint(i), value: uint64(rng.Intn(n/3 + 1))}
+		}
+		want := slices.Clone(syms)
+		slices.SortStableFunc(want, func(a, b symbol) int { return cmp.Compare(a.value, b.value) })
+		sortByAddress(syms)
+		if !slices.Equal(syms, want) {
+			t.Errorf("%d symbols: not the stable order", n)
+		}
 	}
 }
