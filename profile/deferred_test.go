@@ -347,3 +347,51 @@ func copyUnwinder(t *testing.T, arch prog.Arch, machine elf.Machine, entries []u
 		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
 	}}
 }
+
+// TestBlocksRead: block reads each block from the map once while it holds
+// it (a block, once stored, never changes: one written behind its back
+// reads as it was), holds at most readBlocks of them, and reads every
+// block right over more than that many.
+func TestBlocksRead(t *testing.T) {
+	privtest.Require(t)
+	const n = readBlocks + 44
+	chunk := &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8 * unwind.BlockRows, MaxEntries: 64}
+	outer, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: (n + 63) / 64, InnerMap: chunk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newRowChunks(outer, chunk)
+	t.Cleanup(func() { m.close(); outer.Close() })
+	blocks := make([][unwind.BlockRows]unwind.Entry, n)
+	for b := range blocks {
+		for i := range blocks[b] {
+			blocks[b][i] = unwind.Entry{PC: uint32(b*unwind.BlockRows + i), Rule: uint32(b)}
+		}
+	}
+	if err := m.put(0, blocks); err != nil {
+		t.Fatal(err)
+	}
+	var got [unwind.BlockRows]unwind.Entry
+	for round := 0; round < 2; round++ {
+		for b := range blocks {
+			if err := m.block(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got != blocks[b] {
+				t.Fatalf("round %d: block %d read wrong", round, b)
+			}
+			if len(m.read) > readBlocks {
+				t.Fatalf("%d blocks held, want at most %d", len(m.read), readBlocks)
+			}
+		}
+	}
+	b := n - 1 // just read: held
+	changed := blocks[b]
+	changed[0].Rule = 12345
+	if err := m.chunks[b/64].Put(uint32(b%64), changed); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.block(b, &got); err != nil || got != blocks[b] {
+		t.Errorf("a held block read from the map again (err %v)", err)
+	}
+}

@@ -565,7 +565,15 @@ type rowChunks struct {
 	outer  *ebpf.Map
 	spec   *ebpf.MapSpec
 	chunks []*ebpf.Map
+	// read holds the blocks block read (a block, once stored, never
+	// changes): the samples unwound in user space read the same few
+	// blocks of libc and their programs frame after frame, a map lookup
+	// each without it. Emptied when it holds readBlocks of them.
+	read map[int]*[unwind.BlockRows]unwind.Entry
 }
+
+// readBlocks bounds rowChunks.read: 256 blocks, 128 KiB.
+const readBlocks = 256
 
 func newRowChunks(outer *ebpf.Map, spec *ebpf.MapSpec) *rowChunks {
 	return &rowChunks{outer: outer, spec: spec}
@@ -620,17 +628,29 @@ func (t *rowChunks) put(first int, blocks [][unwind.BlockRows]unwind.Entry) erro
 
 // block reads block b (made already).
 func (t *rowChunks) block(b int, to *[unwind.BlockRows]unwind.Entry) error {
+	if r := t.read[b]; r != nil {
+		*to = *r
+		return nil
+	}
 	if b/t.per() >= len(t.chunks) {
 		return fmt.Errorf("block %d: no chunk of the row table holds it", b)
 	}
-	return t.chunks[b/t.per()].Lookup(uint32(b%t.per()), to)
+	if err := t.chunks[b/t.per()].Lookup(uint32(b%t.per()), to); err != nil {
+		return err
+	}
+	if len(t.read) >= readBlocks || t.read == nil {
+		t.read = make(map[int]*[unwind.BlockRows]unwind.Entry, readBlocks)
+	}
+	r := *to
+	t.read[b] = &r
+	return nil
 }
 
 func (t *rowChunks) close() {
 	for _, m := range t.chunks {
 		m.Close()
 	}
-	t.chunks = nil
+	t.chunks, t.read = nil, nil
 }
 
 // A frame section larger than this is parsed in the big files' lane, one
