@@ -1,13 +1,13 @@
 package procfs
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,48 +27,80 @@ type Mapping struct {
 func (m Mapping) Exec() bool { return strings.Contains(m.Perms, "x") }
 
 // ParseMaps reads /proc/PID/maps lines ("start-end perms offset dev inode
-// path"); malformed lines are an error.
+// path", fields apart by spaces); malformed lines are an error.
 func ParseMaps(r io.Reader) ([]Mapping, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxMaps+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxMaps {
+		return nil, fmt.Errorf("maps: more than %d MiB", maxMaps>>20)
+	}
+	return parseMaps(b)
+}
+
+func parseMaps(b []byte) ([]Mapping, error) {
 	var out []Mapping
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			return nil, fmt.Errorf("maps line %q", line)
+	for len(b) > 0 {
+		end := bytes.IndexByte(b, '\n')
+		if end < 0 {
+			end = len(b)
+		}
+		line := string(b[:end])
+		b = b[min(end+1, len(b)):]
+		var f [5]string
+		rest := line
+		for i := range f {
+			rest = strings.TrimLeft(rest, " ")
+			f[i], rest, _ = strings.Cut(rest, " ")
 		}
 		lo, hi, ok := strings.Cut(f[0], "-")
 		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
+		end2, err2 := strconv.ParseUint(hi, 16, 64)
 		off, err3 := strconv.ParseUint(f[2], 16, 64)
 		inode, err4 := strconv.ParseUint(f[4], 10, 64)
-		if !ok || errors.Join(err1, err2, err3, err4) != nil || end <= start {
+		if !ok || f[1] == "" || f[3] == "" || errors.Join(err1, err2, err3, err4) != nil || end2 <= start {
 			return nil, fmt.Errorf("maps line %q", line)
 		}
-		m := Mapping{Start: start, End: end, Off: off, Perms: f[1], Dev: f[3], Inode: inode}
-		if len(f) > 5 {
-			// The path is the rest of the line after the fifth field (it may hold spaces).
-			rest := line
-			for i := 0; i < 5; i++ {
-				rest = strings.TrimLeft(rest, " ")
-				rest = rest[strings.IndexByte(rest, ' ')+1:]
-			}
-			m.Path = strings.TrimLeft(rest, " ")
-		}
-		out = append(out, m)
+		// The path is the rest of the line (it may hold spaces).
+		out = append(out, Mapping{Start: start, End: end2, Off: off, Perms: f[1], Dev: f[3], Inode: inode, Path: strings.TrimLeft(rest, " ")})
 	}
-	return out, sc.Err()
+	return out, nil
 }
+
+// maxMaps bounds the maps file ReadMaps reads: some 80 bytes a mapping,
+// the kernel's default limit of 65,530 mappings is 5 MiB.
+const maxMaps = 64 << 20
 
 // ReadMaps reads a process's mappings. A process the tool may not read
 // gives a *DeniedError.
 func ReadMaps(pid int) ([]Mapping, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return nil, Denied(pid, err)
 	}
-	return ParseMaps(bytes.NewReader(b))
+	defer f.Close()
+	// Read in as few calls as the text takes (each makes the kernel find
+	// its place among the mappings again), not os.ReadFile's 512 bytes
+	// and up.
+	b := make([]byte, 0, 16<<10)
+	for {
+		if len(b) == cap(b) {
+			if len(b) >= maxMaps {
+				return nil, fmt.Errorf("process %d's maps: more than %d MiB", pid, maxMaps>>20)
+			}
+			b = slices.Grow(b, len(b))
+		}
+		n, err := f.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, Denied(pid, err)
+		}
+	}
+	return parseMaps(b)
 }
 
 // DeniedError is a process whose files in /proc (maps, root, map_files)

@@ -1,8 +1,12 @@
 package procfs
 
 import (
+	"bytes"
+	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseMaps(t *testing.T) {
@@ -50,4 +54,41 @@ func FuzzParseMaps(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReadMapsLong: a maps file longer than ReadMaps' first buffer (here
+// 600 mappings more, some 45 KiB) is read whole, as os.ReadFile reads it.
+func TestReadMapsLong(t *testing.T) {
+	var regions [][]byte
+	defer func() {
+		for _, r := range regions {
+			unix.Munmap(r)
+		}
+	}()
+	for i := 0; i < 600; i++ {
+		prot := unix.PROT_READ
+		if i%2 == 1 {
+			prot |= unix.PROT_WRITE // unlike its neighbours: never merged with them
+		}
+		r, err := unix.Mmap(-1, 0, 4096, prot, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		regions = append(regions, r)
+	}
+	got, err := ReadMaps(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ParseMaps(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 16<<10 || len(got) < 300 || len(got) < len(want)-20 || len(got) > len(want)+20 {
+		t.Errorf("%d mappings read, %d in a %d-byte file read apart", len(got), len(want), len(b))
+	}
 }
