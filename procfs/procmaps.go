@@ -29,12 +29,9 @@ func (m Mapping) Exec() bool { return strings.Contains(m.Perms, "x") }
 // ParseMaps reads /proc/PID/maps lines ("start-end perms offset dev inode
 // path", fields apart by spaces); malformed lines are an error.
 func ParseMaps(r io.Reader) ([]Mapping, error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxMaps+1))
+	b, err := readMapsText(r)
 	if err != nil {
 		return nil, err
-	}
-	if len(b) > maxMaps {
-		return nil, fmt.Errorf("maps: more than %d MiB", maxMaps>>20)
 	}
 	return parseMaps(b)
 }
@@ -42,12 +39,12 @@ func ParseMaps(r io.Reader) ([]Mapping, error) {
 func parseMaps(b []byte) ([]Mapping, error) {
 	var out []Mapping
 	for len(b) > 0 {
-		end := bytes.IndexByte(b, '\n')
-		if end < 0 {
-			end = len(b)
+		nl := bytes.IndexByte(b, '\n')
+		if nl < 0 {
+			nl = len(b)
 		}
-		line := string(b[:end])
-		b = b[min(end+1, len(b)):]
+		line := string(b[:nl])
+		b = b[min(nl+1, len(b)):]
 		var f [5]string
 		rest := line
 		for i := range f {
@@ -56,14 +53,14 @@ func parseMaps(b []byte) ([]Mapping, error) {
 		}
 		lo, hi, ok := strings.Cut(f[0], "-")
 		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end2, err2 := strconv.ParseUint(hi, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
 		off, err3 := strconv.ParseUint(f[2], 16, 64)
 		inode, err4 := strconv.ParseUint(f[4], 10, 64)
-		if !ok || f[1] == "" || f[3] == "" || errors.Join(err1, err2, err3, err4) != nil || end2 <= start {
+		if !ok || f[1] == "" || f[3] == "" || errors.Join(err1, err2, err3, err4) != nil || end <= start {
 			return nil, fmt.Errorf("maps line %q", line)
 		}
 		// The path is the rest of the line (it may hold spaces).
-		out = append(out, Mapping{Start: start, End: end2, Off: off, Perms: f[1], Dev: f[3], Inode: inode, Path: strings.TrimLeft(rest, " ")})
+		out = append(out, Mapping{Start: start, End: end, Off: off, Perms: f[1], Dev: f[3], Inode: inode, Path: strings.TrimLeft(rest, " ")})
 	}
 	return out, nil
 }
@@ -80,27 +77,34 @@ func ReadMaps(pid int) ([]Mapping, error) {
 		return nil, Denied(pid, err)
 	}
 	defer f.Close()
-	// Read in as few calls as the text takes (each makes the kernel find
-	// its place among the mappings again), not os.ReadFile's 512 bytes
-	// and up.
+	b, err := readMapsText(f)
+	if err != nil {
+		return nil, Denied(pid, err)
+	}
+	return parseMaps(b)
+}
+
+// readMapsText reads a maps file whole, up to maxMaps, in as few calls as
+// the text takes (each makes the kernel find its place among the
+// mappings again), not io.ReadAll's 512 bytes and up.
+func readMapsText(r io.Reader) ([]byte, error) {
 	b := make([]byte, 0, 16<<10)
 	for {
 		if len(b) == cap(b) {
 			if len(b) >= maxMaps {
-				return nil, fmt.Errorf("process %d's maps: more than %d MiB", pid, maxMaps>>20)
+				return nil, fmt.Errorf("maps: more than %d MiB", maxMaps>>20)
 			}
 			b = slices.Grow(b, len(b))
 		}
-		n, err := f.Read(b[len(b):cap(b)])
+		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if err == io.EOF {
-			break
+			return b, nil
 		}
 		if err != nil {
-			return nil, Denied(pid, err)
+			return nil, err
 		}
 	}
-	return parseMaps(b)
 }
 
 // DeniedError is a process whose files in /proc (maps, root, map_files)
