@@ -3,17 +3,21 @@ package perfevent
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // Drain reads the rings in a goroutine of its own until the returned stop
-// is called. It waits in poll(2) until a ring wakes it or tick passes (a
-// trickle of records under WakeBatch shows within tick; 0 waits for
-// records alone), then calls fn, which reads them (Read). stop wakes it at
-// once, through an eventfd in the same poll, and returns when it has
+// is called. It waits (in Go's network poller: see pollSet) until a ring
+// wakes it or tick passes (a trickle of records under WakeBatch shows
+// within tick; 0 waits for records alone), then calls fn, which reads
+// them (Read). stop wakes it at
+// once, through an eventfd in the same set, and returns when it has
 // ended; twice is harmless. A poll error, an error from fn or a panic in
 // fn ends the goroutine and is handed to fail, once: the run ends through
 // its usual cleanup, never with probes left behind.
@@ -35,15 +39,18 @@ func (r *Rings) DrainDue(wait time.Duration, fn func() (time.Duration, error), f
 			return nil, fmt.Errorf("read the rings of %s: eventfd: %w", r.what, err)
 		}
 	}
-	pfds := []unix.PollFd{{Fd: int32(fds[0]), Events: unix.POLLIN}, {Fd: int32(fds[1]), Events: unix.POLLIN}}
-	for _, fd := range r.events.FDs {
-		pfds = append(pfds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	ep, err := newPollSet(append([]int{fds[0], fds[1]}, r.events.FDs...))
+	if err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("read the rings of %s: %w", r.what, err)
 	}
 	done := make(chan struct{})
-	d := &drain{wake: fds[0], poke: fds[1], done: done}
+	d := &drain{wake: fds[0], poke: fds[1], set: ep.fd, done: done}
 	r.drain = d
 	go func() {
 		defer close(done)
+		defer ep.Close()
 		defer func() {
 			if p := recover(); p != nil {
 				fail(fmt.Errorf("internal error reading the rings of %s: %v", r.what, p))
@@ -51,23 +58,14 @@ func (r *Rings) DrainDue(wait time.Duration, fn func() (time.Duration, error), f
 		}()
 		var count [8]byte
 		for {
-			timeout := -1
-			if wait > 0 {
-				// Rounded up: woken before it, fn would find nothing due.
-				timeout = int((wait + time.Millisecond - 1) / time.Millisecond)
-			}
-			_, err := unix.Poll(pfds, timeout)
-			if errors.Is(err, unix.EINTR) {
-				continue // a signal (the runtime's preemption): nothing to read
-			}
-			if err != nil {
+			if err := ep.wait(wait, func() bool { return d.stopping.Load() || d.poked.Load() || r.unread() }); err != nil {
 				fail(fmt.Errorf("poll the rings of %s: %w", r.what, err))
 				return
 			}
-			if pfds[0].Revents != 0 {
+			if d.stopping.Load() {
 				return // stop
 			}
-			if pfds[1].Revents != 0 {
+			if d.poked.Swap(false) {
 				unix.Read(d.poke, count[:]) // reset: one call answers every Wake before it
 			}
 			if wait, err = fn(); err != nil {
@@ -86,6 +84,7 @@ func (r *Rings) Wake() {
 	if d := r.drain; d != nil {
 		d.mu.Lock()
 		if !d.closed {
+			d.poked.Store(true)
 			unix.Write(d.poke, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 		}
 		d.mu.Unlock()
@@ -96,7 +95,9 @@ func (r *Rings) Wake() {
 // to call its fn (Wake), done once it has ended.
 type drain struct {
 	wake, poke      int
-	mu              sync.Mutex // Wake against close: never a write to a number reused
+	stopping, poked atomic.Bool // set before wake and poke are written
+	set             int         // the epoll set's descriptor (tests)
+	mu              sync.Mutex  // Wake against close: never a write to a number reused
 	closed          bool
 	done            chan struct{}
 	signal, closeFD sync.Once
@@ -104,7 +105,10 @@ type drain struct {
 
 // ask wakes the goroutine to end.
 func (d *drain) ask() {
-	d.signal.Do(func() { unix.Write(d.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) })
+	d.signal.Do(func() {
+		d.stopping.Store(true)
+		unix.Write(d.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	})
 }
 
 // stop ends the goroutine and waits for it.
@@ -135,3 +139,59 @@ func (d *drain) ended(wait time.Duration) bool {
 		return false
 	}
 }
+
+// pollSet is an epoll set of the rings and eventfds, itself waited on in
+// Go's network poller: a reader waiting for its rings holds no P (a
+// thread blocked in poll(2) kept Go's sysmon polling every 20 µs until it
+// took the P back, and woke it again at each of the reader's wake-ups).
+type pollSet struct {
+	fd int // never f.Fd(), which would make f blocking, without deadlines
+	f  *os.File
+	rc syscall.RawConn
+}
+
+func newPollSet(fds []int) (*pollSet, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	for _, fd := range fds {
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			unix.Close(epfd)
+			return nil, fmt.Errorf("epoll_ctl: %w", err)
+		}
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll set nonblocking: %w", err)
+	}
+	f := os.NewFile(uintptr(epfd), "rings")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &pollSet{fd: epfd, f: f, rc: rc}, nil
+}
+
+// wait returns when ready says there is work, waiting at most wait for
+// it (0: as long as it takes). ready is asked first, then at each wake-up
+// of the set: it must look at the rings themselves (their heads), not at
+// what epoll_wait(2) says of them, since a perf event's poll answers
+// once per wake-up and the poller's check of the set has taken it.
+func (p *pollSet) wait(wait time.Duration, ready func() bool) error {
+	deadline := time.Time{}
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	if err := p.f.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	err := p.rc.Read(func(uintptr) bool { return ready() })
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+func (p *pollSet) Close() error { return p.f.Close() }

@@ -2,10 +2,18 @@ package perfevent
 
 import (
 	"errors"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/loader"
@@ -162,4 +170,137 @@ func TestDrainDue(t *testing.T) {
 	}
 	stop()
 	rings.Wake()
+}
+
+// A reader waiting for its rings holds no thread in a system call: it
+// waits in Go's network poller (a thread in poll(2) kept Go's sysmon
+// polling every 20 µs, at each of the reader's wake-ups, for as long as
+// it waited), and still wakes at a Wake.
+func TestDrainWaitsInPoller(t *testing.T) {
+	m := outputMap(t)
+	rings, err := OpenOutputRings(m, "test", 1, WakeEach)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rings.Close()
+	calls := make(chan struct{}, 16)
+	stop, err := rings.DrainDue(0, func() (time.Duration, error) {
+		calls <- struct{}{}
+		return 0, nil
+	}, func(err error) { t.Errorf("fail: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	time.Sleep(200 * time.Millisecond)
+	set := uint64(rings.drain.set)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue // running
+		}
+		nr, _ := strconv.Atoi(f[0])
+		arg, _ := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64)
+		switch {
+		case slices.Contains(pollCalls(), nr):
+			t.Errorf("thread %s blocked in poll(2): %s", task.Name(), strings.TrimSpace(string(b)))
+		case slices.Contains(epollWaits(), nr) && arg == set:
+			t.Errorf("thread %s blocked in epoll_wait(2) on the rings' set: %s", task.Name(), strings.TrimSpace(string(b)))
+		}
+	}
+	rings.Wake()
+	select {
+	case <-calls:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no call after a Wake")
+	}
+}
+
+// pollCalls and epollWaits are the numbers of poll(2) and epoll_wait(2)
+// and their kin here.
+func pollCalls() []int {
+	nrs := []int{unix.SYS_PPOLL}
+	switch runtime.GOARCH {
+	case "amd64":
+		nrs = append(nrs, 7) // poll
+	case "arm":
+		nrs = append(nrs, 168, 414) // poll, ppoll_time64
+	}
+	return nrs
+}
+
+func epollWaits() []int {
+	nrs := []int{unix.SYS_EPOLL_PWAIT, unix.SYS_EPOLL_PWAIT2}
+	switch runtime.GOARCH {
+	case "amd64":
+		nrs = append(nrs, 232)
+	case "arm":
+		nrs = append(nrs, 252)
+	}
+	return nrs
+}
+
+// Each record wakes the reader, one after another: the reader looks at
+// the rings' heads, not at what epoll says of them (a perf event's poll
+// answers once per wake-up, and the poller's own check of the set takes
+// that answer).
+func TestDrainWakesForEachRecord(t *testing.T) {
+	m := outputMap(t)
+	rings, err := OpenOutputRings(m, "test", 1, WakeEach)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rings.Close()
+	// An XDP program run by BPF_PROG_TEST_RUN writes one 8-byte record to
+	// its CPU's ring.
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL", Instructions: asm.Instructions{
+		asm.Mov.Imm(asm.R2, 7),
+		asm.StoreMem(asm.RFP, -8, asm.R2, asm.DWord),
+		asm.LoadMapPtr(asm.R2, m.FD()),
+		asm.LoadImm(asm.R3, 0xffffffff, asm.DWord), // BPF_F_CURRENT_CPU
+		asm.Mov.Reg(asm.R4, asm.RFP),
+		asm.Add.Imm(asm.R4, -8),
+		asm.Mov.Imm(asm.R5, 8),
+		asm.FnPerfEventOutput.Call(),
+		asm.Mov.Imm(asm.R0, 2), // XDP_PASS
+		asm.Return(),
+	}})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	defer prog.Close()
+	got := make(chan int, 64)
+	stop, err := rings.DrainDue(0, func() (time.Duration, error) {
+		n := 0
+		rings.Read(func(Sample) { n++ })
+		if n > 0 {
+			got <- n
+		}
+		return 0, nil
+	}, func(err error) { t.Errorf("fail: %v", err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for i := 0; i < 50; i++ {
+		if _, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 64)}); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		select {
+		case n := <-got:
+			if n != 1 {
+				t.Fatalf("record %d: read %d records, want 1", i, n)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("record %d did not wake the reader", i)
+		}
+	}
 }

@@ -214,6 +214,16 @@ const (
 	offTail = 1032
 )
 
+// unread says whether a ring holds a record not read yet.
+func (r *Rings) unread() bool {
+	for _, m := range r.mmaps {
+		if atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offHead]))) != atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offTail]))) {
+			return true
+		}
+	}
+	return false
+}
+
 // Read hands every complete record of every ring to fn, and frees it.
 // The names (FollowNames) are read after the rings' heads are taken and
 // before their records: an exec writes its name before the new program
