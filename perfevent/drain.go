@@ -16,11 +16,11 @@ import (
 // is called. It waits (in Go's network poller: see pollSet) until a ring
 // wakes it or tick passes (a trickle of records under WakeBatch shows
 // within tick; 0 waits for records alone), then calls fn, which reads
-// them (Read). stop wakes it at
-// once, through an eventfd in the same set, and returns when it has
-// ended; twice is harmless. A poll error, an error from fn or a panic in
-// fn ends the goroutine and is handed to fail, once: the run ends through
-// its usual cleanup, never with probes left behind.
+// them (Read). stop wakes it at once, through an eventfd in the same set,
+// and returns when it has ended; twice is harmless. A poll error, an
+// error from fn or a panic in fn ends the goroutine and is handed to
+// fail, once: the run ends through its usual cleanup, never with probes
+// left behind.
 func (r *Rings) Drain(tick time.Duration, fn func() error, fail func(error)) (stop func(), err error) {
 	return r.DrainDue(tick, func() (time.Duration, error) { return tick, fn() }, fail)
 }

@@ -214,10 +214,11 @@ const (
 	offTail = 1032
 )
 
-// unread says whether a ring holds a record not read yet.
+// unread says whether a ring holds a record not read yet (as read reads
+// them: up to the head).
 func (r *Rings) unread() bool {
 	for _, m := range r.mmaps {
-		if atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offHead]))) != atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offTail]))) {
+		if atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offHead]))) > atomic.LoadUint64((*uint64)(unsafe.Pointer(&m[offTail]))) {
 			return true
 		}
 	}
@@ -267,6 +268,10 @@ func (r *Rings) read(m []byte, head uint64, fn func(Sample), lost *uint64) {
 		typ := binary.LittleEndian.Uint32(hdr[0:])
 		n := uint64(binary.LittleEndian.Uint16(hdr[6:]))
 		if n < 8 {
+			// Not a record the kernel writes: the rest is dropped, so that
+			// the ring is not left unread for its reader to wake for again
+			// and again (see unread).
+			tail = head
 			break
 		}
 		rec = readWrapped(data, tail, n, rec[:0])

@@ -87,6 +87,29 @@ func TestRingReadWrapsAndCountsLost(t *testing.T) {
 	r.Read(func(s Sample) { t.Errorf("read again: %+v", s) })
 }
 
+// A record shorter than its header is none the kernel writes: the rest of
+// the ring is dropped, and the ring is not left unread (its reader would
+// be woken for it at once, again and again).
+func TestRingReadDropsBadRecord(t *testing.T) {
+	fr := newFakeRing(256, 0)
+	fr.put(sampleRecord(42, 1, 1000, []byte("first")))
+	fr.put(header(unix.PERF_RECORD_SAMPLE, nil)[:4]) // size 0
+	fr.put(make([]byte, 4))
+	fr.put(sampleRecord(43, 1, 2000, []byte("after it")))
+	r := &Rings{mmaps: [][]byte{fr.m}}
+	if !r.unread() {
+		t.Fatal("records put, none unread")
+	}
+	var got []string
+	r.Read(func(s Sample) { got = append(got, string(s.Raw)) })
+	if strings.Join(got, ",") != "first" {
+		t.Errorf("read %q, want the first record alone", got)
+	}
+	if r.unread() {
+		t.Errorf("tail %d, head %d: the ring left unread", *(*uint64)(unsafe.Pointer(&fr.m[offTail])), fr.head)
+	}
+}
+
 // Names from the name rings reach OnComm in the order they happened, across
 // CPUs, before the samples read with them, and a loss in the name rings is not a loss of the event's records.
 func TestRingReadNamesFirst(t *testing.T) {
