@@ -57,8 +57,9 @@ func (r *Rings) DrainDue(wait time.Duration, fn func() (time.Duration, error), f
 			}
 		}()
 		var count [8]byte
+		ready := func() bool { return d.stopping.Load() || d.poked.Load() || r.unread() }
 		for {
-			if err := ep.wait(wait, func() bool { return d.stopping.Load() || d.poked.Load() || r.unread() }); err != nil {
+			if err := ep.wait(wait, ready); err != nil {
 				fail(fmt.Errorf("poll the rings of %s: %w", r.what, err))
 				return
 			}
