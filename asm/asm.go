@@ -557,13 +557,10 @@ func CmpXchg(dst, src bpf.Register, size bpf.Size, off int16) bpf.Instruction {
 // composite literal of instructions, or an append of several, gives each
 // its own stack slot, live until the slice is built, and every call in
 // between carries a map of those slots: the cost grows faster than the
-// program. One call per instruction is flat, and writing the programs
-// this way made the binary 36 KB smaller (12 MiB budget).
+// program. One call per instruction is flat.
 type Seq struct{ bpf.Instructions }
 
 // Add appends one instruction.
-//
-//go:noinline
 func (s *Seq) Add(i bpf.Instruction) { s.Instructions = append(s.Instructions, i) }
 
 // Append appends a snippet.

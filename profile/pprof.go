@@ -68,10 +68,7 @@ func (m *pb) varint(v uint64) {
 
 func (m *pb) tag(field, wire int) { m.varint(uint64(field)<<3 | uint64(wire)) }
 
-// int64 writes a varint field; proto3 leaves zeros out. Not inlined, nor
-// bytes: the profile writes dozens of fields, each a loop when inlined.
-//
-//go:noinline
+// int64 writes a varint field; proto3 leaves zeros out.
 func (m *pb) int64(field int, v int64) {
 	if v != 0 {
 		m.tag(field, 0)
@@ -79,7 +76,6 @@ func (m *pb) int64(field int, v int64) {
 	}
 }
 
-//go:noinline
 func (m *pb) bytes(field int, b []byte) {
 	m.tag(field, 2)
 	m.varint(uint64(len(b)))

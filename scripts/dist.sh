@@ -6,20 +6,19 @@
 # times those of the commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=${VERSION:?} ldflags=${LDFLAGS:?} tools=${TOOLS:?}
+export VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+version=$VERSION tools=${TOOLS:?}
 out=${DIST:-dist}
 mtime=$(git log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ)
 rm -rf "$out" && mkdir -p "$out"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-noinline=()
-for p in ${NOINLINE:?}; do noinline+=(-gcflags="$p=-l"); done
 for arch in amd64 arm64 riscv64 armv7; do
   name=tracekit-$version-linux-$arch
   mkdir -p "$stage/$name"
-  goarch=$arch goarm=
-  [ "$arch" = armv7 ] && goarch=arm goarm=7
-  CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm go build -trimpath -tags="${TAGS:-nethttpomithttp2}" "${noinline[@]}" -ldflags="$ldflags" -o "$stage/$name/tracekit" ./cmd/tracekit
+  goarch=$arch
+  [ "$arch" = armv7 ] && goarch=arm
+  bash scripts/build.sh "$stage/$name/tracekit" "$goarch" 7
   for t in $tools; do ln -s tracekit "$stage/$name/$t"; done
   cp README.md "$stage/$name/"
   tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="$mtime" -cf - "$name" | gzip -n -9 > "$out/$name.tar.gz"

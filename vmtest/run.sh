@@ -204,7 +204,7 @@ make_stage() { # make_stage ARCH
   fi
   mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
   chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
-  CGO_ENABLED=0 GOARCH=$arch GOARM=7 go build -trimpath -tags=nethttpomithttp2 -o "$stage/tk/bin/tracekit" ./cmd/tracekit
+  bash scripts/build.sh "$stage/tk/bin/tracekit" "$arch" 7
   for t in writesize dropmon iolat filter profile; do ln -s tracekit "$stage/tk/bin/$t"; done
   for p in "${pkgs[@]}"; do
     # dropmon/prog's binary is dropmon-prog.test (the guest maps it back).

@@ -498,11 +498,14 @@ func Tool(t testing.TB, name string) string {
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		// Built as make builds it: static, no cgo (a --serve run drops
-		// capabilities on every thread, which cgo's threads would forbid).
-		build := exec.Command("go", "build", "-tags=nethttpomithttp2", "-o", filepath.Join(dir, "tracekit"), "github.com/tracekit/tracekit/cmd/tracekit")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := build.CombinedOutput()
+		// Built by make build's own script: the binary the tests run is
+		// the binary that ships.
+		mod, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			t.Fatalf("go env GOMOD: %v", err)
+		}
+		script := filepath.Join(filepath.Dir(strings.TrimSpace(string(mod))), "scripts", "build.sh")
+		out, err := exec.Command("bash", script, filepath.Join(dir, "tracekit")).CombinedOutput()
 		if err != nil {
 			t.Fatalf("build tracekit: %v\n%s", err, out)
 		}
