@@ -6,7 +6,7 @@ BIN     := bin
 # kernel matrix's guests and make bench all run the binary it makes.
 export CGO_ENABLED := 0
 
-.PHONY: all build dist run test test-vm bench vet help clean
+.PHONY: all build dist man run test test-vm bench vet help clean
 
 all: build ## `make` alone builds every tool
 
@@ -15,8 +15,11 @@ build: ## build bin/tracekit, every tool in one static binary, and a link per to
 	bash scripts/build.sh $(BIN)/tracekit
 	@for t in $(TOOLS); do ln -sfn tracekit $(BIN)/$$t; done
 
-dist: ## dist/tracekit-VERSION-linux-{amd64,arm64,riscv64,armv7}.tar.gz (binary, tool links, README) and dist/SHA256SUMS
+dist: ## dist/tracekit-VERSION-linux-{amd64,arm64,riscv64,armv7}.tar.gz (binary, tool links, man pages, README) and dist/SHA256SUMS
 	TOOLS='$(TOOLS)' bash scripts/dist.sh
+
+man: ## write man/TOOL.8 from each tool's --help texts (make test fails while one is stale)
+	$(GO) test -count=1 -run TestManPages ./cmd/tracekit -update
 
 run: build ## build, then run the showcase: the live IO latency heatmap (q quits)
 	$(BIN)/iolat --heatmap

@@ -45,19 +45,31 @@ three count the same drops.
 
 `
 
+const overhead = `One program on skb:kfree_skb (a raw tracepoint where the kernel has them,
+4.17+; else the perf tracepoint), one hash update per drop, keyed by
+location and reason. make bench measured it at 1.08x the BPF time of an
+empty program there and 0.25x of bpftrace's count() (about 64 ns a drop on
+the project's 2-core VM). User space wakes only to print a report.
+`
+
 // Summary is the tool's one-line description: the first line of its --help.
 const Summary = "Count packet drops by kernel location and drop reason."
 
-// Main runs the tool with its command-line arguments (without the program
-// name) and returns its exit status.
-func Main(args []string) int {
+// Tool is the tool's command line, help and run: run.Main runs it,
+// run.ManPage writes its manual.
+func Tool() run.Tool {
 	var o options
-	return run.Main(run.Tool{
+	return run.Tool{
 		Name:     "dropmon",
 		Summary:  Summary,
 		Details:  details,
+		Overhead: overhead,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
 		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
-	}, args)
+	}
 }
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int { return run.Main(Tool(), args) }

@@ -238,20 +238,38 @@ through its uprobe; one event, no glob or list.
 A bad --where is a usage error; the message points at the offending part.
 `
 
+const overhead = `One program per event (two for a call seen whole: its entry and its return).
+Counting or a histogram costs what the expression reads: make bench measured
+--hist count on sys_enter_write at 0.39x of bpftrace's hist() in BPF time
+(62 to 84 ns a write on the project's 2-core VM), and a --count behind a
+predicate that reads a user string at 0.84x of bpftrace's count() (220 ns).
+Printing every event: records go to per-CPU rings, read when a quarter full;
+at 500,000 events a second filter delivered 491,000, bpftrace's printf()
+127,000. kstack is the kernel's bpf_get_stackid (about 1.2 us a stack);
+ustack is profile's in-kernel unwinder (tens of ns a frame). A uprobe's trap
+costs the traced process about 0.7 us a hit before any program runs; a
+uprobe and uretprobe pair (ret, duration) about 17 us.
+`
+
 // Summary is the tool's one-line description: the first line of its --help.
 const Summary = "Print (or count) the events that pass an in-kernel filter."
 
-// Main runs the tool with its command-line arguments (without the program
-// name) and returns its exit status.
-func Main(args []string) int {
+// Tool is the tool's command line, help and run: run.Main runs it,
+// run.ManPage writes its manual.
+func Tool() run.Tool {
 	var o options
-	return run.Main(run.Tool{
+	return run.Tool{
 		Name:     "filter",
 		Lead:     "EVENT",
 		Summary:  Summary,
 		Details:  details,
+		Overhead: overhead,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
 		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
-	}, args)
+	}
 }
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int { return run.Main(Tool(), args) }

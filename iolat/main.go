@@ -58,19 +58,33 @@ Examples:
 
 `
 
+const overhead = `Two programs, at a request's issue and at its completion (raw tracepoints
+where the kernel has them, 4.17+; BTF tracepoints with -d DISK): the start
+time lives in a direct-mapped slot claimed by compare-and-exchange, and the
+completion adds one to a log2 (or heatmap) slot. make bench measured 0.36x
+of biolatency's BPF time per IO (335 against 939 ns on the project's 2-core
+VM). The heatmap is drawn in user space: 1.5 ms for a frame of 200 rows by
+100 slots.
+`
+
 // Summary is the tool's one-line description: the first line of its --help.
 const Summary = "Summarize block IO latency as histograms or a grayscale heatmap."
 
-// Main runs the tool with its command-line arguments (without the program
-// name) and returns its exit status.
-func Main(args []string) int {
+// Tool is the tool's command line, help and run: run.Main runs it,
+// run.ManPage writes its manual.
+func Tool() run.Tool {
 	var o options
-	return run.Main(run.Tool{
+	return run.Tool{
 		Name:     "iolat",
 		Summary:  Summary,
 		Details:  details,
+		Overhead: overhead,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
 		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
-	}, args)
+	}
 }
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int { return run.Main(Tool(), args) }

@@ -167,22 +167,38 @@ Examples:
 
 `
 
+const overhead = `A BPF program per CPU runs -F times a second (49 by default) on a software
+CPU-clock event, whatever the system does: at 49 Hz on 2 CPUs that is 98
+runs a second. The in-kernel unwinder costs about 56 ns a user frame on the
+project's 2-core VM (bpftrace's frame-pointer ustack about 32, and it stops
+where frame pointers do); a sample of a 10-frame stack about 5 us of BPF
+time. A file's unwind tables are read once, on the first process that maps
+it (python3.11's 8 files: 107,449 rows, 0.8 MiB of map memory, in 33 ms),
+within --table-mib. Over 50 short-lived processes a run took 0.29x of the
+CPU of perf record --call-graph dwarf with perf script.
+`
+
 // Summary is the tool's one-line description: the first line of its --help.
 const Summary = "Sample on-CPU stacks, kernel and user, unwound in the kernel without frame pointers."
 
-// Main runs the tool with its command-line arguments (without the program
-// name) and returns its exit status.
-func Main(args []string) int {
+// Tool is the tool's command line, help and run: run.Main runs it,
+// run.ManPage writes its manual.
+func Tool() run.Tool {
 	var o options
-	return run.Main(run.Tool{
+	return run.Tool{
 		Name:     "profile",
 		Summary:  Summary,
 		Details:  details,
+		Overhead: overhead,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
 		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
-	}, args)
+	}
 }
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int { return run.Main(Tool(), args) }
 
 // assumeMissing says whether --assume-missing named feature.
 func (o *options) assumeMissing(feature string) bool {

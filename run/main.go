@@ -95,8 +95,9 @@ type Tool struct {
 	// ("EVENT"), "" for none.
 	Lead string
 	// Summary is the first line of --help; Details follows the options
-	// (examples, notes).
-	Summary, Details string
+	// (examples, notes), then Overhead: what a run costs the traced system.
+	// The man page (ManPage) is made of the same texts.
+	Summary, Details, Overhead string
 	// Options is a pointer to the tool's options struct, which embeds Common.
 	Options CommonOptions
 	// Validate checks tool-specific options after parsing; return Usagef
@@ -312,8 +313,9 @@ when it fails on its own (128+N when signal N ends it), unless the tool
 fails (1).
 `
 
-func parse(t Tool, args []string) error {
-	// A fresh parser per call: tests share no state.
+// newParser is the tool's command line: a fresh parser per call, so
+// tests share no state.
+func newParser(t Tool) (*flags.Parser, error) {
 	p := flags.NewNamedParser(t.Name, flags.HelpFlag|flags.PassDoubleDash)
 	// go-flags appends the positional arguments: "[interval] [count]".
 	p.Usage = "[options]"
@@ -323,7 +325,24 @@ func parse(t Tool, args []string) error {
 	p.ShortDescription = t.Summary
 	p.LongDescription = t.Summary
 	if _, err := p.AddGroup("Options", "", t.Options); err != nil {
-		return fmt.Errorf("options: %w", err)
+		return nil, fmt.Errorf("options: %w", err)
+	}
+	return p, nil
+}
+
+// helpText is what --help prints after go-flags' usage and options.
+func helpText(t Tool) string {
+	s := strings.TrimRight(t.Details, "\n") + "\n\n"
+	if t.Overhead != "" {
+		s += "Overhead:\n" + strings.TrimRight(t.Overhead, "\n") + "\n\n"
+	}
+	return s + exitHelp
+}
+
+func parse(t Tool, args []string) error {
+	p, err := newParser(t)
+	if err != nil {
+		return err
 	}
 	rest, err := p.ParseArgs(args)
 	if err == nil && t.Options.common().Version {
@@ -334,7 +353,7 @@ func parse(t Tool, args []string) error {
 		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {
 			var b strings.Builder
 			p.WriteHelp(&b)
-			fe.Message = b.String() + "\n" + strings.TrimRight(t.Details, "\n") + "\n\n" + exitHelp
+			fe.Message = b.String() + "\n" + helpText(t)
 			return fe
 		}
 		return err

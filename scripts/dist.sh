@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make dist: dist/tracekit-VERSION-linux-ARCH.tar.gz for amd64, arm64, riscv64 and
 # armv7 (32-bit ARM, GOARM=7: hard float, as Debian's armhf), each
-# with the one static binary, a link per tool and the README, and
+# with the one static binary, a link per tool, the man pages (man/man8/,
+# for man -M or MANPATH) and the README, and
 # dist/SHA256SUMS. The archives are reproducible: names sorted, owner root,
 # times those of the commit.
 set -euo pipefail
@@ -21,6 +22,8 @@ for arch in amd64 arm64 riscv64 armv7; do
   bash scripts/build.sh "$stage/$name/tracekit" "$goarch" 7
   for t in $tools; do ln -s tracekit "$stage/$name/$t"; done
   cp README.md "$stage/$name/"
+  mkdir -p "$stage/$name/man/man8"
+  for t in $tools; do cp "man/$t.8" "$stage/$name/man/man8/"; done
   tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="$mtime" -cf - "$name" | gzip -n -9 > "$out/$name.tar.gz"
 done
 (cd "$out" && sha256sum -- *.tar.gz > SHA256SUMS)

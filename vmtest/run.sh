@@ -45,6 +45,9 @@ if [ -n "${TK_VM_RISCV64_SERIES-x}" ]; then
 fi
 command -v musl-gcc >/dev/null || need+=(musl-tools)
 [ -f /usr/include/x86_64-linux-gnu/sys/sdt.h ] || [ -f /usr/include/sys/sdt.h ] || need+=(systemtap-sdt-dev)
+# The man pages' test renders each page (cmd/tracekit TestManPages).
+command -v groff >/dev/null || need+=(groff-base)
+command -v man >/dev/null || need+=(man-db)
 # The peers filter's calls are checked against in the x86-64 guests.
 [ -x /usr/sbin/ksnoop ] && [ -x /usr/sbin/funclatency ] || need+=(libbpf-tools)
 if [ ${#need[@]} -gt 0 ]; then

@@ -56,21 +56,37 @@ it are counted under "[outside this pid namespace]" with -P.
 
 `
 
+const overhead = `One program at the write syscall's entry (its fentry where the kernel has
+BPF trampolines, else syscalls:sys_enter_write), which runs for writes only:
+it reads the count, computes its log2 bucket and adds one to a per-CPU slot.
+make bench measured it at 1.05x the BPF time of an empty program on the same
+tracepoint and 0.30x of bpftrace's hist() (54 to 65 ns a write on the
+project's 2-core VM). --attach=raw runs for every syscall: a getppid(2),
+which writesize does not count, costs 174 ns more. With -P the counts sit in
+a hash per process, drained every second. User space wakes only to print a
+report (and once a second with -P).
+`
+
 // Summary is the tool's one-line description: the first line of its --help.
 const Summary = "Summarize write(2) sizes as a log2 histogram."
 
-// Main runs the tool with its command-line arguments (without the program
-// name) and returns its exit status.
-func Main(args []string) int {
+// Tool is the tool's command line, help and run: run.Main runs it,
+// run.ManPage writes its manual.
+func Tool() run.Tool {
 	var o options
-	return run.Main(run.Tool{
-		Name:    "writesize",
-		Summary: Summary,
-		Details: details,
-		Options: &o,
+	return run.Tool{
+		Name:     "writesize",
+		Summary:  Summary,
+		Details:  details,
+		Overhead: overhead,
+		Options:  &o,
 		Validate: func() error {
 			return validate(&o)
 		},
 		Run: func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
-	}, args)
+	}
 }
+
+// Main runs the tool with its command-line arguments (without the program
+// name) and returns its exit status.
+func Main(args []string) int { return run.Main(Tool(), args) }

@@ -16,7 +16,8 @@ import (
 
 // TestDist runs make dist and opens what it wrote: for each
 // architecture an archive holding the binary for that machine, a link per
-// tool and the README, all owned by root; SHA256SUMS matching them.
+// tool, its man page and the README, all owned by root; SHA256SUMS
+// matching them. It logs each archive's size.
 func TestDist(t *testing.T) {
 	out := t.TempDir()
 	var names []string // every tool the binary has: the Makefile's TOOLS must name them all
@@ -42,6 +43,7 @@ func TestDist(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("%s.tar.gz: %d bytes", name, len(data))
 		sum := sha256.Sum256(data)
 		if line := hex.EncodeToString(sum[:]) + "  " + name + ".tar.gz\n"; !strings.Contains(string(sums), line) {
 			t.Errorf("SHA256SUMS has no line %q:\n%s", line, sums)
@@ -54,6 +56,7 @@ func TestDist(t *testing.T) {
 		links := map[string]string{}
 		var binary []byte
 		var readme bool
+		pages := map[string]bool{}
 		for {
 			h, err := tr.Next()
 			if err == io.EOF {
@@ -77,6 +80,8 @@ func TestDist(t *testing.T) {
 				}
 			case base == "README.md":
 				readme = true
+			case strings.HasPrefix(base, "man/man8/") && strings.HasSuffix(base, ".8"):
+				pages[strings.TrimSuffix(strings.TrimPrefix(base, "man/man8/"), ".8")] = true
 			}
 		}
 		f, err := elf.NewFile(strings.NewReader(string(binary)))
@@ -92,6 +97,9 @@ func TestDist(t *testing.T) {
 			}
 		}
 		for _, tool := range names {
+			if !pages[tool] {
+				t.Errorf("%s: no man/man8/%s.8", arch, tool)
+			}
 			if links[tool] != "tracekit" {
 				t.Errorf("%s: %s links to %q, want tracekit", arch, tool, links[tool])
 			}

@@ -20,16 +20,16 @@ import (
 )
 
 type tool struct {
-	name, summary string
-	main          func(args []string) int
+	name string
+	tool func() run.Tool
 }
 
 var all = []tool{
-	{"writesize", writesize.Summary, writesize.Main},
-	{"dropmon", dropmon.Summary, dropmon.Main},
-	{"iolat", iolat.Summary, iolat.Main},
-	{"filter", filter.Summary, filter.Main},
-	{"profile", profile.Summary, profile.Main},
+	{"writesize", writesize.Tool},
+	{"dropmon", dropmon.Tool},
+	{"iolat", iolat.Tool},
+	{"filter", filter.Tool},
+	{"profile", profile.Tool},
 }
 
 func find(name string) *tool {
@@ -52,7 +52,7 @@ func main() {
 func dispatch(argv []string, stdout, stderr io.Writer) int {
 	if len(argv) > 0 {
 		if t := find(filepath.Base(argv[0])); t != nil {
-			return t.main(argv[1:])
+			return run.Main(t.tool(), argv[1:])
 		}
 	}
 	if len(argv) < 2 {
@@ -68,7 +68,7 @@ func dispatch(argv []string, stdout, stderr io.Writer) int {
 		return 0
 	default:
 		if t := find(arg); t != nil {
-			return t.main(argv[2:])
+			return run.Main(t.tool(), argv[2:])
 		}
 		fmt.Fprintf(stderr, "tracekit: no tool named %q\nTry 'tracekit --help' for the list.\n", arg)
 		return 2
@@ -87,7 +87,7 @@ Tools:
 `)
 	var names []string
 	for _, t := range all {
-		fmt.Fprintf(&b, "  %-10s %s\n", t.name, t.summary)
+		fmt.Fprintf(&b, "  %-10s %s\n", t.name, t.tool().Summary)
 		names = append(names, t.name)
 	}
 	fmt.Fprintf(&b, `

@@ -24,7 +24,7 @@ func TestDispatch(t *testing.T) {
 		t.Fatalf("--help: status %d", status)
 	}
 	for _, tool := range all {
-		if !strings.Contains(out, "\n  "+tool.name+" ") || !strings.Contains(out, tool.summary) {
+		if !strings.Contains(out, "\n  "+tool.name+" ") || !strings.Contains(out, tool.tool().Summary) {
 			t.Errorf("--help does not list %s with its summary:\n%s", tool.name, out)
 		}
 	}

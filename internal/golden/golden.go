@@ -4,6 +4,7 @@ package golden
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,10 +13,18 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files instead of comparing")
 
+// Updating says whether the tests were run with -update.
+func Updating() bool { return *update }
+
 // Check compares got with testdata/<name>.golden, printing a line diff.
 func Check(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
+	File(t, filepath.Join("testdata", name+".golden"), got)
+}
+
+// File compares got with the file at path, or writes it with -update.
+func File(t *testing.T, path, got string) {
+	t.Helper()
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -30,33 +39,97 @@ func Check(t *testing.T, name, got string) {
 		t.Fatalf("%v (run the test with -update to create it)", err)
 	}
 	if string(want) != got {
-		t.Errorf("%s differs (run with -update to accept):\n%s", path, diff(string(want), got))
+		t.Errorf("%s differs (run with -update to accept):\n%s", path, Diff(string(want), got))
 	}
 }
 
-// diff lists the lines that differ, "-" from the golden, "+" from the output.
-func diff(want, got string) string {
+// Diff lists the lines that differ, "-" from want, "+" from got, each
+// run of changes headed by its line numbers and with a line of context
+// either side: an inserted line shows as one line, not as every line
+// after it changed.
+func Diff(want, got string) string {
 	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	ops := edits(w, g)
 	var b strings.Builder
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
+	for i := 0; i < len(ops); {
+		if ops[i].kind == ' ' {
+			i++
+			continue
 		}
-		if i < len(g) {
-			gl = g[i]
+		j := i
+		for j < len(ops) && ops[j].kind != ' ' {
+			j++
 		}
-		if wl != gl {
-			b.WriteString("line " + itoa(i+1) + ":\n-" + wl + "\n+" + gl + "\n")
+		lo, hi := max(i-1, 0), min(j+1, len(ops))
+		fmt.Fprintf(&b, "@@ want line %d, got line %d\n", ops[lo].wi+1, ops[lo].gi+1)
+		for _, op := range ops[lo:hi] {
+			b.WriteString(string(op.kind) + op.line + "\n")
 		}
+		i = j
 	}
 	return b.String()
 }
 
-func itoa(i int) string {
-	const digits = "0123456789"
-	if i < 10 {
-		return digits[i : i+1]
+type edit struct {
+	kind   byte // ' ' the same, '-' only in want, '+' only in got
+	line   string
+	wi, gi int // the line's index in want and got (where it would be)
+}
+
+// edits is a shortest edit script of w into g: the common head and tail
+// taken off, then a longest common subsequence of what is left when that
+// fits in 4M cells, else the rest as removed and added.
+func edits(w, g []string) []edit {
+	head := 0
+	for head < len(w) && head < len(g) && w[head] == g[head] {
+		head++
 	}
-	return itoa(i/10) + digits[i%10:i%10+1]
+	tail := 0
+	for tail < len(w)-head && tail < len(g)-head && w[len(w)-1-tail] == g[len(g)-1-tail] {
+		tail++
+	}
+	var ops []edit
+	for i := 0; i < head; i++ {
+		ops = append(ops, edit{' ', w[i], i, i})
+	}
+	mw, mg := w[head:len(w)-tail], g[head:len(g)-tail]
+	if n := (len(mw) + 1) * (len(mg) + 1); n <= 4<<20 {
+		// lcs[i][j]: the longest common subsequence of mw[i:] and mg[j:].
+		cols := len(mg) + 1
+		lcs := make([]int32, (len(mw)+1)*cols)
+		for i := len(mw) - 1; i >= 0; i-- {
+			for j := len(mg) - 1; j >= 0; j-- {
+				if mw[i] == mg[j] {
+					lcs[i*cols+j] = lcs[(i+1)*cols+j+1] + 1
+				} else {
+					lcs[i*cols+j] = max(lcs[(i+1)*cols+j], lcs[i*cols+j+1])
+				}
+			}
+		}
+		i, j := 0, 0
+		for i < len(mw) || j < len(mg) {
+			switch {
+			case i < len(mw) && j < len(mg) && mw[i] == mg[j]:
+				ops = append(ops, edit{' ', mw[i], head + i, head + j})
+				i, j = i+1, j+1
+			case i < len(mw) && (j == len(mg) || lcs[(i+1)*cols+j] >= lcs[i*cols+j+1]):
+				ops = append(ops, edit{'-', mw[i], head + i, head + j})
+				i++
+			default:
+				ops = append(ops, edit{'+', mg[j], head + i, head + j})
+				j++
+			}
+		}
+	} else {
+		for i, l := range mw {
+			ops = append(ops, edit{'-', l, head + i, head})
+		}
+		for j, l := range mg {
+			ops = append(ops, edit{'+', l, head + len(mw), head + j})
+		}
+	}
+	for k := 0; k < tail; k++ {
+		ops = append(ops, edit{' ', w[len(w)-tail+k], len(w) - tail + k, len(g) - tail + k})
+	}
+	return ops
 }
