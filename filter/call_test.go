@@ -312,7 +312,7 @@ func TestStackMode(t *testing.T) {
 }
 
 // A glob of hundreds of functions attaches, counts and detaches; the run
-// says how long attaching took (README: the figures of the matrix's
+// says how long attaching took (docs/design/kernel-matrix.md: the figures of the matrix's
 // kernels), and leaves no probe behind.
 func TestKprobeGlobMany(t *testing.T) {
 	privtest.RequireKprobes(t)

@@ -87,7 +87,7 @@ func byChain(t *testing.T, rep ustackReport) (chains map[string]uint64, complete
 // requireUnwinder skips where profile's in-kernel unwinder does not read
 // the architecture's frames: on 32-bit ARM a user stack is walked by frame
 // pointers only (profile --unwind=fp), and fx-chain, built without them,
-// cannot be whole there (the README's matrix table names these skips).
+// cannot be whole there (docs/design/kernel-matrix.md names these skips).
 func requireUnwinder(t *testing.T) {
 	t.Helper()
 	if _, ok := prog.ArchOf(runtime.GOARCH); !ok {

@@ -114,7 +114,7 @@ func chainShare(r report, comm string, inC bool) (float64, int) {
 
 // requireUnwinder skips where profile has no in-kernel unwinder: on
 // 32-bit ARM it walks frame pointers only, by the kernel's own walker.
-// The README's matrix table names these skips.
+// docs/design/kernel-matrix.md names these skips.
 func requireUnwinder(t *testing.T) {
 	t.Helper()
 	if _, ok := prog.ArchOf(runtime.GOARCH); !ok {
@@ -125,7 +125,7 @@ func requireUnwinder(t *testing.T) {
 // requireThreadPointer skips where --label's thread-locals and the
 // process context are not read: the sampled thread's thread pointer is in
 // task_struct on x86-64 and arm64 only (riscv64 keeps it in the task's
-// pt_regs, tp). The README's matrix table names these skips.
+// pt_regs, tp). docs/design/kernel-matrix.md names these skips.
 func requireThreadPointer(t *testing.T) {
 	t.Helper()
 	requireUnwinder(t)

@@ -10,7 +10,7 @@ import (
 
 const module = "github.com/tracekit/tracekit/"
 
-// layer ranks the packages as the README's architecture draws them: a
+// layer ranks the packages as docs/design/architecture.md draws them: a
 // package imports only packages of a lower layer; leaves import leaves,
 // and test helpers each other.
 func layer(pkg string) int {
@@ -31,7 +31,7 @@ func layer(pkg string) int {
 	return 0 // asm, tracefs, kbtf, uprobe, unwind, terminal, metrics, internal/…
 }
 
-// TestLayers holds the import graph to the README's picture: no room
+// TestLayers holds the import graph to docs/design/architecture.md's picture: no room
 // imports the run, no leaf imports a room, nothing imports upwards.
 func TestLayers(t *testing.T) {
 	root, err := filepath.Abs("../..")

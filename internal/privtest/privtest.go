@@ -67,7 +67,7 @@ func Need(t testing.TB, have bool, what string) {
 // NeedBTF is Need for the kernel's BTF, which one kernel of the matrix
 // lacks by its build: 32-bit ARM's (Debian's armmp kernel has no
 // CONFIG_DEBUG_INFO_BTF). Its guest says so (TRACEKIT_NO_BTF=1), and only
-// there does a test that needs BTF skip; the README's matrix table names
+// there does a test that needs BTF skip; docs/design/kernel-matrix.md names
 // those skips. Elsewhere a kernel without BTF fails the test under
 // REQUIRE_PRIVILEGED=1, as Need does.
 func NeedBTF(t testing.TB) {
@@ -104,7 +104,7 @@ func NoBTF(t testing.TB) bool {
 // unwinder (CONFIG_UNWINDER_ARM, Debian's armmp) starts from the
 // registers perf_arch_fetch_caller_regs fills, the caller's pc with the
 // current sp and no lr, and stops after that frame. A kprobe's stack,
-// from real registers, is whole there. The README's matrix table names
+// from real registers, is whole there. docs/design/kernel-matrix.md names
 // this skip. (The tools ask kernel.TracepointStackLimit, which this
 // package cannot import: kernel's own tests import it.)
 func NeedTracepointStacks(t testing.TB) {
