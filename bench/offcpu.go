@@ -12,7 +12,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // offCPUSuite compares profile --off-cpu with libbpf-tools' offcputime, both
@@ -84,7 +84,7 @@ func offCPUSuite() error {
 			}
 		}
 	}
-	fmt.Printf("\ncontext switches: %d round trips of a byte between two processes through pipes (profile/testdata/offcpu.c pingpong, no frame pointers), system-wide\n\n", trips)
+	fmt.Printf("\ncontext switches: %d round trips of a byte between two processes through pipes (stacks/testdata/offcpu.c pingpong, no frame pointers), system-wide\n\n", trips)
 	fmt.Println("| tracer | BPF ns per round trip | BPF ns per wait | fixture's waits per run | sched_switch runs per run | vs offcputime |")
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
 	last := len(tracers) - 1

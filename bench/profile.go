@@ -64,7 +64,7 @@ func profileSuite() error {
 	fmt.Printf("\nSampling at 99 Hz while %s spins on every CPU for %d s (gcc -O2 -fomit-frame-pointer main -> a -> b -> c), %d interleaved rounds, medians\n\n", filepath.Base(fx), secs, rounds)
 	perSampleNs := samplingTable(samplers, res)
 	// Signal-heavy: the time in a SIGALRM handler, whose stacks run
-	// through the kernel's signal frame (profile/testdata/signal.c).
+	// through the kernel's signal frame (stacks/testdata/signal.c).
 	if sig, _ := filepath.Abs(filepath.Join(*fxDir, "signal")); fileExists(sig) {
 		res, err := run([]string{sig, "alrm", fmt.Sprint(secs)})
 		if err != nil {
@@ -133,7 +133,7 @@ func interleave(samplers []sampler, rounds int, fixture []string, n int) ([][]pr
 var benchDepths = []int{5, 20, 60, 120}
 
 // depthSuite measures the samplers' BPF time per sample as the stack
-// deepens: profile/testdata/deep at each of benchDepths (DEPTH + 5 user
+// deepens: stacks/testdata/deep at each of benchDepths (DEPTH + 5 user
 // frames, with frame pointers, so that bpftrace's ustack and profile's fp
 // walk reach main as the tables do), one per CPU, at 99 Hz; and the cost
 // of a frame, the slope between the shallowest and the deepest.
@@ -577,7 +577,7 @@ func tablesCost() error {
 }
 
 // bigLibraryCost reports the tables of a process linking Debian's
-// libLLVM-14 (profile/testdata/llvm.c, built here with gcc when the
+// libLLVM-14 (stacks/testdata/llvm.c, built here with gcc when the
 // library is installed), read by profile -p at the default settings: the
 // time to read them, and profile's own peak RSS (wait4's maxrss, which
 // would count a child's: -p, so that profile has none).
@@ -588,7 +588,7 @@ func bigLibraryCost() error {
 		return nil
 	}
 	fx := filepath.Join(*fxDir, "llvm")
-	if out, err := exec.Command("gcc", "-O2", "-o", fx, "profile/testdata/llvm.c", "-l:libLLVM-14.so.1").CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O2", "-o", fx, "stacks/testdata/llvm.c", "-l:libLLVM-14.so.1").CombinedOutput(); err != nil {
 		return fmt.Errorf("build the llvm fixture: %v\n%s", err, out)
 	}
 	var ms, mib []float64
@@ -609,6 +609,6 @@ func bigLibraryCost() error {
 		ms, last = append(ms, t), m
 		mib = append(mib, float64(tool.ProcessState.SysUsage().(*syscall.Rusage).Maxrss)/1024)
 	}
-	fmt.Printf("profile's unwind tables for a process linking libLLVM-14 (profile/testdata/llvm.c: libLLVM, libz3, libstdc++, libc, ...): %s files, %s rows, %s MiB of map memory, read in %.0f ms (median of 5; goal 200), profile's peak RSS %.1f MiB (median; most %.1f; goal 32)\n", last[1], last[2], last[3], median(ms), median(mib), slices.Max(mib))
+	fmt.Printf("profile's unwind tables for a process linking libLLVM-14 (stacks/testdata/llvm.c: libLLVM, libz3, libstdc++, libc, ...): %s files, %s rows, %s MiB of map memory, read in %.0f ms (median of 5; goal 200), profile's peak RSS %.1f MiB (median; most %.1f; goal 32)\n", last[1], last[2], last[3], median(ms), median(mib), slices.Max(mib))
 	return nil
 }

@@ -13,7 +13,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 bash filter/testdata/usdt/build.sh .cache/bench-fx
-bash profile/testdata/build.sh .cache/bench-fx
+bash stacks/testdata/build.sh .cache/bench-fx
 command -v perf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null; }
 go run ./bench "$@"
 # The kernel functions' rows (a call timed from kprobe to kretprobe, a glob

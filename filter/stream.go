@@ -19,6 +19,7 @@ import (
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/stacks"
 	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tracefs"
 )
@@ -88,19 +89,17 @@ const stackType = "kstack"
 // pid of its process (compile.Column.Usym).
 const usymType = "usym"
 
-// UserSymbol names a user code address of a process (usym()): its
-// function, as profile names a frame, "" when none. The binary
-// (cmd/tracekit) sets it to profile's, since no tool imports another.
-var UserSymbol func(pid uint32, addr uint64) string
+// userSymbols names a user code address of a process (usym()): its
+// function, as profile names a frame, "" when none. Made at the first
+// usym() value printed; the printer calls it from one goroutine.
+var userSymbols = sync.OnceValue(stacks.UserSymbols)
 
 // userName is a usym() value's text: its function's name, else the
 // address in hex.
 func userName(raw []byte) string {
 	addr, pid := binary.LittleEndian.Uint64(raw), binary.LittleEndian.Uint32(raw[8:])
-	if UserSymbol != nil {
-		if name := UserSymbol(pid, addr); name != "" {
-			return name
-		}
+	if name := userSymbols()(pid, addr); name != "" {
+		return name
 	}
 	return fmt.Sprintf("0x%x", addr)
 }

@@ -12,17 +12,13 @@ import (
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/perfevent"
-	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/stacks"
+	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
-// CountStacks counts an event's occurrences by user stack, as profile's
-// sampler does: profile.CountStacks, which the binary (cmd/tracekit) sets
-// here, since no tool imports another.
-var CountStacks func(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error
-
-// stackRun is what a run through profile's sampler does with an event:
+// stackRun is what a run through the stack pipeline's sampler does with an event:
 // count it by its stacks (ustack, and kstack if named), or (emit) print
 // it with record's columns and its stacks in their order.
 type stackRun struct {
@@ -33,21 +29,18 @@ type stackRun struct {
 
 // runUstack counts or prints the passing events with their user stacks
 // (--count-by ustack, --fields ustack; kstack too or not). The stack is
-// unwound in the kernel by profile's unwinder, from the files' .eh_frame
+// unwound in the kernel by the stack pipeline's unwinder (profile's), from the files' .eh_frame
 // tables where they have them and by frame pointers elsewhere: filter's
 // --where (and the record of the other --fields) becomes the gate of
-// profile's sampler, which runs at the event instead of the CPU clock,
-// and profile's user space loads the tables and names the frames. A user
+// the stack pipeline's sampler, which runs at the event instead of the CPU clock,
+// and its user space loads the tables and names the frames. A user
 // address means something in its process only: counted, the stacks are
 // per process, and the report names each one's comm and pid.
 func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root compile.Node, base compile.Target, sr stackRun) error {
 	if _, err := hook.Choose(o.Attach, ev.String(), hook.Offer{Hook: hook.Perf}); err != nil {
 		return err // the unwinder is tail-called: a program of the event's perf type
 	}
-	if CountStacks == nil {
-		return fmt.Errorf("ustack: this build of filter has no stack unwinder (profile's): run it as part of tracekit")
-	}
-	// profile's sampler keeps to -p and to the -c tree itself, with the
+	// the stack pipeline's sampler keeps to -p and to the -c tree itself, with the
 	// kernel's pids: the gate drops filter's own events, tests --where and
 	// builds the record.
 	var record *compile.Program
@@ -125,7 +118,7 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 		pe.Emit, pe.Record = true, record.Size
 		pe.Print = stackPrinter(s, ev, record, sr.stacks)
 	}
-	return CountStacks(ctx, s, o.Common, o.TreeOption, int(o.Pid), o.Folded, pe)
+	return stacks.CountEvent(ctx, s, o.Common, o.TreeOption, int(o.Pid), o.Folded, pe)
 }
 
 // stackPrinter prints an event of --fields with ustack: its line, then

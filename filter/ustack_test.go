@@ -15,7 +15,7 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/procfs"
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/tracefs"
 )
 

@@ -21,36 +21,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracekit/tracekit/internal/stacktest"
+	"github.com/tracekit/tracekit/stacks"
+
 	"github.com/cilium/ebpf"
 	"github.com/google/pprof/profile"
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/ldso"
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/unwind"
 	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
 
-// fixtures is the directory of the chain fixtures (testdata/build.sh):
-// prebuilt in testdata/build (the kernel matrix ships them), else built
-// here once with gcc.
-func fixtures(t testing.TB) string {
-	t.Helper()
-	return tooltest.Fixtures(t, "testdata/build", "testdata/build.sh", "gcc musl-tools", func() bool {
-		_, err := exec.LookPath("gcc")
-		_, errMusl := exec.LookPath("musl-gcc")
-		return err == nil && errMusl == nil
-	})
-}
-
 type report struct {
-	Samples int         `json:"samples"`
-	Usecs   int         `json:"usecs"` // --off-cpu
-	Lost    int         `json:"lost"`
-	Stacks  []jsonStack `json:"stacks"`
+	Samples int                `json:"samples"`
+	Usecs   int                `json:"usecs"` // --off-cpu
+	Lost    int                `json:"lost"`
+	Stacks  []stacks.JSONStack `json:"stacks"`
 }
 
 // profileJSON runs profile --json with args and parses its one report.
@@ -112,28 +103,6 @@ func chainShare(r report, comm string, inC bool) (float64, int) {
 	return float64(chain) / float64(all), all
 }
 
-// requireUnwinder skips where profile has no in-kernel unwinder: on
-// 32-bit ARM it walks frame pointers only, by the kernel's own walker.
-// docs/design/kernel-matrix.md names these skips.
-func requireUnwinder(t *testing.T) {
-	t.Helper()
-	if _, ok := prog.ArchOf(runtime.GOARCH); !ok {
-		t.Skipf("%s: profile walks frame pointers only here; the in-kernel unwinder reads x86-64, arm64 and riscv64", runtime.GOARCH)
-	}
-}
-
-// requireThreadPointer skips where --label's thread-locals and the
-// process context are not read: the sampled thread's thread pointer is in
-// task_struct on x86-64 and arm64 only (riscv64 keeps it in the task's
-// pt_regs, tp). docs/design/kernel-matrix.md names these skips.
-func requireThreadPointer(t *testing.T) {
-	t.Helper()
-	requireUnwinder(t)
-	if prog.ThreadPointerMember[runtime.GOARCH] == "" {
-		t.Skipf("%s: --label and the context read the thread pointer in task_struct, on x86-64 and arm64", runtime.GOARCH)
-	}
-}
-
 // TestChainWithoutFramePointers profiles gcc -O2 -fomit-frame-pointer
 // fixtures spinning in c (main -> a -> b -> c): the in-kernel unwinder gets
 // the whole chain from _start in at least 95% of the samples, and frame
@@ -145,9 +114,9 @@ func requireThreadPointer(t *testing.T) {
 // frame may still be in x30, and is signed by pointer authentication
 // where the code asks).
 func TestChainWithoutFramePointers(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	unwinder := "--unwind=eh"
 	for _, c := range []struct{ name, bin, mode string }{
 		{"pie", "chain-pie", "user"},
@@ -195,7 +164,7 @@ func TestChainWithoutFramePointers(t *testing.T) {
 // calls _dl_init, which runs the constructors), which has no unwind row:
 // its stacks end there whole, as "complete", not "no unwind row".
 func TestConstructor(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
 	if runtime.GOARCH == "riscv64" {
 		// Its ld.so has 16 FDEs (gcc writes none for C there unasked): the
@@ -203,7 +172,7 @@ func TestConstructor(t *testing.T) {
 		t.Skip("riscv64: Debian's ld.so has no unwind rows for _dl_init and call_init")
 	}
 	t.Setenv("CHAIN_CTOR", "1.5")
-	fx := filepath.Join(fixtures(t), "chain-lib")
+	fx := filepath.Join(stacktest.Fixtures(t), "chain-lib")
 	r := profileJSON(t, "-F", "199", "-c", fx+" 0 user now")
 	var n, whole int
 	for _, st := range r.Stacks {
@@ -231,7 +200,7 @@ func TestConstructor(t *testing.T) {
 // no frame).
 func TestFramePointers(t *testing.T) {
 	privtest.Require(t)
-	fx := filepath.Join(fixtures(t), "chain-fp")
+	fx := filepath.Join(stacktest.Fixtures(t), "chain-fp")
 	rep := profileJSON(t, "-F", "199", "--unwind=fp", "-c", fx+" 1.5 user")
 	var inC, chain uint64
 	for _, st := range rep.Stacks {
@@ -267,9 +236,9 @@ func TestFramePointers(t *testing.T) {
 // the samples taken until its tables loaded fell back to frame pointers,
 // garbage here: one to eleven a run.
 func TestCommandChildFromFirstSample(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	r := profileJSON(t, "-F", "199", "-c", filepath.Join(dir, "chain-pie")+" 1.5 user; true")
 	share, n := chainShare(r, "chain-pie", true)
 	t.Logf("%d samples of chain-pie, %.1f%% whole chain", n, 100*share)
@@ -292,7 +261,7 @@ func TestKernelModeBefore515(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("the pre-5.15 path reads x86-64's pt_regs and code segment; on %s, whose pt_regs has no fixed size, a kernel-mode sample has no user stack before 5.15", runtime.GOARCH)
 	}
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	r := profileJSON(t, "-F", "199", "--unwind=eh", "--assume-missing=task_pt_regs", "-c", filepath.Join(dir, "chain-pie")+" 1.5 syscall")
 	var inKernel, all int
 	for _, st := range r.Stacks {
@@ -347,9 +316,9 @@ while time.time() < end: i += 1"`)
 // stack, the chain root first, and the fixture's counts adding up to the
 // samples its CPU time makes at 199 Hz (as it reports from getrusage).
 func TestFolded(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-F", "199", "--folded", "-c", filepath.Join(dir, "chain-nopie")+" 1")
 	if res.Status != 0 {
 		t.Fatalf("status %d\n%s", res.Status, res.Stderr)
@@ -448,9 +417,9 @@ func TestUsageErrors(t *testing.T) {
 // function, the pprof package reads the file back, and the SVG parses as
 // XML and holds a frame for every function of the chain.
 func TestPprofAndSVGFiles(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	out := t.TempDir()
 	pb, svg := filepath.Join(out, "cpu.pb.gz"), filepath.Join(out, "fg.svg")
 	res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-F", "199", "--pprof", pb, "--svg", svg, "-c", filepath.Join(dir, "chain-nopie")+" 1")
@@ -518,7 +487,7 @@ func TestPprofAndSVGFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := map[string]bool{}
-	for title := range svgTitles(t, b) {
+	for title := range stacktest.SVGTitles(t, b) {
 		names[title[:strings.LastIndex(title, " (")]] = true
 	}
 	for _, fn := range []string{"chain-nopie", "_start", "__libc_start_main", "main", "a", "b", "c"} {
@@ -648,9 +617,9 @@ func hostileFrames(t *testing.T, path string) {
 // it was read; a record took 10 KiB whatever its copy. Since those were
 // fixed: 100% in each of 5 runs in the 7.2 guest.
 func TestHostileFrames(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	spin := filepath.Join(t.TempDir(), "bigframes")
 	hostileFrames(t, spin)
 	// A spinner with a table of a few rows: the same load, no hostile file.
@@ -895,9 +864,9 @@ func TestUnreadableProcessSaid(t *testing.T) {
 // phase gets its share of the main thread's samples; the pprof file
 // carries them as sample labels.
 func TestLabelsPerThread(t *testing.T) {
-	requireThreadPointer(t)
+	stacktest.RequireThreadPointer(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	// glibc's dynamic executable, musl's static one.
 	for _, exe := range []string{"tls", "musl/tls-static"} {
 		t.Run(exe, func(t *testing.T) { labelsPerThread(t, filepath.Join(dir, exe)) })
@@ -905,7 +874,7 @@ func TestLabelsPerThread(t *testing.T) {
 }
 
 func labelsPerThread(t *testing.T, exe string) {
-	haveFixture(t, exe)
+	stacktest.HaveFixture(t, exe)
 	pb := filepath.Join(t.TempDir(), "cpu.pb.gz")
 	r := profileJSON(t, "-F", "199", "--pprof", pb, "-c", exe+" 0.5 1.5", // warm-up: inPhases
 		"--label", "req=tls:tk_req:int", "--label", "ep=tls:tk_ep:str", "--label", "tenant=tls:tk_tenant:chars", "--label", "phase=var:tk_phase:int")
@@ -982,21 +951,21 @@ func labelsPerThread(t *testing.T, exe string) {
 // of its libraries read first), samples with no labels at all (69 of 224
 // in the 7.2 guest of the CI of b2a8e81, alpha's share cut to a tenth).
 // logStacks logs each process's samples and its most sampled stacks.
-func logStacks(t *testing.T, stacks []jsonStack) {
+func logStacks(t *testing.T, sts []stacks.JSONStack) {
 	t.Helper()
 	byComm := map[string]uint64{}
-	for _, st := range stacks {
+	for _, st := range sts {
 		byComm[fmt.Sprintf("%s %d", st.Comm, st.Pid)] += st.Count
 	}
 	t.Logf("samples by process: %v", byComm)
-	top := slices.Clone(stacks)
-	slices.SortFunc(top, func(a, b jsonStack) int { return int(b.Count) - int(a.Count) })
+	top := slices.Clone(sts)
+	slices.SortFunc(top, func(a, b stacks.JSONStack) int { return int(b.Count) - int(a.Count) })
 	for _, st := range top[:min(len(top), 8)] {
 		t.Logf("  %d %s %d (%s) %q", st.Count, st.Comm, st.Pid, st.End, st.User)
 	}
 }
 
-func inPhases(st jsonStack) bool {
+func inPhases(st stacks.JSONStack) bool {
 	return slices.Contains(st.User, "main_phase") || slices.Contains(st.User, "other")
 }
 
@@ -1031,9 +1000,9 @@ func checkPhases(t *testing.T, by map[string]int, total int) {
 // unset (glibc: not allocated) or zero (musl allocates every thread's
 // block at dlopen).
 func TestLabelsLibraries(t *testing.T) {
-	requireThreadPointer(t)
+	stacktest.RequireThreadPointer(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	// Each label's value is req + its offset (tls.c).
 	offsets := map[string]float64{"gd": 0, "gdl": 1, "ie": 10, "iel": 11, "desc": 20, "descl": 21, "dl": 30}
 	args := []string{"-F", "199", "--label", "req=tls:tk_req:int"}
@@ -1052,7 +1021,7 @@ func TestLabelsLibraries(t *testing.T) {
 	}
 	for _, exe := range []string{"tls", "musl/tls"} {
 		t.Run(exe, func(t *testing.T) {
-			haveFixture(t, filepath.Join(dir, exe))
+			stacktest.HaveFixture(t, filepath.Join(dir, exe))
 			// A warm-up of 1.5 s: profile places the libraries' labels as
 			// the loader maps them, which took over a second in qemu's
 			// guests on a busy host (inPhases).
@@ -1108,9 +1077,9 @@ func TestLabelsLibraries(t *testing.T) {
 // map's id, tag (NULL: none) and first three entries, no more than its cnt
 // (the second thread's 1), as labels NAME.id, NAME.tag, NAME.KEY.
 func TestLabelsStrobe(t *testing.T) {
-	requireThreadPointer(t)
+	stacktest.RequireThreadPointer(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	// The map's id is the thread's req. No more labels: on kernels of
 	// 512-byte keys these leave room for 8 user frames.
 	r := profileJSON(t, "-F", "199", "-c", filepath.Join(dir, "tls")+" 0.5 1.5", "--label", "si=tls:tk_strobe_int:strobe-int", "--label", "ss=tls:tk_strobe_str:strobe-str", "--label", "m=tls:tk_strobe_map:strobe-map")
@@ -1165,26 +1134,10 @@ func TestLabelsStrobe(t *testing.T) {
 	}
 }
 
-// haveFixture skips a test of a fixture this machine's build has not:
-// the musl ones are built on x86-64 (Debian's musl-tools) and for the
-// matrix's arm64 guest (vmtest's cross build, MUSL_CC of build.sh), not
-// on an arm64 host.
-func haveFixture(t *testing.T, path string) {
-	t.Helper()
-	if _, err := os.Stat(path); err != nil {
-		if !strings.Contains(path, "/musl/") || runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" && os.Getenv("TRACEKIT_BIN") != "" {
-			t.Fatalf("fixture %s: %v", path, err)
-		}
-		// riscv64 has none: bookworm's riscv64 ld dies linking against
-		// sid's musl (see vmtest/run.sh).
-		t.Skipf("no %s: the musl fixtures are built for x86-64, and for arm64 by vmtest (a cross build over Debian's arm64 musl)", path)
-	}
-}
-
 // A label's symbol that is not of its kind, or not in the file named, is
 // a usage error before anything is attached.
 func TestLabelUsageErrors(t *testing.T) {
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	exe := filepath.Join(dir, "tls")
 	for _, c := range []struct{ label, says string }{
 		{"x=tls:" + exe + ":tk_phase:int", "tk_phase is not a thread-local (use var:)"},
@@ -1244,9 +1197,9 @@ func TestLabelUsageErrors(t *testing.T) {
 // go), so that a process that gets its pid again is announced and placed
 // anew instead of read at the first one's places.
 func TestLabelsForgottenAtExit(t *testing.T) {
-	requireThreadPointer(t)
+	stacktest.RequireThreadPointer(t)
 	privtest.Require(t)
-	exe := filepath.Join(fixtures(t), "tls")
+	exe := filepath.Join(stacktest.Fixtures(t), "tls")
 	before := lastMapID()
 	// tls runs 2.6 s (a warm-up of 2): long enough for profile to place
 	// its labels in qemu's guests on a slow host, where 0.75 s was not.
@@ -1346,9 +1299,9 @@ func readPprof(t *testing.T, path string) *profile.Profile {
 // update (valid 0), never a label set's label with no key or a key's
 // second value. --no-context reads none.
 func TestContext(t *testing.T) {
-	requireThreadPointer(t)
+	stacktest.RequireThreadPointer(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	ids := func(trace, span string) map[string]any {
 		return map[string]any{"trace_id": strings.Repeat(trace, 16), "span_id": strings.Repeat(span, 8)}
 	}
@@ -1454,7 +1407,7 @@ func checkLabelSVG(t *testing.T, svg string, r report, name, value, other string
 			want += int(st.Count)
 		}
 	}
-	titles := svgTitles(t, b)
+	titles := stacktest.SVGTitles(t, b)
 	root := -1
 	for title := range titles {
 		if n, ok := strings.CutPrefix(title, "all ("); ok {
@@ -1478,9 +1431,9 @@ func checkLabelSVG(t *testing.T, svg string, r report, name, value, other string
 // one frame f); the pprof file has them as two functions, and mappings:
 // go tool pprof -raw lists the fixture's file with its build id.
 func TestOverloads(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	fx := filepath.Join(fixtures(t), "overload")
+	fx := filepath.Join(stacktest.Fixtures(t), "overload")
 	full := []string{"f(int)", "f(double)", "void tmpl<int>(int)"}
 	pb := filepath.Join(t.TempDir(), "cpu.pb.gz")
 	for _, c := range []struct {
@@ -1574,7 +1527,7 @@ func elfBuildID(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	id := buildID(f)
+	id := stacks.BuildID(f)
 	if len(id) == 0 {
 		t.Fatalf("%s has no build id", path)
 	}
@@ -1584,14 +1537,14 @@ func elfBuildID(t *testing.T, path string) []byte {
 // A stripped Go program (-ldflags='-s -w': no .symtab) is named from its
 // .gopclntab: main.c under main.b, main.a and main.main.
 func TestGoStripped(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	if runtime.GOARCH == "riscv64" {
 		// Go keeps frame pointers on x86-64 and arm64 only, and a
 		// stripped Go program has no .debug_frame: nothing to step by.
 		t.Skip("riscv64: Go keeps no frame pointers here, and -ldflags=-w leaves no .debug_frame")
 	}
 	privtest.Require(t)
-	fx := filepath.Join(fixtures(t), "gospin")
+	fx := filepath.Join(stacktest.Fixtures(t), "gospin")
 	f, err := elf.Open(fx)
 	if err != nil {
 		t.Fatal(err)
@@ -1625,7 +1578,7 @@ func TestGoStripped(t *testing.T) {
 }
 
 // TestSignalFrames profiles programs that spend their time in a signal
-// handler (testdata/signal.c, no frame pointers): the handler's stack runs
+// handler (stacks/testdata/signal.c, no frame pointers): the handler's stack runs
 // through the kernel's signal frame (the trampoline __restore_rt) into
 // the code the signal interrupted, and on to the program's start. A timer
 // signal (SIGALRM, SIGPROF) interrupting b; a SIGSEGV raised by the
@@ -1639,9 +1592,9 @@ func TestGoStripped(t *testing.T) {
 // the PLT stub has no unwind row but the one profile writes for it (its
 // return address still in x30).
 func TestSignalFrames(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	for _, c := range []struct{ name, bin, mode string }{
 		{"alrm", "signal", "alrm"},
 		{"prof", "signal", "prof"},
@@ -1652,7 +1605,7 @@ func TestSignalFrames(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fx := filepath.Join(dir, c.bin)
-			haveFixture(t, fx)
+			stacktest.HaveFixture(t, fx)
 			want := []string{"hc", "hb", "on_signal", "__restore_rt", "b", "a", "main"}
 			if c.mode == "plt" {
 				want = slices.Insert(want, 4, "getppid@plt")
@@ -1668,7 +1621,7 @@ func TestSignalFrames(t *testing.T) {
 				if st.Comm != filepath.Base(c.bin) || i < 0 {
 					continue
 				}
-				if j := i + 3; j < len(st.User) && sigreturnNames[st.User[j]] {
+				if j := i + 3; j < len(st.User) && stacks.IsSigreturn(st.User[j]) {
 					st.User[j] = "__restore_rt" // arm64's vdso names it __kernel_rt_sigreturn where its symbols are read, riscv64's __vdso_rt_sigreturn
 				}
 				// musl: the signal came in libc's code, which has no
@@ -1721,7 +1674,7 @@ func wholeChain(t *testing.T, fx string) {
 	}
 }
 
-// TestRealignedStack profiles testdata/realign.c, whose b realigns its
+// TestRealignedStack profiles stacks/testdata/realign.c, whose b realigns its
 // frame through a dynamic realign argument pointer (gcc's DRAP: CFA =
 // *(rbp - 8), the caller's rbp = *(rbp), a CFA expression that
 // dereferences): at least 95% of the samples in c have the whole chain
@@ -1729,22 +1682,22 @@ func wholeChain(t *testing.T, fx string) {
 // ("unsupported unwind rule"). arm64 has no DRAP: gcc keeps b's frame
 // record and takes the CFA from x29, and the aligned buffer above it.
 func TestRealignedStack(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	fx := filepath.Join(fixtures(t), "realign")
+	fx := filepath.Join(stacktest.Fixtures(t), "realign")
 	wholeChain(t, fx)
 }
 
-// TestNoReturnCaller profiles testdata/noreturn.c, whose b calls c,
+// TestNoReturnCaller profiles stacks/testdata/noreturn.c, whose b calls c,
 // which never returns, as its last instruction, the function after right
 // behind it (so gcc made a's call of b its last too): the return address
 // of b's frame is after's first byte, of a's frame main's. Named by the
 // call before them, as perf names callers, at least 95% of the samples
 // in c have the whole chain c, b, a, main (before: c, after, main, main).
 func TestNoReturnCaller(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	fx := filepath.Join(fixtures(t), "noreturn")
+	fx := filepath.Join(stacktest.Fixtures(t), "noreturn")
 	f, err := elf.Open(fx)
 	if err != nil {
 		t.Fatal(err)
@@ -1765,7 +1718,7 @@ func TestNoReturnCaller(t *testing.T) {
 	wholeChain(t, fx)
 }
 
-// TestThreadAndVfork profiles the chain a -> b -> c (testdata/forms.c, no
+// TestThreadAndVfork profiles the chain a -> b -> c (stacks/testdata/forms.c, no
 // frame pointers) run by a thread, whose stack ends at the thread's root
 // in libc (glibc's start_thread, then clone3, which marks itself the
 // outermost frame; named where libc's debug file is installed, as on the
@@ -1773,9 +1726,9 @@ func TestNoReturnCaller(t *testing.T) {
 // parent's stack, through main to _start: at least 95% of the samples in
 // c whole, either way.
 func TestThreadAndVfork(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	fx := filepath.Join(fixtures(t), "forms")
+	fx := filepath.Join(stacktest.Fixtures(t), "forms")
 	for _, form := range []string{"thread", "vfork"} {
 		t.Run(form, func(t *testing.T) {
 			want, root := []string{"c", "b", "a", "run"}, "clone"
@@ -1827,12 +1780,12 @@ func TestThreadAndVfork(t *testing.T) {
 // found through DT_RUNPATH's $ORIGIN, and, under busybox's static shell
 // in the matrix's guests, the loader and libc too.
 func TestPreload(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
 	for _, exe := range []string{"tls", "musl/tls"} {
 		t.Run(exe, func(t *testing.T) {
-			path := filepath.Join(fixtures(t), exe)
-			haveFixture(t, path)
+			path := filepath.Join(stacktest.Fixtures(t), exe)
+			stacktest.HaveFixture(t, path)
 			files, err := ldso.Files(path, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -1886,7 +1839,7 @@ func TestShortLivedProcesses(t *testing.T) {
 		// after the 80 ms process has exited: its samples cannot be named.
 		t.Skip("under qemu's TCG the 80 ms processes exit before profile reads their maps")
 	}
-	fx := filepath.Join(fixtures(t), "chain-pie")
+	fx := filepath.Join(stacktest.Fixtures(t), "chain-pie")
 	cmd := exec.Command(tooltest.Tool(t, "profile"), "--json", "-F", "199")
 	stderr, _ := cmd.StderrPipe()
 	var stdout strings.Builder
@@ -1947,8 +1900,8 @@ func TestShortLivedProcesses(t *testing.T) {
 // that is fewer, and marked so too.
 func TestDeepStacks(t *testing.T) {
 	privtest.Require(t)
-	requireUnwinder(t)
-	fx := filepath.Join(fixtures(t), "deep")
+	stacktest.RequireUnwinder(t)
+	fx := filepath.Join(stacktest.Fixtures(t), "deep")
 	keep := prog.UserFrames
 	maxStack := 127
 	if b, err := os.ReadFile("/proc/sys/kernel/perf_event_max_stack"); err == nil {
@@ -2018,7 +1971,7 @@ func TestBigLibrary(t *testing.T) {
 		return err == nil && errCC == nil
 	})
 	fx := filepath.Join(t.TempDir(), "llvm")
-	if out, err := exec.Command("gcc", "-O2", "-o", fx, "testdata/llvm.c", "-l:libLLVM-14.so.1").CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O2", "-o", fx, "../stacks/testdata/llvm.c", "-l:libLLVM-14.so.1").CombinedOutput(); err != nil {
 		t.Fatalf("build the llvm fixture: %v\n%s", err, out)
 	}
 	res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-F", "199", "-c", fx+" 2")

@@ -7,9 +7,13 @@ package profile
 
 import (
 	"context"
+	"strings"
 
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/procfs"
+
 	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/stacks"
 )
 
 type options struct {
@@ -32,10 +36,7 @@ type options struct {
 	MaxBlock  uint64   `short:"M" long:"max-block" value-name:"USECS" description:"--off-cpu: count only waits of at most USECS microseconds (as offcputime -M; default: no bound)"`
 	Missing   string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
 
-	labels    []labelSpec      // --label, parsed
-	svgLabels []labelValue     // --svg-label, parsed
-	event     *prog.StackEvent // filter's --count-by ustack: the event counted
-	fpOnly    bool             // auto is frame pointers on this architecture (archUnwind)
+	parsed stacks.Options // what validate made of the above
 }
 
 const details = `profile samples the stacks that run on the CPUs: a software CPU-clock event
@@ -192,7 +193,7 @@ func Tool() run.Tool {
 		Overhead: overhead,
 		Options:  &o,
 		Validate: func() error { return validate(&o) },
-		Run:      func(ctx context.Context, s *run.Session) error { return trace(ctx, s, &o) },
+		Run:      func(ctx context.Context, s *run.Session) error { return stacks.Run(ctx, s, &o.parsed) },
 	}
 }
 
@@ -200,7 +201,73 @@ func Tool() run.Tool {
 // name) and returns its exit status.
 func Main(args []string) int { return run.Main(Tool(), args) }
 
-// assumeMissing says whether --assume-missing named feature.
-func (o *options) assumeMissing(feature string) bool {
-	return o.Missing == feature
+// validate checks the options and makes them the pipeline's.
+func validate(o *options) error {
+	if err := o.CheckTree(); err != nil {
+		return err
+	}
+	// Checked here, not by a choice tag: go-flags lists a single choice as
+	// "Allowed values are: " and nothing.
+	if o.Missing != "" && o.Missing != "task_pt_regs" {
+		return usage.Errorf("--assume-missing %q: the kernel feature profile can do without is task_pt_regs", o.Missing)
+	}
+	if o.Frequency < 1 || o.Frequency > 10000 {
+		return usage.Errorf("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
+	}
+	p := &o.parsed
+	*p = stacks.Options{Common: o.Common, TreeOption: o.TreeOption, Frequency: o.Frequency, Pid: o.Pid, Unwind: o.Unwind,
+		Folded: o.Folded, SVG: o.SVG, Pprof: o.Pprof, Budget: o.Budget, NoParams: o.NoParams, Idle: o.Idle,
+		NoContext: o.NoContext, OffCPU: o.OffCPU, MinBlock: o.MinBlock, MaxBlock: o.MaxBlock, Missing: o.Missing}
+	if err := p.ArchUnwind(); err != nil {
+		return err
+	}
+	if o.OffCPU {
+		if o.Idle {
+			return usage.Errorf("--off-cpu and -I cannot be used together: the idle task never waits")
+		}
+		if o.MaxBlock > 0 && o.MaxBlock < o.MinBlock {
+			return usage.Errorf("--max-block %d is below --min-block %d: no wait would be counted", o.MaxBlock, o.MinBlock)
+		}
+		if o.MaxBlock > 1<<63/1000 || o.MinBlock > 1<<63/1000 {
+			return usage.Errorf("--min-block and --max-block take microseconds, up to %d", uint64(1<<63/1000))
+		}
+	} else if o.MinBlock != 1 || o.MaxBlock != 0 {
+		return usage.Errorf("--min-block and --max-block bound the waits of --off-cpu: give --off-cpu too")
+	}
+	if o.Folded && o.JSON {
+		return usage.Errorf("--folded and --json cannot be used together: pick one report format")
+	}
+	if o.Folded && o.Timestamp {
+		return usage.Errorf("--folded and -T cannot be used together: folded lines are for flame graph tools, which a time line would break")
+	}
+	if o.Budget < 1 || o.Budget > stacks.MaxBudget {
+		return usage.Errorf("invalid --table-mib %d: want 1 to %d", o.Budget, stacks.MaxBudget)
+	}
+	labels, err := stacks.ParseLabels(o.Labels)
+	if err != nil {
+		return err
+	}
+	for _, l := range o.SVGLabels {
+		name, value, ok := strings.Cut(l, "=")
+		if !ok || name == "" {
+			return usage.Errorf("--svg-label %q: want NAME=VALUE, a label's name and value as the report prints them (ep=/alpha)", l)
+		}
+		p.SVGLabels = append(p.SVGLabels, stacks.LabelValue{Name: name, Value: value})
+	}
+	if len(p.SVGLabels) > 0 && o.SVG == "" {
+		return usage.Errorf("--svg-label chooses what --svg draws: give --svg FILE too")
+	}
+	if err := stacks.CheckLabelFiles(labels); err != nil {
+		return err
+	}
+	p.Labels = labels
+	if o.Pid != 0 {
+		if o.Command != "" {
+			return usage.Errorf("-p and -c cannot be used together: -c samples the command and its children")
+		}
+		if err := procfs.CheckPid(o.Pid); err != nil {
+			return err
+		}
+	}
+	return stacks.CheckLabelKinds(labels, int(o.Pid), o.Command)
 }

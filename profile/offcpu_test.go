@@ -9,12 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracekit/tracekit/internal/stacktest"
+
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 )
 
 // offCPUChains sums the microseconds the report counts under main -> a and
-// under main -> b (testdata/offcpu.c) and checks, where the in-kernel
+// under main -> b (stacks/testdata/offcpu.c) and checks, where the in-kernel
 // unwinder runs (x86-64), that every stack of the fixture's that waited
 // 50 ms or more (its sleeps, the forked children's too) is whole
 // (complete, from the wait up to _start), and 95% of the chains' time.
@@ -120,7 +122,7 @@ func chainSums(r report) (a, b int) {
 	return a, b
 }
 
-// waited is what testdata/offcpu.c measured of its own waits (its last
+// waited is what stacks/testdata/offcpu.c measured of its own waits (its last
 // line on stderr), in microseconds.
 type waited struct{ a, b, child int }
 
@@ -148,7 +150,7 @@ func offCPURun(t *testing.T, fx string, args ...string) (report, waited) {
 	return r, w
 }
 
-// TestOffCPU runs --off-cpu on testdata/offcpu.c, which waits about 100 ms
+// TestOffCPU runs --off-cpu on stacks/testdata/offcpu.c, which waits about 100 ms
 // in nanosleep under main -> a and 300 ms in a pipe's read under main -> b
 // (for a child that sleeps 300 ms), three rounds, and measures each wait
 // itself: the time counted under each chain is the fixture's own figure
@@ -160,9 +162,9 @@ func offCPURun(t *testing.T, fx string, args ...string) (report, waited) {
 // --max-block 200 ms the other way round (b's preemptions, short, may
 // stay).
 func TestOffCPU(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	fx := filepath.Join(fixtures(t), "offcpu")
+	fx := filepath.Join(stacktest.Fixtures(t), "offcpu")
 	pb := filepath.Join(t.TempDir(), "off.pb.gz")
 	r, w := offCPUTwice(t, fx, chainsNear, "--pprof", pb)
 	a, b := offCPUChains(t, r)

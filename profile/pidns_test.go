@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tracekit/tracekit/internal/stacktest"
+
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 )
@@ -14,9 +16,9 @@ import (
 // ones whose /proc/PID/maps profile reads there, so the shared-library
 // fixture's stacks are unwound and named whole as outside.
 func TestPidNamespace(t *testing.T) {
-	requireUnwinder(t)
+	stacktest.RequireUnwinder(t)
 	privtest.Require(t)
-	cmd := filepath.Join(fixtures(t), "chain-lib") + " 1.5 user"
+	cmd := filepath.Join(stacktest.Fixtures(t), "chain-lib") + " 1.5 user"
 	res := tooltest.InPidNS(t, tooltest.Tool(t, "profile"), "--json", "-F", "199", "-c", cmd)
 	if res.Status != 0 {
 		t.Fatalf("status %d\n%s", res.Status, res.Stderr)

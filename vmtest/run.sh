@@ -193,7 +193,7 @@ musl_arm64=$(pwd)/$cache/musl-arm64
 # paths the dynamic linker looks in, busybox and /init.
 rm -rf "$stages" && mkdir -p "$stages"
 pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind ldso
-  writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile profile/prog)
+  writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile stacks/prog)
 make_stage() { # make_stage ARCH
   local arch=$1 stage=$stages/$1 cc=gcc
   [ "$arch" = arm64 ] && cc=aarch64-linux-gnu-gcc
@@ -221,7 +221,7 @@ make_stage() { # make_stage ARCH
   # the work (riscv64's with unwind tables asked of its gcc 12).
   local musl=
   [ "$arch" = arm64 ] && musl=$musl_arm64/musl-gcc
-  CC=$cc MUSL_CC=$musl bash profile/testdata/build.sh "$stage/tk/src/profile/testdata/build"
+  CC=$cc MUSL_CC=$musl bash stacks/testdata/build.sh "$stage/tk/src/stacks/testdata/build"
   if [ "$arch" = arm64 ]; then
     mkdir -p "$stage/lib/aarch64-linux-gnu"
     cp -L /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 "$stage/lib/"

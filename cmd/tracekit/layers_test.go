@@ -19,14 +19,16 @@ func layer(pkg string) int {
 		return 1
 	case "kernel", "proctree", "hook":
 		return 2
-	case "run", "writesize/prog", "dropmon/prog", "iolat/prog", "filter/compile", "profile/prog":
-		return 3 // the run, and beside it the tools' bytecode builders, which never import it
+	case "run", "writesize/prog", "dropmon/prog", "iolat/prog", "filter/compile", "stacks/prog":
+		return 3 // the run, and beside it the bytecode builders, which never import it
+	case "stacks":
+		return 4 // the stack pipeline, which belongs to no tool
 	case "writesize", "dropmon", "iolat", "filter", "profile":
-		return 4
-	case "internal/tooltest", "internal/promtest", "internal/loadtest", "internal/privtest", "internal/golden", "internal/pgroup":
-		return 5 // test helpers: they drive the tools
+		return 5
+	case "internal/tooltest", "internal/promtest", "internal/loadtest", "internal/privtest", "internal/golden", "internal/pgroup", "internal/stacktest":
+		return 6 // test helpers: they drive the tools
 	case "cmd/tracekit", "bench":
-		return 6
+		return 7
 	}
 	return 0 // asm, tracefs, kbtf, uprobe, unwind, terminal, metrics, internal/…
 }
@@ -57,7 +59,7 @@ func TestLayers(t *testing.T) {
 			if !ok {
 				continue
 			}
-			if l, dl := layer(rel), layer(dep); dl > l || dl == l && l != 0 && l != 5 {
+			if l, dl := layer(rel), layer(dep); dl > l || dl == l && l != 0 && l != 6 {
 				t.Errorf("%s (layer %d) imports %s (layer %d)", rel, l, dep, dl)
 			}
 		}

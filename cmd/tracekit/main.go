@@ -43,9 +43,6 @@ func find(name string) *tool {
 
 func main() {
 	run.Guard() // a -c command's guard is this binary, started again
-	// filter's --count-by ustack is profile's sampler at filter's event.
-	filter.CountStacks = profile.CountStacks
-	filter.UserSymbol = profile.UserSymbols()
 	os.Exit(dispatch(os.Args, os.Stdout, os.Stderr))
 }
 

@@ -1,11 +1,11 @@
-package profile
+package stacks
 
 import (
 	"encoding/binary"
 	"reflect"
 	"testing"
 
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // pbBytes is a length-delimited protobuf field.

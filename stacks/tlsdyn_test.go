@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bytes"
@@ -9,14 +9,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/internal/stacktest"
+
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // The fixture libraries' relocations of thread-locals are those of their
 // access model, of the symbols (and values) their symbol tables give.
 func TestTLSRelocs(t *testing.T) {
-	requireThreadPointer(t)
-	dir := fixtures(t)
+	stacktest.RequireThreadPointer(t)
+	dir := stacktest.Fixtures(t)
 	for _, c := range []struct {
 		lib  string
 		kind tlsKind
@@ -116,7 +118,7 @@ func TestLibraryTLS(t *testing.T) {
 
 // Nothing in a file's relocations can crash the reader.
 func FuzzTLSRelocs(f *testing.F) {
-	if b, err := os.ReadFile(filepath.Join(fixtures(f), "libtkgd.so")); err == nil {
+	if b, err := os.ReadFile(filepath.Join(stacktest.Fixtures(f), "libtkgd.so")); err == nil {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -130,7 +132,7 @@ func FuzzTLSRelocs(f *testing.F) {
 // seeds: the fixture's table, its first 4 KiB (a table cut short), and
 // its header alone.
 func FuzzGoSymbols(f *testing.F) {
-	if ef, err := elf.Open(filepath.Join(fixtures(f), "gospin")); err == nil {
+	if ef, err := elf.Open(filepath.Join(stacktest.Fixtures(f), "gospin")); err == nil {
 		if b, err := ef.Section(".gopclntab").Data(); err == nil {
 			text := ef.Section(".text").Addr
 			if len(pclntabSymbols(b, text)) < 100 {

@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // The context processes publish for profilers, read by default (not with
@@ -203,18 +203,18 @@ func pbFields(b []byte, f func(field int, data []byte) error) error {
 // trace_id and span_id (in hex, when not all zero) and the attributes of
 // the OpenTelemetry record, under their key names (keys; attr.N for an
 // index it does not name); then the custom labels, the first of each key.
-func contextLabels(c []byte, keys []string) []labelValue {
+func contextLabels(c []byte, keys []string) []LabelValue {
 	if len(c) < prog.ContextSize {
 		return nil
 	}
-	var out []labelValue
+	var out []LabelValue
 	if c[0]&1 != 0 {
 		rec := c[prog.ContextOTel:prog.ContextCustom]
 		if id := rec[:16]; !allZero(id) {
-			out = append(out, labelValue{Name: "trace_id", Value: hex.EncodeToString(id)})
+			out = append(out, LabelValue{Name: "trace_id", Value: hex.EncodeToString(id)})
 		}
 		if id := rec[16:24]; !allZero(id) {
-			out = append(out, labelValue{Name: "span_id", Value: hex.EncodeToString(id)})
+			out = append(out, LabelValue{Name: "span_id", Value: hex.EncodeToString(id)})
 		}
 		attrs := rec[prog.OTelHeader:]
 		attrs = attrs[:min(len(attrs), int(binary.LittleEndian.Uint16(rec[26:])))]
@@ -223,7 +223,7 @@ func contextLabels(c []byte, keys []string) []labelValue {
 			if int(attrs[0]) < len(keys) && keys[attrs[0]] != "" {
 				name = keys[attrs[0]]
 			}
-			out = append(out, labelValue{Name: name, Value: string(attrs[2 : 2+attrs[1]])})
+			out = append(out, LabelValue{Name: name, Value: string(attrs[2 : 2+attrs[1]])})
 			attrs = attrs[2+attrs[1]:]
 		}
 	}
@@ -240,7 +240,7 @@ func contextLabels(c []byte, keys []string) []labelValue {
 				continue
 			}
 			seen[key] = true
-			out = append(out, labelValue{Name: key, Value: string(b[8+prog.CustomKeyLen : 8+prog.CustomKeyLen+min(vlen, prog.CustomValLen)])})
+			out = append(out, LabelValue{Name: key, Value: string(b[8+prog.CustomKeyLen : 8+prog.CustomKeyLen+min(vlen, prog.CustomValLen)])})
 		}
 	}
 	return out

@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/tracekit/tracekit/internal/stacktest"
 )
 
 // The PLT entries' names: each x86-64 entry's jump (ff 25 disp32) reads
@@ -17,10 +19,10 @@ func TestPLTSymbols(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("decodes x86-64's PLT entries; on arm64 TestSignalFrames' plt case checks a PLT name (getppid@plt)")
 	}
-	dir := fixtures(t)
+	dir := stacktest.Fixtures(t)
 	for _, name := range []string{"signal", "musl/signal"} {
 		path := filepath.Join(dir, name)
-		haveFixture(t, path)
+		stacktest.HaveFixture(t, path)
 		ef, err := elf.Open(path)
 		if err != nil {
 			t.Fatal(err)
@@ -67,9 +69,9 @@ func TestPLTSymbols(t *testing.T) {
 // __restore_rt (its .symtab names it), and no address beside it; x86-64's
 // code and arm64's.
 func TestSigreturnByCode(t *testing.T) {
-	requireUnwinder(t)
-	path := filepath.Join(fixtures(t), "musl/signal-static")
-	haveFixture(t, path)
+	stacktest.RequireUnwinder(t)
+	path := filepath.Join(stacktest.Fixtures(t), "musl/signal-static")
+	stacktest.HaveFixture(t, path)
 	ef, err := elf.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +99,7 @@ func TestSigreturnByCode(t *testing.T) {
 // names made up for them.
 func FuzzSynthSymbols(f *testing.F) {
 	for _, name := range []string{"signal", "musl/signal"} {
-		if b, err := os.ReadFile(filepath.Join(fixtures(f), name)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(stacktest.Fixtures(f), name)); err == nil {
 			f.Add(b, uint64(0x1030))
 		}
 	}

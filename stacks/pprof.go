@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"compress/gzip"
@@ -169,7 +169,7 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, offCPU bool,
 		mp.int64(mappingOffset, int64(m.Off))
 		mp.int64(mappingFilename, str(m.Path))
 		if m.file != nil && m.file.elf != nil {
-			if b := buildID(m.file.elf); len(b) > 0 {
+			if b := BuildID(m.file.elf); len(b) > 0 {
 				mp.int64(mappingBuildID, str(fmt.Sprintf("%x", b)))
 			}
 		}

@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/perfevent"
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/unwind"
 )
 

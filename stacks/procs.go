@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ import (
 	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/ldso"
 	"github.com/tracekit/tracekit/procfs"
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/unwind"
 	"golang.org/x/sys/unix"
 )
@@ -150,7 +150,7 @@ type processes struct {
 	loadTime  time.Duration
 	preloaded int // files of the -c command read before its release
 
-	labels     []labelSpec     // --label
+	labels     []LabelSpec     // --label
 	context    bool            // not --no-context: the OpenTelemetry context and custom labels
 	wanted     map[string]bool // the symbols of the labels and the context
 	labelMap   *ebpf.Map       // pid -> the labels' locations in it
@@ -1200,7 +1200,7 @@ func debugFile(ef *elf.File) (*elf.File, *os.File) {
 	if sec := ef.Section(".symtab"); sec != nil {
 		return nil, nil
 	}
-	id := buildID(ef)
+	id := BuildID(ef)
 	if len(id) < 2 {
 		return nil, nil
 	}
@@ -1216,8 +1216,8 @@ func debugFile(ef *elf.File) (*elf.File, *os.File) {
 	return dbg, osf
 }
 
-// buildID reads the NT_GNU_BUILD_ID note of .note.gnu.build-id.
-func buildID(ef *elf.File) []byte {
+// BuildID reads the NT_GNU_BUILD_ID note of .note.gnu.build-id.
+func BuildID(ef *elf.File) []byte {
 	sec := ef.Section(".note.gnu.build-id")
 	if sec == nil {
 		return nil

@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/tracekit/tracekit/internal/stacktest"
 )
 
 // symbolRecords lists a file's symbols as eachSymbol gives them, and as
@@ -28,7 +30,7 @@ func symbolRecords(ef *elf.File) (got, want []elfSym) {
 func TestEachSymbol(t *testing.T) {
 	paths := []string{os.Args[0], "/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"}
 	for _, name := range []string{"chain-lib", "libchain.so", "signal", "gospin", "musl/signal"} {
-		paths = append(paths, filepath.Join(fixtures(t), name))
+		paths = append(paths, filepath.Join(stacktest.Fixtures(t), name))
 	}
 	read := 0
 	for _, p := range paths {
@@ -54,7 +56,7 @@ func TestEachSymbol(t *testing.T) {
 // the string table.
 func FuzzEachSymbol(f *testing.F) {
 	for _, name := range []string{"libchain.so", "signal"} {
-		if b, err := os.ReadFile(filepath.Join(fixtures(f), name)); err == nil {
+		if b, err := os.ReadFile(filepath.Join(stacktest.Fixtures(f), name)); err == nil {
 			f.Add(b)
 		}
 	}

@@ -1,11 +1,11 @@
-package profile
+package stacks
 
 import (
 	"bytes"
 	"encoding/binary"
 	"testing"
 
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // A key packs to its frames and labels and unpacks to the kernel's
@@ -14,7 +14,7 @@ import (
 // two hashes' counts of one stack add up in one entry; decoding a packed
 // key gives its frames.
 func TestPackKey(t *testing.T) {
-	labels, err := parseLabels([]string{"a=var:x:int32", "c=tls:x:str"})
+	labels, err := ParseLabels([]string{"a=var:x:int32", "c=tls:x:str"})
 	if err != nil {
 		t.Fatal(err)
 	}

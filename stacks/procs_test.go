@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"cmp"
@@ -17,7 +17,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/procfs"
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // TestBias: the address in the file is found through the PT_LOAD segment

@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bufio"
@@ -37,7 +37,7 @@ const (
 
 // withLabels keeps the stacks that carry every one of want (name and
 // value; a number by its decimal form).
-func withLabels(stacks []stack, want []labelValue) []stack {
+func withLabels(stacks []stack, want []LabelValue) []stack {
 	var out []stack
 	for _, st := range stacks {
 		if hasLabels(st.Labels, want) {
@@ -47,7 +47,7 @@ func withLabels(stacks []stack, want []labelValue) []stack {
 	return out
 }
 
-func hasLabels(have, want []labelValue) bool {
+func hasLabels(have, want []LabelValue) bool {
 	for _, w := range want {
 		found := false
 		for _, h := range have {
@@ -64,7 +64,7 @@ func hasLabels(have, want []labelValue) bool {
 }
 
 // labelsTitle is "ep=/alpha req=101".
-func labelsTitle(ls []labelValue) string {
+func labelsTitle(ls []LabelValue) string {
 	var parts []string
 	for _, l := range ls {
 		parts = append(parts, l.Name+"="+l.Value)

@@ -1,17 +1,18 @@
-package profile
+package stacks
 
 import (
 	"bytes"
-	"encoding/xml"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tracekit/tracekit/internal/stacktest"
+
 	"github.com/google/pprof/profile"
 
 	"github.com/tracekit/tracekit/internal/golden"
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // fixedStacks is a report's worth of stacks, hottest last as reported.
@@ -100,7 +101,7 @@ func TestSVGFromStacks(t *testing.T) {
 	if err := writeSVG(&b, fixedStacks, "test <&>", "samples"); err != nil {
 		t.Fatal(err)
 	}
-	titles := svgTitles(t, b.Bytes())
+	titles := stacktest.SVGTitles(t, b.Bytes())
 	for _, want := range []string{"all (98 samples, 100.00%)", "chain (94 samples, 95.92%)", "c (93 samples, 94.90%)", "read_zero [k] (3 samples, 3.06%)", "g\nh (4 samples, 4.08%)", "[truncated] (4 samples, 4.08%)"} {
 		if !titles[want] {
 			t.Errorf("no frame titled %q", want)
@@ -113,58 +114,32 @@ func TestSVGFromStacks(t *testing.T) {
 func TestSVGLabels(t *testing.T) {
 	n101 := int64(101)
 	stacks := []stack{
-		{Pid: 1, Comm: "srv", Count: 5, User: []string{"f", "main"}, Labels: []labelValue{{Name: "req", Value: "101", Num: &n101}, {Name: "ep", Value: "/alpha"}}},
-		{Pid: 1, Comm: "srv", Count: 7, User: []string{"g", "main"}, Labels: []labelValue{{Name: "ep", Value: "/beta"}}},
+		{Pid: 1, Comm: "srv", Count: 5, User: []string{"f", "main"}, Labels: []LabelValue{{Name: "req", Value: "101", Num: &n101}, {Name: "ep", Value: "/alpha"}}},
+		{Pid: 1, Comm: "srv", Count: 7, User: []string{"g", "main"}, Labels: []LabelValue{{Name: "ep", Value: "/beta"}}},
 		{Pid: 1, Comm: "srv", Count: 2, User: []string{"h", "main"}},
 	}
 	var b bytes.Buffer
 	if err := writeSVG(&b, stacks, "all", "samples"); err != nil {
 		t.Fatal(err)
 	}
-	titles := svgTitles(t, b.Bytes())
+	titles := stacktest.SVGTitles(t, b.Bytes())
 	for _, want := range []string{"srv (14 samples, 100.00%)", "[req=101] (5 samples, 35.71%)", "[ep=/alpha] (5 samples, 35.71%)", "[ep=/beta] (7 samples, 50.00%)", "main (7 samples, 50.00%)", "h (2 samples, 14.29%)"} {
 		if !titles[want] {
 			t.Errorf("no frame titled %q", want)
 		}
 	}
 	for _, c := range []struct {
-		want []labelValue
+		want []LabelValue
 		n    int
 	}{
-		{[]labelValue{{Name: "ep", Value: "/alpha"}}, 1},
-		{[]labelValue{{Name: "ep", Value: "/alpha"}, {Name: "req", Value: "101"}}, 1},
-		{[]labelValue{{Name: "ep", Value: "/alpha"}, {Name: "req", Value: "102"}}, 0},
-		{[]labelValue{{Name: "ep", Value: "/gamma"}}, 0},
-		{[]labelValue{{Name: "req", Value: ""}}, 0},
+		{[]LabelValue{{Name: "ep", Value: "/alpha"}}, 1},
+		{[]LabelValue{{Name: "ep", Value: "/alpha"}, {Name: "req", Value: "101"}}, 1},
+		{[]LabelValue{{Name: "ep", Value: "/alpha"}, {Name: "req", Value: "102"}}, 0},
+		{[]LabelValue{{Name: "ep", Value: "/gamma"}}, 0},
+		{[]LabelValue{{Name: "req", Value: ""}}, 0},
 	} {
 		if got := withLabels(stacks, c.want); len(got) != c.n {
 			t.Errorf("withLabels(%v): %d stacks, want %d", c.want, len(got), c.n)
-		}
-	}
-}
-
-func svgTitles(t *testing.T, svg []byte) map[string]bool {
-	t.Helper()
-	dec := xml.NewDecoder(bytes.NewReader(svg))
-	titles := map[string]bool{}
-	in := false
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			if err.Error() == "EOF" {
-				return titles
-			}
-			t.Fatalf("the SVG is not well-formed XML: %v", err)
-		}
-		switch x := tok.(type) {
-		case xml.StartElement:
-			in = x.Name.Local == "title"
-		case xml.CharData:
-			if in {
-				titles[string(x)] = true
-			}
-		case xml.EndElement:
-			in = false
 		}
 	}
 }
@@ -182,7 +157,7 @@ func TestHeldCounts(t *testing.T) {
 		t.Errorf("held %v, %d left out; want a and b 20 each, c's 20 left out", h.keys, h.leftOut)
 	}
 
-	r := &reporter{o: &options{}, cur: newHeld()}
+	r := &reporter{o: &Options{}, cur: newHeld()}
 	r.o.Cumulative = false
 	r.hold("x", 5)
 	got := r.take(false)
@@ -198,7 +173,7 @@ func TestHeldCounts(t *testing.T) {
 		t.Error("the final report took a copy, not the table drains fill")
 	}
 
-	r = &reporter{o: &options{}, cur: newHeld()}
+	r = &reporter{o: &Options{}, cur: newHeld()}
 	r.o.Cumulative = true
 	r.hold("x", 5)
 	got = r.take(false)

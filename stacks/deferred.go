@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"encoding/binary"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tracekit/tracekit/perfevent"
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/unwind"
 )
 

@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bytes"
@@ -27,85 +27,19 @@ import (
 	"github.com/tracekit/tracekit/loader"
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
-	"github.com/tracekit/tracekit/profile/prog"
 	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/terminal"
 	"github.com/tracekit/tracekit/tracefs"
 )
-
-func validate(o *options) error {
-	if err := o.CheckTree(); err != nil {
-		return err
-	}
-	// Checked here, not by a choice tag: go-flags lists a single choice as
-	// "Allowed values are: " and nothing.
-	if o.Missing != "" && o.Missing != "task_pt_regs" {
-		return usage.Errorf("--assume-missing %q: the kernel feature profile can do without is task_pt_regs", o.Missing)
-	}
-	if o.Frequency < 1 || o.Frequency > 10000 {
-		return usage.Errorf("invalid -F %d: want samples per second, 1 to 10000", o.Frequency)
-	}
-	if err := o.archUnwind(); err != nil {
-		return err
-	}
-	if o.OffCPU {
-		if o.Idle {
-			return usage.Errorf("--off-cpu and -I cannot be used together: the idle task never waits")
-		}
-		if o.MaxBlock > 0 && o.MaxBlock < o.MinBlock {
-			return usage.Errorf("--max-block %d is below --min-block %d: no wait would be counted", o.MaxBlock, o.MinBlock)
-		}
-		if o.MaxBlock > 1<<63/1000 || o.MinBlock > 1<<63/1000 {
-			return usage.Errorf("--min-block and --max-block take microseconds, up to %d", uint64(1<<63/1000))
-		}
-	} else if o.MinBlock != 1 || o.MaxBlock != 0 {
-		return usage.Errorf("--min-block and --max-block bound the waits of --off-cpu: give --off-cpu too")
-	}
-	if o.Folded && o.JSON {
-		return usage.Errorf("--folded and --json cannot be used together: pick one report format")
-	}
-	if o.Folded && o.Timestamp {
-		return usage.Errorf("--folded and -T cannot be used together: folded lines are for flame graph tools, which a time line would break")
-	}
-	if o.Budget < 1 || o.Budget > maxBudget {
-		return usage.Errorf("invalid --table-mib %d: want 1 to %d", o.Budget, maxBudget)
-	}
-	labels, err := parseLabels(o.Labels)
-	if err != nil {
-		return err
-	}
-	for _, l := range o.SVGLabels {
-		name, value, ok := strings.Cut(l, "=")
-		if !ok || name == "" {
-			return usage.Errorf("--svg-label %q: want NAME=VALUE, a label's name and value as the report prints them (ep=/alpha)", l)
-		}
-		o.svgLabels = append(o.svgLabels, labelValue{Name: name, Value: value})
-	}
-	if len(o.svgLabels) > 0 && o.SVG == "" {
-		return usage.Errorf("--svg-label chooses what --svg draws: give --svg FILE too")
-	}
-	if err := checkLabelFiles(labels); err != nil {
-		return err
-	}
-	o.labels = labels
-	if o.Pid != 0 {
-		if o.Command != "" {
-			return usage.Errorf("-p and -c cannot be used together: -c samples the command and its children")
-		}
-		if err := procfs.CheckPid(o.Pid); err != nil {
-			return err
-		}
-	}
-	return checkLabelKinds(labels, int(o.Pid), o.Command)
-}
 
 // The row table's budget, in MiB (--table-mib): the default, and the
 // most, whose 1M blocks have fences of 4 MiB in one array value, the most
 // an array value may hold before 6.x (KMALLOC_MAX_SIZE). The kernel
 // memory is taken a chunk (4 MiB) at a time, as files are read.
 const (
-	defaultBudget = 64
-	maxBudget     = 512
+	DefaultBudget = 64
+	MaxBudget     = 512
 )
 
 // stackKey is a counts map key as user space holds it (packKey): the
@@ -212,22 +146,23 @@ func pcs(b []byte) []uint64 {
 	return out
 }
 
-// CountStacks counts ev's occurrences by (process, user stack[, kernel
+// CountEvent counts ev's occurrences by (process, user stack[, kernel
 // stack]) and reports them as profile does: c's interval, count, -c,
-// --json and --cumulative, -p pid, folded as --folded.
-func CountStacks(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error {
-	o := &options{Common: c, TreeOption: tree, Pid: int64(pid), Folded: folded, Unwind: prog.UnwindAuto, Budget: defaultBudget, NoContext: true, Idle: true, event: &ev}
-	if err := o.archUnwind(); err != nil {
+// --json and --cumulative, -p pid, folded as --folded. (filter's
+// --count-by ustack and --fields ustack.)
+func CountEvent(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error {
+	o := &Options{Common: c, TreeOption: tree, Pid: int64(pid), Folded: folded, Unwind: prog.UnwindAuto, Budget: DefaultBudget, NoContext: true, Idle: true, Event: &ev}
+	if err := o.ArchUnwind(); err != nil {
 		return err
 	}
-	return trace(ctx, s, o)
+	return Run(ctx, s, o)
 }
 
-// archUnwind holds the unwinding mode to what the architecture has: the
+// ArchUnwind holds the unwinding mode to what the architecture has: the
 // in-kernel unwinder's rows and register offsets are x86-64's, arm64's
 // and riscv64's; elsewhere (32-bit ARM) auto is frame pointers, said once
 // at the start (fpOnly), and eh is refused.
-func (o *options) archUnwind() error {
+func (o *Options) ArchUnwind() error {
 	if _, ok := prog.ArchOf(runtime.GOARCH); ok {
 		return nil
 	}
@@ -262,29 +197,31 @@ func UserSymbols() func(pid uint32, addr uint64) string {
 }
 
 // tool is the tool that runs: profile, or filter counting an event.
-func (o *options) tool() string {
-	if o.event != nil {
+func (o *Options) tool() string {
+	if o.Event != nil {
 		return "filter"
 	}
 	return "profile"
 }
 
 // unit is what a count counts: samples, or an event's occurrences.
-func (o *options) unit() string {
-	if o.event != nil {
+func (o *Options) unit() string {
+	if o.Event != nil {
 		return "events"
 	}
 	return "samples"
 }
 
-func trace(ctx context.Context, s *run.Session, o *options) error {
+// Run samples and reports as o says, until ctx is done, the -c command
+// exits or o's count of reports was printed.
+func Run(ctx context.Context, s *run.Session, o *Options) error {
 	cfg := prog.Config{Mode: o.Unwind, Pid: int(o.Pid), Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
 		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}
 	cfg.Arch, _ = prog.ArchOf(runtime.GOARCH)
 	cfg.RawEvents = hook.HaveRawTracepoints()
-	if o.event != nil {
-		cfg.Event = &o.event.Event
-		if !o.event.Kernel {
+	if o.Event != nil {
+		cfg.Event = &o.Event.Event
+		if !o.Event.Kernel {
 			cfg.KernelDepth = 0
 		}
 	}
@@ -296,12 +233,12 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return err
 	}
 	cfg.NS = ns
-	if o.Command != "" && (o.event == nil || !o.event.All) {
+	if o.Command != "" && (o.Event == nil || !o.Event.All) {
 		if cfg.Tree, err = s.ProcessTree(ns, o.MaxTree); err != nil {
 			return err
 		}
 	}
-	for _, l := range o.labels {
+	for _, l := range o.Labels {
 		cfg.Labels = append(cfg.Labels, l.Label)
 		if l.TLS && cfg.ThreadPointer == 0 {
 			if cfg.ThreadPointer, err = threadPointer(); err != nil {
@@ -404,7 +341,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 	}
 	defer ps.close()
-	ps.labels, ps.labelMap, ps.context = o.labels, coll.Maps["labels"], cfg.Context
+	ps.labels, ps.labelMap, ps.context = o.Labels, coll.Maps["labels"], cfg.Context
 	if cfg.Mode != prog.UnwindFP {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
 			return fmt.Errorf("install the unwinder: %w", err)
@@ -527,7 +464,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	// once unwound, later).
 	var records *perfevent.Rings
 	if emitting {
-		if records, err = s.OpenOutputRings(coll.Maps[prog.RecordsMap], o.event.Name, perfevent.DefaultRingPages, perfevent.WakeBatch); err != nil {
+		if records, err = s.OpenOutputRings(coll.Maps[prog.RecordsMap], o.Event.Name, perfevent.DefaultRingPages, perfevent.WakeBatch); err != nil {
 			return err
 		}
 		emit := func(smp perfevent.Sample) { r.emit(smp, smp.Raw) }
@@ -551,12 +488,12 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 
 	what := "on-CPU stacks"
-	if o.event != nil {
-		what = o.event.Name + " by user stack"
+	if o.Event != nil {
+		what = o.Event.Name + " by user stack"
 		if emitting {
-			what = "events of " + o.event.Name + " with their user stacks"
+			what = "events of " + o.Event.Name + " with their user stacks"
 		}
-		if err := o.event.Attach(coll.Programs["sample"]); err != nil {
+		if err := o.Event.Attach(coll.Programs["sample"]); err != nil {
 			return err
 		}
 	} else if o.OffCPU {
@@ -666,7 +603,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 
 type reporter struct {
 	s        *run.Session
-	o        *options
+	o        *Options
 	coll     *ebpf.Collection
 	ps       *processes
 	deferred *deferrer         // the samples unwound in user space
@@ -711,7 +648,7 @@ func fpFrames(n int) int {
 }
 
 // contextLabels are the labels of the context a key carries.
-func (r *reporter) contextLabels(pid uint32, raw []byte) []labelValue {
+func (r *reporter) contextLabels(pid uint32, raw []byte) []LabelValue {
 	if !r.cfg.Context {
 		return nil
 	}
@@ -746,7 +683,7 @@ type stack struct {
 	// is one key's (byAddress), for --pprof's locations.
 	UserPC, KernelPC []uint64
 	End              string // why the user stack ends: "" when complete (or unknown, with frame pointers)
-	Labels           []labelValue
+	Labels           []LabelValue
 }
 
 // readAfterFP ends a stack whose walk could not read the stack after it
@@ -963,6 +900,10 @@ func (r *reporter) resolveKernel(ctx context.Context, tables ...*held) error {
 // and riscv64's vdso's.
 var sigreturnNames = map[string]bool{"__restore_rt": true, "__kernel_rt_sigreturn": true, "__vdso_rt_sigreturn": true}
 
+// IsSigreturn says whether a user frame's name is a signal return
+// trampoline's: the frame above it is the one the signal interrupted.
+func IsSigreturn(name string) bool { return sigreturnNames[name] }
+
 // userFrames names a key's user frames, innermost first, and says how the
 // walk ended ("" when whole).
 func (r *reporter) userFrames(k decodedKey) (user []string, end string) {
@@ -994,13 +935,13 @@ func (r *reporter) userFrames(k decodedKey) (user []string, end string) {
 // sample it came in.
 func (r *reporter) emit(smp perfevent.Sample, raw []byte) {
 	off := r.cfg.RecordOffset()
-	if len(raw) < off+r.o.event.Record {
+	if len(raw) < off+r.o.Event.Record {
 		return // not a record of this run's program
 	}
 	k := decodeKey(raw[:r.cfg.KeySize()], r.cfg)
 	user, end := r.userFrames(k)
-	smp.Raw = raw[off : off+r.o.event.Record]
-	r.o.event.Print(smp, prog.Stack{Comm: r.ps.comm(k.Pid), User: user, End: end, Kernel: k.Kernel})
+	smp.Raw = raw[off : off+r.o.Event.Record]
+	r.o.Event.Print(smp, prog.Stack{Comm: r.ps.comm(k.Pid), User: user, End: end, Kernel: k.Kernel})
 }
 
 // named turns counted keys into stacks of frame names. Keys differ by
@@ -1017,7 +958,7 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 		k := decodeKey(raw, r.cfg)
 		user, end := r.userFrames(k)
 		st := stack{Pid: k.Pid, Comm: r.ps.comm(k.Pid), Count: n, End: end, User: user,
-			Labels: append(decodeLabels(r.o.labels, r.cfg, raw), r.contextLabels(k.Pid, raw)...)}
+			Labels: append(decodeLabels(r.o.Labels, r.cfg, raw), r.contextLabels(k.Pid, raw)...)}
 		for _, pc := range k.Kernel {
 			// The function, not the instruction: "vfs_read", as BCC and perf.
 			name := r.kernel[pc]
@@ -1084,11 +1025,11 @@ func (r *reporter) report(now time.Time, final bool, counted *held) error {
 				unit = "us"
 			}
 			drawn := r.weighed(all)
-			if len(r.o.svgLabels) > 0 {
-				drawn = withLabels(all, r.o.svgLabels)
-				title += ", " + labelsTitle(r.o.svgLabels)
+			if len(r.o.SVGLabels) > 0 {
+				drawn = withLabels(all, r.o.SVGLabels)
+				title += ", " + labelsTitle(r.o.SVGLabels)
 				if len(drawn) == 0 {
-					fmt.Fprintf(r.s.Stderr, "profile: --svg-label %s: no sample carried it; %s has an empty graph\n", labelsTitle(r.o.svgLabels), r.o.SVG)
+					fmt.Fprintf(r.s.Stderr, "profile: --svg-label %s: no sample carried it; %s has an empty graph\n", labelsTitle(r.o.SVGLabels), r.o.SVG)
 				}
 			}
 			if err := r.svg.write(func(w io.Writer) error { return writeSVG(w, drawn, title, unit) }); err != nil {
@@ -1261,7 +1202,8 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 	}
 }
 
-type jsonStack struct {
+// JSONStack is a stack of a --json report, as the tools print it.
+type JSONStack struct {
 	Pid    uint32   `json:"pid"`
 	Comm   string   `json:"comm"`
 	Count  uint64   `json:"count"`
@@ -1284,16 +1226,16 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		Events  *uint64     `json:"events,omitempty"` // filter's --count-by ustack
 		Usecs   *uint64     `json:"usecs,omitempty"`
 		Lost    uint64      `json:"lost"`
-		Stacks  []jsonStack `json:"stacks"`
+		Stacks  []JSONStack `json:"stacks"`
 		Refused []string    `json:"refused"` // files whose tables were past the parse's limits, and why
 		// NotDeferred: samples the full deferred ring turned away since the
 		// start (counted as far as the kernel walked them).
 		NotDeferred uint64 `json:"not_deferred,omitempty"`
-	}{Tool: r.o.tool(), Time: run.JSONTime(now), Lost: lost, Stacks: []jsonStack{}, Refused: append([]string{}, r.ps.refused...), NotDeferred: r.ps.deferLost}
+	}{Tool: r.o.tool(), Time: run.JSONTime(now), Lost: lost, Stacks: []JSONStack{}, Refused: append([]string{}, r.ps.refused...), NotDeferred: r.ps.deferLost}
 	var total uint64
 	if r.o.OffCPU {
 		out.Usecs = &total
-	} else if r.o.event != nil {
+	} else if r.o.Event != nil {
 		out.Events = &total
 	} else {
 		out.Samples = &total
@@ -1311,7 +1253,7 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 				end = "frame pointers"
 			}
 		}
-		js := jsonStack{Pid: st.Pid, Comm: st.Comm, Count: st.Count, User: nonNil(st.User), Kernel: nonNil(st.Kernel), End: end}
+		js := JSONStack{Pid: st.Pid, Comm: st.Comm, Count: st.Count, User: nonNil(st.User), Kernel: nonNil(st.Kernel), End: end}
 		if len(st.Labels) > 0 {
 			js.Labels = map[string]any{}
 			for _, l := range st.Labels {

@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bytes"
@@ -15,12 +15,12 @@ import (
 
 	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/internal/usage"
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
-// labelSpec is one --label NAME=SOURCE: a value the sampled thread keeps
+// LabelSpec is one --label NAME=SOURCE: a value the sampled thread keeps
 // in its memory, read at each sample (seed 000).
-type labelSpec struct {
+type LabelSpec struct {
 	Name   string
 	TLS    bool   // tls: a thread-local; else var: a global
 	File   string // the file that defines Symbol, "" for the first that does
@@ -56,12 +56,12 @@ var labelTypes = map[string]struct {
 
 const labelTypeList = "int, int8, int16, int32, int64, uint8, uint16, uint32, uint64, str, chars, strobe-int, strobe-str, strobe-map"
 
-// parseLabels reads the --label arguments.
-func parseLabels(args []string) ([]labelSpec, error) {
+// ParseLabels reads the --label arguments.
+func ParseLabels(args []string) ([]LabelSpec, error) {
 	if len(args) > prog.MaxLabels {
 		return nil, usage.Errorf("%d labels: at most %d", len(args), prog.MaxLabels)
 	}
-	var out []labelSpec
+	var out []LabelSpec
 	names := map[string]bool{}
 	for _, a := range args {
 		name, src, ok := strings.Cut(a, "=")
@@ -79,7 +79,7 @@ func parseLabels(args []string) ([]labelSpec, error) {
 		if len(parts) != 3 && len(parts) != 4 || parts[0] != "tls" && parts[0] != "var" {
 			return nil, usage.Errorf("--label %q: want a SOURCE of tls:[FILE:]SYMBOL:TYPE or var:[FILE:]SYMBOL:TYPE", a)
 		}
-		l := labelSpec{Name: name, TLS: parts[0] == "tls", Symbol: parts[len(parts)-2], Type: parts[len(parts)-1]}
+		l := LabelSpec{Name: name, TLS: parts[0] == "tls", Symbol: parts[len(parts)-2], Type: parts[len(parts)-1]}
 		if len(parts) == 4 {
 			l.File = parts[1]
 			if l.File == "" {
@@ -99,11 +99,11 @@ func parseLabels(args []string) ([]labelSpec, error) {
 	return out, nil
 }
 
-// checkLabelFiles looks up the symbol of each label that names its file
+// CheckLabelFiles looks up the symbol of each label that names its file
 // by a path, before the run: a symbol that is not there, or not of the
 // label's kind, is a usage error. A base name (libfoo.so) names a file
 // among each process's mapped ones, found as they are scanned.
-func checkLabelFiles(labels []labelSpec) error {
+func CheckLabelFiles(labels []LabelSpec) error {
 	for _, l := range labels {
 		if !strings.Contains(l.File, "/") {
 			continue
@@ -124,14 +124,14 @@ func checkLabelFiles(labels []labelSpec) error {
 	return nil
 }
 
-// checkLabelKinds looks up, before the run, the labels that do not name
+// CheckLabelKinds looks up, before the run, the labels that do not name
 // their file by a path, in the files known before it starts: the -p
 // process's mapped files (its executable first), or the -c command's
 // executable when the command line starts with one. The first of those
 // files that defines a label's symbol is the one the run would read: a
 // symbol of the other kind there (a global asked as tls:) is a usage
 // error. Files that cannot be read are left to the run.
-func checkLabelKinds(labels []labelSpec, pid int, command string) error {
+func CheckLabelKinds(labels []LabelSpec, pid int, command string) error {
 	type candidate struct{ name, path string } // as the run names it; where to open it
 	var files []candidate
 	switch {
@@ -175,7 +175,7 @@ func checkLabelKinds(labels []labelSpec, pid int, command string) error {
 		f.Close()
 		for i, l := range labels {
 			if decided[i] || strings.Contains(l.File, "/") || l.File != "" && !sameFile(c.name, l.File) {
-				continue // checkLabelFiles has those with a path
+				continue // CheckLabelFiles has those with a path
 			}
 			_, err := kindOf(syms, l)
 			if err == errNoSymbol {
@@ -223,7 +223,7 @@ func (w wrongKind) Error() string { return string(w) }
 
 // findLabelSymbol finds l's symbol among ef's definitions: a thread-local
 // for tls:, anything else for var:.
-func findLabelSymbol(ef *elf.File, l labelSpec) (elf.Symbol, error) {
+func findLabelSymbol(ef *elf.File, l LabelSpec) (elf.Symbol, error) {
 	syms, err := indexSymbols(ef, map[string]bool{l.Symbol: true})
 	if err != nil {
 		return elf.Symbol{}, err
@@ -252,7 +252,7 @@ func indexSymbols(ef *elf.File, wanted map[string]bool) (out map[string]elf.Symb
 }
 
 // kindOf is l's symbol among syms, when it is of l's kind.
-func kindOf(syms map[string]elf.Symbol, l labelSpec) (elf.Symbol, error) {
+func kindOf(syms map[string]elf.Symbol, l LabelSpec) (elf.Symbol, error) {
 	s, ok := syms[l.Symbol]
 	if !ok {
 		return s, errNoSymbol
@@ -298,7 +298,7 @@ func (ps *processes) labelLocations(pid uint32, p *process) (locs []prog.LabelLo
 	}
 	// place finds where the process keeps l: LocUnset when nowhere;
 	// defined: a file defines its symbol.
-	place := func(l labelSpec) (loc prog.LabelLoc, defined bool) {
+	place := func(l LabelSpec) (loc prog.LabelLoc, defined bool) {
 		seen := map[*file]bool{}
 		for _, m := range order {
 			if seen[m.file] || m.file.osf == nil || l.File != "" && !sameFile(m.Path, l.File) {
@@ -346,7 +346,7 @@ func (ps *processes) labelLocations(pid uint32, p *process) (locs []prog.LabelLo
 	}
 	if ps.context {
 		// A context's symbols missing is the common case: not waited for.
-		otel, _ := place(labelSpec{Name: "otel", TLS: true, Symbol: otelSymbol})
+		otel, _ := place(LabelSpec{Name: "otel", TLS: true, Symbol: otelSymbol})
 		locs = append(locs, otel, ps.customLabels(mem, place))
 		if otel.Mode != prog.LocUnset && p.otelKeys == nil {
 			p.otelKeys, _ = readOTelKeys(pid)
@@ -359,8 +359,8 @@ func (ps *processes) labelLocations(pid uint32, p *process) (locs []prog.LabelLo
 // customLabels is where a process keeps its custom label set: by the ABI
 // version its custom_labels_abi_version says, v0's in place, v1's
 // through a pointer (LocIndirect). Other versions are not read.
-func (ps *processes) customLabels(mem *procMem, place func(labelSpec) (prog.LabelLoc, bool)) prog.LabelLoc {
-	version, _ := place(labelSpec{Name: "custom labels", Symbol: customVersionSym})
+func (ps *processes) customLabels(mem *procMem, place func(LabelSpec) (prog.LabelLoc, bool)) prog.LabelLoc {
+	version, _ := place(LabelSpec{Name: "custom labels", Symbol: customVersionSym})
 	if version.Mode != prog.LocAbs {
 		return prog.LabelLoc{}
 	}
@@ -370,10 +370,10 @@ func (ps *processes) customLabels(mem *procMem, place func(labelSpec) (prog.Labe
 	}
 	switch binary.LittleEndian.Uint32(b[:]) {
 	case 0:
-		loc, _ := place(labelSpec{Name: "custom labels", TLS: true, Symbol: customV0Symbol})
+		loc, _ := place(LabelSpec{Name: "custom labels", TLS: true, Symbol: customV0Symbol})
 		return loc
 	case 1:
-		loc, _ := place(labelSpec{Name: "custom labels", TLS: true, Symbol: customV1Symbol})
+		loc, _ := place(LabelSpec{Name: "custom labels", TLS: true, Symbol: customV1Symbol})
 		if loc.Mode != prog.LocUnset {
 			loc.Mode |= prog.LocIndirect
 		}
@@ -414,7 +414,7 @@ func sameFile(path, name string) bool {
 }
 
 // noteLabel records once why a label is unset in a file's processes.
-func (ps *processes) noteLabel(l labelSpec, f *file, why string) {
+func (ps *processes) noteLabel(l LabelSpec, f *file, why string) {
 	msg := fmt.Sprintf("label %s: %s: %s", l.Name, f.name, why)
 	for _, have := range ps.labelNotes {
 		if have == msg {
@@ -429,7 +429,7 @@ func (ps *processes) noteLabel(l labelSpec, f *file, why string) {
 // labelSymbol looks up a label's symbol in the file once.
 // labelSymbol looks up a label's symbol in the file: the symbols of every
 // label and of the context are indexed on the first lookup.
-func (f *file) labelSymbol(l labelSpec, wanted map[string]bool) (elf.Symbol, error) {
+func (f *file) labelSymbol(l LabelSpec, wanted map[string]bool) (elf.Symbol, error) {
 	if f.labelSyms == nil {
 		f.labelSyms, f.labelSymsErr = indexSymbols(f.elf, wanted)
 	}
@@ -486,7 +486,7 @@ func tpOffset(ef *elf.File, value uint64) (int64, error) {
 }
 
 // labelsName is the labels as one string, for grouping stacks.
-func labelsName(ls []labelValue) string {
+func labelsName(ls []LabelValue) string {
 	var b strings.Builder
 	for _, l := range ls {
 		fmt.Fprintf(&b, "%s=%q ", l.Name, l.Value)
@@ -494,26 +494,26 @@ func labelsName(ls []labelValue) string {
 	return b.String()
 }
 
-// labelValue is a label as a sample had it.
-type labelValue struct {
+// LabelValue is a label as a sample had it.
+type LabelValue struct {
 	Name  string
 	Value string
 	Num   *int64 // integers: the number (pprof's NumLabel)
 }
 
 // decodeLabels reads the labels from a key: the set ones, in order.
-func decodeLabels(labels []labelSpec, cfg prog.Config, key []byte) []labelValue {
+func decodeLabels(labels []LabelSpec, cfg prog.Config, key []byte) []LabelValue {
 	if len(labels) == 0 || len(key) < cfg.KeySize() {
 		return nil
 	}
 	mask := key[6]
-	var out []labelValue
+	var out []LabelValue
 	for i, l := range labels {
 		if mask&(1<<i) == 0 {
 			continue
 		}
 		b := key[cfg.LabelOffset(i):]
-		v := labelValue{Name: l.Name}
+		v := LabelValue{Name: l.Name}
 		switch l.Label.Kind {
 		case prog.LabelInt, prog.LabelStrobeInt:
 			n := binary.LittleEndian.Uint64(b)
@@ -554,12 +554,12 @@ func cString(b []byte) string {
 // NAME.id, NAME.tag when it has one, and NAME.KEY for each entry read
 // (the entries with an empty key are left out; a key given twice keeps
 // its first value).
-func strobeMapLabels(name string, b []byte) []labelValue {
+func strobeMapLabels(name string, b []byte) []LabelValue {
 	id := int64(binary.LittleEndian.Uint64(b))
-	out := []labelValue{{Name: name + ".id", Value: strconv.FormatInt(id, 10), Num: &id}}
+	out := []LabelValue{{Name: name + ".id", Value: strconv.FormatInt(id, 10), Num: &id}}
 	const n = prog.StrobeMapStrLen
 	if tag := cString(b[8 : 8+n]); tag != "" {
-		out = append(out, labelValue{Name: name + ".tag", Value: tag})
+		out = append(out, LabelValue{Name: name + ".tag", Value: tag})
 	}
 	seen := map[string]bool{"id": true, "tag": true}
 	for e := 0; e < prog.StrobeMapEntries; e++ {
@@ -569,7 +569,7 @@ func strobeMapLabels(name string, b []byte) []labelValue {
 			continue
 		}
 		seen[key] = true
-		out = append(out, labelValue{Name: name + "." + key, Value: cString(b[at+n : at+2*n])})
+		out = append(out, LabelValue{Name: name + "." + key, Value: cString(b[at+n : at+2*n])})
 	}
 	return out
 }

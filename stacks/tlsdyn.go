@@ -1,4 +1,4 @@
-package profile
+package stacks
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/tracekit/tracekit/profile/prog"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // A shared library's thread-locals are where its loader put them, which
