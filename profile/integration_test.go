@@ -23,6 +23,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/stacktest"
 	"github.com/tracekit/tracekit/stacks"
+	"github.com/tracekit/tracekit/symbols"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/pprof/profile"
@@ -1527,7 +1528,7 @@ func elfBuildID(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	id := stacks.BuildID(f)
+	id := symbols.BuildID(f)
 	if len(id) == 0 {
 		t.Fatalf("%s has no build id", path)
 	}

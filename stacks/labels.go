@@ -16,6 +16,7 @@ import (
 	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/stacks/prog"
+	"github.com/tracekit/tracekit/symbols"
 )
 
 // LabelSpec is one --label NAME=SOURCE: a value the sampled thread keeps
@@ -112,7 +113,7 @@ func CheckLabelFiles(labels []LabelSpec) error {
 		if err != nil {
 			return usage.Errorf("--label %s: %v", l.Name, err)
 		}
-		ef, err := newELF(f)
+		ef, err := symbols.NewELF(f)
 		if err == nil {
 			_, err = findLabelSymbol(ef, l)
 		}
@@ -169,7 +170,7 @@ func CheckLabelKinds(labels []LabelSpec, pid int, command string) error {
 			continue
 		}
 		var syms map[string]elf.Symbol
-		if ef, err := newELF(f); err == nil {
+		if ef, err := symbols.NewELF(f); err == nil {
 			syms, _ = indexSymbols(ef, wanted)
 		}
 		f.Close()
@@ -240,13 +241,13 @@ func indexSymbols(ef *elf.File, wanted map[string]bool) (out map[string]elf.Symb
 		}
 	}()
 	out = map[string]elf.Symbol{}
-	eachSymbol(ef, func(s elfSym) {
-		name, _, _ := strings.Cut(s.name, "@")
-		if _, have := out[name]; have || !wanted[name] || s.section == elf.SHN_UNDEF {
+	symbols.Each(ef, func(s symbols.Raw) {
+		name, _, _ := strings.Cut(s.Name, "@")
+		if _, have := out[name]; have || !wanted[name] || s.Section == elf.SHN_UNDEF {
 			return
 		}
 		// Copies: the names would keep the whole string table.
-		out[strings.Clone(name)] = elf.Symbol{Name: strings.Clone(s.name), Info: s.info, Other: s.other, Section: s.section, Value: s.value, Size: s.size}
+		out[strings.Clone(name)] = elf.Symbol{Name: strings.Clone(s.Name), Info: s.Info, Other: s.Other, Section: s.Section, Value: s.Value, Size: s.Size}
 	})
 	return out, nil
 }

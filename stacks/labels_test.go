@@ -1,12 +1,17 @@
 package stacks
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
+	"github.com/tracekit/tracekit/internal/stacktest"
 	"github.com/tracekit/tracekit/stacks/prog"
+	"github.com/tracekit/tracekit/symbols"
 )
 
 // decodeLabels reads integers by their size and sign, strings up to their
@@ -76,4 +81,20 @@ func TestStrobeMapLabels(t *testing.T) {
 	if want := `m.id="-1" m.tag="tag1" m.ep="/alpha" m.tenant="t-a" `; got != want {
 		t.Errorf("labels %s, want %s", got, want)
 	}
+}
+
+// Nothing in a symbol table can crash the index of --label's symbols.
+func FuzzIndexSymbols(f *testing.F) {
+	for _, name := range []string{"tls", "libtkgd.so"} {
+		if b, err := os.ReadFile(filepath.Join(stacktest.Fixtures(f), name)); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ef, err := symbols.NewELF(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		indexSymbols(ef, map[string]bool{"main": true, "tk_req": true})
+	})
 }

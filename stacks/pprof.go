@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/tracekit/tracekit/symbols"
 )
 
 // The field numbers of profile.proto (github.com/google/pprof), the format
@@ -169,7 +171,7 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, offCPU bool,
 		mp.int64(mappingOffset, int64(m.Off))
 		mp.int64(mappingFilename, str(m.Path))
 		if m.file != nil && m.file.elf != nil {
-			if b := BuildID(m.file.elf); len(b) > 0 {
+			if b := symbols.BuildID(m.file.elf); len(b) > 0 {
 				mp.int64(mappingBuildID, str(fmt.Sprintf("%x", b)))
 			}
 		}

@@ -5,13 +5,13 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"strings"
 
 	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/symbols"
 )
 
 // mapping is one line of /proc/PID/maps.
@@ -49,7 +49,7 @@ func openMapped(pid uint32, m mapping) (*elf.File, *os.File, error) {
 		if _, err := mem.ReadAt(b, int64(m.Start)); err != nil {
 			return nil, nil, fmt.Errorf("read [vdso]: %w", err)
 		}
-		ef, err := newELF(bytes.NewReader(b))
+		ef, err := symbols.NewELF(bytes.NewReader(b))
 		return ef, nil, err
 	}
 	denied := 0
@@ -64,7 +64,7 @@ func openMapped(pid uint32, m mapping) (*elf.File, *os.File, error) {
 		if err != nil {
 			continue
 		}
-		ef, err := newELF(osf)
+		ef, err := symbols.NewELF(osf)
 		if err != nil {
 			osf.Close()
 			return nil, nil, err
@@ -75,17 +75,6 @@ func openMapped(pid uint32, m mapping) (*elf.File, *os.File, error) {
 		return nil, nil, procfs.Denied(int(pid), fs.ErrPermission)
 	}
 	return nil, nil, fmt.Errorf("open %s of pid %d: not reachable", m.Path, pid)
-}
-
-// newELF is elf.NewFile with a panic (debug/elf has had them on malformed
-// input) turned into an error.
-func newELF(r io.ReaderAt) (f *elf.File, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			f, err = nil, fmt.Errorf("malformed ELF file (%v)", p)
-		}
-	}()
-	return elf.NewFile(r)
 }
 
 // biasOf is what to subtract from an address in the mapping to get the

@@ -2,7 +2,6 @@ package stacks
 
 import (
 	"bytes"
-	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	"github.com/tracekit/tracekit/ldso"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/stacks/prog"
+	"github.com/tracekit/tracekit/symbols"
 	"github.com/tracekit/tracekit/unwind"
 	"golang.org/x/sys/unix"
 )
@@ -42,7 +42,7 @@ type file struct {
 	elf   *elf.File
 	osf   *os.File // nil for [vdso], read from memory
 	progs []*elf.Prog
-	syms  []symbol
+	syms  []symbols.Symbol
 	named bool // syms read
 	first int  // index of its first row in the table; -1 if not loaded
 	rows  int
@@ -62,11 +62,6 @@ type file struct {
 	tlsRead      bool
 
 	sigreturn map[uint64]bool // addresses past every symbol: the signal return trampoline?
-}
-
-type symbol struct {
-	name        string
-	value, size uint64
 }
 
 // procMapping is an executable mapping of a process and its file.
@@ -909,7 +904,7 @@ func (ps *processes) preload(line string) {
 			osf.Close()
 			continue
 		}
-		ef, err := newELF(osf)
+		ef, err := symbols.NewELF(osf)
 		if err != nil {
 			osf.Close()
 			continue
@@ -1109,151 +1104,12 @@ func prefixes(pid uint32, start, end uint64) []lpmKey {
 	return out
 }
 
-// symbolsOf lists a file's function symbols (.symtab and .dynsym) by
-// address, their names as the file has them (symbolize demangles).
-func symbolsOf(ef *elf.File) (out []symbol) {
-	defer func() {
-		if recover() != nil {
-			out = nil
-		}
-	}()
-	out = make([]symbol, 0, symbolCount(ef))
-	eachSymbol(ef, func(s elfSym) {
-		if t := elf.ST_TYPE(s.info); t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC || s.value == 0 {
-			return
-		}
-		name, _, _ := strings.Cut(s.name, "@")
-		out = append(out, symbol{name: name, value: s.value, size: s.size})
-	})
-	// The first at each address: .symtab's before .dynsym's, each in its
-	// order.
-	sortByAddress(out)
-	return slices.CompactFunc(out, func(a, b symbol) bool { return a.value == b.value })
-}
-
-// sortByAddress sorts symbols by address, those at one address in their
-// order: a stable sort, in O(n log n). (slices.SortStableFunc's merges
-// are O(n log² n): libc's debug symbols alone took 7 ms of a report.)
-// It sorts 16-byte (address, index) pairs, then moves the symbols into
-// place along the permutation's cycles.
-func sortByAddress(syms []symbol) {
-	type at struct {
-		value uint64
-		i     int
-	}
-	order := make([]at, len(syms))
-	for i, s := range syms {
-		order[i] = at{s.value, i}
-	}
-	slices.SortFunc(order, func(a, b at) int {
-		if c := cmp.Compare(a.value, b.value); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.i, b.i)
-	})
-	for i := range order {
-		if order[i].i < 0 {
-			continue
-		}
-		// syms[j] takes syms[order[j].i], around the cycle from i.
-		first, j := syms[i], i
-		for {
-			from := order[j].i
-			order[j].i = -1
-			if from == i {
-				syms[j] = first
-				break
-			}
-			syms[j] = syms[from]
-			j = from
-		}
-	}
-}
-
 // symbols reads the file's symbols the first time a report needs them.
-func (f *file) symbols() []symbol {
-	if f.named {
-		return f.syms
-	}
-	f.named = true
-	f.syms = symbolsOf(f.elf)
-	if f.elf.Section(".symtab") == nil {
-		// A stripped Go program still has its own table of functions.
-		f.syms = mergeSymbols(f.syms, goSymbols(f.elf))
-	}
-	f.syms = mergeSymbols(f.syms, pltSymbols(f.elf))
-	if dbg, osf := debugFile(f.elf); dbg != nil {
-		// The separate debug file's .symtab names the local functions a
-		// stripped file lacks (libc's __libc_start_call_main).
-		f.syms = mergeSymbols(f.syms, symbolsOf(dbg))
-		osf.Close()
+func (f *file) symbols() []symbols.Symbol {
+	if !f.named {
+		f.named, f.syms = true, symbols.Of(f.elf)
 	}
 	return f.syms
-}
-
-// debugDir is where Debian's -dbg packages keep debug files by build id.
-const debugDir = "/usr/lib/debug/.build-id"
-
-// debugFile opens the separate debug file of a stripped file, found by its
-// build id (/usr/lib/debug/.build-id/ab/cdef....debug), or returns nil.
-func debugFile(ef *elf.File) (*elf.File, *os.File) {
-	if sec := ef.Section(".symtab"); sec != nil {
-		return nil, nil
-	}
-	id := BuildID(ef)
-	if len(id) < 2 {
-		return nil, nil
-	}
-	osf, err := regular.Open(fmt.Sprintf("%s/%x/%x.debug", debugDir, id[:1], id[1:]))
-	if err != nil {
-		return nil, nil
-	}
-	dbg, err := newELF(osf)
-	if err != nil {
-		osf.Close()
-		return nil, nil
-	}
-	return dbg, osf
-}
-
-// BuildID reads the NT_GNU_BUILD_ID note of .note.gnu.build-id.
-func BuildID(ef *elf.File) []byte {
-	sec := ef.Section(".note.gnu.build-id")
-	if sec == nil {
-		return nil
-	}
-	b, err := sec.Data()
-	if err != nil || len(b) < 16 {
-		return nil
-	}
-	nameSz, descSz, typ := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:])
-	off := 12 + (uint64(nameSz)+3)&^3
-	if typ != 3 /* NT_GNU_BUILD_ID */ || off+uint64(descSz) > uint64(len(b)) || descSz > 64 {
-		return nil
-	}
-	return b[off : off+uint64(descSz)]
-}
-
-// mergeSymbols adds the symbols of more (which it sorts) at addresses
-// syms (sorted by address, one at each) lacks: one pass over both.
-func mergeSymbols(syms, more []symbol) []symbol {
-	if len(more) == 0 {
-		return syms
-	}
-	sortByAddress(more)
-	out := make([]symbol, 0, len(syms)+len(more))
-	i := 0
-	for _, s := range more {
-		for i < len(syms) && syms[i].value < s.value {
-			out = append(out, syms[i])
-			i++
-		}
-		if i < len(syms) && syms[i].value == s.value || len(out) > 0 && out[len(out)-1].value == s.value {
-			continue
-		}
-		out = append(out, s)
-	}
-	return append(out, syms[i:]...)
 }
 
 // symbolize names a user address of a process: "function", or
@@ -1279,9 +1135,9 @@ func (ps *processes) symbolize(pid uint32, addr uint64, ret bool) string {
 		}
 		syms := m.file.symbols()
 		in := func(i int, v uint64) bool {
-			return i >= 0 && (v >= syms[i].value && v < syms[i].value+syms[i].size || syms[i].size == 0 && v == syms[i].value)
+			return i >= 0 && (v >= syms[i].Value && v < syms[i].Value+syms[i].Size || syms[i].Size == 0 && v == syms[i].Value)
 		}
-		i := sort.Search(len(syms), func(i int) bool { return syms[i].value > look }) - 1
+		i := sort.Search(len(syms), func(i int) bool { return syms[i].Value > look }) - 1
 		// A signal handler returns to the trampoline's first byte: the
 		// address itself is looked at where the call's is not also
 		// the return address's function.
@@ -1289,7 +1145,7 @@ func (ps *processes) symbolize(pid uint32, addr uint64, ret bool) string {
 			return "__restore_rt"
 		}
 		if in(i, look) {
-			return ps.demangled(syms[i].name)
+			return ps.demangled(syms[i].Name)
 		}
 		if !ret && m.file.isSigreturn(v) {
 			return "__restore_rt"
@@ -1308,9 +1164,9 @@ func (ps *processes) demangled(name string) string {
 	if ps.names == nil {
 		ps.names = map[string]string{}
 	}
-	d := demangle(name, ps.short)
+	d := symbols.Demangle(name, ps.short)
 	if base, ok := strings.CutSuffix(name, "@plt"); ok {
-		d = demangle(base, ps.short) + "@plt"
+		d = symbols.Demangle(base, ps.short) + "@plt"
 	}
 	ps.names[name] = d
 	return d

@@ -1,14 +1,12 @@
 package stacks
 
 import (
-	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/stacks/prog"
+	"github.com/tracekit/tracekit/symbols"
 )
 
 // TestBias: the address in the file is found through the PT_LOAD segment
@@ -75,26 +74,6 @@ func TestPrefixes(t *testing.T) {
 	}
 }
 
-func TestDemangle(t *testing.T) {
-	for _, c := range []struct{ in, full, short string }{
-		{"_ZN3foo3barEv", "foo::bar()", "foo::bar"},
-		{"_Z1fi", "f(int)", "f"},
-		{"_Z1fd", "f(double)", "f"},
-		{"_Z4tmplIiEvT_", "void tmpl<int>(int)", "tmpl"},
-		{"_ZNSt6vectorIiSaIiEE9push_backERKi", "std::vector<int, std::allocator<int> >::push_back(int const&)", "std::vector::push_back"},
-		{"malloc", "malloc", "malloc"},
-		{"_RNvCs1234_5crate4func", "crate::func", "crate::func"},
-		{"_Z", "_Z", "_Z"}, // not a mangled name: as it is
-	} {
-		if got := demangle(c.in, false); got != c.full {
-			t.Errorf("demangle(%q) = %q, want %q", c.in, got, c.full)
-		}
-		if got := demangle(c.in, true); got != c.short {
-			t.Errorf("demangle(%q, short) = %q, want %q", c.in, got, c.short)
-		}
-	}
-}
-
 // TestKeyOf: a file is known by device and inode; [vdso] by its name.
 func TestKeyOf(t *testing.T) {
 	maps, err := procfs.ParseMaps(strings.NewReader("55d0c5a8e000-55d0c5a93000 r-xp 00002000 fd:01 1835234   /usr/bin/cat\n7ffd5e3f2000-7ffd5e3f4000 r-xp 00000000 00:00 0    [vdso]\n"))
@@ -115,7 +94,7 @@ func TestAnnouncedAfterExit(t *testing.T) {
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", gone)); err == nil {
 		t.Skipf("pid %d exists here", gone)
 	}
-	f := &file{name: "tls", first: -1, syms: []symbol{{name: "spin", value: 0x1000, size: 0x100}}, named: true}
+	f := &file{name: "tls", first: -1, syms: []symbols.Symbol{{Name: "spin", Value: 0x1000, Size: 0x100}}, named: true}
 	old := &process{comm: "tls", exited: true, gone: true, maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}}
 	ps := &processes{files: map[fileKey]*file{}, procs: map[uint32]*process{gone: old}}
 	ps.announced(gone)
@@ -333,22 +312,5 @@ func TestPoint(t *testing.T) {
 	}
 	if p.spans != nil {
 		t.Error("spans kept after the exit: a next process of the pid would not be put")
-	}
-}
-
-// TestSortByAddress: sortByAddress orders as a stable sort by address.
-func TestSortByAddress(t *testing.T) {
-	rng := rand.New(rand.NewSource(1))
-	for _, n := range []int{0, 1, 2, 3, 17, 100, 5000} {
-		syms := make([]symbol, n)
-		for i := range syms {
-			syms[i] = symbol{name: fmt.Sprint(i), value: uint64(rng.Intn(n/3 + 1))}
-		}
-		want := slices.Clone(syms)
-		slices.SortStableFunc(want, func(a, b symbol) int { return cmp.Compare(a.value, b.value) })
-		sortByAddress(syms)
-		if !slices.Equal(syms, want) {
-			t.Errorf("%d symbols: not the stable order", n)
-		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tracekit/tracekit/internal/stacktest"
+	"github.com/tracekit/tracekit/symbols"
 
 	"github.com/tracekit/tracekit/stacks/prog"
 )
@@ -122,29 +123,8 @@ func FuzzTLSRelocs(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if ef, err := newELF(bytes.NewReader(b)); err == nil {
+		if ef, err := symbols.NewELF(bytes.NewReader(b)); err == nil {
 			readTLSRelocs(ef)
 		}
-	})
-}
-
-// Nothing in a Go program's .gopclntab can crash the names' reader. The
-// seeds: the fixture's table, its first 4 KiB (a table cut short), and
-// its header alone.
-func FuzzGoSymbols(f *testing.F) {
-	if ef, err := elf.Open(filepath.Join(stacktest.Fixtures(f), "gospin")); err == nil {
-		if b, err := ef.Section(".gopclntab").Data(); err == nil {
-			text := ef.Section(".text").Addr
-			if len(pclntabSymbols(b, text)) < 100 {
-				f.Fatal("gospin's .gopclntab names fewer than 100 functions")
-			}
-			f.Add(b, text)
-			f.Add(b[:4096], text)
-			f.Add(b[:64], text)
-		}
-		ef.Close()
-	}
-	f.Fuzz(func(t *testing.T, b []byte, text uint64) {
-		pclntabSymbols(b, text)
 	})
 }

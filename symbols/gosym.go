@@ -1,4 +1,4 @@
-package stacks
+package symbols
 
 import (
 	"debug/elf"
@@ -15,11 +15,11 @@ const maxPclntab = 64 << 20
 // record (40 bytes or more).
 const minFuncBytes = 48
 
-// goSymbols names the functions of a Go executable from its .gopclntab,
+// Go names the functions of a Go executable from its .gopclntab,
 // which stripping (-ldflags='-s -w') leaves: the runtime needs it. Read
 // with the standard library's debug/gosym; a malformed table names
 // nothing.
-func goSymbols(ef *elf.File) (out []symbol) {
+func Go(ef *elf.File) (out []Symbol) {
 	defer func() {
 		if recover() != nil {
 			out = nil
@@ -38,7 +38,7 @@ func goSymbols(ef *elf.File) (out []symbol) {
 
 // pclntabSymbols lists the functions of a .gopclntab whose .text starts at
 // text.
-func pclntabSymbols(data []byte, text uint64) (out []symbol) {
+func pclntabSymbols(data []byte, text uint64) (out []Symbol) {
 	defer func() {
 		if recover() != nil {
 			out = nil
@@ -56,7 +56,7 @@ func pclntabSymbols(data []byte, text uint64) (out []symbol) {
 	}
 	for _, f := range t.Funcs {
 		if f.End > f.Entry {
-			out = append(out, symbol{name: f.Name, value: f.Entry, size: f.End - f.Entry})
+			out = append(out, Symbol{Name: f.Name, Value: f.Entry, Size: f.End - f.Entry})
 		}
 	}
 	return out

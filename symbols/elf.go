@@ -1,4 +1,4 @@
-package stacks
+package symbols
 
 import (
 	"debug/elf"
@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Bounds of one symbol table read by eachSymbol: its string table is
+// Bounds of one symbol table read by Each: its string table is
 // read whole (libLLVM-14's .dynstr is 3.1 MiB), its entries 4096 at a
 // time. A table past either bound is skipped.
 const (
@@ -15,34 +15,34 @@ const (
 	symBatch   = 4096
 )
 
-// elfSym is one entry of a symbol table, its name a substring of the
+// Raw is one entry of a symbol table, its name a substring of the
 // table's strings (one allocation for the table, none for a name).
-type elfSym struct {
-	index       int // in its table: debug/elf's lists start at 1
-	name        string
-	info, other byte
-	section     elf.SectionIndex
-	value, size uint64
+type Raw struct {
+	Index       int // in its table: debug/elf's lists start at 1
+	Name        string
+	Info, Other byte
+	Section     elf.SectionIndex
+	Value, Size uint64
 }
 
-// eachSymbol calls fn for every symbol of ef's .symtab, then of its
+// Each calls fn for every symbol of ef's .symtab, then of its
 // .dynsym (the null entry of each left out), as debug/elf's Symbols and
 // DynamicSymbols list them, without making either list: their names
 // (libLLVM-14's 44,982 dynamic symbols) are 10.7 MiB as debug/elf
 // builds them, a tenth of that here. A table or string table that is
 // malformed, compressed or past the bounds is skipped; a name is cut at
 // its string table's end.
-func eachSymbol(ef *elf.File, fn func(s elfSym)) {
+func Each(ef *elf.File, fn func(s Raw)) {
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		if sec := symbolTable(ef, typ); sec != nil {
-			symbolsIn(ef, sec, fn)
+		if sec := TableOf(ef, typ); sec != nil {
+			In(ef, sec, fn)
 		}
 	}
 }
 
-// symbolTable is ef's first section of type typ, SHT_SYMTAB or
+// TableOf is ef's first section of type typ, SHT_SYMTAB or
 // SHT_DYNSYM, as debug/elf finds it.
-func symbolTable(ef *elf.File, typ elf.SectionType) *elf.Section {
+func TableOf(ef *elf.File, typ elf.SectionType) *elf.Section {
 	for _, sec := range ef.Sections {
 		if sec.Type == typ {
 			return sec
@@ -51,27 +51,27 @@ func symbolTable(ef *elf.File, typ elf.SectionType) *elf.Section {
 	return nil
 }
 
-// symbolCount is how many symbols eachSymbol may give: a capacity.
-func symbolCount(ef *elf.File) int {
+// count is how many symbols Each may give: a capacity.
+func count(ef *elf.File) int {
 	n := 0
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		if sec := symbolTable(ef, typ); sec != nil {
-			n += int(min(sec.Size/uint64(symbolSize(ef)), maxSymbols))
+		if sec := TableOf(ef, typ); sec != nil {
+			n += int(min(sec.Size/uint64(entrySize(ef)), maxSymbols))
 		}
 	}
 	return n
 }
 
-// symbolSize is the size of one symbol table entry of ef's class.
-func symbolSize(ef *elf.File) int {
+// entrySize is the size of one symbol table entry of ef's class.
+func entrySize(ef *elf.File) int {
 	if ef.Class == elf.ELFCLASS32 {
 		return 16
 	}
 	return 24
 }
 
-func symbolsIn(ef *elf.File, sec *elf.Section, fn func(s elfSym)) {
-	size := symbolSize(ef)
+func In(ef *elf.File, sec *elf.Section, fn func(s Raw)) {
+	size := entrySize(ef)
 	if sec.Flags&elf.SHF_COMPRESSED != 0 || sec.Size/uint64(size) > maxSymbols || int(sec.Link) >= len(ef.Sections) {
 		return
 	}
@@ -109,13 +109,13 @@ func symbolsIn(ef *elf.File, sec *elf.Section, fn func(s elfSym)) {
 				continue // the null symbol
 			}
 			e := b[j : j+size]
-			s := elfSym{index: i + j/size}
+			s := Raw{Index: i + j/size}
 			if size == 24 {
-				s.name, s.info, s.other = name(bo.Uint32(e)), e[4], e[5]
-				s.section, s.value, s.size = elf.SectionIndex(bo.Uint16(e[6:])), bo.Uint64(e[8:]), bo.Uint64(e[16:])
+				s.Name, s.Info, s.Other = name(bo.Uint32(e)), e[4], e[5]
+				s.Section, s.Value, s.Size = elf.SectionIndex(bo.Uint16(e[6:])), bo.Uint64(e[8:]), bo.Uint64(e[16:])
 			} else {
-				s.name, s.value, s.size = name(bo.Uint32(e)), uint64(bo.Uint32(e[4:])), uint64(bo.Uint32(e[8:]))
-				s.info, s.other, s.section = e[12], e[13], elf.SectionIndex(bo.Uint16(e[14:]))
+				s.Name, s.Value, s.Size = name(bo.Uint32(e)), uint64(bo.Uint32(e[4:])), uint64(bo.Uint32(e[8:]))
+				s.Info, s.Other, s.Section = e[12], e[13], elf.SectionIndex(bo.Uint16(e[14:]))
 			}
 			fn(s)
 		}
