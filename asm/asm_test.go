@@ -42,7 +42,6 @@ func TestSnippetGoldens(t *testing.T) {
 		"decade_slot":      DecadeSlot("heat", bpf.R1, bpf.R2, bpf.R3),
 		"cache_inc":        CacheIncrement("cache", "cache", -16, -24, 255, "hash", "exit"),
 		"stats_cache":      StatsCache("stats", "stats_cache", -176, -148, 255),
-		"row_search":       RowSearch("search", "rows", "fences", 1<<14-1, 13, bpf.R6, bpf.R7, bpf.R8, -4, "fail"),
 	} {
 		golden.Check(t, name, fmt.Sprintf("%v", insns))
 	}

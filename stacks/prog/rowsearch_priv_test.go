@@ -1,4 +1,4 @@
-package asm
+package prog
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tracekit/tracekit/asm"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
@@ -21,7 +23,7 @@ import (
 // libcRows compiles the copy of Debian libc's .eh_frame kept by the unwind
 // package's tests.
 func libcRows(t *testing.T) []unwind.Entry {
-	dir := filepath.Join("..", "unwind", "testdata")
+	dir := filepath.Join("..", "..", "unwind", "testdata")
 	data, err := os.ReadFile(filepath.Join(dir, "libc.eh_frame"))
 	if err != nil {
 		t.Fatal(err)
@@ -137,9 +139,9 @@ func searchInKernel(t *testing.T, rows []unwind.Entry) {
 		bpf.Mov.Imm(bpf.R7, first),
 		bpf.Mov.Imm(bpf.R8, int32(len(rows))),
 	}
-	insns = append(insns, RowSearch("s", "rows", "fences", int32(fenceCap-1), chunkShift, bpf.R6, bpf.R7, bpf.R8, -8, "fail")...)
+	insns = append(insns, rowSearch("s", "rows", "fences", int32(fenceCap-1), chunkShift, bpf.R6, bpf.R7, bpf.R8, -8, "fail")...)
 	insns = append(insns, bpf.LoadMem(bpf.R0, bpf.R0, 4, bpf.Word), bpf.Return())
-	insns = append(insns, Return("fail", -1)...)
+	insns = append(insns, asm.Return("fail", -1)...)
 	for i := range insns {
 		m := map[string]*ebpf.Map{"rows": table, "fences": fenceMap}[insns[i].Reference()]
 		if m != nil {

@@ -1,15 +1,17 @@
-package asm
+package prog
 
 import (
 	"fmt"
 	"math/bits"
+
+	"github.com/tracekit/tracekit/asm"
 
 	bpf "github.com/cilium/ebpf/asm"
 
 	"github.com/tracekit/tracekit/unwind"
 )
 
-// RowSearch finds, among the n unwind rows of a file whose first row is
+// rowSearch finds, among the n unwind rows of a file whose first row is
 // row lo of the table (a multiple of unwind.BlockRows), the last whose
 // address (the u32 at offset 0 of a row) is at or below target, and leaves
 // a pointer to that row in R0: the file's first row when target is below
@@ -31,8 +33,8 @@ import (
 // registers (R6-R9); target and every address must be below 1<<32; lo and
 // n are clobbered. keyOff is a 4-byte stack slot for the block's key;
 // fail is jumped to if the block is outside the map. R0-R5 are clobbered.
-func RowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, chunkShift int, target, lo, n bpf.Register, keyOff int16, fail string) bpf.Instructions {
-	var insns Seq
+func rowSearch(prefix, rowsMap, fencesMap string, fenceMask int32, chunkShift int, target, lo, n bpf.Register, keyOff int16, fail string) bpf.Instructions {
+	var insns asm.Seq
 	insns.Add(bpf.RSh.Imm(lo, unwind.BlockSteps).WithSymbol(prefix).WithSource(bpf.Comment(fmt.Sprintf(
 		"%s = the last block starting at or below %s among the file's (%s+%d)/%d from %s/%d: %d steps of lo += (fence[lo+n/2] <= %s) * n/2; n -= n/2",
 		lo, target, n, unwind.BlockRows-1, unwind.BlockRows, lo, unwind.BlockRows, unwind.FenceSteps, target))))
