@@ -353,45 +353,6 @@ func funcProto(spec *kbtf.Spec, symbol string) (*btf.Func, *btf.FuncProto, error
 	return fn, proto, nil
 }
 
-// signature prints a prototype the C way, as ksnoop info does.
-func signature(fn *btf.Func, proto *btf.FuncProto) string {
-	var params []string
-	for _, p := range proto.Params {
-		params = append(params, cDecl(p.Type, p.Name))
-	}
-	return fmt.Sprintf("%s(%s);", cDecl(proto.Return, fn.Name), strings.Join(params, ", "))
-}
-
-func cDecl(t btf.Type, name string) string {
-	tn := kbtf.TypeName(t)
-	if strings.HasSuffix(tn, "*") {
-		return tn + name
-	}
-	return tn + " " + name
-}
-
-// fetchType is the kprobe_events type of a value of t, "" if it has none:
-// a pointer's is the hexadecimal of a register's width (x32 on 32-bit ARM).
-func fetchType(t btf.Type, regs *asm.Regs) string {
-	switch u := btf.UnderlyingType(t).(type) {
-	case *btf.Pointer:
-		return fmt.Sprintf("x%d", regs.Width*8)
-	case *btf.Int:
-		s := "u"
-		if u.Encoding&btf.Signed != 0 {
-			s = "s"
-		}
-		if u.Size == 1 || u.Size == 2 || u.Size == 4 || u.Size == 8 {
-			return fmt.Sprintf("%s%d", s, u.Size*8)
-		}
-	case *btf.Enum:
-		if u.Size == 4 || u.Size == 8 {
-			return fmt.Sprintf("u%d", u.Size*8)
-		}
-	}
-	return ""
-}
-
 // kprobeTarget builds the compile target and the probe's fetch arguments.
 func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (compile.Target, []string, map[string]bool) {
 	var args []compile.Arg
@@ -403,7 +364,7 @@ func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (c
 			off = int16(8 * len(proto.Params)) // fexit: the return value follows the arguments
 		}
 		args = []compile.Arg{{Name: "ret", Type: proto.Return, RegOff: off}}
-		if ft := fetchType(proto.Return, regs); ft != "" {
+		if ft := tracefs.FetchType(proto.Return, regs.Width); ft != "" {
 			fetch = append(fetch, "ret=$retval:"+ft)
 			pointers["ret"] = ft[0] == 'x'
 		}
@@ -418,7 +379,7 @@ func kprobeTarget(ev event, proto *btf.FuncProto, regs *asm.Regs, slots bool) (c
 			break // on the stack: not reachable from the registers
 		}
 		args = append(args, compile.Arg{Name: p.Name, Type: p.Type, RegOff: regs.Args[i]})
-		if ft := fetchType(p.Type, regs); ft != "" && tracefs.ValidateName("argument", p.Name) == nil {
+		if ft := tracefs.FetchType(p.Type, regs.Width); ft != "" && tracefs.ValidateName("argument", p.Name) == nil {
 			fetch = append(fetch, fmt.Sprintf("%s=%%%s:%s", p.Name, regs.ArgNames[i], ft))
 			pointers[p.Name] = ft[0] == 'x'
 		}
@@ -500,7 +461,7 @@ func info(s *run.Session, ev event) error {
 		}
 		for _, name := range funcs {
 			if fn, proto, err := funcProto(spec, name); err == nil {
-				fmt.Fprintln(s.Stdout, signature(fn, proto))
+				fmt.Fprintln(s.Stdout, kbtf.Signature(fn, proto))
 			} else {
 				fmt.Fprintf(s.Stdout, "%s(?); // no prototype in BTF: func and the builtins only\n", name)
 			}
@@ -511,7 +472,7 @@ func info(s *run.Session, ev event) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(s.Stdout, signature(fn, proto))
+	fmt.Fprintln(s.Stdout, kbtf.Signature(fn, proto))
 	return nil
 }
 

@@ -2,6 +2,7 @@ package kbtf
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf/btf"
 )
@@ -78,4 +79,23 @@ func TypeName(t btf.Type) string {
 		return n
 	}
 	return fmt.Sprintf("%T", t)
+}
+
+// Signature prints a function's prototype the C way, as ksnoop info
+// does: "int ksys_write(unsigned int fd, const char *buf, size_t count);".
+func Signature(fn *btf.Func, proto *btf.FuncProto) string {
+	var params []string
+	for _, p := range proto.Params {
+		params = append(params, cDecl(p.Type, p.Name))
+	}
+	return fmt.Sprintf("%s(%s);", cDecl(proto.Return, fn.Name), strings.Join(params, ", "))
+}
+
+// cDecl declares name of type t, the C way.
+func cDecl(t btf.Type, name string) string {
+	tn := TypeName(t)
+	if strings.HasSuffix(tn, "*") {
+		return tn + name
+	}
+	return tn + " " + name
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cilium/ebpf/btf"
 	"github.com/tracekit/tracekit/internal/lazy"
 )
 
@@ -390,4 +391,27 @@ func RefCtrSupported() bool {
 // uprobe_events' syntax, "<path>:<offset>[%return][(ref_ctr_offset)]".
 func RefCtrIn(readme string) bool {
 	return strings.Contains(readme, "(ref_ctr_offset)")
+}
+
+// FetchType is the kprobe_events fetch type of a value of BTF type t
+// (u8..u64, s8..s64), "" if it has none: a pointer's is the hexadecimal
+// of a register's width, regWidth bytes (x64; x32 on 32-bit ARM).
+func FetchType(t btf.Type, regWidth int) string {
+	switch u := btf.UnderlyingType(t).(type) {
+	case *btf.Pointer:
+		return fmt.Sprintf("x%d", regWidth*8)
+	case *btf.Int:
+		s := "u"
+		if u.Encoding&btf.Signed != 0 {
+			s = "s"
+		}
+		if u.Size == 1 || u.Size == 2 || u.Size == 4 || u.Size == 8 {
+			return fmt.Sprintf("%s%d", s, u.Size*8)
+		}
+	case *btf.Enum:
+		if u.Size == 4 || u.Size == 8 {
+			return fmt.Sprintf("u%d", u.Size*8)
+		}
+	}
+	return ""
 }
