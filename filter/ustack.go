@@ -14,7 +14,6 @@ import (
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/stacks"
-	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -67,7 +66,7 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 		}
 		return g, at, nil
 	}
-	pe := prog.StackEvent{Name: ev.String(), Kernel: slices.Contains(sr.stacks, "kstack"), All: o.All}
+	pe := stacks.StackEvent{Name: ev.String(), Kernel: slices.Contains(sr.stacks, "kstack"), All: o.All}
 	pe.Type, pe.Regs = ebpf.Kprobe, true
 	switch {
 	case ev.kind == "tracepoint":
@@ -124,9 +123,9 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 // stackPrinter prints an event of --fields with ustack: its line, then
 // its stacks in the order --fields names them, innermost frame first, a
 // user stack that ended early with its marker, as profile prints one.
-func stackPrinter(s *run.Session, ev event, record *compile.Program, order []string) func(perfevent.Sample, prog.Stack) {
+func stackPrinter(s *run.Session, ev event, record *compile.Program, order []string) func(perfevent.Sample, stacks.Stack) {
 	p := &printer{s: s, ev: ev, format: recordFormat(ev, record), comms: map[uint32]string{}, out: bufio.NewWriterSize(s.Stdout, 64<<10)}
-	return func(smp perfevent.Sample, st prog.Stack) {
+	return func(smp perfevent.Sample, st stacks.Stack) {
 		if st.Comm != "" {
 			p.remember(smp.Pid, st.Comm)
 		}

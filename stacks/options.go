@@ -10,7 +10,6 @@ package stacks
 
 import (
 	"github.com/tracekit/tracekit/run"
-	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 // Options is what a run samples and how it reports: profile's command
@@ -36,7 +35,7 @@ type Options struct {
 	Missing   string // a kernel feature to do without (task_pt_regs)
 	// Event, when set, is what the sampler runs at instead of the CPU
 	// clock: filter's event and its gate.
-	Event  *prog.StackEvent
+	Event  *StackEvent
 	fpOnly bool // auto is frame pointers on this architecture (ArchUnwind)
 }
 

@@ -150,7 +150,7 @@ func pcs(b []byte) []uint64 {
 // stack]) and reports them as profile does: c's interval, count, -c,
 // --json and --cumulative, -p pid, folded as --folded. (filter's
 // --count-by ustack and --fields ustack.)
-func CountEvent(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev prog.StackEvent) error {
+func CountEvent(ctx context.Context, s *run.Session, c run.Common, tree run.TreeOption, pid int, folded bool, ev StackEvent) error {
 	o := &Options{Common: c, TreeOption: tree, Pid: int64(pid), Folded: folded, Unwind: prog.UnwindAuto, Budget: DefaultBudget, NoContext: true, Idle: true, Event: &ev}
 	if err := o.ArchUnwind(); err != nil {
 		return err
@@ -941,7 +941,7 @@ func (r *reporter) emit(smp perfevent.Sample, raw []byte) {
 	k := decodeKey(raw[:r.cfg.KeySize()], r.cfg)
 	user, end := r.userFrames(k)
 	smp.Raw = raw[off : off+r.o.Event.Record]
-	r.o.Event.Print(smp, prog.Stack{Comm: r.ps.comm(k.Pid), User: user, End: end, Kernel: k.Kernel})
+	r.o.Event.Print(smp, Stack{Comm: r.ps.comm(k.Pid), User: user, End: end, Kernel: k.Kernel})
 }
 
 // named turns counted keys into stacks of frame names. Keys differ by

@@ -7,7 +7,6 @@ import (
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
 	"github.com/tracekit/tracekit/asm"
-	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/proctree"
 	"github.com/tracekit/tracekit/unwind"
 )
@@ -282,33 +281,6 @@ func (c Config) record() int {
 		return 0
 	}
 	return (c.Event.Record + 7) &^ 7
-}
-
-// StackEvent is an event whose passing occurrences are counted by their
-// user stacks (filter's --count-by ustack) by profile's sampler: its
-// program (Event), how it attaches, and what the reports call it. It is
-// here, under both tools, because no tool imports another: the binary
-// hands filter profile's counter (see filter.CountStacks).
-type StackEvent struct {
-	Event
-	Name   string // the event as the user wrote it
-	Kernel bool   // the kernel stack is part of the key too (kstack)
-	// All: with -c, every process's events, not only the command's tree.
-	All    bool
-	Attach func(*ebpf.Program) error
-	// Print, with Event.Emit, prints an event: its ring sample (time,
-	// CPU, pid and tid; Raw is the gate's record), and its stacks.
-	Print func(smp perfevent.Sample, st Stack)
-}
-
-// Stack is an emitted event's stacks: the user frames named, innermost
-// first, how the walk ended ("" when whole), and the kernel's return
-// addresses (named by the caller, as its other kernel frames are).
-type Stack struct {
-	Comm   string // the process's, as profile knows it (the event may outlive it)
-	User   []string
-	End    string
-	Kernel []uint64
 }
 
 // TaskStartStack is where the kernel keeps a process's initial stack
