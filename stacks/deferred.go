@@ -34,6 +34,7 @@ type deferredSample struct {
 	// sample it came in.
 	emitted []byte
 	smp     perfevent.Sample
+	rec     *recordingSpace // the replay corpus's record of its walk (recordWalk)
 }
 
 // waitID names an off-CPU wait whose stack was deferred: its process and
@@ -180,6 +181,9 @@ func (d *deferrer) resolve(ps *processes, final bool) {
 // long as what it waits for allows) has passed at now.
 func (d *deferrer) finish(ps *processes, s *deferredSample, force bool, now time.Time) bool {
 	frames, stop, fp, wait := ps.unwindCopy(s, d.cfg.UserDepth-s.n)
+	if s.rec != nil && wait == 0 {
+		recordWalk(ps, s, d.cfg.UserOffset(), frames, stop, fp)
+	}
 	if wait > 0 && !force {
 		if s.deadline = s.arrived.Add(wait); !now.After(s.deadline) {
 			return false
@@ -251,212 +255,68 @@ func (d *deferrer) waited(pid uint32, raw []byte) {
 }
 
 // unwindCopy walks a deferred sample's stack from where the kernel left
-// it, as the kernel does (frame in prog): the frames after the sample's
-// last one, why the walk ended, whether a frame-pointer step was taken,
-// and, if a table it needs is still being read (or a mapping), how long
-// from its arrival it may wait for it (0: it waits for nothing).
+// it (walkCopy, over the process's mappings and tables): the frames after
+// the sample's last one, why the walk ended, whether a frame-pointer step
+// was taken, and, if a table it needs is still being read (or a mapping),
+// how long from its arrival it may wait for it (0: it waits for nothing).
 func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, stop int32, fp bool, wait time.Duration) {
-	pc, sp, bp, lr, lookup := s.pc, s.sp, s.bp, s.lr, s.lookup
-	read := func(addr uint64) (uint64, bool) {
-		if addr < s.sp || addr-s.sp > uint64(len(s.stack)) || uint64(len(s.stack))-(addr-s.sp) < 8 {
-			return 0, false
-		}
-		return binary.LittleEndian.Uint64(s.stack[addr-s.sp:]), true
+	regs := walkRegs{PC: s.pc, SP: s.sp, BP: s.bp, LR: s.lr, Lookup: s.lookup}
+	if recordWalk != nil {
+		s.rec = &recordingSpace{Space: procSpace{ps, s.pid}}
+		return walkCopy(ps.arch, ps.mode, s.rec, regs, stackReader(s.sp, s.stack), room)
 	}
-	// The kernel walks at most UserDepth frames: the sample has s.n.
-	for {
-		var next, cfa uint64
-		m := ps.mappingAt(s.pid, lookup)
-		if m == nil && !ps.jit(s.pid, lookup) {
-			// A mapping not read yet (a library the loader mapped since
-			// the last scan): rescan, as the backoff allows, and wait.
-			if p := ps.procs[s.pid]; p != nil && !p.gone {
-				ps.miss(s.pid, lookup)
-				if m = ps.mappingAt(s.pid, lookup); m == nil {
-					return frames, prog.StopNoTable, fp, deferredWait
-				}
-			}
-		}
-		var rule uint32
-		haveRule := false
-		if m != nil {
-			f := m.file
-			if f.first < 0 {
-				if !f.settled() { // being read
-					if f.big {
-						return frames, prog.StopNoTable, fp, deferredWait
-					}
-					return frames, prog.StopNoTable, fp, smallFileWait
-				}
-			} else if r, ok := ps.ruleAt(f, lookup-m.bias); ok {
-				rule, haveRule = r, true
-			} else {
-				rule, haveRule = uint32(unwind.BaseStop|unwind.StopNoRow<<10), true
-			}
-		}
-		var why int32 = prog.StopNoTable
-		if haveRule && ps.arch != prog.X86_64 {
-			// arm64's word (see prog's stepLR): x30 holds the return
-			// address of a frame that saved none, known where pc is exact
-			// (riscv64: ra, also where s0 alone is saved).
-			dr := unwind.DecodeARM64(rule)
-			inLR := dr.Saves == unwind.SavesNone || dr.Saves == unwind.SavesFP
-			if dr.Base == unwind.BaseStop {
-				if why = int32(dr.Offset & unwind.KindMask); why == prog.StopEnd {
-					return frames, prog.StopEnd, fp, 0
-				}
-			} else if !inLR || lookup == pc {
-				cfa = sp + uint64(dr.Offset)
-				if dr.Base == unwind.BaseRBP {
-					cfa = bp + uint64(dr.Offset)
-				}
-				ok := true
-				switch dr.Saves {
-				case unwind.SavesNone:
-					next = lr
-				case unwind.SavesRA:
-					next, ok = read(cfa + uint64(dr.Slot))
-				case unwind.SavesPair:
-					var ok2 bool
-					bp, ok = read(cfa + uint64(dr.Slot))
-					next, ok2 = read(cfa + uint64(dr.Slot) + 8)
-					ok = ok && ok2
-				case unwind.SavesFP:
-					bp, ok = read(cfa + uint64(dr.Slot))
-					next = lr
-				}
-				if !ok {
-					return frames, prog.StopRead, fp, 0
-				}
-				sp = cfa
-				if ps.arch == prog.ARM64 {
-					next &= prog.UserAddressMask
-				}
-				goto step
-			} else {
-				why = prog.StopUnsupported
-			}
-		} else if haveRule {
-			dr := unwind.Decode(rule)
-			switch dr.Base {
-			case unwind.BaseRSP:
-				cfa = sp + uint64(dr.Offset)
-			case unwind.BaseRBP:
-				cfa = bp + uint64(dr.Offset)
-			case unwind.BasePLT:
-				cfa = sp + 8
-				if pc&15 >= uint64(dr.Offset) {
-					cfa += 8
-				}
-			case unwind.BaseStop:
-				why = int32(dr.Offset)
-				if dr.Deref {
-					// A realigned frame (DRAP): the CFA and the caller's
-					// rbp are on the stack, below the saved rbp.
-					c, ok1 := read(bp + uint64(dr.CFAAt))
-					saved, ok2 := read(bp + uint64(dr.RBPAt))
-					ra, ok3 := read(c - 8)
-					if !ok1 || !ok2 || !ok3 {
-						return frames, prog.StopRead, fp, 0
-					}
-					sp, bp, next = c, saved, ra
-					goto step
-				}
-			}
-			if dr.Base != unwind.BaseStop {
-				ra, ok := read(cfa - 8)
-				if !ok {
-					return frames, prog.StopRead, fp, 0
-				}
-				if dr.RBPSaved {
-					if bp, ok = read(cfa + uint64(dr.RBPOffset)); !ok {
-						return frames, prog.StopRead, fp, 0
-					}
-				}
-				sp, next = cfa, ra
-				goto step
-			}
-			if why == prog.StopEnd {
-				return frames, prog.StopEnd, fp, 0
-			}
-		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && bp == 0 {
-			return frames, prog.StopEnd, fp, 0
-		} else if ps.mode == prog.UnwindAuto && (m != nil || ps.jit(s.pid, lookup)) && ps.plausibleFrame(sp, bp) && !(ps.arch != prog.X86_64 && m != nil && m.file.isSigreturn(pc-m.bias)) {
-			// Known to have no table (JIT code, a file without one): the
-			// frame pointer, where it is plausible, as the kernel steps.
-			// Never where the mapping is unknown (a process gone before
-			// its maps were read): there it is a guess about nothing.
-			// riscv64's frame record is below s0, the caller's sp.
-			record, above := bp, bp+16
-			if ps.arch == prog.RISCV64 {
-				record, above = bp-16, bp
-			}
-			saved, ok1 := read(record)
-			ra, ok2 := read(record + 8)
-			if !ok1 || !ok2 {
-				return frames, prog.StopRead, fp, 0
-			}
-			if ps.arch == prog.ARM64 {
-				ra &= prog.UserAddressMask
-			}
-			sp, bp, next, fp = above, saved, ra, true
-			goto step
-		}
-		// No step: the signal trampoline, or the end.
-		if pm := ps.mappingAt(s.pid, pc); pm != nil && pm.file.isSigreturn(pc-pm.bias) {
-			// The interrupted code's registers, in the signal frame.
-			var ok [4]bool
-			rsp, rip, rbp := prog.SignalRSP, prog.SignalRSP+8, prog.SignalRBP
-			switch ps.arch {
-			case prog.ARM64:
-				rsp, rip, rbp = prog.SignalSPARM64, prog.SignalSPARM64+8, prog.SignalX29ARM64
-				lr, ok[3] = read(sp + prog.SignalX29ARM64 + 8)
-			case prog.RISCV64:
-				rsp, rip, rbp = prog.SignalSPRISCV64, prog.SignalPCRISCV64, prog.SignalS0RISCV64
-				lr, ok[3] = read(sp + prog.SignalPCRISCV64 + 8)
-			default:
-				ok[3] = true
-			}
-			at := sp
-			sp, ok[0] = read(at + uint64(rsp))
-			pc, ok[1] = read(at + uint64(rip))
-			bp, ok[2] = read(at + uint64(rbp))
-			if ok != [4]bool{true, true, true, true} {
-				return frames, prog.StopRead, fp, 0
-			}
-			lookup = pc
-			if len(frames) >= room {
-				return frames, prog.StopTruncated, fp, 0
-			}
-			if pc == 0 {
-				return frames, prog.StopEnd, fp, 0
-			}
-			frames = append(frames, pc)
-			continue
-		}
-		return frames, why, fp, 0
-	step:
-		if next == 0 {
-			return frames, prog.StopEnd, fp, 0
-		}
-		if len(frames) >= room {
-			return frames, prog.StopTruncated, fp, 0
-		}
-		pc, lookup = next, next-1
-		frames = append(frames, pc)
-	}
+	return walkCopy(ps.arch, ps.mode, procSpace{ps, s.pid}, regs, stackReader(s.sp, s.stack), room)
 }
 
-// plausibleFrame reports whether bp may be a frame pointer at sp, as the
-// kernel judges it (noTable in prog): above sp (arm64: from sp-8, where
-// Go's frames keep it), within prog.MaxFrame, aligned.
-func (ps *processes) plausibleFrame(sp, bp uint64) bool {
-	low := bp
-	if ps.arch == prog.ARM64 {
-		low += 8
-		return low >= sp && low-sp <= prog.MaxFrame && bp&7 == 0
+// procSpace is a process's mappings and tables, as a walk asks of them.
+type procSpace struct {
+	ps  *processes
+	pid uint32
+}
+
+func (p procSpace) At(lookup uint64) Place {
+	ps := p.ps
+	m := ps.mappingAt(p.pid, lookup)
+	jit := m == nil && ps.jit(p.pid, lookup)
+	if m == nil && !jit {
+		// A mapping not read yet (a library the loader mapped since
+		// the last scan): rescan, as the backoff allows, and wait.
+		if pr := ps.procs[p.pid]; pr != nil && !pr.gone {
+			ps.miss(p.pid, lookup)
+			if m = ps.mappingAt(p.pid, lookup); m == nil {
+				return Place{Wait: deferredWait}
+			}
+		}
 	}
-	return low > sp && low-sp <= prog.MaxFrame && bp&7 == 0
+	pl := Place{Known: m != nil || jit, InFile: m != nil}
+	if m == nil {
+		return pl
+	}
+	f := m.file
+	if f.first < 0 {
+		if !f.settled() { // being read
+			if f.big {
+				pl.Wait = deferredWait
+			} else {
+				pl.Wait = smallFileWait
+			}
+		}
+	} else if r, ok := ps.ruleAt(f, lookup-m.bias); ok {
+		pl.Rule, pl.HaveRule = r, true
+	} else {
+		pl.Rule, pl.HaveRule = uint32(unwind.BaseStop|unwind.StopNoRow<<10), true
+	}
+	return pl
+}
+
+func (p procSpace) SigreturnIn(lookup, pc uint64) bool {
+	m := p.ps.mappingAt(p.pid, lookup)
+	return m != nil && m.file.isSigreturn(pc-m.bias)
+}
+
+func (p procSpace) Sigreturn(pc uint64) bool {
+	m := p.ps.mappingAt(p.pid, pc)
+	return m != nil && m.file.isSigreturn(pc-m.bias)
 }
 
 // ruleAt is the rule of the last row at or below v among a file's rows

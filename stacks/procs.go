@@ -1043,6 +1043,9 @@ func (ps *processes) point(pid uint32, p *process) {
 	var spans []lpmValue
 	kept := map[lpmKey]bool{}
 	add := func(start, end uint64, v lpmValue) {
+		if deferAll {
+			return
+		}
 		v.Start, v.End = start, end
 		there := slices.Contains(p.spans, v)
 		whole := true

@@ -193,7 +193,7 @@ musl_arm64=$(pwd)/$cache/musl-arm64
 # paths the dynamic linker looks in, busybox and /init.
 rm -rf "$stages" && mkdir -p "$stages"
 pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind ldso
-  writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile stacks/prog)
+  writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile stacks stacks/prog symbols)
 make_stage() { # make_stage ARCH
   local arch=$1 stage=$stages/$1 cc=gcc
   [ "$arch" = arm64 ] && cc=aarch64-linux-gnu-gcc
