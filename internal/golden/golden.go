@@ -4,6 +4,9 @@ package golden
 
 import (
 	"flag"
+
+	"github.com/cilium/ebpf/asm"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -78,7 +81,7 @@ type edit struct {
 
 // edits is a shortest edit script of w into g: the common head and tail
 // taken off, then a longest common subsequence of what is left when that
-// fits in 4M cells, else the rest as removed and added.
+// fits in 32M cells, else the rest as removed and added.
 func edits(w, g []string) []edit {
 	head := 0
 	for head < len(w) && head < len(g) && w[head] == g[head] {
@@ -93,10 +96,11 @@ func edits(w, g []string) []edit {
 		ops = append(ops, edit{' ', w[i], i, i})
 	}
 	mw, mg := w[head:len(w)-tail], g[head:len(g)-tail]
-	if n := (len(mw) + 1) * (len(mg) + 1); n <= 4<<20 {
+	// 32M cells of 2 bytes: two 5,000-line programs diff in 50 MB.
+	if n := (len(mw) + 1) * (len(mg) + 1); n <= 32<<20 && min(len(mw), len(mg)) < 1<<16 {
 		// lcs[i][j]: the longest common subsequence of mw[i:] and mg[j:].
 		cols := len(mg) + 1
-		lcs := make([]int32, (len(mw)+1)*cols)
+		lcs := make([]uint16, (len(mw)+1)*cols)
 		for i := len(mw) - 1; i >= 0; i-- {
 			for j := len(mg) - 1; j >= 0; j-- {
 				if mw[i] == mg[j] {
@@ -132,4 +136,22 @@ func edits(w, g []string) []edit {
 		ops = append(ops, edit{' ', w[len(w)-tail+k], len(w) - tail + k, len(g) - tail + k})
 	}
 	return ops
+}
+
+// Program is a program's text for a golden: each instruction with its
+// label and comment, as cilium/ebpf prints them, but without the
+// instruction's index, so that an instruction added shows in a diff as
+// one line, not as every index after it changed.
+func Program(insns asm.Instructions) string {
+	var b strings.Builder
+	for _, ins := range insns {
+		if sym := ins.Symbol(); sym != "" {
+			fmt.Fprintf(&b, "%s:\n", sym)
+		}
+		if src := ins.Source(); src != nil {
+			fmt.Fprintf(&b, "\t; %s\n", src)
+		}
+		fmt.Fprintf(&b, "\t%v\n", ins)
+	}
+	return b.String()
 }
