@@ -460,7 +460,15 @@ func TestInfoNeverOpensAFIFO(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { proc.Process.Kill(); proc.Wait() }()
-	time.Sleep(100 * time.Millisecond) // mapped
+	// Removed once the process maps it (its exec done).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", proc.Process.Pid)); strings.Contains(string(maps), exe) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not mapped by pid %d after 10 s", exe, proc.Process.Pid)
+		}
+	}
 	os.Remove(exe)
 	for _, name := range []string{exe, exe + " (deleted)"} {
 		if err := syscall.Mkfifo(name, 0o644); err != nil {

@@ -223,7 +223,18 @@ func TestKilledToolEndsItsCommand(t *testing.T) {
 		cmd.Wait()
 		t.Fatal("the command did not start")
 	}
-	time.Sleep(100 * time.Millisecond) // the pipeline started
+	// The pipeline started: sleep and cat run in the group.
+	started := func() bool {
+		comms := map[string]bool{}
+		for _, pid := range pgroup.Live(pgid) {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			comms[strings.TrimSpace(string(b))] = true
+		}
+		return comms["sleep"] && comms["cat"]
+	}
+	for deadline := time.Now().Add(5 * time.Second); !started() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	cmd.Process.Kill()
 	cmd.Wait()
 	killed := time.Now()
