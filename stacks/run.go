@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/counts"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/usage"
@@ -212,13 +213,49 @@ func (o *Options) unit() string {
 	return "samples"
 }
 
-// Run samples and reports as o says, until ctx is done, the -c command
-// exits or o's count of reports was printed.
-func Run(ctx context.Context, s *run.Session, o *Options) error {
-	cfg := prog.Config{Mode: o.Unwind, Pid: int(o.Pid), Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: kernel.Readers(),
-		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames}
-	cfg.Arch, _ = prog.ArchOf(runtime.GOARCH)
-	cfg.RawEvents = hook.HaveRawTracepoints()
+// features is what a run's programs depend on in the kernel at hand:
+// readFeatures reads this kernel's, a test gives any kernel's. What costs
+// a read of the kernel's BTF is asked for only when needed.
+type features struct {
+	readers              asm.Readers
+	ns                   *asm.PidNS
+	raw                  bool // raw tracepoints (4.17+)
+	bigKeys              bool // hash keys of a whole stack (5.11+; 512 bytes before)
+	taskRegs, lazyHashes bool
+	threadPointer        func() (int, error) // task_struct's thread pointer
+	taskStack            func() (int, error) // task_struct.stack
+	startStack           func() *prog.TaskStartStack
+	schedSwitch          func() (*tracefs.Format, error)
+	exit                 func() (*prog.TaskExit, error)
+}
+
+func readFeatures(ns *asm.PidNS) features {
+	return features{
+		readers: kernel.Readers(), ns: ns, raw: hook.HaveRawTracepoints(), bigKeys: haveBigKeys(),
+		taskRegs: kernel.HaveTaskPtRegs(), lazyHashes: kernel.HaveLazyHashes(),
+		threadPointer: threadPointer,
+		taskStack:     func() (int, error) { return kbtf.MemberOffset("task_struct", "stack") },
+		startStack: func() *prog.TaskStartStack {
+			mm, err1 := kbtf.MemberOffset("task_struct", "mm")
+			start, err2 := kbtf.MemberOffset("mm_struct", "start_stack")
+			if err1 != nil || err2 != nil {
+				return nil
+			}
+			return &prog.TaskStartStack{MM: mm, StartStack: start}
+		},
+		schedSwitch: func() (*tracefs.Format, error) { return tracefs.ReadFormat("sched", "sched_switch") },
+		exit:        taskExit,
+	}
+}
+
+// configure is the programs' configuration for o on a kernel of features
+// and an architecture, goarch; notes are what the run says of it on
+// stderr, in order. It reads nothing itself: tests hand it any kernel.
+func configure(o *Options, goarch string, k features) (cfg prog.Config, notes []string, err error) {
+	note := func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }
+	cfg = prog.Config{Mode: o.Unwind, Pid: int(o.Pid), Idle: o.Idle, Rows: o.Budget << 20 / 8, Readers: k.readers,
+		KernelDepth: prog.KernelFrames, UserDepth: prog.UserFrames, NS: k.ns, RawEvents: k.raw}
+	cfg.Arch, _ = prog.ArchOf(goarch)
 	if o.Event != nil {
 		cfg.Event = &o.Event.Event
 		if !o.Event.Kernel {
@@ -226,35 +263,26 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 		}
 	}
 	if o.fpOnly {
-		fmt.Fprintf(s.Stderr, "%s: on %s user stacks are walked by frame pointers only (the in-kernel unwinder reads x86-64, arm64 and riscv64 frames): code built without them gives partial stacks\n", o.tool(), runtime.GOARCH)
-	}
-	ns, err := kernel.PidNamespace()
-	if err != nil {
-		return err
-	}
-	cfg.NS = ns
-	if o.Command != "" && (o.Event == nil || !o.Event.All) {
-		if cfg.Tree, err = s.ProcessTree(ns, o.MaxTree); err != nil {
-			return err
-		}
+		note("%s: on %s user stacks are walked by frame pointers only (the in-kernel unwinder reads x86-64, arm64 and riscv64 frames): code built without them gives partial stacks", o.tool(), goarch)
 	}
 	for _, l := range o.Labels {
 		cfg.Labels = append(cfg.Labels, l.Label)
 		if l.TLS && cfg.ThreadPointer == 0 {
-			if cfg.ThreadPointer, err = threadPointer(); err != nil {
-				return err
+			if cfg.ThreadPointer, err = k.threadPointer(); err != nil {
+				return cfg, notes, err
 			}
 		}
 	}
-	if !o.NoContext && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64") {
+	if !o.NoContext && (goarch == "amd64" || goarch == "arm64") {
 		if cfg.ThreadPointer == 0 {
-			if cfg.ThreadPointer, err = threadPointer(); err != nil {
-				fmt.Fprintf(s.Stderr, "profile: the OpenTelemetry context and custom labels are not read: %v\n", err)
+			var err error
+			if cfg.ThreadPointer, err = k.threadPointer(); err != nil {
+				note("profile: the OpenTelemetry context and custom labels are not read: %v", err)
 			}
 		}
 		cfg.Context = cfg.ThreadPointer != 0
 	}
-	if !haveBigKeys() {
+	if !k.bigKeys {
 		// Older kernels (5.10 here) take hash keys of MAX_BPF_STACK, 512
 		// bytes, at most; labels take user frames' room.
 		small := prog.Config{KernelDepth: prog.SmallKernelFrames, UserDepth: prog.SmallUserFrames}
@@ -270,42 +298,60 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 		if depth() < 8 && cfg.Context {
 			// The labels asked for come first: the context's id takes 8 bytes.
 			cfg.Context = false
-			fmt.Fprintf(s.Stderr, "profile: the OpenTelemetry context and custom labels are not read: these labels fill this kernel's 512-byte hash keys\n")
+			note("profile: the OpenTelemetry context and custom labels are not read: these labels fill this kernel's 512-byte hash keys")
 		}
 		cfg.KernelDepth, cfg.UserDepth = small.KernelDepth, depth()
 		if cfg.UserDepth < 8 {
-			return usage.Errorf("this kernel takes hash keys of 512 bytes at most, and these labels leave room for %d user frames: use fewer string labels", cfg.UserDepth)
+			return cfg, notes, usage.Errorf("this kernel takes hash keys of 512 bytes at most, and these labels leave room for %d user frames: use fewer string labels", cfg.UserDepth)
 		}
-		fmt.Fprintf(s.Stderr, "%s: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames\n", o.tool(), cfg.KernelDepth, cfg.UserDepth)
+		note("%s: this kernel takes hash keys of 512 bytes at most: stacks are cut at %d kernel and %d user frames", o.tool(), cfg.KernelDepth, cfg.UserDepth)
 	}
-	cfg.TaskRegs, cfg.LazyHashes = kernel.HaveTaskPtRegs() && !o.assumeMissing("task_pt_regs"), kernel.HaveLazyHashes()
+	cfg.TaskRegs, cfg.LazyHashes = k.taskRegs && !o.assumeMissing("task_pt_regs"), k.lazyHashes
 	if !cfg.TaskRegs && cfg.Mode != prog.UnwindFP {
-		if off, err := kbtf.MemberOffset("task_struct", "stack"); err == nil {
+		if off, err := k.taskStack(); err == nil {
 			cfg.TaskStack = off
 		} else {
-			fmt.Fprintf(s.Stderr, "%s: %s taken in the kernel will have no user stack: %v\n", o.tool(), o.unit(), err)
+			note("%s: %s taken in the kernel will have no user stack: %v", o.tool(), o.unit(), err)
 		}
 	}
 	if cfg.Mode != prog.UnwindFP {
-		mm, err1 := kbtf.MemberOffset("task_struct", "mm")
-		start, err2 := kbtf.MemberOffset("mm_struct", "start_stack")
-		if err1 == nil && err2 == nil {
-			cfg.StartStack = &prog.TaskStartStack{MM: mm, StartStack: start}
-		}
+		cfg.StartStack = k.startStack()
 	}
 	if o.OffCPU {
-		f, err := tracefs.ReadFormat("sched", "sched_switch")
+		f, err := k.schedSwitch()
 		if err != nil {
-			return fmt.Errorf("--off-cpu: %w", err)
+			return cfg, notes, fmt.Errorf("--off-cpu: %w", err)
 		}
 		if cfg.OffCPU, err = prog.NewOffCPU(f, o.MinBlock*1000, o.MaxBlock*1000); err != nil {
-			return fmt.Errorf("--off-cpu: %w", err)
+			return cfg, notes, fmt.Errorf("--off-cpu: %w", err)
 		}
 	}
-	if exit, err := taskExit(); err == nil {
+	if exit, err := k.exit(); err == nil {
 		cfg.Exit = exit
 	} else if len(cfg.Labels) > 0 || cfg.Context {
-		fmt.Fprintf(s.Stderr, "profile: a pid that another process gets again keeps the first one's labels: %v\n", err)
+		note("profile: a pid that another process gets again keeps the first one's labels: %v", err)
+	}
+	return cfg, notes, nil
+}
+
+// Run samples and reports as o says, until ctx is done, the -c command
+// exits or o's count of reports was printed.
+func Run(ctx context.Context, s *run.Session, o *Options) error {
+	ns, err := kernel.PidNamespace()
+	if err != nil {
+		return err
+	}
+	cfg, notes, err := configure(o, runtime.GOARCH, readFeatures(ns))
+	for _, n := range notes {
+		fmt.Fprintln(s.Stderr, n)
+	}
+	if err != nil {
+		return err
+	}
+	if o.Command != "" && (o.Event == nil || !o.Event.All) {
+		if cfg.Tree, err = s.ProcessTree(ns, o.MaxTree); err != nil {
+			return err
+		}
 	}
 	spec, err := prog.Collection(cfg)
 	if err != nil {
