@@ -124,7 +124,7 @@ type lpmValue struct {
 // when the unwinder first meets an address in it.
 type processes struct {
 	rows        *rowChunks // nil with --unwind=fp
-	fences, lpm *ebpf.Map  // nil with --unwind=fp
+	fences, lpm bpfMap     // nil with --unwind=fp
 	fenceCopy   []uint32   // the fences value, written whole
 	eager       bool
 	short       bool              // --no-params: names without parameters
@@ -148,7 +148,7 @@ type processes struct {
 	labels     []LabelSpec     // --label
 	context    bool            // not --no-context: the OpenTelemetry context and custom labels
 	wanted     map[string]bool // the symbols of the labels and the context
-	labelMap   *ebpf.Map       // pid -> the labels' locations in it
+	labelMap   bpfMap          // pid -> the labels' locations in it
 	labelNotes []string        // why labels are unset, once each
 
 	// The background parsers, one a lane (small files, big ones), each a
@@ -176,11 +176,29 @@ const (
 )
 
 func newProcesses(rows *rowChunks, fences, lpm *ebpf.Map, capacity int, eager bool) *processes {
-	ps := &processes{rows: rows, fences: fences, lpm: lpm, capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}, done: make(chan parseResult, len(processes{}.lanes))}
+	ps := &processes{rows: rows, fences: mapOrNil(fences), lpm: mapOrNil(lpm), capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}, done: make(chan parseResult, len(processes{}.lanes))}
 	if fences != nil {
 		ps.fenceCopy = make([]uint32, fences.ValueSize()/4)
 	}
 	return ps
+}
+
+// bpfMap is what process tracking does to its BPF maps (the mappings
+// trie, the fences, the labels' places): an *ebpf.Map in a run, a map in
+// memory in the tests of its logic, which then need no root.
+type bpfMap interface {
+	Put(key, value any) error
+	Delete(key any) error
+	Lookup(key, valueOut any) error
+}
+
+// mapOrNil is m as a bpfMap: nil when m is (an interface holding a nil
+// pointer is not nil).
+func mapOrNil(m *ebpf.Map) bpfMap {
+	if m == nil {
+		return nil
+	}
+	return m
 }
 
 // A process is rescanned when the unwinder meets an address outside its

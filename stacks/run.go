@@ -387,7 +387,7 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 		}
 	}
 	defer ps.close()
-	ps.labels, ps.labelMap, ps.context = o.Labels, coll.Maps["labels"], cfg.Context
+	ps.labels, ps.labelMap, ps.context = o.Labels, mapOrNil(coll.Maps["labels"]), cfg.Context
 	if cfg.Mode != prog.UnwindFP {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
 			return fmt.Errorf("install the unwinder: %w", err)
