@@ -112,8 +112,10 @@ func TestConfigure(t *testing.T) {
 		},
 	}, {
 		name: "--off-cpu without sched_switch", o: Options{Unwind: prog.UnwindAuto, Budget: 64, NoContext: true, OffCPU: true}, goarch: "amd64",
-		kernel: func(k *features) { k.schedSwitch = func() (*tracefs.Format, error) { return nil, errors.New("no such event") } },
-		err:    "--off-cpu: no such event",
+		kernel: func(k *features) {
+			k.schedSwitch = func() (*tracefs.Format, error) { return nil, errors.New("no such event") }
+		},
+		err: "--off-cpu: no such event",
 	}, {
 		name: "no task_struct.signal: labels said to stick to a reused pid", o: Options{Unwind: prog.UnwindEH, Budget: 64, Labels: []LabelSpec{str}}, goarch: "amd64",
 		kernel: func(k *features) { k.exit = func() (*prog.TaskExit, error) { return nil, errors.New("no signal") } },
