@@ -171,10 +171,26 @@ func (r *reporter) stacks(h *held) (report []stack, lost uint64, err error) {
 	return r.named(h.keys, false), r.lost.Counter(total+r.deferred.lost) + h.leftOut, nil
 }
 
-// resolveKernel names the kernel addresses not named yet, at report time
-// (the run itself keeps no kernel symbols): by the kernel's own lookup
-// (kernel.SymbolNames), or in one pass over kallsyms before 5.13.
-func (r *reporter) resolveKernel(ctx context.Context, tables ...*held) error {
+// nameAndReport names the kernel addresses of the final report and of
+// the whole run's counts (for the files), and prints the report.
+func (r *reporter) nameAndReport(counted *held) error {
+	tables := []*held{counted}
+	if r.whole != nil {
+		tables = append(tables, r.whole)
+	}
+	todo := r.kernelTodo(tables...)
+	names, hidden, err := lookupKernel(context.Background(), todo)
+	r.printing = nil
+	if err != nil {
+		return err
+	}
+	r.learnKernel(todo, names, hidden)
+	return r.report(time.Now(), true, counted)
+}
+
+// kernelTodo is the kernel addresses of tables not named yet: the run
+// itself keeps no kernel symbols, they are named at report time.
+func (r *reporter) kernelTodo(tables ...*held) []uint64 {
 	var todo []uint64
 	seen := map[uint64]bool{}
 	for _, h := range tables {
@@ -187,23 +203,30 @@ func (r *reporter) resolveKernel(ctx context.Context, tables ...*held) error {
 			}
 		}
 	}
+	return todo
+}
+
+// lookupKernel names kernel addresses by the kernel's own lookup
+// (kernel.SymbolNames, 5.13+), else in one pass over kallsyms (which ctx
+// may end); hidden says kallsyms hides the addresses.
+func lookupKernel(ctx context.Context, todo []uint64) (names map[uint64]string, hidden bool, err error) {
 	if len(todo) == 0 {
-		return nil
+		return nil, false, nil
 	}
-	// The kernel names them (5.13+); else one pass over kallsyms.
-	names, err := kernel.SymbolNames(todo)
-	hidden := false
-	if err != nil {
-		if names, hidden, err = procfs.KernelFunctions(ctx, todo); err != nil {
-			return err
-		}
+	if names, err = kernel.SymbolNames(todo); err == nil {
+		return names, false, nil
 	}
+	return procfs.KernelFunctions(ctx, todo)
+}
+
+// learnKernel keeps the names lookupKernel found ("" for an address it
+// could not name), and says once when the kernel hides them.
+func (r *reporter) learnKernel(todo []uint64, names map[uint64]string, hidden bool) {
 	if hidden && !r.warned {
 		r.warned = true
 		fmt.Fprintf(r.s.Stderr, "%s: kernel addresses are hidden (kptr_restrict, or not root): kernel frames print as [unknown]\n", r.o.tool())
 	}
 	for _, pc := range todo {
-		r.kernel[pc] = names[pc] // "" when unknown
+		r.kernel[pc] = names[pc]
 	}
-	return nil
 }

@@ -121,12 +121,11 @@ type processes struct {
 	labelNotes []string        // why labels are unset, once each
 
 	// The background parsers, one a lane (small files, big ones), each a
-	// file at a time, their results on done, each waking the reader
-	// that collects them through wake (once it is there).
+	// file at a time, their results on done (a buffer a lane: a parser
+	// never waits), which the run's owner takes in as they come.
 	lanes   [2]parseLane
 	gcWas   int // GOGC before the big files' lane began, 0 when it is idle
 	done    chan parseResult
-	wake    atomic.Pointer[func()]
 	closing atomic.Bool
 	parsed  sync.WaitGroup
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -196,7 +195,6 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 			return err
 		}
 	}
-	var mu sync.Mutex
 	handle := func(smp perfevent.Sample) {
 		if len(smp.Raw) < 16 {
 			return
@@ -213,89 +211,77 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 			deferred.waited(pid, smp.Raw)
 		}
 	}
-	// The notices first: a process's exec before its deferred samples.
-	read := func() {
-		rings.Read(handle)
-		if stacks != nil {
-			stacks.Read(handle)
+	// One goroutine owns the processes, the deferred samples and the
+	// counts (owner): the readers, the parsers and the reports hand it
+	// their work. Its own work comes due at times of its own: the rescans
+	// of processes whose libraries or labels may still come, the deferred
+	// samples' deadlines, the drain of the counts. An idle machine wakes
+	// it about once a second, not at a fixed tick.
+	own, stopOwner := newOwner(rescanFirst, ps.done, ps.collected, func() (time.Duration, error) {
+		ps.collect()
+		rescan := ps.refresh()
+		deferred.resolve(ps, false)
+		if err := r.drainDue(); err != nil {
+			return 0, err
 		}
-	}
+		return r.nextDue(rescan), nil
+	}, s.Stop)
+	defer stopOwner() // after the readers (deferred later, run sooner)
 	// New processes and deferred samples wake their readers at once
-	// (WakeEach), each reading its own rings (a ring's Close ends its
-	// reader before it unmaps them). The notices' reader also wakes for
-	// the work due at times of its own (nextDue): the rescans of processes
-	// whose libraries or labels may still come, the deferred samples'
-	// deadlines, the drain of the counts; and at a parser's result. An
-	// idle machine wakes it about once a second, not at a fixed tick.
-	var due time.Time // when the notices' reader wakes next
-	drain := func(rg *perfevent.Rings) func() (time.Duration, error) {
-		return func() (time.Duration, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			rg.Read(handle)
-			if rg == stacks && stacks.Lost > ps.deferLost {
-				ps.deferLost = stacks.Lost
-				ps.holdReading()
-			}
-			ps.collect()
-			rescan := ps.refresh()
-			deferred.resolve(ps, false)
-			if err := r.drainDue(); err != nil {
-				return 0, err
-			}
-			wait := r.nextDue(rescan)
-			if at := time.Now().Add(wait); rg == rings {
-				due = at
-			} else if at.Before(due) {
-				rings.Wake() // work due sooner than it wakes (a deferred sample's rescan)
-			}
-			return wait, nil
+	// (WakeEach), each waiting on its own rings (a ring's Close ends its
+	// reader before it unmaps them) and handing the read to the owner.
+	reader := func(rg *perfevent.Rings) func() error {
+		return func() error {
+			return own.read(func() error {
+				rg.Read(handle)
+				if rg == stacks && stacks.Lost > ps.deferLost {
+					ps.deferLost = stacks.Lost
+					ps.holdReading()
+				}
+				return nil
+			})
 		}
 	}
-	stop, err := rings.DrainDue(rescanFirst, drain(rings), s.Stop)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	wake := rings.Wake
-	ps.wake.Store(&wake)
-	defer ps.wake.Store(nil)
-	if stacks != nil {
-		next := drain(stacks)
-		stopStacks, err := stacks.Drain(0, func() error { _, err := next(); return err }, s.Stop)
+	for _, rg := range []*perfevent.Rings{rings, stacks} {
+		if rg == nil {
+			continue
+		}
+		stop, err := rg.Drain(0, reader(rg), s.Stop)
 		if err != nil {
 			return err
 		}
-		defer stopStacks()
+		defer stop()
 	}
 
 	// An emitting run's events, each printed as it comes (those deferred
 	// once unwound, later).
 	var records *perfevent.Rings
+	emit := func(smp perfevent.Sample) { r.emit(smp, smp.Raw) }
 	if emitting {
 		if records, err = s.OpenOutputRings(coll.Maps[prog.RecordsMap], o.Event.Name, perfevent.DefaultRingPages, perfevent.WakeBatch); err != nil {
 			return err
 		}
-		emit := func(smp perfevent.Sample) { r.emit(smp, smp.Raw) }
 		stopRecords, err := records.Drain(100*time.Millisecond, func() error {
-			mu.Lock()
-			defer mu.Unlock()
-			records.Read(emit)
-			return nil
+			return own.do(func() error {
+				records.Read(emit)
+				return nil
+			})
 		}, s.Stop)
 		if err != nil {
 			return err
 		}
 		defer stopRecords()
-		read = func() {
-			rings.Read(handle)
-			if stacks != nil {
-				stacks.Read(handle)
-			}
+	}
+	// The notices first: a process's exec before its deferred samples.
+	readAll := func() {
+		rings.Read(handle)
+		if stacks != nil {
+			stacks.Read(handle)
+		}
+		if records != nil {
 			records.Read(emit)
 		}
 	}
-
 	what := "on-CPU stacks"
 	if o.Event != nil {
 		what = o.Event.Name + " by user stack"
@@ -345,68 +331,62 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 	}
 	r.lost.Cumulative = o.Cumulative
 	return s.Loop(ctx, what, func(final bool) error {
-		mu.Lock()
-		locked := true
-		defer func() {
-			if locked {
-				mu.Unlock()
+		var counted *held
+		var todo []uint64
+		err := own.do(func() error {
+			readAll()
+			ps.collect()
+			if final {
+				ps.await(laneSmall, finalWait)
 			}
-		}()
-		read()
-		ps.collect()
-		if final {
-			ps.await(laneSmall, finalWait)
-		}
-		deferred.resolve(ps, final)
-		if emitting {
-			if lost, exact := records.LostEvents(); final && lost > 0 {
-				atLeast := ""
-				if !exact {
-					atLeast = "at least "
+			deferred.resolve(ps, final)
+			if emitting {
+				if lost, exact := records.LostEvents(); final && lost > 0 {
+					atLeast := ""
+					if !exact {
+						atLeast = "at least "
+					}
+					fmt.Fprintf(s.Stderr, "%s: %s%d events lost: a ring buffer was full (a stricter --where keeps up)\n", o.tool(), atLeast, lost)
 				}
-				fmt.Fprintf(s.Stderr, "%s: %s%d events lost: a ring buffer was full (a stricter --where keeps up)\n", o.tool(), atLeast, lost)
+				return nil
 			}
+			if err := r.drain(final); err != nil {
+				return err
+			}
+			counted = r.take(final)
+			if final {
+				// Named and printed in the same piece of work: no sample
+				// the final report counts is added twice, none added after
+				// it is missed.
+				return r.nameAndReport(counted)
+			}
+			todo = r.kernelTodo(counted)
 			return nil
-		}
-		if err := r.drain(final); err != nil {
+		})
+		if err != nil || counted == nil || final {
 			return err
 		}
-		counted := r.take(final)
-		if !final {
-			// Kernel names take a pass over kallsyms: 10 to 20 s in the
-			// 1-CPU guests beside two spinners, and the ring readers
-			// waited for it: the deferred samples' ring overflowed and a
-			// new process's first samples were cut short. (The final
-			// report keeps the lock: no sample it has counted is added
-			// twice, none added after it is missed.)
-			mu.Unlock()
-			locked = false
-		}
-		// An interval report the signal overtook is left out (the final
-		// one, next, counts its samples): in a starved guest its pass over
-		// kallsyms outlasted the 30 s the watchdog gives the ending.
-		kctx := ctx
-		if final {
-			kctx = context.Background()
-		}
-		toName := []*held{counted}
-		if final && r.whole != nil {
-			toName = append(toName, r.whole)
-		}
-		err := r.resolveKernel(kctx, toName...)
-		if !locked {
-			mu.Lock()
-			locked = true
-		}
-		r.printing = nil
-		if !final && ctx.Err() != nil {
-			r.putBack(counted)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return r.report(time.Now(), final, counted)
+		// An interval report's kernel names are looked up here, while the
+		// owner goes on: a pass over kallsyms takes 10 to 20 s in the
+		// 1-CPU guests beside two spinners, and readers that waited for it
+		// let the deferred samples' ring overflow and a new process's
+		// first samples be cut short. A report the signal overtook is left
+		// out (the final one, next, counts its samples): in a starved
+		// guest its pass over kallsyms outlasted the 30 s the watchdog
+		// gives the ending.
+		names, hidden, err := lookupKernel(ctx, todo)
+		return own.do(func() error {
+			r.printing = nil
+			if ctx.Err() != nil {
+				r.putBack(counted)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			r.learnKernel(todo, names, hidden)
+			return r.report(time.Now(), false, counted)
+		})
 	})
 }
 

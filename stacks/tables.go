@@ -186,9 +186,6 @@ func (ps *processes) startParse(lane int) {
 		start := time.Now()
 		table, err := readFrames(job.fs, &ps.closing)
 		ps.done <- parseResult{lane, job.f, table, err, time.Since(start)}
-		if wake := ps.wake.Load(); wake != nil {
-			(*wake)() // collected now, not at the reader's next due work
-		}
 	}()
 }
 
