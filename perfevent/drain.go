@@ -22,31 +22,17 @@ import (
 // fail, once: the run ends through its usual cleanup, never with probes
 // left behind.
 func (r *Rings) Drain(tick time.Duration, fn func() error, fail func(error)) (stop func(), err error) {
-	return r.DrainDue(tick, func() (time.Duration, error) { return tick, fn() }, fail)
-}
-
-// DrainDue is Drain for a reader with work due at times of its own (a
-// rescan, a deadline): fn returns how long the goroutine may wait before
-// it calls fn again (0: until a ring or Wake wakes it), wait is the first
-// such wait. Such a reader wakes for its work alone, not at a fixed tick.
-func (r *Rings) DrainDue(wait time.Duration, fn func() (time.Duration, error), fail func(error)) (stop func(), err error) {
-	var fds [2]int
-	for i := range fds {
-		if fds[i], err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-			if i == 1 {
-				unix.Close(fds[0])
-			}
-			return nil, fmt.Errorf("read the rings of %s: eventfd: %w", r.what, err)
-		}
-	}
-	ep, err := newPollSet(append([]int{fds[0], fds[1]}, r.events.FDs...))
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
+		return nil, fmt.Errorf("read the rings of %s: eventfd: %w", r.what, err)
+	}
+	ep, err := newPollSet(append([]int{wake}, r.events.FDs...))
+	if err != nil {
+		unix.Close(wake)
 		return nil, fmt.Errorf("read the rings of %s: %w", r.what, err)
 	}
 	done := make(chan struct{})
-	d := &drain{wake: fds[0], poke: fds[1], set: ep.fd, done: done}
+	d := &drain{wake: wake, set: ep.fd, done: done}
 	r.drain = d
 	go func() {
 		defer close(done)
@@ -56,20 +42,16 @@ func (r *Rings) DrainDue(wait time.Duration, fn func() (time.Duration, error), f
 				fail(fmt.Errorf("internal error reading the rings of %s: %v", r.what, p))
 			}
 		}()
-		var count [8]byte
-		ready := func() bool { return d.stopping.Load() || d.poked.Load() || r.unread() }
+		ready := func() bool { return d.stopping.Load() || r.unread() }
 		for {
-			if err := ep.wait(wait, ready); err != nil {
+			if err := ep.wait(tick, ready); err != nil {
 				fail(fmt.Errorf("poll the rings of %s: %w", r.what, err))
 				return
 			}
 			if d.stopping.Load() {
 				return // stop
 			}
-			if d.poked.Swap(false) {
-				unix.Read(d.poke, count[:]) // reset: one call answers every Wake before it
-			}
-			if wait, err = fn(); err != nil {
+			if err := fn(); err != nil {
 				fail(err)
 				return
 			}
@@ -78,28 +60,12 @@ func (r *Rings) DrainDue(wait time.Duration, fn func() (time.Duration, error), f
 	return d.stop, nil
 }
 
-// Wake makes the rings' DrainDue call its fn at once (work came from
-// elsewhere than the rings: a parser's result). Any goroutine may call it
-// once DrainDue has returned; harmless once the drain has ended.
-func (r *Rings) Wake() {
-	if d := r.drain; d != nil {
-		d.mu.Lock()
-		if !d.closed {
-			d.poked.Store(true)
-			unix.Write(d.poke, []byte{1, 0, 0, 0, 0, 0, 0, 0})
-		}
-		d.mu.Unlock()
-	}
-}
-
-// drain is a Drain's goroutine: woken through wake to end, through poke
-// to call its fn (Wake), done once it has ended.
+// drain is a Drain's goroutine: woken through wake to end, done once it
+// has ended.
 type drain struct {
-	wake, poke      int
-	stopping, poked atomic.Bool // set before wake and poke are written
+	wake            int
+	stopping        atomic.Bool // set before wake is written
 	set             int         // the epoll set's descriptor (tests)
-	mu              sync.Mutex  // Wake against close: never a write to a number reused
-	closed          bool
 	done            chan struct{}
 	signal, closeFD sync.Once
 }
@@ -119,13 +85,7 @@ func (d *drain) stop() {
 	d.closeFD.Do(d.close)
 }
 
-func (d *drain) close() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.closed = true
-	unix.Close(d.wake)
-	unix.Close(d.poke)
-}
+func (d *drain) close() { unix.Close(d.wake) }
 
 // ended asks the goroutine to end and says whether it did within wait.
 // The eventfd stays open if not (a close under it could reach another

@@ -121,61 +121,40 @@ func outputMap(t *testing.T) *ebpf.Map {
 	return m
 }
 
-// DrainDue waits as long as its fn says (the first wait as asked), a Wake
-// calls fn at once, and a Wake after the stop is harmless.
-func TestDrainDue(t *testing.T) {
+// Drain with a tick calls fn at each tick, records or not (a trickle
+// under WakeBatch shows within it).
+func TestDrainTick(t *testing.T) {
 	m := outputMap(t)
-	rings, err := OpenOutputRings(m, "test", 1, WakeEach)
+	rings, err := OpenOutputRings(m, "test", 1, WakeBatch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rings.Close()
-
-	calls := make(chan time.Time, 16)
-	start := time.Now()
-	stop, err := rings.DrainDue(300*time.Millisecond, func() (time.Duration, error) {
-		calls <- time.Now()
-		return 0, nil // then only a Wake
+	calls := make(chan struct{}, 16)
+	stop, err := rings.Drain(50*time.Millisecond, func() error {
+		select {
+		case calls <- struct{}{}:
+		default:
+		}
+		return nil
 	}, func(err error) { t.Errorf("fail: %v", err) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case at := <-calls:
-		if d := at.Sub(start); d < 300*time.Millisecond || d > 2*time.Second {
-			t.Errorf("first call after %v, want 300 ms", d)
+	defer stop()
+	for i := range 3 {
+		select {
+		case <-calls:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("call %d: none within 5 s of a 50 ms tick", i+1)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no call after the first wait")
 	}
-	select {
-	case <-calls:
-		t.Fatal("a call with no wait asked, no ring and no Wake")
-	case <-time.After(500 * time.Millisecond):
-	}
-	woken := time.Now()
-	rings.Wake()
-	rings.Wake()
-	select {
-	case at := <-calls:
-		if d := at.Sub(woken); d > time.Second {
-			t.Errorf("call %v after the Wake", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no call after a Wake")
-	}
-	time.Sleep(100 * time.Millisecond)
-	if n := len(calls); n > 1 {
-		t.Errorf("%d more calls after two Wakes, want at most one", n)
-	}
-	stop()
-	rings.Wake()
 }
 
 // A reader waiting for its rings holds no thread in a system call: it
 // waits in Go's network poller (a thread in poll(2) kept Go's sysmon
 // polling every 20 µs, at each of the reader's wake-ups, for as long as
-// it waited), and still wakes at a Wake.
+// it waited), and still wakes at once to stop.
 func TestDrainWaitsInPoller(t *testing.T) {
 	m := outputMap(t)
 	rings, err := OpenOutputRings(m, "test", 1, WakeEach)
@@ -183,11 +162,7 @@ func TestDrainWaitsInPoller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rings.Close()
-	calls := make(chan struct{}, 16)
-	stop, err := rings.DrainDue(0, func() (time.Duration, error) {
-		calls <- struct{}{}
-		return 0, nil
-	}, func(err error) { t.Errorf("fail: %v", err) })
+	stop, err := rings.Drain(0, func() error { return nil }, func(err error) { t.Errorf("fail: %v", err) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,11 +191,10 @@ func TestDrainWaitsInPoller(t *testing.T) {
 			t.Errorf("thread %s blocked in epoll_wait(2) on the rings' set: %s", task.Name(), strings.TrimSpace(string(b)))
 		}
 	}
-	rings.Wake()
-	select {
-	case <-calls:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no call after a Wake")
+	start := time.Now()
+	stop()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("stop took %v: the waiting reader did not wake", d)
 	}
 }
 
@@ -278,13 +252,13 @@ func TestDrainWakesForEachRecord(t *testing.T) {
 	}
 	defer prog.Close()
 	got := make(chan int, 64)
-	stop, err := rings.DrainDue(0, func() (time.Duration, error) {
+	stop, err := rings.Drain(0, func() error {
 		n := 0
 		rings.Read(func(Sample) { n++ })
 		if n > 0 {
 			got <- n
 		}
-		return 0, nil
+		return nil
 	}, func(err error) { t.Errorf("fail: %v", err) })
 	if err != nil {
 		t.Fatal(err)
