@@ -50,7 +50,11 @@ func main() {
 	flag.Parse()
 	// One thread for the workload: no migration between measurements.
 	runtime.LockOSThread()
-	if err := run(); err != nil {
+	err := run()
+	if err == nil {
+		err = writeResults()
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
@@ -347,6 +351,15 @@ func measure(st suite) error {
 	if os.Getenv("BENCH_DEBUG") != "" {
 		for k, t := range st.tracers {
 			fmt.Fprintf(os.Stderr, "%-28s %v\n", t.name, samples[k])
+		}
+	}
+	for r := range samples[0] {
+		for k, t := range st.tracers {
+			ms := []metric{{samples[k][r], "cpu-ns/" + st.unit}}
+			if k > 0 {
+				ms = append(ms, metric{samples[k][r] - samples[0][r], "added-ns/" + st.unit}, metric{progNs[k][r], "bpf-ns/" + st.unit})
+			}
+			result(strings.ToUpper(st.unit[:1])+st.unit[1:], t.name, st.ops, ms...)
 		}
 	}
 	floor, progFloor := added(1), median(progNs[1])
@@ -744,6 +757,7 @@ func startup() error {
 				return fmt.Errorf("%s startup run: %w", t.name, err)
 			}
 			cpu[i], rss[i] = append(cpu[i], c), append(rss[i], m)
+			result("Startup", t.name, 1, metric{c, "cpu-ms"}, metric{m, "peak-rss-MiB"})
 		}
 	}
 	for i, t := range tools {

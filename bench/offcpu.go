@@ -81,6 +81,7 @@ func offCPUSuite() error {
 				perTrip[k] = append(perTrip[k], ns/trips)
 				switches[k] = append(switches[k], float64(runs))
 				waits[k] = append(waits[k], w)
+				result("Switch", tracers[k].name, trips, metric{ns / trips, "bpf-ns/trip"}, metric{w, "waits/run"}, metric{float64(runs), "switches/run"})
 			}
 		}
 	}

@@ -62,7 +62,7 @@ func profileSuite() error {
 		return err
 	}
 	fmt.Printf("\nSampling at 99 Hz while %s spins on every CPU for %d s (gcc -O2 -fomit-frame-pointer main -> a -> b -> c), %d interleaved rounds, medians\n\n", filepath.Base(fx), secs, rounds)
-	perSampleNs := samplingTable(samplers, res)
+	perSampleNs := samplingTable("Sample", samplers, res)
 	// Signal-heavy: the time in a SIGALRM handler, whose stacks run
 	// through the kernel's signal frame (stacks/testdata/signal.c).
 	if sig, _ := filepath.Abs(filepath.Join(*fxDir, "signal")); fileExists(sig) {
@@ -71,7 +71,7 @@ func profileSuite() error {
 			return err
 		}
 		fmt.Printf("\nSampling at 99 Hz while signal alrm spins in a SIGALRM handler on every CPU for %d s (hc <- hb <- on_signal <- __restore_rt <- b <- a <- main, no frame pointers), %d interleaved rounds, medians\n\n", secs, rounds)
-		samplingTable(samplers, res)
+		samplingTable("SampleSignal", samplers, res)
 	} else {
 		fmt.Fprintf(os.Stderr, "bench: no signal fixture (%s): its rows are left out\n", sig)
 	}
@@ -243,7 +243,7 @@ func fleetSuite() error {
 		}
 	}
 	fmt.Printf("\nSampling the whole machine at 99 Hz while %d processes (chain-nopie, chain-pie, chain-lib, overload, deep 20 in turn) spin for %d s, %d interleaved rounds, medians\n\n", fleetProcs, secs, rounds)
-	samplingTable(samplers, res)
+	samplingTable("Fleet", samplers, res)
 	return nil
 }
 
@@ -254,7 +254,7 @@ func fileExists(path string) bool {
 
 // samplingTable prints the samplers' runs (perf's last, the whole CPU's
 // reference) and returns each one's BPF ns per sample.
-func samplingTable(samplers []sampler, res [][]profileRun) map[string]float64 {
+func samplingTable(suite string, samplers []sampler, res [][]profileRun) map[string]float64 {
 	fmt.Println("| sampler | BPF ns per sample | whole CPU ms per run | whole CPU vs perf |")
 	fmt.Println("| --- | ---: | ---: | ---: |")
 	perfCPU := 0.0
@@ -263,6 +263,13 @@ func samplingTable(samplers []sampler, res [][]profileRun) map[string]float64 {
 	}
 	perSampleNs := map[string]float64{}
 	for k, s := range samplers {
+		for _, p := range res[k] {
+			ms := []metric{{float64(p.cpu+p.bpf) / 1e6, "cpu-ms/run"}}
+			if p.runs > 0 {
+				ms = append(ms, metric{float64(p.bpf) / float64(p.runs), "bpf-ns/sample"})
+			}
+			result(suite, s.name, 1, ms...)
+		}
 		perSample := medianOf(res[k], func(p profileRun) float64 {
 			if p.runs == 0 {
 				return 0

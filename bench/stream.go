@@ -55,6 +55,7 @@ func streamSuite(bpftrace string) error {
 					return fmt.Errorf("%s at %d/s: %w", tr.name, rate, err)
 				}
 				delivered, lost, sysNs = append(delivered, d), append(lost, l), append(sysNs, s)
+				result(fmt.Sprintf("Stream%d", rate), tr.name, 1, metric{d, "delivered/s"}, metric{l, "lost/run"}, metric{s, "read-ns"})
 			}
 			if tr.cmd == nil {
 				fmt.Printf("| %d | %s | | | %.0f |\n", rate, tr.name, median(sysNs))
