@@ -343,7 +343,7 @@ func copyUnwinder(t *testing.T, arch prog.Arch, machine elf.Machine, entries []u
 	copy(code[sigAt-0x1000:], sigreturn)
 	text := &elf.Prog{ProgHeader: elf.ProgHeader{Type: elf.PT_LOAD, Flags: elf.PF_R | elf.PF_X, Vaddr: 0x1000, Filesz: 0x1000}, ReaderAt: bytes.NewReader(code)}
 	f := &file{name: "f", elf: &elf.File{FileHeader: elf.FileHeader{Machine: machine}}, progs: []*elf.Prog{text}, first: 0, rows: len(entries), tried: true}
-	return &processes{arch: arch, rows: m, fenceCopy: fences, files: map[fileKey]*file{}, procs: map[uint32]*process{
+	return &processes{arch: arch, rowTable: rowTable{rows: m, fenceCopy: fences}, files: map[fileKey]*file{}, procs: map[uint32]*process{
 		1: {maps: []procMapping{{mapping: mapping{Start: 0x1000, End: 0x2000}, file: f}}, scanned: time.Now(), every: time.Hour},
 	}}
 }

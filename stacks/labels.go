@@ -19,6 +19,17 @@ import (
 	"github.com/tracekit/tracekit/symbols"
 )
 
+// labeling is what a run reads of the sampled threads' own data: the
+// --label values and the OpenTelemetry context, their symbols, and the
+// map that tells the sampler where each process keeps them.
+type labeling struct {
+	labels     []LabelSpec     // --label
+	context    bool            // not --no-context: the OpenTelemetry context and custom labels
+	wanted     map[string]bool // the symbols of the labels and the context
+	labelMap   bpfMap          // pid -> the labels' locations in it
+	labelNotes []string        // why labels are unset, once each
+}
+
 // LabelSpec is one --label NAME=SOURCE: a value the sampled thread keeps
 // in its memory, read at each sample (seed 000).
 type LabelSpec struct {

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -92,46 +90,25 @@ const labelTriesFast = int(time.Second / rescanFirst)
 // files: all of them for the processes asked for (-p, -c), else a file's
 // when the unwinder first meets an address in it.
 type processes struct {
-	rows        *rowChunks // nil with --unwind=fp
-	fences, lpm bpfMap     // nil with --unwind=fp
-	fenceCopy   []uint32   // the fences value, written whole
-	eager       bool
-	short       bool              // --no-params: names without parameters
-	mode        string            // the unwind mode (prog.Unwind*)
-	arch        prog.Arch         // whose rule words and registers
-	names       map[string]string // demangled names by symbol
-	capacity    int               // rows the table holds
-	next        int               // its first free row, at a block's start
-	files       map[fileKey]*file
-	procs       map[uint32]*process
-	full        int      // files left out: the row table was full
-	denied      int      // processes whose maps the kernel would not let us read
-	refused     []string // files past the parse's limits, and why
-	deferLost   uint64   // deferred samples the kernel could not send: their ring was full
+	procs     map[uint32]*process
+	files     map[fileKey]*file // every file mapped, opened once for all
+	eager     bool              // the processes asked for (-p, -c): their files' tables loaded at once
+	mode      string            // the unwind mode (prog.Unwind*)
+	arch      prog.Arch         // whose rule words and registers
+	denied    int               // processes whose maps the kernel would not let us read
+	deferLost uint64            // deferred samples the kernel could not send: their ring was full
 	// changes counts what may let a deferred sample go on: a table
 	// loaded (or refused), a process's mappings read anew, a process gone.
-	changes   uint64
-	loadTime  time.Duration
-	preloaded int // files of the -c command read before its release
+	changes uint64
 
-	labels     []LabelSpec     // --label
-	context    bool            // not --no-context: the OpenTelemetry context and custom labels
-	wanted     map[string]bool // the symbols of the labels and the context
-	labelMap   bpfMap          // pid -> the labels' locations in it
-	labelNotes []string        // why labels are unset, once each
-
-	// The background parsers, one a lane (small files, big ones), each a
-	// file at a time, their results on done (a buffer a lane: a parser
-	// never waits), which the run's owner takes in as they come.
-	lanes   [2]parseLane
-	gcWas   int // GOGC before the big files' lane began, 0 when it is idle
-	done    chan parseResult
-	closing atomic.Bool
-	parsed  sync.WaitGroup
+	rowTable // the files' rows in the kernel's table, and their parsers (tables.go)
+	labeling // --label and the context (labels.go)
+	namer    // names of user addresses (symbolize.go)
 }
 
 func newProcesses(rows *rowChunks, fences, lpm *ebpf.Map, capacity int, eager bool) *processes {
-	ps := &processes{rows: rows, fences: mapOrNil(fences), lpm: mapOrNil(lpm), capacity: capacity, eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}, done: make(chan parseResult, len(processes{}.lanes))}
+	ps := &processes{eager: eager, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
+	ps.rowTable = rowTable{rows: rows, fences: mapOrNil(fences), lpm: mapOrNil(lpm), capacity: capacity, done: make(chan parseResult, len(rowTable{}.lanes))}
 	if fences != nil {
 		ps.fenceCopy = make([]uint32, fences.ValueSize()/4)
 	}
@@ -258,26 +235,7 @@ func (ps *processes) scan(pid uint32, force bool) {
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil {
 		p.comm = strings.TrimSpace(string(b))
 	}
-	var found []procMapping
-	var anon []mapping
-	for _, m := range maps {
-		if m.Exec() && (m.Path == "" || strings.HasPrefix(m.Path, "[anon")) {
-			anon = append(anon, m)
-		}
-		if !m.Exec() || m.Path == "" || strings.HasPrefix(m.Path, "[") && m.Path != "[vdso]" {
-			continue
-		}
-		f, err := ps.fileOf(pid, m)
-		ps.noteDenied(p, err)
-		if f == nil {
-			continue
-		}
-		bias, ok := biasOf(&elf.File{Progs: f.progs}, m)
-		if !ok {
-			continue
-		}
-		found = append(found, procMapping{mapping: m, bias: bias, file: f})
-	}
+	found, anon := execMappings(pid, maps, ps.files, func(err error) { ps.noteDenied(p, err) })
 	if len(found) == 0 && p.maps != nil {
 		return // an exec in progress, or a zombie: keep what we had
 	}
@@ -366,14 +324,19 @@ func (ps *processes) miss(pid uint32, addr uint64) *procMapping {
 	return m
 }
 
+// mappingAt is the mapping of process pid that holds addr, or nil.
 func (ps *processes) mappingAt(pid uint32, addr uint64) *procMapping {
-	p := ps.procs[pid]
-	if p == nil {
-		return nil
+	if p := ps.procs[pid]; p != nil {
+		return mappingIn(p.maps, addr)
 	}
-	for i := range p.maps {
-		if addr >= p.maps[i].Start && addr < p.maps[i].End {
-			return &p.maps[i]
+	return nil
+}
+
+// mappingIn is the mapping of maps that holds addr, or nil.
+func mappingIn(maps []procMapping, addr uint64) *procMapping {
+	for i := range maps {
+		if addr >= maps[i].Start && addr < maps[i].End {
+			return &maps[i]
 		}
 	}
 	return nil
@@ -418,21 +381,61 @@ func sameMappings(a, b []procMapping) bool {
 
 // fileOf opens a mapped file once (its program headers only; the rest is
 // read when needed).
-func (ps *processes) fileOf(pid uint32, m mapping) (*file, error) {
+// closeFiles closes the files opened for files' mappings.
+func closeFiles(files map[fileKey]*file) {
+	for _, f := range files {
+		if f != nil && f.osf != nil {
+			f.osf.Close()
+		}
+	}
+}
+
+// execMappings is what a process's maps say of its code: the mappings
+// of executable files, each with its file (opened once for all
+// processes: files) and its bias, and the executable mappings of no file
+// (JIT code). A file that cannot be read is left out, and its error
+// handed to failed.
+func execMappings(pid uint32, maps []mapping, files map[fileKey]*file, failed func(error)) (found []procMapping, anon []mapping) {
+	for _, m := range maps {
+		if m.Exec() && (m.Path == "" || strings.HasPrefix(m.Path, "[anon")) {
+			anon = append(anon, m)
+		}
+		if !m.Exec() || m.Path == "" || strings.HasPrefix(m.Path, "[") && m.Path != "[vdso]" {
+			continue
+		}
+		f, err := fileOf(files, pid, m)
+		failed(err)
+		if f == nil {
+			continue
+		}
+		bias, ok := biasOf(&elf.File{Progs: f.progs}, m)
+		if !ok {
+			continue
+		}
+		found = append(found, procMapping{mapping: m, bias: bias, file: f})
+	}
+	return found, anon
+}
+
+// fileOf is the file mapping m of process pid maps, from files, or
+// opened and added to them (nil, and remembered as such, where it cannot
+// be read, but for a file the kernel denies this process: another may
+// reach it).
+func fileOf(files map[fileKey]*file, pid uint32, m mapping) (*file, error) {
 	key := keyOf(m)
-	if f, ok := ps.files[key]; ok {
+	if f, ok := files[key]; ok {
 		return f, nil
 	}
 	ef, osf, err := openMapped(pid, m)
 	var denied *procfs.DeniedError
 	if errors.As(err, &denied) {
-		return nil, err // not remembered: another process may reach the file
+		return nil, err
 	} else if err != nil {
-		ps.files[key] = nil
+		files[key] = nil
 		return nil, err
 	}
 	f := &file{name: filepath.Base(m.Path), elf: ef, osf: osf, progs: ef.Progs, first: -1}
-	ps.files[key] = f
+	files[key] = f
 	return f, nil
 }
 
@@ -497,11 +500,7 @@ func (ps *processes) noteDenied(p *process, err error) {
 func (ps *processes) close() {
 	ps.closing.Store(true)
 	ps.parsed.Wait()
-	for _, f := range ps.files {
-		if f != nil && f.osf != nil {
-			f.osf.Close()
-		}
-	}
+	closeFiles(ps.files)
 	if ps.rows != nil {
 		ps.rows.close()
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -125,7 +126,7 @@ func TestNoFrameSectionPointed(t *testing.T) {
 	defer lpm.Close()
 	f := &file{name: "gobin", elf: &elf.File{FileHeader: elf.FileHeader{Machine: hostMachine()}}, first: -1}
 	const pid, start, end, pc = 1<<22 - 1, 0x400000, 0x9ac000, 0x48f483
-	ps := &processes{lpm: lpm, files: map[fileKey]*file{}, procs: map[uint32]*process{
+	ps := &processes{rowTable: rowTable{lpm: lpm}, files: map[fileKey]*file{}, procs: map[uint32]*process{
 		pid: {maps: []procMapping{{mapping: mapping{Start: start, End: end}, file: f}}},
 	}}
 	if m := ps.miss(pid, pc); m == nil || !m.file.settled() {
@@ -190,7 +191,7 @@ func TestSweep(t *testing.T) {
 	const gone, held = 1<<22 - 1, 1<<22 - 2 // above every pid_max: no such processes
 	self := uint32(os.Getpid())
 	f := &file{name: "gobin", first: -1, tried: true, err: errors.New("no frame section")}
-	ps := &processes{lpm: lpm, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
+	ps := &processes{rowTable: rowTable{lpm: lpm}, files: map[fileKey]*file{}, procs: map[uint32]*process{}}
 	for _, pid := range []uint32{gone, held, self} {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); (err == nil) != (pid == self) {
 			t.Skipf("pid %d: %v", pid, err)
@@ -291,7 +292,7 @@ func testPoint(t *testing.T, lpm bpfMap, entries func() map[lpmKey]lpmValue) {
 		{mapping: mapping{Start: 0x401000, End: 0x4a3000}, file: exe},
 		{mapping: mapping{Start: 0x7f0000001000, End: 0x7f0000157000}, file: lib, bias: 0x7f0000000000},
 	}}
-	ps := &processes{lpm: lpm, files: map[fileKey]*file{}, procs: map[uint32]*process{pid: p}}
+	ps := &processes{rowTable: rowTable{lpm: lpm}, files: map[fileKey]*file{}, procs: map[uint32]*process{pid: p}}
 
 	check := func(when string) {
 		t.Helper()
@@ -343,5 +344,23 @@ func testPoint(t *testing.T, lpm bpfMap, entries func() map[lpmKey]lpmValue) {
 	}
 	if p.spans != nil {
 		t.Error("spans kept after the exit: a next process of the pid would not be put")
+	}
+}
+
+// UserSymbols names this process's code by its own maps and files, with
+// no run and no BPF maps: a function's first byte by its name, an
+// address in no mapping as "".
+func TestUserSymbols(t *testing.T) {
+	name := UserSymbols()
+	pid := uint32(os.Getpid())
+	pc := uint64(reflect.ValueOf(UserSymbols).Pointer())
+	if got, want := name(pid, pc), "github.com/tracekit/tracekit/stacks.UserSymbols"; got != want {
+		t.Errorf("UserSymbols at %#x: %q, want %q", pc, got, want)
+	}
+	if got := name(pid, 0x10); got != "" {
+		t.Errorf("an address in no mapping: %q, want \"\"", got)
+	}
+	if got := name(1<<31, pc); got != "" {
+		t.Errorf("a process that does not exist: %q, want \"\"", got)
 	}
 }

@@ -60,25 +60,45 @@ func (o *Options) ArchUnwind() error {
 }
 
 // UserSymbols names user code addresses of processes (filter's usym()):
-// an address's function, as profile names a frame, by the process's maps
-// (read when an address is in none read so far) and its files' symbols;
-// "" when it has none. Not safe for concurrent use.
+// an address's function, as profile names a frame, by the process's
+// executable mappings (read again, at most every rescanFirst, when an
+// address is in none of them) and its files' symbols; "" when it has
+// none. It keeps what it read of at most maxNamed processes and files,
+// and starts afresh past them. Not safe for concurrent use.
 func UserSymbols() func(pid uint32, addr uint64) string {
-	ps := newProcesses(nil, nil, nil, 0, false)
+	var n namer
+	files := map[fileKey]*file{}
+	type seen struct {
+		maps []procMapping
+		read time.Time
+	}
+	procs := map[uint32]*seen{}
 	return func(pid uint32, addr uint64) string {
-		if ps.mappingAt(pid, addr) == nil {
-			ps.scan(pid, false)
+		p := procs[pid]
+		if p == nil || mappingIn(p.maps, addr) == nil && time.Since(p.read) >= rescanFirst {
+			if len(procs) >= maxNamed || len(files) >= maxNamed {
+				closeFiles(files)
+				clear(files)
+				clear(procs)
+			}
+			p = &seen{read: time.Now()}
+			if maps, err := readMaps(pid); err == nil {
+				p.maps, _ = execMappings(pid, maps, files, func(error) {})
+			}
+			procs[pid] = p
 		}
-		if ps.mappingAt(pid, addr) == nil {
+		if mappingIn(p.maps, addr) == nil {
 			return ""
 		}
-		name := ps.symbolize(pid, addr, false)
-		if name == "[unknown]" {
-			return ""
+		if name := n.name(p.maps, addr, false); name != "[unknown]" {
+			return name
 		}
-		return name
+		return ""
 	}
 }
+
+// maxNamed bounds the processes and files UserSymbols keeps.
+const maxNamed = 1024
 
 // tool is the tool that runs: profile, or filter counting an event.
 func (o *Options) tool() string {

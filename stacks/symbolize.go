@@ -16,16 +16,31 @@ func (f *file) symbols() []symbols.Symbol {
 	return f.syms
 }
 
-// symbolize names a user address of a process: "function", or
-// "file+0xADDR" past every symbol's end, or "[unknown]" outside every
-// mapped file. ret: the address is a return address (every frame but
-// the sampled one and the one a signal interrupted).
+// namer names user addresses by a process's mappings and its files'
+// symbols: what a report needs of process tracking, and all that
+// filter's usym() needs (UserSymbols).
+type namer struct {
+	short bool              // --no-params: names without parameters
+	names map[string]string // demangled names by symbol
+}
+
+// symbolize names a user address of a process by what the run recorded
+// of it (namer.name).
 func (ps *processes) symbolize(pid uint32, addr uint64, ret bool) string {
 	p := ps.procs[pid]
 	if p == nil {
 		return "[unknown]"
 	}
-	for _, m := range p.maps {
+	return ps.name(p.maps, addr, ret)
+}
+
+// name names a user address of a process whose executable mappings are
+// maps: "function", or "file+0xADDR" past every symbol's end, or
+// "[unknown]" outside every mapped file. ret: the address is a return
+// address (every frame but the sampled one and the one a signal
+// interrupted).
+func (n *namer) name(maps []procMapping, addr uint64, ret bool) string {
+	for _, m := range maps {
 		if addr < m.Start || addr >= m.End {
 			continue
 		}
@@ -49,7 +64,7 @@ func (ps *processes) symbolize(pid uint32, addr uint64, ret bool) string {
 			return "__restore_rt"
 		}
 		if in(i, look) {
-			return ps.demangled(syms[i].Name)
+			return n.demangled(syms[i].Name)
 		}
 		if !ret && m.file.isSigreturn(v) {
 			return "__restore_rt"
@@ -61,18 +76,18 @@ func (ps *processes) symbolize(pid uint32, addr uint64, ret bool) string {
 
 // demangled is demangle's name for a symbol, remembered: a report names
 // the same frames again and again.
-func (ps *processes) demangled(name string) string {
-	if d, ok := ps.names[name]; ok {
+func (n *namer) demangled(name string) string {
+	if d, ok := n.names[name]; ok {
 		return d
 	}
-	if ps.names == nil {
-		ps.names = map[string]string{}
+	if n.names == nil {
+		n.names = map[string]string{}
 	}
-	d := symbols.Demangle(name, ps.short)
+	d := symbols.Demangle(name, n.short)
 	if base, ok := strings.CutSuffix(name, "@plt"); ok {
-		d = symbols.Demangle(base, ps.short) + "@plt"
+		d = symbols.Demangle(base, n.short) + "@plt"
 	}
-	ps.names[name] = d
+	n.names[name] = d
 	return d
 }
 

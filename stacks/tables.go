@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,31 @@ import (
 	"github.com/tracekit/tracekit/unwind"
 	"golang.org/x/sys/unix"
 )
+
+// rowTable is the unwinder's table of rows in the kernel (rows, in
+// chunks, each file's a block: first, rows) with the fences and the
+// mappings trie that point into it, and the background parsers that read
+// the files' frame sections for it.
+type rowTable struct {
+	rows        *rowChunks // nil with --unwind=fp
+	fences, lpm bpfMap     // nil with --unwind=fp
+	fenceCopy   []uint32   // the fences value, written whole
+	capacity    int        // rows the table holds
+	next        int        // its first free row, at a block's start
+	full        int        // files left out: the row table was full
+	refused     []string   // files past the parse's limits, and why
+	loadTime    time.Duration
+	preloaded   int // files of the -c command read before its release
+
+	// The background parsers, one a lane (small files, big ones), each a
+	// file at a time, their results on done (a buffer a lane: a parser
+	// never waits), which the run's owner takes in as they come.
+	lanes   [2]parseLane
+	gcWas   int // GOGC before the big files' lane began, 0 when it is idle
+	done    chan parseResult
+	closing atomic.Bool
+	parsed  sync.WaitGroup
+}
 
 // parseLane is a background parser's queue.
 type parseLane struct {
