@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -71,21 +72,19 @@ var replayCases = []struct {
 
 func replayDir() string { return filepath.Join("testdata", "replay", runtime.GOARCH) }
 
-// TestReplay replays the committed corpus (testdata/replay/GOARCH): each
-// snapshot's walk, from its registers, stack and answers, finds the
+// TestReplay replays the committed corpus (testdata/replay/ARCH, every
+// architecture's on any machine): each snapshot's walk, from its registers, stack and answers, finds the
 // frames the run found, and those frames hold its case's functions. With
-// -update (as root) it first takes the corpus again from real runs of
-// the fixtures.
+// -update (as root) it first takes this architecture's corpus again from
+// real runs of the fixtures.
 func TestReplay(t *testing.T) {
 	if golden.Updating() {
 		captureCorpus(t)
 	}
-	paths, _ := filepath.Glob(filepath.Join(replayDir(), "*.json"))
-	if len(paths) == 0 {
-		if _, ok := prog.ArchOf(runtime.GOARCH); ok && runtime.GOARCH == "amd64" {
-			t.Fatalf("no snapshots in %s (go test -run TestReplay -update, as root, takes them)", replayDir())
-		}
-		t.Skipf("%s: no snapshots taken on this architecture yet", runtime.GOARCH)
+	// Every architecture's snapshots, on any machine: the walk is pure.
+	paths, _ := filepath.Glob(filepath.Join("testdata", "replay", "*", "*.json"))
+	if !slices.Contains(paths, filepath.Join("testdata", "replay", "amd64", "chain-nopie.json")) {
+		t.Fatalf("no x86-64 snapshots in testdata/replay/amd64 (go test -run TestReplay -update, as root on x86-64, takes them)")
 	}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
@@ -96,7 +95,7 @@ func TestReplay(t *testing.T) {
 		if err := json.Unmarshal(b, &snap); err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
-		t.Run(snap.Case, func(t *testing.T) { replay(t, snap) })
+		t.Run(snap.Arch+"/"+snap.Case, func(t *testing.T) { replay(t, snap) })
 	}
 }
 
@@ -265,4 +264,68 @@ func captureCorpus(t *testing.T) {
 		}
 		t.Logf("%s: %d walks, wrote %s: %s", c.name, len(taken), out, strings.Join(names(best.Frames), " < "))
 	}
+}
+
+// TestKernelWalk profiles each replay case's fixture as profile does,
+// the in-kernel walker doing the work (nothing deferred on purpose), and
+// finds the case's functions, in order, in a quarter of its samples or
+// more (overload's three templates take turns; the others' spin is all
+// there): the expectations the replayed walk in user space meets, met by
+// the kernel's.
+func TestKernelWalk(t *testing.T) {
+	privtest.Require(t)
+	stacktest.RequireUnwinder(t)
+	fx := stacktest.Fixtures(t)
+	for _, c := range replayCases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(fx, c.fixture)
+			stacktest.HaveFixture(t, path)
+			cmd := exec.Command(path, c.args...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Wait()
+			defer cmd.Process.Kill()
+			var out strings.Builder
+			o := &Options{Pid: int64(cmd.Process.Pid), Frequency: 199, Unwind: prog.UnwindAuto, Budget: DefaultBudget, NoContext: true, Folded: true}
+			s := run.NewSession("profile", &o.Common)
+			s.Stdout, s.Stderr = &out, io.Discard
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			err := Run(ctx, s, o)
+			cancel()
+			s.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, total := 0, 0
+			for _, line := range strings.Split(out.String(), "\n") {
+				if line == "" {
+					continue
+				}
+				i := strings.LastIndexByte(line, ' ')
+				n, err := strconv.Atoi(line[i+1:])
+				if i < 0 || err != nil {
+					t.Fatalf("not a folded line: %q", line)
+				}
+				frames := strings.Split(line[:i], ";")
+				slices.Reverse(frames) // innermost first, as the cases name them
+				total += n
+				if holds(frames, foldNames(c.want)) {
+					held += n
+				}
+			}
+			if total == 0 || 4*held < total {
+				t.Errorf("%d of %d samples hold %q (want a quarter or more):\n%s", held, total, c.want, out.String())
+			}
+		})
+	}
+}
+
+// foldNames are names as folded output writes them.
+func foldNames(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = foldName(n)
+	}
+	return out
 }
