@@ -56,18 +56,19 @@ var replayCases = []struct {
 	name, fixture string
 	args          []string
 	want          []string
-	stop          int32 // how the walk ends where not prog.StopEnd
+	stop          int32    // how the walk ends where not prog.StopEnd
+	long          []string // the arguments of a run that outlasts a slow load (TestKernelWalk)
 }{
-	{"chain-nopie", "chain-nopie", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0},
-	{"chain-pie", "chain-pie", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0},
-	{"chain-lib", "chain-lib", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0},
-	{"signal-alrm", "signal", []string{"alrm", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "a", "main"}, 0},
-	{"signal-plt", "signal", []string{"plt", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "getppid@plt", "b", "a", "main"}, 0},
+	{"chain-nopie", "chain-nopie", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0, []string{"60"}},
+	{"chain-pie", "chain-pie", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0, []string{"60"}},
+	{"chain-lib", "chain-lib", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0, []string{"60"}},
+	{"signal-alrm", "signal", []string{"alrm", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "a", "main"}, 0, []string{"alrm", "60"}},
+	{"signal-plt", "signal", []string{"plt", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "getppid@plt", "b", "a", "main"}, 0, []string{"plt", "60"}},
 	// musl's start code has no unwind row: the walk ends there.
-	{"signal-musl", "musl/signal", []string{"alrm", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "b", "a", "main"}, prog.StopNoRow},
-	{"realign", "realign", []string{"3"}, []string{"c", "b", "a", "main"}, 0},
-	{"overload", "overload", []string{"300"}, []string{"spin_cpu", "void tmpl<int>(int)", "main"}, 0},
-	{"gospin", "gospin", []string{"3"}, []string{"main.c", "main.b", "main.a", "main.main"}, 0},
+	{"signal-musl", "musl/signal", []string{"alrm", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "b", "a", "main"}, prog.StopNoRow, []string{"alrm", "60"}},
+	{"realign", "realign", []string{"3"}, []string{"c", "b", "a", "main"}, 0, []string{"60"}},
+	{"overload", "overload", []string{"300"}, []string{"spin_cpu", "void tmpl<int>(int)", "main"}, 0, []string{"100", "1000"}},
+	{"gospin", "gospin", []string{"3"}, []string{"main.c", "main.b", "main.a", "main.main"}, 0, []string{"60"}},
 }
 
 func replayDir() string { return filepath.Join("testdata", "replay", runtime.GOARCH) }
@@ -280,19 +281,21 @@ func TestKernelWalk(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(fx, c.fixture)
 			stacktest.HaveFixture(t, path)
-			cmd := exec.Command(path, c.args...)
+			cmd := exec.Command(path, c.long...)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			defer cmd.Wait()
 			defer cmd.Process.Kill()
+			// Sampled for 1.5 s from the moment it is traced: the load
+			// takes seconds in the matrix's TCG guests.
 			var out strings.Builder
 			o := &Options{Pid: int64(cmd.Process.Pid), Frequency: 199, Unwind: prog.UnwindAuto, Budget: DefaultBudget, NoContext: true, Folded: true}
 			s := run.NewSession("profile", &o.Common)
-			s.Stdout, s.Stderr = &out, io.Discard
-			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s.Stdout, s.Stderr = &out, &onLine{prefix: "Tracing ", fn: func() { time.AfterFunc(1500*time.Millisecond, cancel) }}
 			err := Run(ctx, s, o)
-			cancel()
 			s.Close()
 			if err != nil {
 				t.Fatal(err)
@@ -328,4 +331,26 @@ func foldNames(names []string) []string {
 		out[i] = foldName(n)
 	}
 	return out
+}
+
+// onLine calls fn once, at the first line written to it that starts with
+// prefix (a session's stderr: "Tracing ..." once everything is attached).
+type onLine struct {
+	prefix string
+	fn     func()
+	once   sync.Once
+	buf    []byte
+}
+
+func (w *onLine) Write(b []byte) (int, error) {
+	w.buf = append(w.buf, b...)
+	for _, l := range strings.Split(string(w.buf), "\n") {
+		if strings.HasPrefix(l, w.prefix) {
+			w.once.Do(w.fn)
+		}
+	}
+	if i := strings.LastIndexByte(string(w.buf), '\n'); i >= 0 {
+		w.buf = w.buf[i+1:]
+	}
+	return len(b), nil
 }

@@ -3,7 +3,8 @@
 // that gcc alone builds it, for every architecture. main spins in each in
 // turn, the milliseconds of CPU time given (default 500) in each: in the
 // 1-CPU guests profile reads the tables while the first one spins, and
-// wall time gave it a sixth of the samples.
+// wall time gave it a sixth of the samples. A second argument repeats the
+// three that many times (default once).
 #include <stdlib.h>
 #include <time.h>
 
@@ -34,8 +35,11 @@ __attribute__((noinline)) void tmpl_int(int ms) { spin_cpu(ms / 1000.0); }
 int main(int argc, char **argv)
 {
 	int ms = argc > 1 ? atoi(argv[1]) : 500;
-	f_int(ms);
-	f_double(ms / 1000.0);
-	tmpl_int(ms);
+	int rounds = argc > 2 ? atoi(argv[2]) : 1;
+	for (int i = 0; i < rounds; i++) {
+		f_int(ms);
+		f_double(ms / 1000.0);
+		tmpl_int(ms);
+	}
 	return 0;
 }
