@@ -49,26 +49,26 @@ type frame struct {
 	Name string `json:"name"`
 }
 
-// replayCases are the runs the corpus is taken from: a fixture, its
-// arguments, and the functions its snapshot's frames must hold in order
-// (innermost first) for the walk to count as whole.
+// replayCases are the runs the corpus is taken from (and TestKernelWalk
+// runs): a fixture, its arguments (a run that outlasts a slow load: it is
+// killed once sampled), and the functions its snapshot's frames must hold
+// in order (innermost first) for the walk to count as whole.
 var replayCases = []struct {
 	name, fixture string
 	args          []string
 	want          []string
-	stop          int32    // how the walk ends where not prog.StopEnd
-	long          []string // the arguments of a run that outlasts a slow load (TestKernelWalk)
+	stop          int32 // how the walk ends where not prog.StopEnd
 }{
-	{"chain-nopie", "chain-nopie", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0, []string{"60"}},
-	{"chain-pie", "chain-pie", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0, []string{"60"}},
-	{"chain-lib", "chain-lib", []string{"3"}, []string{"c", "b", "a", "main", "__libc_start_call_main"}, 0, []string{"60"}},
-	{"signal-alrm", "signal", []string{"alrm", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "a", "main"}, 0, []string{"alrm", "60"}},
-	{"signal-plt", "signal", []string{"plt", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "getppid@plt", "b", "a", "main"}, 0, []string{"plt", "60"}},
+	{"chain-nopie", "chain-nopie", []string{"60"}, []string{"c", "b", "a", "main"}, 0},
+	{"chain-pie", "chain-pie", []string{"60"}, []string{"c", "b", "a", "main"}, 0},
+	{"chain-lib", "chain-lib", []string{"60"}, []string{"c", "b", "a", "main"}, 0},
+	{"signal-alrm", "signal", []string{"alrm", "60"}, []string{"hc", "hb", "on_signal", "__restore_rt", "a", "main"}, 0},
+	{"signal-plt", "signal", []string{"plt", "60"}, []string{"hc", "hb", "on_signal", "__restore_rt", "getppid@plt", "b", "a", "main"}, 0},
 	// musl's start code has no unwind row: the walk ends there.
-	{"signal-musl", "musl/signal", []string{"alrm", "3"}, []string{"hc", "hb", "on_signal", "__restore_rt", "b", "a", "main"}, prog.StopNoRow, []string{"alrm", "60"}},
-	{"realign", "realign", []string{"3"}, []string{"c", "b", "a", "main"}, 0, []string{"60"}},
-	{"overload", "overload", []string{"300"}, []string{"spin_cpu", "void tmpl<int>(int)", "main"}, 0, []string{"100", "1000"}},
-	{"gospin", "gospin", []string{"3"}, []string{"main.c", "main.b", "main.a", "main.main"}, 0, []string{"60"}},
+	{"signal-musl", "musl/signal", []string{"alrm", "60"}, []string{"hc", "hb", "on_signal", "__restore_rt", "b", "a", "main"}, prog.StopNoRow},
+	{"realign", "realign", []string{"60"}, []string{"c", "b", "a", "main"}, 0},
+	{"overload", "overload", []string{"100", "1000"}, []string{"spin_cpu", "void tmpl<int>(int)", "main"}, 0},
+	{"gospin", "gospin", []string{"60"}, []string{"main.c", "main.b", "main.a", "main.main"}, 0},
 }
 
 func replayDir() string { return filepath.Join("testdata", "replay", runtime.GOARCH) }
@@ -217,6 +217,10 @@ func captureCorpus(t *testing.T) {
 			t.Logf("%s: no fixture %s here", c.name, path)
 			continue
 		}
+		if why := noGoWalk(c.fixture, true); why != "" {
+			t.Logf("%s: %s", c.name, why)
+			continue
+		}
 		mu.Lock()
 		taken = nil
 		mu.Unlock()
@@ -224,10 +228,12 @@ func captureCorpus(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// Sampled for 2.5 s from the moment it is traced (a TCG guest's
+		// load takes seconds).
 		o := &Options{Pid: int64(cmd.Process.Pid), Frequency: 199, Unwind: prog.UnwindAuto, Budget: DefaultBudget, NoContext: true}
 		s := run.NewSession("profile", &o.Common)
-		s.Stdout, s.Stderr = io.Discard, io.Discard
-		ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+		ctx, cancel := context.WithCancel(context.Background())
+		s.Stdout, s.Stderr = io.Discard, &onLine{prefix: "Tracing ", fn: func() { time.AfterFunc(2500*time.Millisecond, cancel) }}
 		err := Run(ctx, s, o)
 		cancel()
 		s.Close()
@@ -269,10 +275,10 @@ func captureCorpus(t *testing.T) {
 
 // TestKernelWalk profiles each replay case's fixture as profile does,
 // the in-kernel walker doing the work (nothing deferred on purpose), and
-// finds the case's functions, in order, in a quarter of its samples or
-// more (overload's three templates take turns; the others' spin is all
-// there): the expectations the replayed walk in user space meets, met by
-// the kernel's.
+// finds the case's functions, in order, in a quarter or more of the
+// samples that reach its outermost one (overload's three functions take
+// turns; the others' spin is all there): the expectations the replayed
+// walk in user space meets, met by the kernel's.
 func TestKernelWalk(t *testing.T) {
 	privtest.Require(t)
 	stacktest.RequireUnwinder(t)
@@ -281,7 +287,10 @@ func TestKernelWalk(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(fx, c.fixture)
 			stacktest.HaveFixture(t, path)
-			cmd := exec.Command(path, c.long...)
+			if why := noGoWalk(c.fixture, false); why != "" {
+				t.Skip(why)
+			}
+			cmd := exec.Command(path, c.args...)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -300,7 +309,11 @@ func TestKernelWalk(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			held, total := 0, 0
+			// Of the samples whose stacks reach main (riscv64's vDSO
+			// clock_gettime, where overload spends much of its time under
+			// TCG, has no unwind row), a quarter or more hold the case's
+			// functions.
+			held, reached := 0, 0
 			for _, line := range strings.Split(out.String(), "\n") {
 				if line == "" {
 					continue
@@ -312,13 +325,15 @@ func TestKernelWalk(t *testing.T) {
 				}
 				frames := strings.Split(line[:i], ";")
 				slices.Reverse(frames) // innermost first, as the cases name them
-				total += n
+				if slices.Contains(frames, foldName(c.want[len(c.want)-1])) {
+					reached += n
+				}
 				if holds(frames, foldNames(c.want)) {
 					held += n
 				}
 			}
-			if total == 0 || 4*held < total {
-				t.Errorf("%d of %d samples hold %q (want a quarter or more):\n%s", held, total, c.want, out.String())
+			if held == 0 || 4*held < reached {
+				t.Errorf("%d of the %d samples that reach %s hold %q (want a quarter or more):\n%s", held, reached, c.want[len(c.want)-1], c.want, out.String())
 			}
 		})
 	}
@@ -353,4 +368,23 @@ func (w *onLine) Write(b []byte) (int, error) {
 		w.buf = w.buf[i+1:]
 	}
 	return len(b), nil
+}
+
+// noGoWalk says why the Go fixture's stacks are not whole here ("" where
+// they are): on riscv64 Go keeps no frame pointers and a stripped Go
+// program has no .debug_frame, nothing to step by; and (deferred, the
+// corpus's walks) on arm64 the copy of the stack starts at the stack
+// pointer while Go's arm64 frame record lies below it, so the walk in
+// user space stops after the first frame (StopRead) where the kernel's,
+// reading the process's memory, goes on.
+func noGoWalk(fixture string, deferred bool) string {
+	switch {
+	case fixture != "gospin":
+		return ""
+	case runtime.GOARCH == "riscv64":
+		return "riscv64: Go keeps no frame pointers here, and -ldflags=-w leaves no .debug_frame"
+	case runtime.GOARCH == "arm64" && deferred:
+		return "arm64: a deferred walk of Go stops after its first frame (the stack's copy starts at SP; Go's frame record is below it)"
+	}
+	return ""
 }
