@@ -2,10 +2,12 @@ package stacks
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -122,4 +124,49 @@ func TestOwnerDueResultsAndErrors(t *testing.T) {
 	if err := o.do(func() error { t.Error("ran after stop"); return nil }); err != errOwnerEnded {
 		t.Errorf("a call after stop: %v, want errOwnerEnded", err)
 	}
+}
+
+// The work due runs when the wait it asked for ends, not sooner and not
+// at a tick: first after the first wait, then after each wait it returns,
+// counted again from a reader's piece of work (which runs it at once).
+// In a synctest bubble: the clock is the test's.
+func TestOwnerDueOnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var dues []time.Duration
+		start := time.Now()
+		o, stop := newOwner(50*time.Millisecond, nil, nil, func() (time.Duration, error) {
+			dues = append(dues, time.Since(start))
+			return time.Second, nil
+		}, func(err error) { t.Errorf("fail: %v", err) })
+		defer stop()
+		count := func() (n int) {
+			synctest.Wait()
+			o.do(func() error { n = len(dues); return nil })
+			return n
+		}
+		time.Sleep(49 * time.Millisecond)
+		if n := count(); n != 0 {
+			t.Fatalf("%d runs of the work due before the first wait ended", n)
+		}
+		time.Sleep(time.Millisecond)
+		if n := count(); n != 1 {
+			t.Fatalf("%d runs at the first wait's end, want 1", n)
+		}
+		time.Sleep(500 * time.Millisecond)
+		o.read(func() error { return nil }) // at 550 ms: due work at once, next at 1550 ms
+		time.Sleep(999 * time.Millisecond)
+		if n := count(); n != 2 {
+			t.Fatalf("%d runs by 1549 ms, want 2 (at 50 and 550 ms)", n)
+		}
+		time.Sleep(time.Millisecond)
+		if n := count(); n != 3 {
+			t.Fatalf("%d runs by 1550 ms, want 3", n)
+		}
+		var got []time.Duration
+		o.do(func() error { got = dues; return nil })
+		want := []time.Duration{50 * time.Millisecond, 550 * time.Millisecond, 1550 * time.Millisecond}
+		if !slices.Equal(got, want) {
+			t.Errorf("the work due ran at %v, want %v", got, want)
+		}
+	})
 }
