@@ -1,17 +1,14 @@
 #!/usr/bin/env bash
-# bench/doc.sh OUT RESULTS ARGS: docs/performance.md from a make bench
+# bench/doc.sh OUT RESULTS ARGS COMMIT: docs/performance.md from a make bench
 # run: what it measures, the tables it printed (OUT), and every
 # measurement in Go's benchmark format (RESULTS), which benchstat reads
 # from the page itself.
 set -euo pipefail
-out=$1 results=$2 args=$3
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=""
-git diff --quiet HEAD -- 2>/dev/null || dirty=" (with uncommitted changes)"
+out=$1 results=$2 args=$3 commit=$4 # the commit the tools were built from, with " (with uncommitted changes)"
 cat <<DOC
 # Performance: make bench
 
-Written by \`make bench\`${args:+ (\`bench $args\`)} at $commit$dirty on $(date -u +%F),
+Written by \`make bench\`${args:+ (\`bench $args\`)} at $commit on $(date -u +%F),
 kernel $(uname -r), $(nproc) CPUs; do not edit by hand. Earlier runs, and
 what they taught, are in this file's history (\`git log -p docs/performance.md\`).
 
@@ -29,7 +26,7 @@ within one run, as ratios, not across runs.
 The tables:
 DOC
 echo
-cat "$out"
+grep -v '^Benchmark' "$out" # the heatmap's lines: below, with the rest
 cat <<DOC
 
 ## Every measurement

@@ -19,6 +19,8 @@ bash filter/testdata/usdt/build.sh .cache/bench-fx
 bash stacks/testdata/build.sh .cache/bench-fx
 command -v perf >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null; }
 mkdir -p .cache
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown) # what make bench built
+git diff --quiet HEAD -- 2>/dev/null || commit="$commit (with uncommitted changes)"
 out=.cache/bench.out       # the tables, as printed
 results=.cache/bench.txt   # every measurement, in Go's benchmark format
 go run ./bench -results "$results" "$@" | tee "$out"
@@ -45,5 +47,5 @@ fi
 go test -run XXX -bench HeatFrame ./terminal | grep ^Benchmark | tee -a "$out" >> "$results"
 doc=docs/performance.md
 [ $# -eq 0 ] || doc=.cache/performance.md
-bash bench/doc.sh "$out" "$results" "$*" > "$doc.tmp" && mv "$doc.tmp" "$doc"
+bash bench/doc.sh "$out" "$results" "$*" "$commit" > "$doc.tmp" && mv "$doc.tmp" "$doc"
 echo "bench: written to $doc" >&2
