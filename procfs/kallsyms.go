@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -224,15 +225,23 @@ func kernelFunctions(r io.Reader, addrs []uint64) (map[uint64]string, bool, erro
 // nearestSymbols finds, in one pass over kallsyms text, the code symbol at
 // or below each address (of equal ones, the last listed, as Symbolize
 // picks).
+//
+// A symbol is kept only at the lowest target at or above it (slot j); the
+// answer for target k is then the highest of slots 0..k, taken in one
+// sweep at the end. The pass costs a binary search per symbol whatever
+// the order of the text and however many targets: updating every target
+// above each symbol, as it once did, made sorted text (which kallsyms
+// is) cost symbols times targets, 25 s in a 1-CPU guest of 7.2 for 5,600
+// addresses.
 func nearestSymbols(r io.Reader, addrs []uint64) (map[uint64]ksym, bool, error) {
 	targets := append([]uint64(nil), addrs...)
-	sort.Slice(targets, func(i, j int) bool { return targets[i] < targets[j] })
-	// best[k] is the highest symbol address at or below targets[k] seen so
-	// far (of equal ones, the last listed, as Symbolize picks); it never
-	// decreases with k, so an update stops at the first target whose best
-	// is already higher.
-	best := make([]ksym, len(targets))
-	found := make([]bool, len(targets))
+	slices.Sort(targets)
+	type slot struct {
+		addr      uint64
+		name, mod []byte // reused: a slot is overwritten as the text climbs
+		found     bool
+	}
+	slots := make([]slot, len(targets))
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 256*1024), 1024*1024)
 	nonzero := false
@@ -247,13 +256,14 @@ func nearestSymbols(r io.Reader, addrs []uint64) (map[uint64]ksym, bool, error) 
 		if !code {
 			continue
 		}
-		j := sort.Search(len(targets), func(i int) bool { return targets[i] >= addr })
-		var sym *ksym
-		for k := j; k < len(targets) && (!found[k] || best[k].addr <= addr); k++ {
-			if sym == nil {
-				sym = &ksym{addr: addr, name: string(fn), module: string(mod)}
-			}
-			best[k], found[k] = *sym, true
+		j, _ := slices.BinarySearch(targets, addr)
+		if j == len(targets) {
+			continue
+		}
+		if s := &slots[j]; !s.found || addr >= s.addr {
+			s.addr, s.found = addr, true
+			s.name = append(s.name[:0], fn...)
+			s.mod = append(s.mod[:0], mod...)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -263,9 +273,15 @@ func nearestSymbols(r io.Reader, addrs []uint64) (map[uint64]ksym, bool, error) 
 	if !nonzero {
 		return out, true, nil
 	}
+	best := -1
 	for k, t := range targets {
-		if found[k] {
-			out[t] = best[k]
+		if slots[k].found && (best < 0 || slots[k].addr >= slots[best].addr) {
+			best = k
+		}
+		if best >= 0 {
+			if _, dup := out[t]; !dup {
+				out[t] = ksym{addr: slots[best].addr, name: string(slots[best].name), module: string(slots[best].mod)}
+			}
 		}
 	}
 	return out, false, nil

@@ -3,6 +3,7 @@ package procfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -62,30 +63,11 @@ func TestSymbolizeHidden(t *testing.T) {
 // the sample above, and as root on this kernel's kallsyms at every hundredth
 // symbol's address, one past it and one before it.
 func TestKernelFunctions(t *testing.T) {
-	check := func(text string, addrs []uint64) {
-		t.Helper()
-		s, err := ParseKallsyms(strings.NewReader(text))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, hidden, err := kernelFunctions(strings.NewReader(text), addrs)
-		if err != nil || hidden != s.Hidden {
-			t.Fatalf("hidden %v, %v", hidden, err)
-		}
-		for _, a := range addrs {
-			want, _, _ := strings.Cut(s.Symbolize(a), "+")
-			if mod := strings.Index(s.Symbolize(a), " ["); mod >= 0 {
-				want += s.Symbolize(a)[mod:]
-			}
-			if got[a] != want {
-				t.Fatalf("0x%x: %q, Symbolize says %q", a, got[a], want)
-			}
-		}
-	}
-	check(kallsyms, []uint64{0xffffffff81e91234, 0xffffffff81e90010, 0xffffffff81e91000, 0xffffffff82000010, 0xffffffffc0a01008, 0xffffffffc0a00100, 0xffffffffc0a00310, 0xffffffff80000000})
+	checkKernelFunctions(t, kallsyms, []uint64{0xffffffff81e91234, 0xffffffff81e90010, 0xffffffff81e91000, 0xffffffff82000010, 0xffffffffc0a01008, 0xffffffffc0a00100, 0xffffffffc0a00310, 0xffffffff80000000})
+	privtest.Require(t)
 	b, err := os.ReadFile("/proc/kallsyms")
-	if err != nil || os.Geteuid() != 0 {
-		return
+	if err != nil {
+		t.Fatal(err)
 	}
 	var addrs []uint64
 	for i, line := range strings.Split(string(b), "\n") {
@@ -93,8 +75,61 @@ func TestKernelFunctions(t *testing.T) {
 			addrs = append(addrs, a, a+1, a-1)
 		}
 	}
-	check(string(b), addrs)
+	checkKernelFunctions(t, string(b), addrs)
 	t.Logf("%d addresses of this kernel checked", len(addrs))
+}
+
+// checkKernelFunctions asks kernelFunctions and Symbolize to name addrs
+// in text, and fails where they differ.
+func checkKernelFunctions(t *testing.T, text string, addrs []uint64) {
+	t.Helper()
+	s, err := ParseKallsyms(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, hidden, err := kernelFunctions(strings.NewReader(text), addrs)
+	if err != nil || hidden != s.Hidden {
+		t.Fatalf("hidden %v, %v", hidden, err)
+	}
+	for _, a := range addrs {
+		want, _, _ := strings.Cut(s.Symbolize(a), "+")
+		if mod := strings.Index(s.Symbolize(a), " ["); mod >= 0 {
+			want += s.Symbolize(a)[mod:]
+		}
+		if got[a] != want {
+			t.Fatalf("0x%x: %q, Symbolize says %q", a, got[a], want)
+		}
+	}
+}
+
+// FuzzKernelFunctions holds the one-pass resolver to Symbolize on
+// symbol tables in any order, with equal addresses (the last listed
+// wins), data symbols and modules, and targets on, between and around
+// them. Each byte pair is a symbol: an address among 16 and a kind.
+func FuzzKernelFunctions(f *testing.F) {
+	f.Add([]byte{3, 0, 1, 1, 3, 2, 9, 0, 0, 3, 15, 1})
+	f.Add([]byte{5, 0, 5, 1, 5, 2, 2, 0, 12, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var text strings.Builder
+		for i := 0; i+1 < len(b) && i < 64; i += 2 {
+			addr := 0xffffffff81000000 + uint64(b[i]%16)*0x100
+			kind, mod := "T", ""
+			switch b[i+1] % 4 {
+			case 1:
+				kind = "t"
+			case 2:
+				kind = "D"
+			case 3:
+				mod = "\t[m]"
+			}
+			fmt.Fprintf(&text, "%016x %s f%d%s\n", addr, kind, i, mod)
+		}
+		var addrs []uint64
+		for a := uint64(0xffffffff81000000 - 0x80); a < 0xffffffff81001100; a += 0x80 {
+			addrs = append(addrs, a)
+		}
+		checkKernelFunctions(t, text.String(), addrs)
+	})
 }
 
 // LazyKallsyms names what LoadKallsyms names, for the addresses given to
