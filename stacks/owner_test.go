@@ -139,29 +139,26 @@ func TestOwnerDueOnTime(t *testing.T) {
 			return time.Second, nil
 		}, func(err error) { t.Errorf("fail: %v", err) })
 		defer stop()
-		count := func() (n int) {
+		// expect waits for the bubble to settle and wants n runs so far.
+		expect := func(n int, when string) {
+			t.Helper()
 			synctest.Wait()
-			o.do(func() error { n = len(dues); return nil })
-			return n
+			var got int
+			o.do(func() error { got = len(dues); return nil })
+			if got != n {
+				t.Fatalf("%d runs of the work due %s, want %d", got, when, n)
+			}
 		}
 		time.Sleep(49 * time.Millisecond)
-		if n := count(); n != 0 {
-			t.Fatalf("%d runs of the work due before the first wait ended", n)
-		}
+		expect(0, "before the first wait ended")
 		time.Sleep(time.Millisecond)
-		if n := count(); n != 1 {
-			t.Fatalf("%d runs at the first wait's end, want 1", n)
-		}
+		expect(1, "at the first wait's end")
 		time.Sleep(500 * time.Millisecond)
 		o.read(func() error { return nil }) // at 550 ms: due work at once, next at 1550 ms
 		time.Sleep(999 * time.Millisecond)
-		if n := count(); n != 2 {
-			t.Fatalf("%d runs by 1549 ms, want 2 (at 50 and 550 ms)", n)
-		}
+		expect(2, "by 1549 ms (at 50 and 550 ms)")
 		time.Sleep(time.Millisecond)
-		if n := count(); n != 3 {
-			t.Fatalf("%d runs by 1550 ms, want 3", n)
-		}
+		expect(3, "by 1550 ms")
 		var got []time.Duration
 		o.do(func() error { got = dues; return nil })
 		want := []time.Duration{50 * time.Millisecond, 550 * time.Millisecond, 1550 * time.Millisecond}
