@@ -1,9 +1,20 @@
 // Package privtest gates tests that need the real kernel and root.
+//
+// Every gate also records the test that called it, when
+// TRACEKIT_KERNEL_TESTS names a file (make test sets it for the host's
+// run): the kernel matrix's x86-64 guests then run only those tests, the
+// ones that touch the kernel, since the host has just run the others on
+// the same architecture (the foreign architectures' guests run them all).
+// A test that reads the running kernel without needing root (its
+// kallsyms, its BTF) calls a gate too.
 package privtest
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +30,7 @@ import (
 // 5.10 guest (64 KiB there) once other processes held some.
 func Require(t testing.TB) {
 	t.Helper()
+	record(t)
 	if os.Geteuid() == 0 {
 		// loader.RemoveMemlock's effect; loader's own tests import this.
 		_ = unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY})
@@ -55,6 +67,7 @@ func RequireKprobes(t testing.TB) {
 // test.
 func Need(t testing.TB, have bool, what string) {
 	t.Helper()
+	record(t)
 	if have {
 		return
 	}
@@ -72,6 +85,7 @@ func Need(t testing.TB, have bool, what string) {
 // REQUIRE_PRIVILEGED=1, as Need does.
 func NeedBTF(t testing.TB) {
 	t.Helper()
+	record(t)
 	if HaveBTF() {
 		return
 	}
@@ -111,5 +125,51 @@ func NeedTracepointStacks(t testing.TB) {
 	t.Helper()
 	if runtime.GOARCH == "arm" {
 		t.Skip("32-bit ARM's kernel gives one frame for a stack taken at a tracepoint (perf_arch_fetch_caller_regs sets no lr for its unwinder)")
+	}
+}
+
+// record appends "package TestName" (the package as a path from the
+// module's root, the top-level test's name) to the file
+// TRACEKIT_KERNEL_TESTS names, if any. A line is one append, whole even
+// when tests of a package run in parallel.
+func record(t testing.TB) {
+	path := os.Getenv("TRACEKIT_KERNEL_TESTS")
+	if path == "" {
+		return
+	}
+	pkg, err := packageDir()
+	if err != nil {
+		t.Fatalf("TRACEKIT_KERNEL_TESTS: %v", err)
+	}
+	name, _, _ := strings.Cut(t.Name(), "/")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err == nil {
+		_, err = f.WriteString(pkg + " " + name + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Fatalf("TRACEKIT_KERNEL_TESTS: %v", err)
+	}
+}
+
+// packageDir is the test's package directory (go test runs a test in
+// it) relative to the module's root, the nearest directory above with a
+// go.mod: "writesize/prog".
+func packageDir() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for root := wd; ; {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			return filepath.Rel(root, wd)
+		}
+		up := filepath.Dir(root)
+		if up == root {
+			return "", fmt.Errorf("no go.mod above %s", wd)
+		}
+		root = up
 	}
 }
