@@ -261,11 +261,12 @@ func (d *deferrer) waited(pid uint32, raw []byte) {
 // how long from its arrival it may wait for it (0: it waits for nothing).
 func (ps *processes) unwindCopy(s *deferredSample, room int) (frames []uint64, stop int32, fp bool, wait time.Duration) {
 	regs := walkRegs{PC: s.pc, SP: s.sp, BP: s.bp, LR: s.lr, Lookup: s.lookup}
+	read := stackReader(s.sp-ps.arch.CopyBelow(), s.stack)
 	if recordWalk != nil {
 		s.rec = &recordingSpace{Space: procSpace{ps, s.pid}}
-		return walkCopy(ps.arch, ps.mode, s.rec, regs, stackReader(s.sp, s.stack), room)
+		return walkCopy(ps.arch, ps.mode, s.rec, regs, read, room)
 	}
-	return walkCopy(ps.arch, ps.mode, procSpace{ps, s.pid}, regs, stackReader(s.sp, s.stack), room)
+	return walkCopy(ps.arch, ps.mode, procSpace{ps, s.pid}, regs, read, room)
 }
 
 // procSpace is a process's mappings and tables, as a walk asks of them.

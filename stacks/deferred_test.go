@@ -257,6 +257,20 @@ func TestUnwindCopyARM64(t *testing.T) {
 		{"return address", 0x1010, 0x100f, nil, prog.StopUnsupported}, // x30 is not the caller's above the sampled frame
 		{"signal", 0x1400, 0x13ff, []uint64{0x1010, 0x1150, 0x1250}, prog.StopEnd},
 	})
+	// Go code, in a file with no table (0x3000): its prologue saved the
+	// caller's x29 at sp-8 and pointed x29 there, its return address at
+	// 0(sp). The copy starts 16 bytes below sp, so the record is in it.
+	ps.mode = prog.UnwindAuto
+	goFile := &file{name: "go", elf: &elf.File{FileHeader: elf.FileHeader{Machine: elf.EM_AARCH64}}, first: -1, tried: true, err: errors.New("no .eh_frame")}
+	ps.procs[1].maps = append(ps.procs[1].maps, procMapping{mapping: mapping{Start: 0x3000, End: 0x4000}, file: goFile})
+	goStack := make([]byte, 16+0x20)
+	binary.LittleEndian.PutUint64(goStack[8:], 0x7100)  // sp-8: the caller's x29
+	binary.LittleEndian.PutUint64(goStack[16:], 0x1250) // sp: the return address
+	s := &deferredSample{pid: 1, pc: 0x3500, lookup: 0x3500, sp: 0x7000, bp: 0x7000 - 8, lr: 0x1150, stack: goStack}
+	frames, stop, fp, _ := ps.unwindCopy(s, 10)
+	if !slices.Equal(frames, []uint64{0x1250}) || stop != prog.StopEnd || !fp {
+		t.Errorf("Go's frame record below sp: frames %#x, stop %d, fp %v; want [0x1250] by frame pointer, stop %d", frames, stop, fp, prog.StopEnd)
+	}
 }
 
 // copyCase is a deferred sample at pc (looked up at lookup) and the
@@ -268,10 +282,12 @@ type copyCase struct {
 	stop       int32
 }
 
-// checkCopies unwinds each case's sample, its stack copy from sp 0x7000
+// checkCopies unwinds each case's sample, its stack from sp 0x7000 (the
+// copy starting Arch.CopyBelow bytes under it, as the kernel sends it)
 // and its link register lr, in process 1 of ps.
 func checkCopies(t *testing.T, ps *processes, stack []byte, lr uint64, cases []copyCase) {
 	t.Helper()
+	stack = append(make([]byte, ps.arch.CopyBelow()), stack...)
 	for _, c := range cases {
 		s := &deferredSample{pid: 1, pc: c.pc, lookup: c.lookup, sp: 0x7000, lr: lr, stack: stack}
 		frames, stop, fp, wait := ps.unwindCopy(s, 10)

@@ -1,6 +1,7 @@
 package stacks
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -36,6 +37,7 @@ type snapshot struct {
 	Mode       string        `json:"mode"`
 	Regs       walkRegs      `json:"regs"`
 	Stack      []byte        `json:"stack"`
+	Base       uint64        `json:"base,omitempty"` // Stack's first address; none: Regs.SP (before arm64's copy started below it)
 	Places     []PlaceAt     `json:"places"`
 	Sigreturns []SigreturnAt `json:"sigreturns"`
 	Start      []frame       `json:"start"` // the frames the kernel walked before it deferred
@@ -112,7 +114,7 @@ func replay(t *testing.T, snap snapshot) {
 	}
 	space := &replaySpace{t: t, snap: snap}
 	room := prog.UserFrames - len(snap.Start)
-	frames, stop, fp, wait := walkCopy(arch, snap.Mode, space, snap.Regs, stackReader(snap.Regs.SP, snap.Stack), room)
+	frames, stop, fp, wait := walkCopy(arch, snap.Mode, space, snap.Regs, stackReader(cmp.Or(snap.Base, snap.Regs.SP), snap.Stack), room)
 	want := make([]uint64, len(snap.Frames))
 	for i, f := range snap.Frames {
 		want[i] = f.PC
@@ -190,7 +192,7 @@ func captureCorpus(t *testing.T) {
 	var taken []snapshot
 	recordWalk = func(ps *processes, s *deferredSample, user int, frames []uint64, stop int32, fp bool) {
 		snap := snapshot{Arch: runtime.GOARCH, Mode: ps.mode, Regs: walkRegs{PC: s.pc, SP: s.sp, BP: s.bp, LR: s.lr, Lookup: s.lookup},
-			Stack: s.stack, Places: s.rec.places, Sigreturns: s.rec.sigreturns, Stop: stop, FP: fp}
+			Stack: s.stack, Base: s.sp - ps.arch.CopyBelow(), Places: s.rec.places, Sigreturns: s.rec.sigreturns, Stop: stop, FP: fp}
 		// Named as the reports name them: a return address by its call,
 		// the frame a signal interrupted by its own address.
 		prev := ""
@@ -217,7 +219,7 @@ func captureCorpus(t *testing.T) {
 			t.Logf("%s: no fixture %s here", c.name, path)
 			continue
 		}
-		if why := noGoWalk(c.fixture, true); why != "" {
+		if why := noGoWalk(c.fixture); why != "" {
 			t.Logf("%s: %s", c.name, why)
 			continue
 		}
@@ -287,7 +289,7 @@ func TestKernelWalk(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(fx, c.fixture)
 			stacktest.HaveFixture(t, path)
-			if why := noGoWalk(c.fixture, false); why != "" {
+			if why := noGoWalk(c.fixture); why != "" {
 				t.Skip(why)
 			}
 			cmd := exec.Command(path, c.args...)
@@ -372,19 +374,10 @@ func (w *onLine) Write(b []byte) (int, error) {
 
 // noGoWalk says why the Go fixture's stacks are not whole here ("" where
 // they are): on riscv64 Go keeps no frame pointers and a stripped Go
-// program has no .debug_frame, nothing to step by; and (deferred, the
-// corpus's walks) on arm64 the copy of the stack starts at the stack
-// pointer while Go's arm64 frame record lies below it, so the walk in
-// user space stops after the first frame (StopRead) where the kernel's,
-// reading the process's memory, goes on.
-func noGoWalk(fixture string, deferred bool) string {
-	switch {
-	case fixture != "gospin":
-		return ""
-	case runtime.GOARCH == "riscv64":
+// program has no .debug_frame, nothing to step by.
+func noGoWalk(fixture string) string {
+	if fixture == "gospin" && runtime.GOARCH == "riscv64" {
 		return "riscv64: Go keeps no frame pointers here, and -ldflags=-w leaves no .debug_frame"
-	case runtime.GOARCH == "arm64" && deferred:
-		return "arm64: a deferred walk of Go stops after its first frame (the stack's copy starts at SP; Go's frame record is below it)"
 	}
 	return ""
 }

@@ -39,7 +39,8 @@ type Place struct {
 // (arm64's x30, riscv64's ra).
 type walkRegs struct{ PC, SP, BP, LR, Lookup uint64 }
 
-// stackReader reads 8 bytes at an address of a stack copied from sp.
+// stackReader reads 8 bytes at an address of a stack copied from sp (the
+// copy's first address: Arch.CopyBelow under the stack pointer).
 func stackReader(sp uint64, stack []byte) func(uint64) (uint64, bool) {
 	return func(addr uint64) (uint64, bool) {
 		if addr < sp || addr-sp > uint64(len(stack)) || uint64(len(stack))-(addr-sp) < 8 {

@@ -13,7 +13,8 @@ import (
 // process): instead of counting a stack cut short, it sends the walk's
 // state, the key so far and a copy of the top of the user stack to user
 // space (EventStack), which unwinds the rest with the same rules once the
-// file's table is read. The copy ends where the process's stack started
+// file's table is read. The copy starts Arch.CopyBelow bytes below the
+// stack pointer and ends where the process's stack started
 // (mm->start_stack) if that is within StackCopy, else it is StackCopy
 // bytes, or 2048, or 512, the first that can be read; the record ends with
 // the copy (a main thread's shallow stack: a few hundred bytes, not 8 KiB,
@@ -52,7 +53,11 @@ func deferred(cfg Config) bpf.Instructions {
 		insns.Add(bpf.LoadMem(bpf.R2, bpf.R9, stateSP, bpf.DWord))
 		insns.Add(bpf.JGE.Reg(bpf.R2, bpf.R1, "deferred_copy"))
 		insns.Add(bpf.Sub.Reg(bpf.R1, bpf.R2))
-		insns.Add(bpf.JGT.Imm(bpf.R1, StackCopy, "deferred_copy"))
+		below := int32(cfg.Arch.CopyBelow())
+		insns.Add(bpf.JGT.Imm(bpf.R1, StackCopy-below, "deferred_copy"))
+		if below > 0 {
+			insns.Add(bpf.Add.Imm(bpf.R1, below).WithSource(bpf.Comment(fmt.Sprintf("and the %d bytes below SP the copy starts at", below))))
+		}
 		insns.Add(bpf.Mov.Reg(bpf.R6, bpf.R1))
 	}
 	copyStack := func(label string, size int32) {
@@ -68,6 +73,9 @@ func deferred(cfg Config) bpf.Instructions {
 		insns.Add(bpf.Add.Imm(bpf.R1, int32(cfg.stackOff())))
 		insns.Add(bpf.Mov.Reg(bpf.R2, bpf.R6))
 		insns.Add(bpf.LoadMem(bpf.R3, bpf.R9, stateSP, bpf.DWord))
+		if below := int32(cfg.Arch.CopyBelow()); below > 0 {
+			insns.Add(bpf.Sub.Imm(bpf.R3, below).WithSource(bpf.Comment(fmt.Sprintf("from %d bytes below SP: Go's frame record is at SP-8", below))))
+		}
 		insns.Add(cfg.Readers.User.Call())
 		insns.Add(bpf.JEq.Imm(bpf.R0, 0, "deferred_send"))
 	}

@@ -230,6 +230,20 @@ func ArchOf(goarch string) (Arch, bool) {
 // frame saves it, and the rule words are unwind's encodeLR's.
 func (a Arch) linkRegister() bool { return a != X86_64 }
 
+// CopyBelow is how far below the stack pointer a deferred sample's copy
+// of the stack starts: 16 bytes on arm64, where Go keeps a function's
+// frame record below its frame (its prologue saves the caller's x29 at
+// SP-8 and points x29 there; its return address is at 0(SP) just above),
+// so a copy from SP had the walk in user space stop after the first Go
+// frame (StopRead) where the kernel's, reading memory, goes on. 0
+// elsewhere: C's frame records, and x86-64's and riscv64's, lie above SP.
+func (a Arch) CopyBelow() uint64 {
+	if a == ARM64 {
+		return 16
+	}
+	return 0
+}
+
 // Event is an event the sampler runs at instead of the CPU clock: its
 // program type (the unwinder tail-called is of that type too), and the
 // filter that runs first.
