@@ -48,6 +48,8 @@ command -v musl-gcc >/dev/null || need+=(musl-tools)
 # The man pages' test renders each page (cmd/tracekit TestManPages).
 command -v groff >/dev/null || need+=(groff-base)
 command -v man >/dev/null || need+=(man-db)
+# bpftrace's tools (/usr/sbin/*.bt), which bpftrace/parse reads (TestTools).
+[ -x /usr/sbin/bpftrace ] && compgen -G '/usr/sbin/*.bt' >/dev/null || need+=(bpftrace)
 # The peers filter's calls are checked against in the x86-64 guests.
 [ -x /usr/sbin/ksnoop ] && [ -x /usr/sbin/funclatency ] || need+=(libbpf-tools)
 if [ ${#need[@]} -gt 0 ]; then
