@@ -1,6 +1,6 @@
 // Package output prints bpftrace's maps as bpftrace 0.17 prints them, in
-// its text format: what a user's scripts and eyes expect at a program's
-// end and from print(). The values come in already read from the
+// its text format and in -f json: what a user's scripts, eyes and
+// parsers expect at a program's end and from print(). The values come in already read from the
 // kernel's maps and summed over CPUs; this package decides the order,
 // the layout and the numbers' forms only.
 package output
@@ -81,19 +81,7 @@ func WriteMaps(w io.Writer, maps []*Map) error {
 // element "@name[k1, k2]: value". Histograms, averages and stats end
 // with an empty line, as bpftrace's do.
 func WriteMap(w io.Writer, m *Map) error {
-	elems := slices.Clone(m.Elems)
-	switch m.Kind {
-	case Int, Sum, Min, Max:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(a.Value.Int, b.Value.Int) })
-	case Count:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpUint(a.Value.Count, b.Value.Count) })
-	case Hist, Lhist:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(total(a.Value.Buckets), total(b.Value.Buckets)) })
-	case Avg, Stats:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(average(a.Value), average(b.Value)) })
-	default:
-		sortByKey(elems)
-	}
+	elems := sortedElems(m)
 	var b strings.Builder
 	for i, e := range elems {
 		if i > 0 {
@@ -133,6 +121,24 @@ func WriteMap(w io.Writer, m *Map) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// sortedElems are m's elements in bpftrace's order for its kind.
+func sortedElems(m *Map) []Elem {
+	elems := slices.Clone(m.Elems)
+	switch m.Kind {
+	case Int, Sum, Min, Max:
+		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(a.Value.Int, b.Value.Int) })
+	case Count:
+		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpUint(a.Value.Count, b.Value.Count) })
+	case Hist, Lhist:
+		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(total(a.Value.Buckets), total(b.Value.Buckets)) })
+	case Avg, Stats:
+		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(average(a.Value), average(b.Value)) })
+	default:
+		sortByKey(elems)
+	}
+	return elems
 }
 
 func cmpInt(a, b int64) int {

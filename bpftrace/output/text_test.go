@@ -109,8 +109,8 @@ func TestMapsAsBpftrace(t *testing.T) {
 	}
 }
 
-// TestMapsTxtIsBpftraces: testdata/maps.txt is what bpftrace prints for
-// testdata/maps.bt here, where bpftrace runs (root, Debian's bpftrace:
+// TestMapsTxtIsBpftraces: testdata/maps.txt and maps.json.txt are what
+// bpftrace prints for testdata/maps.bt here (text and -f json), where bpftrace runs (root, Debian's bpftrace:
 // make test installs it; CI fails without it).
 func TestMapsTxtIsBpftraces(t *testing.T) {
 	path, err := exec.LookPath("bpftrace")
@@ -120,13 +120,53 @@ func TestMapsTxtIsBpftraces(t *testing.T) {
 		}
 		t.Skip("needs bpftrace, as root")
 	}
-	out, err := exec.Command(path, "testdata/maps.bt").Output()
+	for _, tc := range []struct {
+		flags      []string
+		head, file string
+	}{
+		{nil, "Attaching 1 probe...\n\n\n", "testdata/maps.txt"},
+		{[]string{"-f", "json"}, "{\"type\": \"attached_probes\", \"data\": {\"probes\": 1}}\n\n\n", "testdata/maps.json.txt"},
+	} {
+		out, err := exec.Command(path, append(tc.flags, "testdata/maps.bt")...).Output()
+		if err != nil {
+			t.Fatalf("bpftrace: %v", err)
+		}
+		maps, ok := strings.CutPrefix(string(out), tc.head)
+		want, _ := os.ReadFile(tc.file)
+		if !ok || maps != string(want) {
+			t.Errorf("bpftrace %q printed:\n%s\n%s has:\n%s", tc.flags, out, tc.file, want)
+		}
+	}
+}
+
+// TestMapsJSONAsBpftrace: the same maps in -f json, as bpftrace printed
+// them (testdata/maps.json.txt, less the attached_probes line and the
+// two empty lines), but for the one divergence WriteMapJSON names: the
+// [2G, 4G) bucket's bounds, which bpftrace wraps in 32 bits.
+func TestMapsJSONAsBpftrace(t *testing.T) {
+	b, err := os.ReadFile("testdata/maps.json.txt")
 	if err != nil {
-		t.Fatalf("bpftrace: %v", err)
+		t.Fatal(err)
 	}
-	_, maps, ok := strings.Cut(string(out), "...\n\n\n")
-	want, _ := os.ReadFile("testdata/maps.txt")
-	if !ok || maps != string(want) {
-		t.Errorf("bpftrace printed:\n%s\ntestdata/maps.txt has:\n%s", out, want)
+	want := strings.Replace(string(b), `{"min": -2147483648, "max": 0, "count": 1}`, `{"min": 2147483648, "max": 4294967295, "count": 1}`, 1)
+	if want == string(b) {
+		t.Fatal("testdata/maps.json.txt has no wrapped [2G, 4G) bucket: is it bpftrace 0.17's?")
 	}
+	var got bytes.Buffer
+	if err := WriteMapsJSON(&got, mapsBT()); err != nil {
+		t.Fatal(err)
+	}
+	gl, wl := strings.Split(got.String(), "\n"), strings.Split(want, "\n")
+	for i := range max(len(gl), len(wl)) {
+		if i >= len(gl) || i >= len(wl) || gl[i] != wl[i] {
+			t.Fatalf("line %d:\n got %q\nwant %q", i+1, at(gl, i), at(wl, i))
+		}
+	}
+}
+
+func at(ls []string, i int) string {
+	if i < len(ls) {
+		return ls[i]
+	}
+	return "(none)"
 }
