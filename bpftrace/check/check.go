@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tracekit/tracekit/bpftrace/output"
 	"github.com/tracekit/tracekit/bpftrace/parse"
 )
 
@@ -596,51 +597,29 @@ func (c *checker) stackArgs(x *parse.Call) {
 	}
 }
 
-// format checks a format string's conversions against the arguments
-// after it: their number, and integers where %d, %u, %x ask for them.
+// format checks a format string's conversions (as bpftrace finds them: a
+// '%' before anything else is text) against the arguments after it:
+// their number, integers for %d, %u, %x, %c, %p, strings (or symbols,
+// stacks, addresses) for %s.
 func (c *checker) format(x *parse.Call, kinds []Kind) {
 	s, ok := x.Args[0].(*parse.Str)
 	if !ok {
 		c.fail(x.Args[0].ExprPos(), "%s()'s first argument is its format, a string in quotes", x.Name)
 		return
 	}
-	var convs []byte
-	f := s.Value
-	for i := 0; i < len(f); i++ {
-		if f[i] != '%' {
-			continue
-		}
-		i++
-		for i < len(f) && strings.IndexByte("-+ #0123456789.", f[i]) >= 0 {
-			i++
-		}
-		for i < len(f) && strings.IndexByte("hlzjt", f[i]) >= 0 {
-			i++
-		}
-		if i >= len(f) {
-			c.fail(s.Pos, "%s(): the format ends in a lone %%", x.Name)
-			return
-		}
-		switch conv := f[i]; conv {
-		case '%':
-		case 'd', 'i', 'u', 'x', 'X', 'o', 'c', 'p', 's', 'r':
-			if conv == 'r' && i+1 < len(f) && f[i+1] == 'x' {
-				i++
-			}
-			convs = append(convs, conv)
-		default:
-			c.fail(s.Pos, "%s(): %%%c is no conversion bpftrace takes (d, i, u, x, X, o, c, p, s, r)", x.Name, conv)
-			return
-		}
-	}
+	convs := output.Conversions(s.Value)
 	args := kinds[1:]
 	if len(args) != len(convs) {
 		c.fail(x.Pos, "%s(): the format has %d conversions and %d arguments follow it", x.Name, len(convs), len(args))
 		return
 	}
 	for i, conv := range convs {
-		if strings.IndexByte("diuxXoc", conv) >= 0 && args[i] != Int && args[i] != Unknown {
-			c.fail(x.Args[i+1].ExprPos(), "%s(): %%%c takes an integer, not %s", x.Name, conv, args[i])
+		switch k := args[i]; {
+		case k == Unknown:
+		case (conv == 's' || conv == 'r') && k != Str && k != Sym && k != Stack && k != Inet:
+			c.fail(x.Args[i+1].ExprPos(), "%s(): %%%c takes a string, not %s", x.Name, conv, k)
+		case conv != 's' && conv != 'r' && k != Int:
+			c.fail(x.Args[i+1].ExprPos(), "%s(): %%%c takes an integer, not %s", x.Name, conv, k)
 		}
 	}
 }

@@ -82,7 +82,9 @@ func TestRefused(t *testing.T) {
 		{`BEGIN { @x = count(); @x = sum(1); }`, `stdin:1:23: @x holds count(), and is assigned sum() here`},
 		{`BEGIN { frobnicate(1); }`, `stdin:1:9: unknown function frobnicate()`},
 		{`BEGIN { printf("%d\n", comm); }`, `stdin:1:24: printf(): %d takes an integer, not a string`},
-		{`BEGIN { printf("%y\n", 1); }`, `stdin:1:16: printf(): %y is no conversion bpftrace takes (d, i, u, x, X, o, c, p, s, r)`},
+		{`BEGIN { printf("%y %i\n", 1); }`, `stdin:1:9: printf(): the format has 0 conversions and 1 arguments follow it`}, // text to bpftrace
+		{`BEGIN { printf("%s\n", pid); }`, `stdin:1:24: printf(): %s takes a string, not an integer`},
+		{`BEGIN { printf("%-8lld %5.2s %p\n", comm, comm, 1); }`, `stdin:1:37: printf(): %d takes an integer, not a string`},
 		{`BEGIN { printf(comm); }`, `stdin:1:16: printf()'s first argument is its format, a string in quotes`},
 		{`BEGIN { @x[1] = 1; clear(@x[1]); }`, `stdin:1:26: clear() takes a whole map: @x, not one of its elements`},
 		{`BEGIN { @x[1] = 1; delete(@x); }`, `stdin:1:27: delete() takes one element of @x: @x[key]`},
