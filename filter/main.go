@@ -43,8 +43,9 @@ kprobe:GLOB (every traceable kernel function it matches, '*' any run of
 characters, '?' one: kprobe:tcp_*), a comma-separated list of those
 (kprobe:ip_send_skb,kprobe:ip_rcv, as bpftrace writes it), or a
 user-space probe: uprobe:PATH:FUNCTION[+OFFSET], uprobe:PATH:0xADDRESS,
-uretprobe:PATH:FUNCTION, usdt:PATH:[PROVIDER:]NAME. PATH is absolute, or a
-bare name looked up on $PATH and in the library directories. A user-space
+uretprobe:PATH:FUNCTION, usdt:PATH:[PROVIDER:]NAME. bpftrace's names of
+them work too: tracepoint:GROUP:NAME, t:, k:, kr:, u:, ur:, U:. PATH is
+absolute, or a bare name looked up on $PATH and in the library directories. A user-space
 probe is on the file: every process that runs it, now or later, a library
 before any process has loaded it. A USDT probe is attached at every call
 site, each with its own argument specs, and its semaphore is raised by the

@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/bpftrace/parse"
 	"github.com/tracekit/tracekit/filter/compile"
 	"github.com/tracekit/tracekit/hook"
 	"github.com/tracekit/tracekit/internal/usage"
@@ -78,7 +79,7 @@ func (e event) shortName() string {
 // user reports a user-space probe.
 func (e event) user() bool { return e.kind == "uprobe" || e.kind == "uretprobe" || e.kind == "usdt" }
 
-const eventForms = "GROUP:NAME, kprobe:FUNCTION, kretprobe:FUNCTION, uprobe:PATH:FUNCTION, uretprobe:PATH:FUNCTION or usdt:PATH:[PROVIDER:]NAME"
+const eventForms = "GROUP:NAME (or tracepoint:GROUP:NAME), kprobe:FUNCTION, kretprobe:FUNCTION, uprobe:PATH:FUNCTION, uretprobe:PATH:FUNCTION or usdt:PATH:[PROVIDER:]NAME (bpftrace's short names too: t:, k:, kr:, u:, ur:, U:)"
 
 // parseEvent parses EVENT; info allows a user-space probe without its
 // target (a listing). A comma-separated list of kernel functions' entries
@@ -124,6 +125,18 @@ func parseOne(s string, info bool) (event, error) {
 	a, b, ok := strings.Cut(s, ":")
 	if !ok {
 		return event{}, fmt.Errorf("invalid event %q: want %s", s, eventForms)
+	}
+	// bpftrace's names of the probe types (tracepoint:, t:, k:, u:, U:,
+	// ...) name the same events.
+	if p, ok := parse.Provider(a); ok {
+		switch p {
+		case "tracepoint":
+			if group, name, ok := strings.Cut(b, ":"); ok {
+				a, b = group, name
+			}
+		case "kprobe", "kretprobe", "uprobe", "uretprobe", "usdt":
+			a = p
+		}
 	}
 	switch a {
 	case "kprobe", "kretprobe":

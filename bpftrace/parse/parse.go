@@ -27,6 +27,13 @@ var providers = map[string]string{
 	"iter": "iter", "it": "iter",
 }
 
+// Provider is the probe type a name stands for in bpftrace ("t" is
+// "tracepoint", "U" "usdt", "fentry" "kfunc"), and whether it is one.
+func Provider(name string) (string, bool) {
+	p, ok := providers[name]
+	return p, ok
+}
+
 // Parse reads a script named file (for messages: a path, or "stdin" for
 // -e's program). defined are the names #ifdef sees as defined, as if by
 // -D (BPFTRACE_HAVE_BTF where the kernel has BTF).
