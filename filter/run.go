@@ -156,6 +156,12 @@ func parseOne(s string, info bool) (event, error) {
 	case "uprobe", "uretprobe", "usdt":
 		return parseUserEvent(a, b, info)
 	}
+	if b == "" && !strings.Contains(a, "/") {
+		if !info {
+			return event{}, fmt.Errorf("%s names a group, not an event: %s:NAME, or %s:* for every event of it (--info %s: lists them)", s, a, a, a)
+		}
+		b = "*" // --info GROUP: lists the group's events
+	}
 	if tracefs.IsGlob(a) || tracefs.IsGlob(b) {
 		for _, g := range []string{a, b} {
 			if err := tracefs.ValidateEventGlob(g); err != nil {
@@ -171,6 +177,16 @@ func parseOne(s string, info bool) (event, error) {
 		return event{}, err
 	}
 	return event{kind: "tracepoint", group: a, name: b}, nil
+}
+
+// eventErr is how a tracepoint that does not exist ends the run: the
+// command line's mistake (exit 2), its near names said, as a uprobe's
+// missing function is (userErr).
+func eventErr(err error) error {
+	if errors.Is(err, tracefs.ErrEventNotFound) {
+		return usage.Errorf("%v", err)
+	}
+	return err
 }
 
 // maxKeys bounds --max-keys: the kernel preallocates the hashes, two of
@@ -430,7 +446,7 @@ func info(s *run.Session, ev event) error {
 	if ev.kind == "tracepoint" {
 		f, err := tracefs.ReadFormat(ev.group, ev.name)
 		if err != nil {
-			return err
+			return eventErr(err)
 		}
 		fmt.Fprintf(s.Stdout, "%s\n", ev)
 		for _, fl := range f.Fields {
@@ -941,7 +957,7 @@ func (p *plan) compile(where string, root compile.Node, act compile.Action) erro
 func tracepointOffers(ev event, base compile.Target, root compile.Node, act compile.Action, build func(func() (plan, error)) func() error) ([]hook.Offer, error) {
 	f, err := tracefs.ReadFormat(ev.group, ev.name)
 	if err != nil {
-		return nil, err
+		return nil, eventErr(err)
 	}
 	base.Event = &compile.Record{Format: f, UserSpace: ev.group == "syscalls"}
 	if compile.NeedsBTF(root) || compile.ColumnsNeedBTF(act) {

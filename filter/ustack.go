@@ -72,7 +72,7 @@ func runUstack(ctx context.Context, s *run.Session, o *options, ev event, root c
 	case ev.kind == "tracepoint":
 		f, err := tracefs.ReadFormat(ev.group, ev.name)
 		if err != nil {
-			return err
+			return eventErr(err)
 		}
 		if pe.Gate, pe.RecordAt, err = gate(compile.Target{Event: &compile.Record{Format: f, UserSpace: ev.group == "syscalls"}}); err != nil {
 			return err

@@ -155,6 +155,9 @@ func EventDir(group, name string) (string, error) {
 	dir := filepath.Join(root, "events", group, name)
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
+			if near := nearEvents(root, group, name); len(near) > 0 {
+				return "", fmt.Errorf("tracepoint %s:%s: %w (near: %s)", group, name, ErrEventNotFound, strings.Join(near, ", "))
+			}
 			return "", fmt.Errorf("tracepoint %s:%s: %w (see %s/available_events)", group, name, ErrEventNotFound, root)
 		}
 		if errors.Is(err, os.ErrPermission) {
