@@ -172,7 +172,7 @@ names or matches; each of its items must name or match at least one. Calls
 duration 'kprobe:vfs_read*' is funclatency over a glob, --count-by func,ret
 each function's outcomes.
   filter --count-by func 'kprobe:tcp_*' --where 'sk->__sk_common.skc_family == 2'
-  filter --fields func,skb->len 'kprobe:ip_send_skb,kprobe:ip_rcv'
+  filter --fields 'func,skb->len' 'kprobe:ip_send_skb,kprobe:ip_rcv'
   filter --info 'kprobe:vfs_*'
 
 A tracepoint glob (syscalls:sys_enter_*) is traced the same way: each
@@ -208,7 +208,7 @@ as for kprobe:), else its kprobe and kretprobe; a user-space one through
 its uprobe and uretprobe.
   filter kprobe:do_sys_openat2 --where 'ret == -2 && filename ~ "/etc/*"'
   filter --hist duration kprobe:vfs_read --where 'comm == "cat"'
-  filter --count-by str(arg0),ret uprobe:libc.so.6:getenv --where 'ret == 0'
+  filter --count-by 'str(arg0),ret' uprobe:libc.so.6:getenv --where 'ret == 0'
   filter kprobe:ip_send_skb --where 'ret != 0' --fields '*skb,ret'
 
 User stacks: --count-by ustack counts the passing events by the stack of

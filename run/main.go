@@ -339,6 +339,11 @@ func helpText(t Tool) string {
 	return s + exitHelp
 }
 
+// Check parses and validates args as Main does before it runs anything,
+// and runs nothing: a usage error is returned as Main would print it.
+// The tests run every example of the tools' help through it.
+func Check(t Tool, args []string) error { return parse(t, args) }
+
 func parse(t Tool, args []string) error {
 	p, err := newParser(t)
 	if err != nil {
