@@ -3,23 +3,13 @@ package output
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 )
 
 // WriteMapsJSON prints maps by name, each as one line of bpftrace's -f
 // json output.
-func WriteMapsJSON(w io.Writer, maps []*Map) error {
-	sorted := slices.Clone(maps)
-	slices.SortStableFunc(sorted, func(a, b *Map) int { return strings.Compare(a.Name, b.Name) })
-	for _, m := range sorted {
-		if err := WriteMapJSON(w, m); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func WriteMapsJSON(w io.Writer, maps []*Map) error { return writeByName(w, maps, WriteMapJSON) }
 
 // WriteMapJSON prints one map as bpftrace 0.17's -f json does, in the
 // order WriteMap prints it: {"type": "map", "data": {"@name": VALUE}}

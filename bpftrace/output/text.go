@@ -6,6 +6,7 @@
 package output
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -63,11 +64,14 @@ type Elem struct {
 
 // WriteMaps prints maps by name, as bpftrace prints all of them at the
 // end of a run.
-func WriteMaps(w io.Writer, maps []*Map) error {
+func WriteMaps(w io.Writer, maps []*Map) error { return writeByName(w, maps, WriteMap) }
+
+// writeByName writes maps with write, by name.
+func writeByName(w io.Writer, maps []*Map, write func(io.Writer, *Map) error) error {
 	sorted := slices.Clone(maps)
 	slices.SortStableFunc(sorted, func(a, b *Map) int { return strings.Compare(a.Name, b.Name) })
 	for _, m := range sorted {
-		if err := WriteMap(w, m); err != nil {
+		if err := write(w, m); err != nil {
 			return err
 		}
 	}
@@ -128,37 +132,17 @@ func sortedElems(m *Map) []Elem {
 	elems := slices.Clone(m.Elems)
 	switch m.Kind {
 	case Int, Sum, Min, Max:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(a.Value.Int, b.Value.Int) })
+		slices.SortStableFunc(elems, func(a, b Elem) int { return cmp.Compare(a.Value.Int, b.Value.Int) })
 	case Count:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpUint(a.Value.Count, b.Value.Count) })
+		slices.SortStableFunc(elems, func(a, b Elem) int { return cmp.Compare(a.Value.Count, b.Value.Count) })
 	case Hist, Lhist:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(total(a.Value.Buckets), total(b.Value.Buckets)) })
+		slices.SortStableFunc(elems, func(a, b Elem) int { return cmp.Compare(total(a.Value.Buckets), total(b.Value.Buckets)) })
 	case Avg, Stats:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmpInt(average(a.Value), average(b.Value)) })
+		slices.SortStableFunc(elems, func(a, b Elem) int { return cmp.Compare(average(a.Value), average(b.Value)) })
 	default:
 		sortByKey(elems)
 	}
 	return elems
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func total(buckets []uint64) int64 {
@@ -186,7 +170,7 @@ func sortByKey(elems []Elem) {
 			if ka.IsStr {
 				c = strings.Compare(ka.Str, kb.Str)
 			} else {
-				c = cmpUint(uint64(ka.Int), uint64(kb.Int))
+				c = cmp.Compare(uint64(ka.Int), uint64(kb.Int))
 			}
 			if c != 0 {
 				return c
@@ -223,17 +207,8 @@ func row(b *strings.Builder, label string, n, most uint64) {
 
 // writeHist writes the buckets from the first to the last that counted.
 func writeHist(b *strings.Builder, buckets []uint64) {
-	first, last := -1, -1
-	var most uint64
-	for i, n := range buckets {
-		if n > 0 {
-			if first < 0 {
-				first = i
-			}
-			last = i
-		}
-		most = max(most, n)
-	}
+	first, last := span(buckets, len(buckets))
+	most := slices.Max(append([]uint64{0}, buckets...))
 	for i := first; i >= 0 && i <= last; i++ {
 		var label string
 		switch i {
@@ -272,21 +247,9 @@ func writeLhist(b *strings.Builder, buckets []uint64, lo, hi, step int64) {
 		return
 	}
 	n := int((hi - lo) / step) // buckets between the two ends
-	first, last := -1, 0
-	var most uint64
-	for i := 0; i <= n+1 && i < len(buckets); i++ {
-		if buckets[i] > 0 {
-			if first < 0 {
-				first = i
-			}
-			last = i
-		}
-		most = max(most, buckets[i])
-	}
-	if first < 0 {
-		return
-	}
-	for i := first; i <= last; i++ {
+	first, last := span(buckets, n+2)
+	most := slices.Max(append([]uint64{0}, buckets[:min(n+2, len(buckets))]...))
+	for i := first; i >= 0 && i <= last; i++ {
 		var label string
 		switch {
 		case i == 0:
