@@ -1,6 +1,6 @@
 # tracekit: hand-assembled BPF tracing tools. `make help` lists the targets.
 GO      ?= go
-TOOLS   := writesize dropmon iolat filter profile
+TOOLS   := writesize dropmon iolat filter profile bpftrace
 BIN     := bin
 # One build, in scripts/build.sh: make build, make dist, the tests, the
 # kernel matrix's guests and make bench all run the binary it makes.

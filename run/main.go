@@ -35,6 +35,8 @@ type Common struct {
 		Count    string `positional-arg-name:"count" description:"Number of reports to print before exiting"`
 	} `positional-args:"yes"`
 	rest []string // arguments beyond the positional ones
+	// script holds a Script tool's arguments after its script
+	script []string
 
 	interval time.Duration
 	count    int
@@ -43,6 +45,9 @@ type Common struct {
 
 // Lead is the leading positional argument of a tool with Tool.Lead set.
 func (c *Common) Lead() string { return c.lead }
+
+// ScriptArgs are a Script tool's positional arguments after the first.
+func (c *Common) ScriptArgs() []string { return c.script }
 
 // CommonOptions gives a tool's options struct access to the shared part.
 type CommonOptions interface {
@@ -94,6 +99,11 @@ type Tool struct {
 	// Lead names a required positional argument before [interval [count]]
 	// ("EVENT"), "" for none.
 	Lead string
+	// Script says the positional arguments are not [interval [count]] but
+	// an optional script and its arguments (Lead and ScriptArgs), as
+	// bpftrace takes them; Usage is then the usage line after the name.
+	Script bool
+	Usage  string
 	// Summary is the first line of --help; Details follows the options
 	// (examples, notes), then Overhead: what a run costs the traced system.
 	// The man page (ManPage) is made of the same texts.
@@ -322,6 +332,9 @@ func newParser(t Tool) (*flags.Parser, error) {
 	if t.Lead != "" {
 		p.Usage = "[options] " + t.Lead
 	}
+	if t.Usage != "" {
+		p.Usage = t.Usage
+	}
 	p.ShortDescription = t.Summary
 	p.LongDescription = t.Summary
 	if _, err := p.AddGroup("Options", "", t.Options); err != nil {
@@ -374,6 +387,18 @@ func parse(t Tool, args []string) error {
 	}
 	c := t.Options.common()
 	c.rest = rest
+	if t.Script {
+		a := &c.Args
+		c.lead = a.Interval
+		if a.Count != "" {
+			c.script = append(c.script, a.Count)
+		}
+		c.script = append(c.script, rest...)
+		a.Interval, a.Count, c.rest = "", "", nil
+		if c.Cumulative || c.JSON || c.Timestamp {
+			return usage.Errorf("--cumulative, --json and -T are for tools with reports: %s prints what its program prints", t.Name)
+		}
+	}
 	if t.Lead != "" {
 		// The first positional is the lead: shift the others down.
 		a := &c.Args

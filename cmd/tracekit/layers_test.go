@@ -19,11 +19,11 @@ func layer(pkg string) int {
 		return 1
 	case "kernel", "proctree", "hook":
 		return 2
-	case "run", "writesize/prog", "dropmon/prog", "iolat/prog", "filter/compile", "stacks/prog":
+	case "run", "writesize/prog", "dropmon/prog", "iolat/prog", "filter/compile", "stacks/prog", "bpftrace/compile":
 		return 3 // the run, and beside it the bytecode builders, which never import it
 	case "stacks":
 		return 4 // the stack pipeline, which belongs to no tool
-	case "writesize", "dropmon", "iolat", "filter", "profile":
+	case "writesize", "dropmon", "iolat", "filter", "profile", "bpftrace":
 		return 5
 	case "internal/tooltest", "internal/promtest", "internal/loadtest", "internal/privtest", "internal/golden", "internal/pgroup", "internal/stacktest":
 		return 6 // test helpers: they drive the tools

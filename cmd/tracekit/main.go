@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/tracekit/tracekit/bpftrace"
 	"github.com/tracekit/tracekit/dropmon"
 	"github.com/tracekit/tracekit/filter"
 	"github.com/tracekit/tracekit/iolat"
@@ -30,6 +31,7 @@ var all = []tool{
 	{"iolat", iolat.Tool},
 	{"filter", filter.Tool},
 	{"profile", profile.Tool},
+	{"bpftrace", bpftrace.Tool},
 }
 
 func find(name string) *tool {

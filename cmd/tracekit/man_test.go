@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,7 +21,11 @@ func seeAlso(name string) []string {
 			refs = append(refs, t.name+"(8)")
 		}
 	}
-	return append(refs, "bpftrace(8)", "perf(1)")
+	// bpftrace(8), the peer, is ours by name too.
+	if name != "bpftrace" && !slices.Contains(refs, "bpftrace(8)") {
+		refs = append(refs, "bpftrace(8)")
+	}
+	return append(refs, "perf(1)")
 }
 
 // TestManPages holds man/TOOL.8 to what the tool's --help says (the same

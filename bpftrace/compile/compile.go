@@ -1,0 +1,332 @@
+// Package compile turns a checked bpftrace program into BPF programs
+// built with our assembler: one program per tracepoint a probe names,
+// sharing the maps. Statements run in order with C's rules; each
+// expression is evaluated into R0 (integers) or into a stack buffer
+// (strings), with what a helper call would clobber spilled to the stack.
+// BEGIN and END run in user space, where bpftrace's async actions
+// (printf, print, clear, zero, time, exit) land anyway.
+//
+// What it does not take yet it refuses with the node's place, before
+// anything loads (see docs/design/bpftrace.md for the list).
+package compile
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/bpftrace/output"
+	"github.com/tracekit/tracekit/bpftrace/parse"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// Tracepoint is a tracepoint an attach point names, with its record's
+// layout.
+type Tracepoint struct {
+	Group, Name string
+	Format      *tracefs.Format
+}
+
+// Options are what the compiler needs from the kernel and the command
+// line.
+type Options struct {
+	File string // for messages
+	// Tracepoints lists the tracepoints a tracepoint attach point names
+	// (its globs expanded), with their formats.
+	Tracepoints func(ap *parse.AttachPoint) ([]Tracepoint, error)
+	Readers     asm.Readers
+	Pid         uint32   // -p: only this process's events (0: all)
+	Params      []string // $1, $2, ...
+}
+
+// Attach is one program and the tracepoint it goes on.
+type Attach struct {
+	Program     string
+	Group, Name string
+}
+
+// Key is one element of a map's key, or one printf argument: an integer
+// (8 bytes) or a string of Size bytes.
+type Key struct {
+	Str  bool
+	Size int
+}
+
+// Map is a map of the script as the kernel holds it.
+type Map struct {
+	Name           string // "@x", "@"
+	Kind           output.Kind
+	Keys           []Key
+	Min, Max, Step int64 // lhist's
+	BPFName        string
+	PerCPU         bool
+	StrSize        int // a string value's size
+}
+
+// KeySize is the bytes of the kernel map's key: the keys, 8 for a map
+// without, and hist's and lhist's bucket after them.
+func (m *Map) KeySize() int {
+	n := 0
+	for _, k := range m.Keys {
+		n += k.Size
+	}
+	if n == 0 {
+		n = 8
+	}
+	if m.Kind == output.Hist || m.Kind == output.Lhist {
+		n += 8
+	}
+	return n
+}
+
+// ValueSize is the bytes of the kernel map's value.
+func (m *Map) ValueSize() int {
+	switch m.Kind {
+	case output.Min, output.Max, output.Avg, output.Stats:
+		return 16 // {value, set} or {count, total}
+	case output.Str:
+		return m.StrSize
+	}
+	return 8
+}
+
+// Buckets is how many buckets a hist or lhist has.
+func (m *Map) Buckets() int {
+	if m.Kind == output.Lhist {
+		return int((m.Max-m.Min)/m.Step) + 2
+	}
+	return 66 // negative, zero, then [2^k, 2^(k+1)) for k in 0..63
+}
+
+// Printf is one printf (or exit) of the programs: its format and the
+// layout of the record after the 8-byte id.
+type Printf struct {
+	Format string
+	Args   []Key
+	Exit   bool
+}
+
+// Result is the compiled program.
+type Result struct {
+	Spec    *ebpf.CollectionSpec
+	Attach  []Attach
+	Maps    []*Map // by name
+	Printfs []Printf
+	// Begin and End are BEGIN's and END's statements, for user space.
+	Begin, End [][]parse.Stmt
+}
+
+// Map is the map named name ("@x"), or nil.
+func (r *Result) Map(name string) *Map {
+	for _, m := range r.Maps {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Names of the kernel maps besides the script's.
+const (
+	EventsMap = "events" // printf and exit records, a PERF_EVENT_ARRAY
+	LostMap   = "lost"   // slot 0: map updates a full map refused
+	// MapEntries is each map's bound, bpftrace's default
+	// (BPFTRACE_MAP_KEYS_MAX); a hist's buckets are entries of their own.
+	MapEntries     = 4096
+	HistEntries    = 65536
+	StrSize        = 64 // str()'s buffer, bpftrace's default strlen
+	maxStack       = 512
+	stackAlign     = 8
+	userEventGroup = "syscalls" // whose pointers are user addresses
+)
+
+// Error is a refusal at a place of the script.
+func errAt(file string, at parse.Pos, format string, args ...any) error {
+	return &parse.Error{File: file, Pos: at, Msg: fmt.Sprintf(format, args...)}
+}
+
+type compiler struct {
+	opt     Options
+	maps    map[string]*Map
+	printfs []Printf
+	res     *Result
+}
+
+// Compile compiles prog, already checked (check.Check).
+func Compile(prog *parse.Program, opt Options) (*Result, error) {
+	c := &compiler{opt: opt, maps: map[string]*Map{}, res: &Result{}}
+	type probeTargets struct {
+		probe *parse.Probe
+		tps   []Tracepoint
+	}
+	var probes []probeTargets
+	for _, pr := range prog.Probes {
+		var tps []Tracepoint
+		begin, end := false, false
+		for _, ap := range pr.Points {
+			switch ap.Provider {
+			case "BEGIN":
+				begin = true
+			case "END":
+				end = true
+			case "tracepoint":
+				got, err := opt.Tracepoints(ap)
+				if err != nil {
+					return nil, errAt(opt.File, ap.Pos, "%v", err)
+				}
+				tps = append(tps, got...)
+			default:
+				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END and tracepoint are", ap.Provider)
+			}
+		}
+		if begin || end {
+			if len(pr.Points) > 1 {
+				return nil, errAt(opt.File, pr.Pos, "BEGIN and END go alone on a probe here")
+			}
+			if pr.Pred != nil {
+				return nil, errAt(opt.File, pr.Pred.ExprPos(), "a predicate on BEGIN or END is not taken yet")
+			}
+			if err := userStmts(opt.File, pr.Body); err != nil {
+				return nil, err
+			}
+			if begin {
+				c.res.Begin = append(c.res.Begin, pr.Body)
+			} else {
+				c.res.End = append(c.res.End, pr.Body)
+			}
+			continue
+		}
+		probes = append(probes, probeTargets{pr, tps})
+	}
+	// The maps' kinds and keys first: a map read in one probe may be
+	// assigned in a later one.
+	for _, p := range probes {
+		t := &p.tps[0]
+		ty := &typer{c: c, tp: t}
+		if err := ty.stmts(p.probe.Body); err != nil {
+			return nil, err
+		}
+		if p.probe.Pred != nil {
+			if _, err := ty.expr(p.probe.Pred); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Maps only read, never assigned in a probe (assigned in BEGIN is
+	// refused above), are refused by check; those assigned are typed.
+	spec := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Programs: map[string]*ebpf.ProgramSpec{}}
+	names := make([]string, 0, len(c.maps))
+	for name := range c.maps {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		m := c.maps[name]
+		m.BPFName = fmt.Sprintf("m%d", i)
+		typ, entries := ebpf.Hash, uint32(MapEntries)
+		if m.PerCPU {
+			typ = ebpf.PerCPUHash
+		}
+		if m.Kind == output.Hist || m.Kind == output.Lhist {
+			entries = HistEntries
+		}
+		spec.Maps[m.BPFName] = &ebpf.MapSpec{Name: m.BPFName, Type: typ, KeySize: uint32(m.KeySize()), ValueSize: uint32(m.ValueSize()), MaxEntries: entries, Flags: 1 /* BPF_F_NO_PREALLOC */}
+		c.res.Maps = append(c.res.Maps, m)
+	}
+	spec.Maps[LostMap] = &ebpf.MapSpec{Name: LostMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
+	spec.Maps[EventsMap] = &ebpf.MapSpec{Name: EventsMap, Type: ebpf.PerfEventArray}
+	n := 0
+	for _, p := range probes {
+		for i := range p.tps {
+			tp := &p.tps[i]
+			name := fmt.Sprintf("p%d", n)
+			n++
+			insns, err := c.program(p.probe, tp)
+			if err != nil {
+				return nil, err
+			}
+			spec.Programs[name] = &ebpf.ProgramSpec{Name: name, Type: ebpf.TracePoint, License: "GPL", Instructions: insns}
+			c.res.Attach = append(c.res.Attach, Attach{Program: name, Group: tp.Group, Name: tp.Name})
+		}
+	}
+	c.res.Spec = spec
+	c.res.Printfs = c.printfs
+	return c.res, nil
+}
+
+// userStmts refuses in BEGIN and END what user space does not run.
+func userStmts(file string, ss []parse.Stmt) error {
+	for _, s := range ss {
+		e, ok := s.(*parse.ExprStmt)
+		call, isCall := func() (*parse.Call, bool) {
+			if !ok {
+				return nil, false
+			}
+			c, ok := e.X.(*parse.Call)
+			return c, ok
+		}()
+		if !isCall || !slices.Contains([]string{"printf", "print", "clear", "zero", "time", "exit"}, call.Name) {
+			return errAt(file, s.StmtPos(), "BEGIN and END take printf, print, clear, zero, time and exit here, nothing else yet")
+		}
+		for _, a := range call.Args {
+			switch a.(type) {
+			case *parse.Int, *parse.Str, *parse.Map, *parse.Param:
+			default:
+				return errAt(file, a.ExprPos(), "in BEGIN and END the arguments are constants and maps here")
+			}
+		}
+	}
+	return nil
+}
+
+// program is one probe's program on one tracepoint.
+func (c *compiler) program(pr *parse.Probe, tp *Tracepoint) (bpf.Instructions, error) {
+	// fp-8 is scratch: the lost map's key.
+	g := &gen{c: c, tp: tp, vars: map[string]slot{}, sp: 8}
+	g.emit(asm.Prologue()...)
+	if c.opt.Pid != 0 {
+		g.emit(asm.Note(bpf.Instructions{bpf.FnGetCurrentPidTgid.Call()}, fmt.Sprintf("-p %d: other processes' events end here", c.opt.Pid))...)
+		g.emit(bpf.RSh.Imm(bpf.R0, 32), bpf.JNE.Imm(bpf.R0, int32(c.opt.Pid), "out"))
+	}
+	if pr.Pred != nil {
+		t, err := g.expr(pr.Pred)
+		if err != nil {
+			return nil, err
+		}
+		if t.str {
+			return nil, errAt(c.opt.File, pr.Pred.ExprPos(), "a predicate is an integer, not a string")
+		}
+		g.emit(bpf.JEq.Imm(bpf.R0, 0, "out"))
+	}
+	if err := g.stmts(pr.Body); err != nil {
+		return nil, err
+	}
+	g.mark("out")
+	g.emit(bpf.Mov.Imm(bpf.R0, 0), bpf.Return())
+	// Variables start as 0 (or ""): a branch may read one it did not set.
+	var clear bpf.Instructions
+	for _, v := range g.varOffs {
+		for i := 0; i < v.t.size; i += 8 {
+			clear = append(clear, storeU32(bpf.RFP, v.off+int16(i), 0)...)
+		}
+	}
+	if len(clear) > 0 {
+		clear[0] = clear[0].WithSource(bpf.Comment("the variables start as zero"))
+		g.insns = slices.Concat(g.insns[:1], clear, g.insns[1:])
+	}
+	if len(g.insns) > 4096 {
+		return nil, errAt(c.opt.File, pr.Pos, "the probe compiles to %d instructions, more than the 4096 old kernels take", len(g.insns))
+	}
+	return g.insns, nil
+}
+
+// probeName is the probe builtin's value for a tracepoint.
+func probeName(tp *Tracepoint) string { return "tracepoint:" + tp.Group + ":" + tp.Name }
+
+// joinNames lists names, for messages.
+func joinNames(names []string) string { return strings.Join(names, ", ") }

@@ -1,0 +1,146 @@
+package compile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/bpftrace/check"
+	"github.com/tracekit/tracekit/bpftrace/parse"
+	"github.com/tracekit/tracekit/internal/golden"
+	"github.com/tracekit/tracekit/internal/loadtest"
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// scripts are the programs whose bytecode the goldens pin and the
+// kernel loads: each construct the compiler takes, in a few programs.
+var scripts = map[string]string{
+	"count": `t:syscalls:sys_enter_write { @[comm] = count(); @n = count(); }`,
+	"latency": `t:syscalls:sys_enter_write { @start[tid] = nsecs; }
+t:syscalls:sys_exit_write /@start[tid]/ { @ns[comm, pid] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
+	"aggregations": `t:syscalls:sys_enter_write /args->count > 0 && pid != 1/ {
+	@sum = sum(args->count); @min = min(args->count); @max = max(args->count);
+	@avg[cpu] = avg(args->count); @stats = stats(args->count);
+	@lhist = lhist(args->count, 0, 4096, 512); @bytes[args->fd] += args->count; @calls++;
+}`,
+	"printf": `t:syscalls:sys_enter_openat /comm == "cat" || uid == 0/ {
+	printf("%-16s %6d %s\n", comm, pid, str(args->filename));
+	@files[str(args->filename)] = count();
+	if (args->flags & 64) { @creat = count(); } else { @plain = count(); }
+	$n = args->dfd < 0 ? -args->dfd : args->dfd; @dfd = max($n);
+}`,
+	"strings": `t:sched:sched_switch { @next[args->next_comm] = count(); @last = args->prev_comm; }
+t:sched:sched_process_exec { @exec[str(args->filename)] = count(); printf("%s %s\n", probe, args->filename); exit(); }`,
+	// comm is at offset 4 mod 8 (44 on 6.18): copied in 4-byte loads.
+	"unaligned": `t:block:block_rq_issue { @[args->comm] = hist(args->bytes); }`,
+	"arith": `t:syscalls:sys_exit_write /args->ret >= 0/ {
+	$x = args->ret; $y = ($x * 3 + 7) / 2 % 5 - ($x << 2) ^ ($x >> 1) | ~$x & 255;
+	@v = sum(!$y + (-$x < 0)); unroll(3) { @u = count(); }
+	if (gid > 0) { return; }
+	@w = count();
+}`,
+}
+
+// testdataTracepoints resolves attach points from testdata's formats.
+func testdataTracepoints(ap *parse.AttachPoint) ([]Tracepoint, error) {
+	b, err := os.ReadFile(filepath.Join("testdata", ap.Parts[1]+".6.18.format"))
+	if err != nil {
+		return nil, err
+	}
+	f, err := tracefs.ParseFormat(string(b))
+	if err != nil {
+		return nil, err
+	}
+	return []Tracepoint{{Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
+}
+
+// kernelTracepoints resolves them from the running kernel's formats.
+func kernelTracepoints(ap *parse.AttachPoint) ([]Tracepoint, error) {
+	f, err := tracefs.ReadFormat(ap.Parts[0], ap.Parts[1])
+	if err != nil {
+		return nil, err
+	}
+	return []Tracepoint{{Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
+}
+
+func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tracepoint, error)) (*Result, error) {
+	t.Helper()
+	prog, err := parse.Parse("test.bt", src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := check.Check("test.bt", prog, check.Options{}); err != nil {
+		return nil, err
+	}
+	return Compile(prog, Options{File: "test.bt", Tracepoints: tps, Readers: asm.NewReaders})
+}
+
+// TestGolden pins each script's programs and maps.
+func TestGolden(t *testing.T) {
+	for name, src := range scripts {
+		t.Run(name, func(t *testing.T) {
+			res, err := compileScript(t, src, testdataTracepoints)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			for _, m := range res.Maps {
+				fmt.Fprintf(&b, "# %s: %s %v kind %d key %d bytes value %d bytes per-CPU %v\n", m.BPFName, m.Name, m.Keys, m.Kind, m.KeySize(), m.ValueSize(), m.PerCPU)
+			}
+			for i, p := range res.Printfs {
+				fmt.Fprintf(&b, "# printf %d: %q %v exit %v\n", i, p.Format, p.Args, p.Exit)
+			}
+			for _, a := range res.Attach {
+				fmt.Fprintf(&b, "\n%s on tracepoint:%s:%s\n", a.Program, a.Group, a.Name)
+				b.WriteString(golden.Program(res.Spec.Programs[a.Program].Instructions))
+			}
+			golden.Check(t, name, b.String())
+		})
+	}
+}
+
+// TestLoad hands each script, compiled against the running kernel's
+// formats, to its verifier.
+func TestLoad(t *testing.T) {
+	privtest.Require(t)
+	names := make([]string, 0, len(scripts))
+	for name := range scripts {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		res, err := compileScript(t, scripts[name], kernelTracepoints)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		loadtest.Spec(t, name, res.Spec)
+	}
+}
+
+// TestRefused: what the compiler does not take is refused with its place.
+func TestRefused(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{`kprobe:vfs_read { @ = count(); }`, "test.bt:1:1: kprobe probes are not taken yet"},
+		{`t:syscalls:sys_enter_write { @ = count(); }
+t:syscalls:sys_enter_write { @x[kstack] = count(); }`, "test.bt:2:33: kstack is not taken here yet"},
+		{`t:syscalls:sys_enter_write { @ = args->nosuch; }`, `test.bt:1:34: tracepoint:syscalls:sys_enter_write has no field "nosuch" (fields: __syscall_nr, fd, buf, count)`},
+		{`t:syscalls:sys_enter_write { while (1) { @ = 1; } }`, "while is not taken"},
+		{`t:syscalls:sys_enter_write { @ = (uint8)pid; }`, "this expression is not taken yet"},
+		{`BEGIN { @x = 1; }`, "BEGIN and END take printf, print, clear, zero, time and exit here"},
+		{`t:syscalls:sys_enter_write { $s = comm; $s = 1; }`, "test.bt:1:41: $s holds a string, and is assigned an integer here"},
+		{`t:syscalls:sys_enter_write { @ = lhist(pid, 10, 0, 1); }`, "lhist(value, min, max, step) wants min < max"},
+	} {
+		_, err := compileScript(t, c.src, testdataTracepoints)
+		var pe *parse.Error
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want a refusal with %q", c.src, err, c.want)
+		}
+	}
+}

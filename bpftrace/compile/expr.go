@@ -1,0 +1,400 @@
+package compile
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	bpf "github.com/cilium/ebpf/asm"
+
+	"github.com/tracekit/tracekit/asm"
+	"github.com/tracekit/tracekit/bpftrace/output"
+	"github.com/tracekit/tracekit/bpftrace/parse"
+)
+
+// expr compiles x: an integer into R0, a string into a stack buffer the
+// result names (given back with the statement's temporaries).
+func (g *gen) expr(x parse.Expr) (typ, error) {
+	switch x := x.(type) {
+	case *parse.Int:
+		g.emit(bpf.LoadImm(bpf.R0, int64(x.Value), bpf.DWord))
+		return typ{size: 8, signed: true}, nil
+	case *parse.Str:
+		return g.literal(x.Value, x.Pos)
+	case *parse.Param:
+		s, n, isStr := g.c.param(x)
+		if isStr {
+			return g.literal(s, x.Pos)
+		}
+		g.emit(bpf.LoadImm(bpf.R0, int64(n), bpf.DWord))
+		return typ{size: 8, signed: true}, nil
+	case *parse.Ident:
+		return g.builtin(x)
+	case *parse.Field:
+		return g.field(x)
+	case *parse.Var:
+		v, ok := g.vars[x.Name]
+		if !ok {
+			return typ{}, errAt(g.file(), x.Pos, "$%s is read before it is assigned", x.Name)
+		}
+		if v.t.str {
+			return v.t, nil // the variable's own slot
+		}
+		g.emit(bpf.LoadMem(bpf.R0, bpf.RFP, v.off, bpf.DWord))
+		return v.t, nil
+	case *parse.Map:
+		return g.mapRead(x)
+	case *parse.Call:
+		return g.callValue(x)
+	case *parse.Unary:
+		return g.unary(x)
+	case *parse.Binary:
+		return g.binary(x)
+	case *parse.Ternary:
+		t, err := g.expr(x.Cond)
+		if err != nil {
+			return typ{}, err
+		}
+		if t.str {
+			return typ{}, errAt(g.file(), x.Cond.ExprPos(), "a condition is an integer, not a string")
+		}
+		els, end := g.label("else"), g.label("endternary")
+		g.emit(bpf.JEq.Imm(bpf.R0, 0, els))
+		a, err := g.expr(x.Then)
+		if err != nil {
+			return typ{}, err
+		}
+		g.emit(bpf.Ja.Label(end))
+		g.mark(els)
+		b, err := g.expr(x.Else)
+		if err != nil {
+			return typ{}, err
+		}
+		if a.str || b.str {
+			return typ{}, errAt(g.file(), x.Pos, "a ternary of strings is not taken yet")
+		}
+		g.mark(end)
+		return typ{size: 8, signed: a.signed}, nil
+	case *parse.IncDec:
+		if err := g.assign(&parse.Assign{Pos: x.Pos, Target: x.X, Op: map[string]string{"++": "+=", "--": "-="}[x.Op], Value: &parse.Int{Pos: x.Pos, Value: 1}}); err != nil {
+			return typ{}, err
+		}
+		t, err := g.expr(x.X) // the new value
+		if err != nil {
+			return typ{}, err
+		}
+		if x.Post { // the old one
+			g.emit(bpf.Add.Imm(bpf.R0, map[string]int32{"++": -1, "--": 1}[x.Op]))
+		}
+		return t, nil
+	}
+	return typ{}, errAt(g.file(), x.ExprPos(), "this expression is not taken yet")
+}
+
+// literal puts s, NUL-padded to a multiple of 8 bytes, on the stack.
+func (g *gen) literal(s string, at parse.Pos) (typ, error) {
+	t := strT(len(s) + 1)
+	off, err := g.alloc(t.size, at)
+	if err != nil {
+		return typ{}, err
+	}
+	b := make([]byte, t.size)
+	copy(b, s)
+	for i := 0; i < len(b); i += 4 {
+		g.emit(bpf.StoreImm(bpf.RFP, off+int16(i), int64(int32(binary.LittleEndian.Uint32(b[i:]))), bpf.Word))
+	}
+	t.off = off
+	return t, nil
+}
+
+func (g *gen) builtin(x *parse.Ident) (typ, error) {
+	note := func(insns ...bpf.Instruction) { g.emit(asm.Note(insns, x.Name)...) }
+	switch x.Name {
+	case "pid":
+		note(bpf.FnGetCurrentPidTgid.Call(), bpf.RSh.Imm(bpf.R0, 32))
+	case "tid":
+		note(bpf.FnGetCurrentPidTgid.Call(), bpf.LSh.Imm(bpf.R0, 32), bpf.RSh.Imm(bpf.R0, 32))
+	case "uid":
+		note(bpf.FnGetCurrentUidGid.Call(), bpf.LSh.Imm(bpf.R0, 32), bpf.RSh.Imm(bpf.R0, 32))
+	case "gid":
+		note(bpf.FnGetCurrentUidGid.Call(), bpf.RSh.Imm(bpf.R0, 32))
+	case "cpu":
+		note(bpf.FnGetSmpProcessorId.Call())
+	case "nsecs":
+		note(bpf.FnKtimeGetNs.Call())
+	case "cgroup":
+		note(bpf.FnGetCurrentCgroupId.Call())
+	case "curtask":
+		note(bpf.FnGetCurrentTask.Call())
+	case "comm":
+		off, err := g.alloc(16, x.Pos)
+		if err != nil {
+			return typ{}, err
+		}
+		g.emit(asm.Note(bpf.Instructions{bpf.Mov.Reg(bpf.R1, bpf.RFP)}, "comm = bpf_get_current_comm()")...)
+		g.emit(bpf.Add.Imm(bpf.R1, int32(off)), bpf.Mov.Imm(bpf.R2, 16), bpf.FnGetCurrentComm.Call())
+		return typ{str: true, size: 16, off: off}, nil
+	case "probe":
+		return g.literal(probeName(g.tp), x.Pos)
+	default:
+		return typ{}, errAt(g.file(), x.Pos, "%s is not taken here yet", x.Name)
+	}
+	return intT, nil
+}
+
+// field reads args->name from the record.
+func (g *gen) field(x *parse.Field) (typ, error) {
+	f, t, err := g.c.field(g.tp, x)
+	if err != nil {
+		return typ{}, err
+	}
+	if !t.str {
+		insns, err := asm.LoadField(bpf.R0, f.Name, f.Offset, f.Size, f.Signed)
+		if err != nil {
+			return typ{}, errAt(g.file(), x.Pos, "%v", err)
+		}
+		g.emit(insns...)
+		return t, nil
+	}
+	off, err := g.alloc(t.size, x.Pos)
+	if err != nil {
+		return typ{}, err
+	}
+	t.off = off
+	if f.DataLoc {
+		g.zero(off, t.size) // the helper pads nothing; keys compare every byte
+		// A __data_loc string: a u32 whose low 16 bits are its offset in
+		// the record.
+		g.emit(asm.Note(bpf.Instructions{bpf.LoadMem(bpf.R3, asm.RegCtx, int16(f.Offset), bpf.Word)}, "args->"+f.Name+": __data_loc, offset in the low 16 bits")...)
+		g.emit(bpf.And.Imm(bpf.R3, 0xffff), bpf.Add.Reg(bpf.R3, asm.RegCtx))
+		g.stackPtr(bpf.R1, off)
+		g.emit(bpf.Mov.Imm(bpf.R2, int32(t.size)), g.c.opt.Readers.KernelStr.Call())
+		return t, nil
+	}
+	// A char array in the record: copied in the widest loads its
+	// alignment allows (the record is the context: no helper needed).
+	n := f.ArrayLen
+	for i := 0; i < n; {
+		w := 8
+		for w > 1 && ((f.Offset+i)%w != 0 || i%w != 0 || i+w > n) {
+			w /= 2
+		}
+		sz, _ := asm.MemSize(w)
+		ins := bpf.LoadMem(bpf.R1, asm.RegCtx, int16(f.Offset+i), sz)
+		if i == 0 {
+			ins = ins.WithSource(bpf.Comment("args->" + f.Name + ": " + f.Type))
+		}
+		g.emit(ins, bpf.StoreMem(bpf.RFP, off+int16(i), bpf.R1, sz))
+		i += w
+	}
+	g.zeroTail(off, n, t.size)
+	return t, nil
+}
+
+// mapRead reads @m[k]: 0 (or "") where the element is absent.
+func (g *gen) mapRead(x *parse.Map) (typ, error) {
+	m := g.c.maps["@"+x.Name]
+	if m == nil {
+		return typ{}, errAt(g.file(), x.Pos, "@%s is never assigned in a probe", x.Name)
+	}
+	switch m.Kind {
+	case output.Int, output.Str:
+	default:
+		return typ{}, errAt(g.file(), x.Pos, "@%s holds an aggregation, which is printed, not read", x.Name)
+	}
+	var out int16
+	if m.Kind == output.Str {
+		var err error
+		if out, err = g.alloc(m.StrSize, x.Pos); err != nil {
+			return typ{}, err
+		}
+		g.zero(out, m.StrSize)
+	}
+	save := g.sp
+	key, err := g.key(m, x)
+	if err != nil {
+		return typ{}, err
+	}
+	g.sp = save
+	end := g.label("read")
+	g.emit(asm.Note(asm.MapLookup(m.BPFName, key), m.Name+"[...], 0 if absent")...)
+	if m.Kind == output.Str {
+		g.emit(bpf.JEq.Imm(bpf.R0, 0, end), bpf.Mov.Reg(bpf.R2, bpf.R0))
+		g.copy(out, bpf.R2, 0, m.StrSize)
+		g.mark(end)
+		return typ{str: true, size: m.StrSize, off: out}, nil
+	}
+	g.emit(bpf.JEq.Imm(bpf.R0, 0, end), bpf.LoadMem(bpf.R0, bpf.R0, 0, bpf.DWord))
+	g.mark(end)
+	return typ{size: 8, signed: true}, nil
+}
+
+// callValue compiles a call whose value is used.
+func (g *gen) callValue(x *parse.Call) (typ, error) {
+	switch x.Name {
+	case "str":
+		if len(x.Args) != 1 {
+			return typ{}, errAt(g.file(), x.Pos, "str() with a length is not taken yet")
+		}
+		t, err := g.expr(x.Args[0])
+		if err != nil {
+			return typ{}, err
+		}
+		if t.str {
+			return t, nil
+		}
+		off, err := g.alloc(StrSize, x.Pos)
+		if err != nil {
+			return typ{}, err
+		}
+		helper := g.c.opt.Readers.KernelStr
+		if g.tp.Group == userEventGroup {
+			helper = g.c.opt.Readers.UserStr
+		}
+		g.emit(asm.Note(bpf.Instructions{bpf.Mov.Reg(bpf.R3, bpf.R0)}, fmt.Sprintf("str(): at most %d bytes by %v", StrSize-1, helper))...)
+		g.zero(off, StrSize)
+		g.stackPtr(bpf.R1, off)
+		g.emit(bpf.Mov.Imm(bpf.R2, StrSize), helper.Call())
+		return typ{str: true, size: StrSize, off: off}, nil
+	}
+	if _, ok := aggs[x.Name]; ok {
+		return typ{}, errAt(g.file(), x.Pos, "%s() is a map's value: @name = %s(...)", x.Name, x.Name)
+	}
+	return typ{}, errAt(g.file(), x.Pos, "%s() is not taken here yet", x.Name)
+}
+
+func (g *gen) unary(x *parse.Unary) (typ, error) {
+	t, err := g.expr(x.X)
+	if err != nil {
+		return typ{}, err
+	}
+	if t.str {
+		return typ{}, errAt(g.file(), x.Pos, "%s on a string", x.Op)
+	}
+	switch x.Op {
+	case "-":
+		g.emit(bpf.Neg.Imm(bpf.R0, 0))
+	case "~":
+		g.emit(bpf.Xor.Imm(bpf.R0, -1))
+	case "!":
+		one := g.label("not")
+		g.emit(bpf.Mov.Reg(bpf.R1, bpf.R0), bpf.Mov.Imm(bpf.R0, 1), bpf.JEq.Imm(bpf.R1, 0, one), bpf.Mov.Imm(bpf.R0, 0))
+		g.mark(one)
+	default:
+		return typ{}, errAt(g.file(), x.Pos, "unary %s is not taken yet", x.Op)
+	}
+	return typ{size: 8, signed: t.signed}, nil
+}
+
+var arith = map[string]bpf.ALUOp{"+": bpf.Add, "-": bpf.Sub, "*": bpf.Mul, "/": bpf.Div, "%": bpf.Mod, "&": bpf.And, "|": bpf.Or, "^": bpf.Xor, "<<": bpf.LSh, ">>": bpf.RSh}
+
+// compares are each comparison's jump when it holds: unsigned, signed.
+var compares = map[string][2]bpf.JumpOp{
+	"==": {bpf.JEq, bpf.JEq}, "!=": {bpf.JNE, bpf.JNE},
+	"<": {bpf.JLT, bpf.JSLT}, "<=": {bpf.JLE, bpf.JSLE},
+	">": {bpf.JGT, bpf.JSGT}, ">=": {bpf.JGE, bpf.JSGE},
+}
+
+func (g *gen) binary(x *parse.Binary) (typ, error) {
+	if x.Op == "&&" || x.Op == "||" {
+		return g.logical(x)
+	}
+	save := g.sp
+	l, err := g.expr(x.L)
+	if err != nil {
+		return typ{}, err
+	}
+	var spill int16
+	if !l.str {
+		if spill, err = g.alloc(8, x.Pos); err != nil {
+			return typ{}, err
+		}
+		g.emit(bpf.StoreMem(bpf.RFP, spill, bpf.R0, bpf.DWord))
+	}
+	r, err := g.expr(x.R)
+	if err != nil {
+		return typ{}, err
+	}
+	if l.str || r.str {
+		if !l.str || !r.str || (x.Op != "==" && x.Op != "!=") {
+			return typ{}, errAt(g.file(), x.Pos, "strings are compared with == and != only, with strings")
+		}
+		g.strEq(l, r, x.Op == "!=")
+		g.sp = save
+		return typ{size: 8}, nil
+	}
+	g.emit(bpf.Mov.Reg(bpf.R1, bpf.R0), bpf.LoadMem(bpf.R0, bpf.RFP, spill, bpf.DWord))
+	g.sp = save
+	signed := l.signed && r.signed
+	if op, ok := arith[x.Op]; ok {
+		g.emit(op.Reg(bpf.R0, bpf.R1))
+		if x.Op == "<<" || x.Op == ">>" {
+			signed = l.signed
+		}
+		return typ{size: 8, signed: signed}, nil
+	}
+	jumps, ok := compares[x.Op]
+	if !ok {
+		return typ{}, errAt(g.file(), x.Pos, "%s is not taken yet", x.Op)
+	}
+	jump := jumps[0]
+	if signed {
+		jump = jumps[1]
+	}
+	yes := g.label("true")
+	g.emit(bpf.Mov.Imm(bpf.R2, 1), jump.Reg(bpf.R0, bpf.R1, yes), bpf.Mov.Imm(bpf.R2, 0))
+	g.mark(yes)
+	g.emit(bpf.Mov.Reg(bpf.R0, bpf.R2))
+	return typ{size: 8}, nil
+}
+
+// logical is && and || with C's short circuit: 0 or 1.
+func (g *gen) logical(x *parse.Binary) (typ, error) {
+	short, end := g.label("short"), g.label("logic")
+	jump := bpf.JEq // && stops at the first false
+	if x.Op == "||" {
+		jump = bpf.JNE
+	}
+	for _, e := range []parse.Expr{x.L, x.R} {
+		t, err := g.expr(e)
+		if err != nil {
+			return typ{}, err
+		}
+		if t.str {
+			return typ{}, errAt(g.file(), e.ExprPos(), "%s of a string", x.Op)
+		}
+		g.emit(jump.Imm(bpf.R0, 0, short))
+	}
+	result := int32(1) // && with neither operand false
+	if x.Op == "||" {
+		result = 0
+	}
+	g.emit(bpf.Mov.Imm(bpf.R0, result), bpf.Ja.Label(end))
+	g.mark(short)
+	g.emit(bpf.Mov.Imm(bpf.R0, 1-result))
+	g.mark(end)
+	return typ{size: 8}, nil
+}
+
+// strEq compares two strings as C's strcmp() == 0 (!= with ne): byte by
+// byte to the first NUL, within the shorter buffer (a string filling its
+// buffer ends there). R0 is 1 or 0.
+func (g *gen) strEq(l, r typ, ne bool) {
+	differ, same, end := g.label("differ"), g.label("same"), g.label("streq")
+	n := min(l.size, r.size)
+	for i := range n {
+		ins := bpf.LoadMem(bpf.R1, bpf.RFP, l.off+int16(i), bpf.Byte)
+		if i == 0 {
+			ins = ins.WithSource(bpf.Comment("strings equal: byte by byte to the first NUL"))
+		}
+		g.emit(ins, bpf.LoadMem(bpf.R2, bpf.RFP, r.off+int16(i), bpf.Byte), bpf.JNE.Reg(bpf.R1, bpf.R2, differ), bpf.JEq.Imm(bpf.R1, 0, same))
+	}
+	eq, neq := int32(1), int32(0)
+	if ne {
+		eq, neq = 0, 1
+	}
+	g.mark(same)
+	g.emit(bpf.Mov.Imm(bpf.R0, eq), bpf.Ja.Label(end))
+	g.mark(differ)
+	g.emit(bpf.Mov.Imm(bpf.R0, neq))
+	g.mark(end)
+}

@@ -1,0 +1,176 @@
+package bpftrace_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+)
+
+func TestMain(m *testing.M) { tooltest.Main(m) }
+
+// workloadComm is the comm of this test binary when it runs a workload.
+func workloadComm() string {
+	name := filepath.Base(os.Args[0])
+	return name[:min(len(name), 15)]
+}
+
+// writes is the -c command of n writes of size bytes, in a form both
+// bpftrace's -c (words, no shell) and ours take.
+func writes(t *testing.T, size, n int) string {
+	env, bin, _ := strings.Cut(tooltest.Writes(t, size, n), " ")
+	return "/usr/bin/env " + env + " " + bin
+}
+
+// peer is bpftrace itself, where it runs (root, Debian's bpftrace: make
+// test installs it; CI fails without it); "" elsewhere (a guest of the
+// kernel matrix), where the tests check their exact numbers alone.
+func peer(t *testing.T) string {
+	path, err := exec.LookPath("bpftrace")
+	if err != nil || os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("bpftrace as root is needed here (make test installs Debian's bpftrace): %v", err)
+		}
+		return ""
+	}
+	return path
+}
+
+// exactScript counts 50 writes of 4321 bytes every way the language
+// counts, in state kept across two tracepoints.
+const exactScript = `
+t:syscalls:sys_enter_write /args->count == 4321/ {
+	@calls[comm] = count(); @bytes = sum(args->count); @h = hist(args->count);
+	@l = lhist(args->count, 0, 10000, 1000); @s = stats(args->count);
+	@mn = min(args->count); @mx = max(args->count); @a = avg(args->count);
+	@start[tid] = nsecs;
+}
+t:syscalls:sys_exit_write /@start[tid]/ {
+	@ret = sum(args->ret); @done = count();
+	if (args->ret > 4000 && nsecs >= @start[tid]) { @big[args->ret / 1000, "k"] = count(); } else { @small = count(); }
+	delete(@start[tid]);
+}
+END { printf("end %d %s\n", 7, "ok"); }
+`
+
+// TestExactAsBpftrace: N events in, N counted out, in every kind of map,
+// and the output byte for byte bpftrace's for the same script and
+// workload.
+func TestExactAsBpftrace(t *testing.T) {
+	privtest.Require(t)
+	cmd := writes(t, 4321, 50)
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", cmd, "-e", exactScript)
+	if r.Status != 0 {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
+	}
+	want := "Attaching 3 probes...\nend 7 ok\n\n\n" +
+		"@a: 4321\n\n" +
+		"@big[4, k]: 50\n" +
+		"@bytes: 216050\n" +
+		"@calls[" + workloadComm() + "]: 50\n" +
+		"@done: 50\n" +
+		"@h: \n[4K, 8K)              50 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\n" +
+		"@l: \n[4000, 5000)          50 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\n" +
+		"@mn: 4321\n" +
+		"@mx: 4321\n" +
+		"@ret: 216050\n" +
+		"@s: count 50, average 4321, total 216050\n\n" +
+		"@small: 0\n" +
+		"\n" // @start, emptied by delete()
+	if r.Stdout != want {
+		t.Errorf("printed:\n%s\nwant:\n%s\nstderr: %s", r.Stdout, want, r.Stderr)
+	}
+	bt := peer(t)
+	if bt == "" {
+		return
+	}
+	p := tooltest.Run(t, bt, "-c", cmd, "-e", exactScript)
+	if p.Status != 0 || p.Stdout != r.Stdout {
+		t.Errorf("bpftrace (exit %d) printed:\n%s\nours:\n%s\nbpftrace's stderr: %s", p.Status, p.Stdout, r.Stdout, p.Stderr)
+	}
+}
+
+// TestPrintfAsBpftrace: one printf record per event, none lost, in
+// text and in -f json, as bpftrace writes them.
+func TestPrintfAsBpftrace(t *testing.T) {
+	privtest.Require(t)
+	cmd := writes(t, 999, 40)
+	script := `t:syscalls:sys_enter_write /args->count == 999/ { printf("%s wrote %5d (%x) %-4s|\n", comm, args->count, args->count, "ab"); }`
+	line := workloadComm() + " wrote   999 (3e7) ab  |\n"
+	for _, format := range []string{"text", "json"} {
+		r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-f", format, "-c", cmd, "-e", script)
+		if r.Status != 0 {
+			t.Fatalf("-f %s: exit %d: %s", format, r.Status, r.Stderr)
+		}
+		want := "Attaching 1 probe...\n" + strings.Repeat(line, 40) + "\n\n"
+		if format == "json" {
+			want = "{\"type\": \"attached_probes\", \"data\": {\"probes\": 1}}\n" +
+				strings.Repeat(`{"type": "printf", "data": "`+strings.TrimSuffix(line, "\n")+`\n"}`+"\n", 40) + "\n\n"
+		}
+		if r.Stdout != want {
+			t.Errorf("-f %s printed:\n%s\nwant:\n%s", format, r.Stdout, want)
+		}
+		if bt := peer(t); bt != "" {
+			p := tooltest.Run(t, bt, "-f", format, "-c", cmd, "-e", script)
+			if p.Stdout != r.Stdout {
+				t.Errorf("-f %s: bpftrace printed:\n%s\nours:\n%s", format, p.Stdout, r.Stdout)
+			}
+		}
+	}
+}
+
+// TestExit: exit() in a probe ends the run at once (the -c command
+// ended with it), END runs and the maps print.
+func TestExit(t *testing.T) {
+	privtest.Require(t)
+	start := time.Now()
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", "sleep 60", "-e",
+		`t:syscalls:sys_enter_clock_nanosleep,t:syscalls:sys_enter_nanosleep /comm == "sleep"/ { @slept[comm] = count(); exit(); } END { printf("end\n"); }`)
+	if r.Status != 0 || r.Stdout != "Attaching 3 probes...\nend\n\n\n@slept[sleep]: 1\n" {
+		t.Errorf("exit %d, printed:\n%s\nstderr: %s", r.Status, r.Stdout, r.Stderr)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the run took %v: exit() did not end it", d)
+	}
+	r = tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", `BEGIN { printf("hello %s\n", $1); exit(); } END { printf("bye\n"); }`, "world")
+	if r.Status != 0 || r.Stdout != "Attaching 2 probes...\nhello world\nbye\n\n\n" {
+		t.Errorf("exit %d, printed:\n%q\nstderr: %s", r.Status, r.Stdout, r.Stderr)
+	}
+}
+
+// TestRefusals: a program the tool does not take is one line with its
+// place and exit 2, before anything loads; so is a misspelt tracepoint,
+// with the names near it.
+func TestRefusals(t *testing.T) {
+	bin := tooltest.Tool(t, "bpftrace")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-e", "kprobe:vfs_read { @ = count(); }"}, "bpftrace: stdin:1:1: kprobe probes are not taken yet: BEGIN, END and tracepoint are\n"},
+		{[]string{"-e", "t:syscalls:sys_enter_read { @ = count() }}"}, "bpftrace: stdin:1:42: expected a probe"},
+		{nil, "bpftrace: no program: give one with -e 'PROGRAM', or a script file\n"},
+		{[]string{"/nonexistent.bt"}, "bpftrace: open /nonexistent.bt: no such file or directory\n"},
+	} {
+		r := tooltest.Run(t, bin, c.args...)
+		first, _, _ := strings.Cut(r.Stderr, "Try")
+		if r.Status != 2 || !strings.HasPrefix(first, c.want) || strings.Count(first, "\n") != 1 || r.Stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.Status, r.Stdout, r.Stderr, c.want)
+		}
+	}
+}
+
+// TestTracepointTypo: a tracepoint that is not there is exit 2 with the
+// nearest names.
+func TestTracepointTypo(t *testing.T) {
+	privtest.Require(t)
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", "t:syscalls:sys_enter_opnat { @ = count(); }")
+	if r.Status != 2 || !strings.Contains(r.Stderr, "sys_enter_openat") {
+		t.Errorf("exit %d, stderr %q; want exit 2 naming sys_enter_openat", r.Status, r.Stderr)
+	}
+}

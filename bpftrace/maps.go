@@ -1,0 +1,278 @@
+package bpftrace
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/bpftrace/compile"
+	"github.com/tracekit/tracekit/bpftrace/output"
+	"github.com/tracekit/tracekit/bpftrace/parse"
+)
+
+// readMap reads a script's map from the kernel: per-CPU values summed
+// (minima and maxima taken), a histogram's buckets gathered under their
+// keys.
+func readMap(km *ebpf.Map, m *compile.Map) (*output.Map, error) {
+	om := &output.Map{Name: m.Name, Kind: m.Kind, Min: m.Min, Max: m.Max, Step: m.Step}
+	hist := m.Kind == output.Hist || m.Kind == output.Lhist
+	byKey := map[string]int{} // a histogram's keys, to its element
+	key := make([]byte, m.KeySize())
+	var values [][]byte
+	var value []byte
+	it := km.Iterate()
+	for {
+		var ok bool
+		if m.PerCPU {
+			ok = it.Next(&key, &values)
+		} else {
+			ok = it.Next(&key, &value)
+			values = [][]byte{value}
+		}
+		if !ok {
+			break
+		}
+		keys := decodeKeys(key, m.Keys)
+		v := combine(m, values)
+		if !hist {
+			om.Elems = append(om.Elems, output.Elem{Keys: keys, Value: v})
+			continue
+		}
+		id := string(key[:len(key)-8])
+		bucket := binary.LittleEndian.Uint64(key[len(key)-8:])
+		i, seen := byKey[id]
+		if !seen {
+			i = len(om.Elems)
+			byKey[id] = i
+			om.Elems = append(om.Elems, output.Elem{Keys: keys, Value: output.Value{Buckets: make([]uint64, m.Buckets())}})
+		}
+		if bucket < uint64(m.Buckets()) {
+			om.Elems[i].Value.Buckets[bucket] += uint64(v.Count)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", m.Name, err)
+	}
+	if m.Kind == output.Count && len(m.Keys) == 0 && len(om.Elems) == 0 {
+		// bpftrace keeps a count() without keys in an array, whose one
+		// element is there from the start: it prints as 0.
+		om.Elems = []output.Elem{{}}
+	}
+	return om, nil
+}
+
+// decodeKeys splits a kernel key into the script's key values.
+func decodeKeys(key []byte, layout []compile.Key) []output.Value {
+	var vals []output.Value
+	at := 0
+	for _, k := range layout {
+		b := key[at : at+k.Size]
+		if k.Str {
+			vals = append(vals, output.Value{Str: cString(b), IsStr: true})
+		} else {
+			vals = append(vals, output.Value{Int: int64(binary.LittleEndian.Uint64(b))})
+		}
+		at += k.Size
+	}
+	return vals
+}
+
+// combine folds one element's per-CPU values (one for a shared map).
+func combine(m *compile.Map, values [][]byte) output.Value {
+	var v output.Value
+	set := false
+	for _, b := range values {
+		if len(b) < m.ValueSize() {
+			continue
+		}
+		first := int64(binary.LittleEndian.Uint64(b))
+		switch m.Kind {
+		case output.Str:
+			v.Str = cString(b)
+		case output.Int, output.Sum:
+			v.Int += first
+		case output.Count, output.Hist, output.Lhist:
+			v.Count += uint64(first)
+		case output.Avg, output.Stats:
+			v.Count += uint64(first)
+			v.Total += int64(binary.LittleEndian.Uint64(b[8:]))
+		case output.Min, output.Max:
+			if binary.LittleEndian.Uint64(b[8:]) == 0 {
+				continue // no value on this CPU
+			}
+			if !set || (m.Kind == output.Min && first < v.Int) || (m.Kind == output.Max && first > v.Int) {
+				v.Int = first
+			}
+			set = true
+		}
+	}
+	return v
+}
+
+// user runs BEGIN's and END's statements, in user space.
+type user struct {
+	p      *printer
+	params []string
+	err    error
+}
+
+// run runs body and reports whether it called exit().
+func (u *user) run(body []parse.Stmt) (exit bool) {
+	for _, s := range body {
+		call := s.(*parse.ExprStmt).X.(*parse.Call) // compile.userStmts checked
+		switch call.Name {
+		case "printf":
+			var args []output.Arg
+			for _, a := range call.Args[1:] {
+				args = append(args, u.constant(a))
+			}
+			u.p.printf(output.Printf(call.Args[0].(*parse.Str).Value, args))
+		case "time":
+			format := "%H:%M:%S\n"
+			if len(call.Args) > 0 {
+				format = u.constant(call.Args[0]).Str
+			}
+			u.p.printf(strftime(format, time.Now()))
+		case "exit":
+			return true
+		case "print", "clear", "zero":
+			if err := u.mapCall(call); err != nil && u.err == nil {
+				u.err = err
+			}
+		}
+	}
+	return false
+}
+
+// constant is a literal's or a parameter's value.
+func (u *user) constant(x parse.Expr) output.Arg {
+	switch x := x.(type) {
+	case *parse.Int:
+		return output.Arg{Int: x.Value}
+	case *parse.Str:
+		return output.Arg{Str: x.Value, IsStr: true}
+	case *parse.Param:
+		if x.N == 0 {
+			return output.Arg{Int: uint64(len(u.params))}
+		}
+		v := ""
+		if x.N <= len(u.params) {
+			v = u.params[x.N-1]
+		}
+		if n, err := strconv.ParseInt(v, 0, 64); err == nil {
+			return output.Arg{Int: uint64(n)}
+		}
+		return output.Arg{Str: v, IsStr: true}
+	}
+	return output.Arg{}
+}
+
+// mapCall is print, clear or zero of a whole map.
+func (u *user) mapCall(call *parse.Call) error {
+	pm, ok := call.Args[0].(*parse.Map)
+	if !ok {
+		return nil
+	}
+	m := u.p.res.Map("@" + pm.Name)
+	if m == nil {
+		return nil // never assigned in a probe: empty
+	}
+	km := u.p.coll.Maps[m.BPFName]
+	switch call.Name {
+	case "print":
+		om, err := readMap(km, m)
+		if err != nil || len(om.Elems) == 0 {
+			return err
+		}
+		u.p.mu.Lock()
+		defer u.p.mu.Unlock()
+		if u.p.json {
+			return output.WriteMapJSON(u.p.w, om)
+		}
+		return output.WriteMap(u.p.w, om)
+	case "clear", "zero":
+		var keys [][]byte
+		key := make([]byte, m.KeySize())
+		it := km.Iterate()
+		var discard []byte
+		var discards [][]byte
+		for {
+			ok := false
+			if m.PerCPU {
+				ok = it.Next(&key, &discards)
+			} else {
+				ok = it.Next(&key, &discard)
+			}
+			if !ok {
+				break
+			}
+			keys = append(keys, slices.Clone(key))
+		}
+		for _, k := range keys {
+			if call.Name == "clear" {
+				if err := km.Delete(k); err != nil {
+					return fmt.Errorf("clear %s: %w", m.Name, err)
+				}
+				continue
+			}
+			zero := make([]byte, m.ValueSize())
+			var err error
+			if m.PerCPU {
+				n, _ := ebpf.PossibleCPU()
+				zeros := make([][]byte, n)
+				for i := range zeros {
+					zeros[i] = zero
+				}
+				err = km.Update(k, zeros, ebpf.UpdateExist)
+			} else {
+				err = km.Update(k, zero, ebpf.UpdateExist)
+			}
+			if err != nil {
+				return fmt.Errorf("zero %s: %w", m.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// strftime formats t as C's strftime does for the conversions scripts
+// use; others are written as they are.
+func strftime(format string, t time.Time) string {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' || i+1 == len(format) {
+			b.WriteByte(format[i])
+			continue
+		}
+		i++
+		switch format[i] {
+		case 'H':
+			fmt.Fprintf(&b, "%02d", t.Hour())
+		case 'M':
+			fmt.Fprintf(&b, "%02d", t.Minute())
+		case 'S':
+			fmt.Fprintf(&b, "%02d", t.Second())
+		case 'Y':
+			fmt.Fprintf(&b, "%04d", t.Year())
+		case 'm':
+			fmt.Fprintf(&b, "%02d", int(t.Month()))
+		case 'd':
+			fmt.Fprintf(&b, "%02d", t.Day())
+		case 'T':
+			b.WriteString(t.Format("15:04:05"))
+		case 'F':
+			b.WriteString(t.Format("2006-01-02"))
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(format[i])
+		}
+	}
+	return b.String()
+}

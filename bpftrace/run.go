@@ -1,0 +1,394 @@
+package bpftrace
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tracekit/tracekit/bpftrace/check"
+	"github.com/tracekit/tracekit/bpftrace/compile"
+	"github.com/tracekit/tracekit/bpftrace/list"
+	"github.com/tracekit/tracekit/bpftrace/output"
+	"github.com/tracekit/tracekit/bpftrace/parse"
+	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/kernel"
+	"github.com/tracekit/tracekit/perfevent"
+	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+func validate(o *options) error {
+	if err := procfs.CheckPid(o.Pid); err != nil {
+		return err
+	}
+	if o.Expr == "" && o.Lead() == "" && !o.List {
+		return usage.Errorf("no program: give one with -e 'PROGRAM', or a script file")
+	}
+	if o.Expr != "" && o.List && o.Lead() != "" {
+		return usage.Errorf("-l lists the probes of -e's program or of a search, not both")
+	}
+	if o.Pid > 0 && o.Command != "" {
+		return usage.Errorf("-p and -c: trace a running process or a command, not both")
+	}
+	if o.List && o.Expr == "" {
+		return nil // a search, taken by -l
+	}
+	// The program's faults are usage errors, said before anything runs.
+	_, _, _, err := load(o)
+	return err
+}
+
+// source is the program's text and the name messages give it.
+func source(o *options) (file, src string, params []string, err error) {
+	if o.Expr != "" {
+		// Every positional argument is a parameter: $1 is the first.
+		if o.Lead() == "" {
+			return "stdin", o.Expr, nil, nil
+		}
+		return "stdin", o.Expr, append([]string{o.Lead()}, o.ScriptArgs()...), nil
+	}
+	f, err := os.Open(o.Lead())
+	if err != nil {
+		return "", "", nil, usage.Errorf("%v", err)
+	}
+	defer f.Close()
+	// One byte past the bound, so that the parser says the script is too long.
+	b, err := io.ReadAll(io.LimitReader(f, parse.MaxSource+1))
+	if err != nil {
+		return "", "", nil, fmt.Errorf("read %s: %w", o.Lead(), err)
+	}
+	return o.Lead(), string(b), o.ScriptArgs(), nil
+}
+
+// defined are the names #ifdef sees: BPFTRACE_HAVE_BTF where the kernel
+// has BTF, as bpftrace defines it.
+func defined() []string {
+	if _, err := os.Stat(kbtf.KernelPath); err == nil {
+		return []string{"BPFTRACE_HAVE_BTF"}
+	}
+	return nil
+}
+
+// load parses and checks the program; a fault in it is a usage error.
+func load(o *options) (*parse.Program, []string, string, error) {
+	file, src, params, err := source(o)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	prog, err := parse.Parse(file, src, defined())
+	if err != nil {
+		return nil, nil, "", usage.Errorf("%v", err)
+	}
+	if err := check.Check(file, prog, check.Options{Unsafe: o.Unsafe}); err != nil {
+		return nil, nil, "", usage.Errorf("%v", err)
+	}
+	return prog, params, file, nil
+}
+
+// listProbes is -l: the probes a search or the program's attach points
+// name.
+func listProbes(s *run.Session, o *options) error {
+	var points []*parse.AttachPoint
+	if o.Expr == "" {
+		search := o.Lead()
+		if search == "" {
+			search = "*:*"
+		}
+		prog, err := parse.Parse("search", search+" {}", nil)
+		if err != nil {
+			return usage.Errorf("-l %q: %v", search, err)
+		}
+		points = prog.Probes[0].Points
+	} else {
+		prog, _, _, err := load(o)
+		if err != nil {
+			return err
+		}
+		for _, p := range prog.Probes {
+			points = append(points, p.Points...)
+		}
+	}
+	for _, ap := range points {
+		probes, err := list.Match(ap, o.Listing)
+		if err != nil {
+			return err
+		}
+		for _, p := range probes {
+			fmt.Fprintln(s.Stdout, p.Name)
+			for _, f := range p.Fields {
+				fmt.Fprintln(s.Stdout, "    "+f+";")
+			}
+		}
+	}
+	return nil
+}
+
+// tracepoints resolves a tracepoint attach point: its globs expanded,
+// each tracepoint's format read.
+func tracepoints(ap *parse.AttachPoint) ([]compile.Tracepoint, error) {
+	probes, err := list.Match(ap, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(probes) == 0 {
+		if len(ap.Parts) == 2 && !strings.ContainsAny(ap.Raw, "*?") {
+			// The nearest names, as filter gives them.
+			if _, err := tracefs.EventDir(ap.Parts[0], ap.Parts[1]); err != nil {
+				return nil, usage.Errorf("%s: %v", ap.Raw, err)
+			}
+		}
+		return nil, usage.Errorf("%s names no tracepoint (bpftrace -l '%s' lists them)", ap.Raw, ap.Raw)
+	}
+	var tps []compile.Tracepoint
+	for _, p := range probes {
+		parts := strings.SplitN(strings.TrimPrefix(p.Name, "tracepoint:"), ":", 2)
+		f, err := tracefs.ReadFormat(parts[0], parts[1])
+		if err != nil {
+			return nil, err
+		}
+		tps = append(tps, compile.Tracepoint{Group: parts[0], Name: parts[1], Format: f})
+	}
+	return tps, nil
+}
+
+// printer writes the program's output, from the rings' reader and from
+// the end, one at a time.
+type printer struct {
+	mu   sync.Mutex
+	w    io.Writer
+	json bool
+	res  *compile.Result
+	coll *ebpf.Collection
+}
+
+func (p *printer) printf(text string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		fmt.Fprintf(p.w, "{\"type\": \"printf\", \"data\": %s}\n", jsonString(text))
+		return
+	}
+	io.WriteString(p.w, text)
+}
+
+// jsonString quotes s as JSON.
+func jsonString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteString("\\" + string(r))
+		case r == '\n':
+			b.WriteString("\\n")
+		case r == '\t':
+			b.WriteString("\\t")
+		case r < 0x20:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// record decodes one printf or exit record; exit says whether it was exit().
+func (p *printer) record(raw []byte) (exit bool, err error) {
+	if len(raw) < 8 {
+		return false, fmt.Errorf("a record of %d bytes from the kernel: want 8 or more", len(raw))
+	}
+	id := binary.LittleEndian.Uint64(raw)
+	if id >= uint64(len(p.res.Printfs)) {
+		return false, fmt.Errorf("a record with id %d from the kernel: the programs have %d", id, len(p.res.Printfs))
+	}
+	pf := p.res.Printfs[id]
+	if pf.Exit {
+		return true, nil
+	}
+	args := make([]output.Arg, 0, len(pf.Args))
+	at := 8
+	for _, a := range pf.Args {
+		if at+a.Size > len(raw) {
+			return false, fmt.Errorf("printf record %d is %d bytes: too short for its arguments", id, len(raw))
+		}
+		field := raw[at : at+a.Size]
+		if a.Str {
+			args = append(args, output.Arg{Str: cString(field), IsStr: true})
+		} else {
+			args = append(args, output.Arg{Int: binary.LittleEndian.Uint64(field)})
+		}
+		at += a.Size
+	}
+	p.printf(output.Printf(pf.Format, args))
+	return false, nil
+}
+
+// cString is b up to its first NUL.
+func cString(b []byte) string {
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		return string(b[:i])
+	}
+	return string(b)
+}
+
+func trace(ctx context.Context, s *run.Session, o *options) error {
+	s.Quiet = true // bpftrace prints "Attaching N probes..." instead
+	out := s.Stdout
+	if o.Output != "" {
+		f, err := os.Create(o.Output)
+		if err != nil {
+			return err
+		}
+		s.OnClose("close "+o.Output, f.Close)
+		out = f
+	}
+	if o.List {
+		return listProbes(s, o)
+	}
+	prog, params, file, err := load(o)
+	if err != nil {
+		return err
+	}
+	res, err := compile.Compile(prog, compile.Options{File: file, Tracepoints: tracepoints, Readers: kernel.Readers(), Pid: uint32(o.Pid), Params: params})
+	if err != nil {
+		var pe *parse.Error
+		if errors.As(err, &pe) {
+			return usage.Errorf("%v", err)
+		}
+		return err
+	}
+	if o.Listing {
+		for _, name := range sortedPrograms(res) {
+			fmt.Fprintf(s.Stderr, "%s:\n%v\n", name, res.Spec.Programs[name].Instructions)
+		}
+	}
+	coll, err := s.Load(res.Spec)
+	if err != nil {
+		return err
+	}
+	p := &printer{w: out, json: o.Format == "json", res: res, coll: coll}
+	rings, err := s.OpenOutputRings(coll.Maps[compile.EventsMap], "printf", perfevent.DefaultRingPages, perfevent.WakeBatch)
+	if err != nil {
+		return err
+	}
+	exited := false
+	read := func() error {
+		var ferr error
+		rings.Read(func(smp perfevent.Sample) {
+			if ferr != nil || exited {
+				return
+			}
+			exit, err := p.record(smp.Raw)
+			if err != nil {
+				ferr = err
+			}
+			if exit {
+				exited = true
+				s.Stop(nil)
+			}
+		})
+		return ferr
+	}
+	stop, err := rings.Drain(100*time.Millisecond, read, s.Stop)
+	if err != nil {
+		return err
+	}
+	for _, a := range res.Attach {
+		if err := s.AttachTracepoint(coll.Programs[a.Program], a.Group, a.Name); err != nil {
+			stop()
+			return err
+		}
+	}
+	n := len(res.Attach) + len(res.Begin) + len(res.End)
+	if !o.Quiet {
+		if p.json {
+			fmt.Fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %d}}\n", n)
+		} else {
+			fmt.Fprintf(out, "Attaching %d probe%s...\n", n, map[bool]string{true: "", false: "s"}[n == 1])
+		}
+	}
+	u := &user{p: p, params: params}
+	for _, body := range res.Begin {
+		if u.run(body) {
+			s.Stop(nil)
+		}
+	}
+	what := fmt.Sprintf("%d probes", len(res.Attach))
+	return s.Loop(ctx, what, func(final bool) error {
+		if !final {
+			return nil
+		}
+		stop()
+		if err := read(); err != nil { // what came before the detach
+			return err
+		}
+		if lost, _ := rings.LostEvents(); lost > 0 {
+			fmt.Fprintf(s.Stderr, "Lost %d events\n", lost)
+		}
+		for _, body := range res.End {
+			u.run(body)
+		}
+		if err := u.err; err != nil {
+			return err
+		}
+		if n := lostUpdates(coll); n > 0 {
+			fmt.Fprintf(s.Stderr, "bpftrace: %d map updates lost: a map was full (%d elements; a histogram's buckets %d)\n", n, compile.MapEntries, compile.HistEntries)
+		}
+		return p.maps()
+	})
+}
+
+func sortedPrograms(res *compile.Result) []string {
+	var names []string
+	for _, a := range res.Attach {
+		names = append(names, a.Program)
+	}
+	return names
+}
+
+// maps prints every map, as bpftrace does at its end: an empty one as an
+// empty line (text) or not at all (json).
+func (p *printer) maps() error {
+	var maps []*output.Map
+	for _, m := range p.res.Maps {
+		om, err := readMap(p.coll.Maps[m.BPFName], m)
+		if err != nil {
+			return err
+		}
+		maps = append(maps, om)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Two empty lines before the maps, in either format, as bpftrace.
+	if _, err := io.WriteString(p.w, "\n\n"); err != nil {
+		return err
+	}
+	if p.json {
+		return output.WriteMapsJSON(p.w, maps)
+	}
+	return output.WriteMaps(p.w, maps)
+}
+
+// lostUpdates sums the lost map's slot over the CPUs.
+func lostUpdates(coll *ebpf.Collection) uint64 {
+	var per []uint64
+	if err := coll.Maps[compile.LostMap].Lookup(uint32(0), &per); err != nil {
+		return 0
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n
+}
