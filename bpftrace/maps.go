@@ -121,10 +121,17 @@ type user struct {
 	err    error
 }
 
-// run runs body and reports whether it called exit().
+// run runs body and reports whether it called exit(). The first fault
+// is kept in u.err.
 func (u *user) run(body []parse.Stmt) (exit bool) {
 	for _, s := range body {
-		call := s.(*parse.ExprStmt).X.(*parse.Call) // compile.userStmts checked
+		if a, ok := s.(*parse.Assign); ok { // BEGIN's constants (compile.userStmts checked)
+			if err := u.assign(a); err != nil && u.err == nil {
+				u.err = err
+			}
+			continue
+		}
+		call := s.(*parse.ExprStmt).X.(*parse.Call)
 		switch call.Name {
 		case "printf":
 			var args []output.Arg
@@ -147,6 +154,37 @@ func (u *user) run(body []parse.Stmt) (exit bool) {
 		}
 	}
 	return false
+}
+
+// assign stores a constant in a map's element, from user space.
+func (u *user) assign(a *parse.Assign) error {
+	pm := a.Target.(*parse.Map)
+	m := u.p.res.Map("@" + pm.Name)
+	if m.PerCPU {
+		return fmt.Errorf("%s: an aggregation is not assigned in BEGIN here", m.Name)
+	}
+	key := make([]byte, m.KeySize())
+	at := 0
+	for i, k := range pm.Keys {
+		encode(key[at:at+m.Keys[i].Size], u.constant(k))
+		at += m.Keys[i].Size
+	}
+	value := make([]byte, m.ValueSize())
+	encode(value, u.constant(a.Value))
+	if err := u.p.coll.Maps[m.BPFName].Update(key, value, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("BEGIN: store %s's element: %w", m.Name, err)
+	}
+	return nil
+}
+
+// encode writes v into b as the kernel lays it: an integer in 8 bytes, a
+// string cut to leave a NUL.
+func encode(b []byte, v output.Arg) {
+	if !v.IsStr {
+		binary.LittleEndian.PutUint64(b, v.Int)
+		return
+	}
+	copy(b[:len(b)-1], v.Str)
 }
 
 // constant is a literal's or a parameter's value.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/bpftrace/check"
 	"github.com/tracekit/tracekit/bpftrace/compile"
@@ -213,8 +214,12 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 		return false, fmt.Errorf("a record with id %d from the kernel: the programs have %d", id, len(p.res.Printfs))
 	}
 	pf := p.res.Printfs[id]
-	if pf.Exit {
+	switch {
+	case pf.Exit:
 		return true, nil
+	case pf.Time:
+		p.printf(strftime(pf.Format, time.Now()))
+		return false, nil
 	}
 	args := make([]output.Arg, 0, len(pf.Args))
 	at := 8
@@ -260,7 +265,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	res, err := compile.Compile(prog, compile.Options{File: file, Tracepoints: tracepoints, Readers: kernel.Readers(), Pid: uint32(o.Pid), Params: params})
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return fmt.Errorf("the monotonic clock: %w", err)
+	}
+	res, err := compile.Compile(prog, compile.Options{File: file, Tracepoints: tracepoints, Readers: kernel.Readers(), Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano())})
 	if err != nil {
 		var pe *parse.Error
 		if errors.As(err, &pe) {
@@ -310,7 +319,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			return err
 		}
 	}
-	n := len(res.Attach) + len(res.Begin) + len(res.End)
+	n := len(res.Attach) + len(res.Begin) + len(res.End) + len(res.Intervals)
 	if !o.Quiet {
 		if p.json {
 			fmt.Fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %d}}\n", n)
@@ -323,6 +332,17 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		if u.run(body) {
 			s.Stop(nil)
 		}
+	}
+	if u.err != nil {
+		return u.err
+	}
+	for _, iv := range res.Intervals {
+		s.Every("an interval probe", iv.Every, func() error {
+			if u.run(iv.Body) {
+				s.Stop(nil)
+			}
+			return u.err
+		})
 	}
 	what := fmt.Sprintf("%d probes", len(res.Attach))
 	return s.Loop(ctx, what, func(final bool) error {

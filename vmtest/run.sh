@@ -195,7 +195,8 @@ musl_arm64=$(pwd)/$cache/musl-arm64
 # paths the dynamic linker looks in, busybox and /init.
 rm -rf "$stages" && mkdir -p "$stages"
 pkgs=(asm tracefs terminal kbtf loader kernel perfevent hook counts procfs run uprobe unwind ldso
-  writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile stacks stacks/prog symbols)
+  writesize writesize/prog dropmon dropmon/prog iolat iolat/prog filter filter/compile profile stacks stacks/prog symbols
+  bpftrace bpftrace/compile)
 make_stage() { # make_stage ARCH
   local arch=$1 stage=$stages/$1 cc=gcc
   [ "$arch" = arm64 ] && cc=aarch64-linux-gnu-gcc
@@ -210,7 +211,7 @@ make_stage() { # make_stage ARCH
   mkdir -p "$stage"/{bin,tk/bin,tk/t,tk/src,lib,proc,sys,dev,tmp}
   chmod 755 "$stage" # the guest's /: an unprivileged test runs a tool as nobody
   bash scripts/build.sh "$stage/tk/bin/tracekit" "$arch" 7
-  for t in writesize dropmon iolat filter profile; do ln -s tracekit "$stage/tk/bin/$t"; done
+  for t in writesize dropmon iolat filter profile bpftrace; do ln -s tracekit "$stage/tk/bin/$t"; done
   for p in "${pkgs[@]}"; do
     # dropmon/prog's binary is dropmon-prog.test (the guest maps it back).
     CGO_ENABLED=0 GOARCH=$arch GOARM=7 go test -c -trimpath -o "$stage/tk/t/${p//\//-}.test" "./$p"

@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
@@ -42,6 +44,9 @@ type Options struct {
 	Readers     asm.Readers
 	Pid         uint32   // -p: only this process's events (0: all)
 	Params      []string // $1, $2, ...
+	// Start is when the run began on the kernel's monotonic clock (what
+	// nsecs reads), for elapsed.
+	Start uint64
 }
 
 // Attach is one program and the tracepoint it goes on.
@@ -103,12 +108,19 @@ func (m *Map) Buckets() int {
 	return 66 // negative, zero, then [2^k, 2^(k+1)) for k in 0..63
 }
 
-// Printf is one printf (or exit) of the programs: its format and the
-// layout of the record after the 8-byte id.
+// Printf is one printf (or exit, or time) of the programs: its format
+// and the layout of the record after the 8-byte id.
 type Printf struct {
 	Format string
 	Args   []Key
 	Exit   bool
+	Time   bool // time(Format): the time it arrives, by strftime
+}
+
+// Interval is an interval probe, run in user space: every Every, Body.
+type Interval struct {
+	Every time.Duration
+	Body  []parse.Stmt
 }
 
 // Result is the compiled program.
@@ -119,6 +131,7 @@ type Result struct {
 	Printfs []Printf
 	// Begin and End are BEGIN's and END's statements, for user space.
 	Begin, End [][]parse.Stmt
+	Intervals  []Interval
 }
 
 // Map is the map named name ("@x"), or nil.
@@ -165,15 +178,24 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 		tps   []Tracepoint
 	}
 	var probes []probeTargets
+	var user [][]parse.Stmt // what user space runs, for the typer
 	for _, pr := range prog.Probes {
 		var tps []Tracepoint
 		begin, end := false, false
+		var every time.Duration
 		for _, ap := range pr.Points {
 			switch ap.Provider {
 			case "BEGIN":
 				begin = true
 			case "END":
 				end = true
+			case "interval":
+				n, _ := strconv.ParseUint(ap.Parts[1], 10, 32) // check took it
+				unit := map[string]time.Duration{"s": time.Second, "ms": time.Millisecond, "us": time.Microsecond}[ap.Parts[0]]
+				if unit == 0 || time.Duration(n)*unit < time.Millisecond {
+					return nil, errAt(opt.File, ap.Pos, "interval probes run every 1 ms or more here (interval:s:N, interval:ms:N)")
+				}
+				every = time.Duration(n) * unit
 			case "tracepoint":
 				got, err := opt.Tracepoints(ap)
 				if err != nil {
@@ -181,30 +203,39 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 				}
 				tps = append(tps, got...)
 			default:
-				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END and tracepoint are", ap.Provider)
+				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END, tracepoint and interval are", ap.Provider)
 			}
 		}
-		if begin || end {
+		if begin || end || every > 0 {
 			if len(pr.Points) > 1 {
-				return nil, errAt(opt.File, pr.Pos, "BEGIN and END go alone on a probe here")
+				return nil, errAt(opt.File, pr.Pos, "BEGIN, END and interval go alone on a probe here")
 			}
 			if pr.Pred != nil {
-				return nil, errAt(opt.File, pr.Pred.ExprPos(), "a predicate on BEGIN or END is not taken yet")
+				return nil, errAt(opt.File, pr.Pred.ExprPos(), "a predicate on BEGIN, END or interval is not taken yet")
 			}
-			if err := userStmts(opt.File, pr.Body); err != nil {
+			if err := userStmts(opt.File, pr.Body, begin); err != nil {
 				return nil, err
 			}
-			if begin {
+			switch {
+			case begin:
 				c.res.Begin = append(c.res.Begin, pr.Body)
-			} else {
+			case end:
 				c.res.End = append(c.res.End, pr.Body)
+			default:
+				c.res.Intervals = append(c.res.Intervals, Interval{every, pr.Body})
 			}
+			user = append(user, pr.Body)
 			continue
 		}
 		probes = append(probes, probeTargets{pr, tps})
 	}
 	// The maps' kinds and keys first: a map read in one probe may be
-	// assigned in a later one.
+	// assigned in a later one, or in BEGIN.
+	for _, body := range user {
+		if err := (&typer{c: c}).stmts(body); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range probes {
 		t := &p.tps[0]
 		ty := &typer{c: c, tp: t}
@@ -259,9 +290,30 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 	return c.res, nil
 }
 
-// userStmts refuses in BEGIN and END what user space does not run.
-func userStmts(file string, ss []parse.Stmt) error {
+// userStmts refuses in BEGIN, END and interval probes what user space
+// does not run. BEGIN may also assign constants to maps' elements (a
+// table of names, as capable.bt's).
+func userStmts(file string, ss []parse.Stmt, begin bool) error {
+	constant := func(x parse.Expr) bool {
+		switch x.(type) {
+		case *parse.Int, *parse.Str, *parse.Param:
+			return true
+		}
+		return false
+	}
 	for _, s := range ss {
+		if a, ok := s.(*parse.Assign); ok && begin {
+			m, isMap := a.Target.(*parse.Map)
+			if !isMap || a.Op != "=" || !constant(a.Value) {
+				return errAt(file, a.Pos, "BEGIN assigns constants to maps' elements here, nothing else yet")
+			}
+			for _, k := range m.Keys {
+				if !constant(k) {
+					return errAt(file, k.ExprPos(), "BEGIN assigns constants to maps' elements here, nothing else yet")
+				}
+			}
+			continue
+		}
 		e, ok := s.(*parse.ExprStmt)
 		call, isCall := func() (*parse.Call, bool) {
 			if !ok {
@@ -271,13 +323,13 @@ func userStmts(file string, ss []parse.Stmt) error {
 			return c, ok
 		}()
 		if !isCall || !slices.Contains([]string{"printf", "print", "clear", "zero", "time", "exit"}, call.Name) {
-			return errAt(file, s.StmtPos(), "BEGIN and END take printf, print, clear, zero, time and exit here, nothing else yet")
+			return errAt(file, s.StmtPos(), "BEGIN, END and interval take printf, print, clear, zero, time and exit here, nothing else yet")
 		}
 		for _, a := range call.Args {
 			switch a.(type) {
 			case *parse.Int, *parse.Str, *parse.Map, *parse.Param:
 			default:
-				return errAt(file, a.ExprPos(), "in BEGIN and END the arguments are constants and maps here")
+				return errAt(file, a.ExprPos(), "in BEGIN, END and interval the arguments are constants and maps here")
 			}
 		}
 	}

@@ -37,6 +37,10 @@ t:syscalls:sys_exit_write /@start[tid]/ { @ns[comm, pid] = hist(nsecs - @start[t
 }`,
 	"strings": `t:sched:sched_switch { @next[args->next_comm] = count(); @last = args->prev_comm; }
 t:sched:sched_process_exec { @exec[str(args->filename)] = count(); printf("%s %s\n", probe, args->filename); exit(); }`,
+	"user": `BEGIN { @names[1] = "stdout"; @names[2] = "stderr"; printf("%s\n", $1); }
+t:syscalls:sys_enter_write /@names[args->fd] == "stderr"/ { time("%H:%M:%S "); printf("%s\n", @names[args->fd]); @e = max(elapsed); }
+interval:s:1 { time(); print(@e); clear(@e); }
+END { zero(@e); }`,
 	// comm is at offset 4 mod 8 (44 on 6.18): copied in 4-byte loads.
 	"unaligned": `t:block:block_rq_issue { @[args->comm] = hist(args->bytes); }`,
 	"arith": `t:syscalls:sys_exit_write /args->ret >= 0/ {
@@ -78,7 +82,7 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tra
 	if err := check.Check("test.bt", prog, check.Options{}); err != nil {
 		return nil, err
 	}
-	return Compile(prog, Options{File: "test.bt", Tracepoints: tps, Readers: asm.NewReaders})
+	return Compile(prog, Options{File: "test.bt", Tracepoints: tps, Readers: asm.NewReaders, Start: 1e9})
 }
 
 // TestGolden pins each script's programs and maps.
@@ -133,7 +137,9 @@ t:syscalls:sys_enter_write { @x[kstack] = count(); }`, "test.bt:2:33: kstack is 
 		{`t:syscalls:sys_enter_write { @ = args->nosuch; }`, `test.bt:1:34: tracepoint:syscalls:sys_enter_write has no field "nosuch" (fields: __syscall_nr, fd, buf, count)`},
 		{`t:syscalls:sys_enter_write { while (1) { @ = 1; } }`, "while is not taken"},
 		{`t:syscalls:sys_enter_write { @ = (uint8)pid; }`, "this expression is not taken yet"},
-		{`BEGIN { @x = 1; }`, "BEGIN and END take printf, print, clear, zero, time and exit here"},
+		{`BEGIN { @x = pid; }`, "test.bt:1:9: BEGIN assigns constants to maps' elements here, nothing else yet"},
+		{`END { @x = 1; }`, "BEGIN, END and interval take printf, print, clear, zero, time and exit here"},
+		{`interval:us:10 { exit(); }`, "interval probes run every 1 ms or more here"},
 		{`t:syscalls:sys_enter_write { $s = comm; $s = 1; }`, "test.bt:1:41: $s holds a string, and is assigned an integer here"},
 		{`t:syscalls:sys_enter_write { @ = lhist(pid, 10, 0, 1); }`, "lhist(value, min, max, step) wants min < max"},
 	} {

@@ -125,6 +125,8 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		note(bpf.FnGetCurrentCgroupId.Call())
 	case "curtask":
 		note(bpf.FnGetCurrentTask.Call())
+	case "elapsed":
+		note(bpf.FnKtimeGetNs.Call(), bpf.LoadImm(bpf.R1, int64(g.c.opt.Start), bpf.DWord), bpf.Sub.Reg(bpf.R0, bpf.R1))
 	case "comm":
 		off, err := g.alloc(16, x.Pos)
 		if err != nil {

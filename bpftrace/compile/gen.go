@@ -420,7 +420,7 @@ func (g *gen) bucket(m *Map, arg int16) {
 // call compiles a call made for its effect.
 func (g *gen) call(x *parse.Call) error {
 	switch x.Name {
-	case "printf", "exit":
+	case "printf", "exit", "time":
 		return g.printf(x)
 	case "delete":
 		m, ok := x.Args[0].(*parse.Map)
@@ -449,9 +449,19 @@ func (g *gen) call(x *parse.Call) error {
 // argument (8 bytes an integer, a string its buffer). exit() is a record
 // of its own.
 func (g *gen) printf(x *parse.Call) error {
-	p := Printf{Exit: x.Name == "exit"}
+	p := Printf{Exit: x.Name == "exit", Time: x.Name == "time"}
 	var args []parse.Expr
-	if !p.Exit {
+	switch {
+	case p.Time:
+		p.Format = "%H:%M:%S\n"
+		if len(x.Args) > 0 {
+			f, ok := x.Args[0].(*parse.Str)
+			if !ok {
+				return errAt(g.file(), x.Pos, "time's format is a string literal")
+			}
+			p.Format = f.Value
+		}
+	case !p.Exit:
 		f, ok := x.Args[0].(*parse.Str)
 		if !ok {
 			return errAt(g.file(), x.Pos, "printf's format is a string literal")
@@ -481,8 +491,11 @@ func (g *gen) printf(x *parse.Call) error {
 		return err
 	}
 	what := fmt.Sprintf("printf %d: the record to user space", id)
-	if p.Exit {
+	switch {
+	case p.Exit:
 		what = "exit(): tell user space"
+	case p.Time:
+		what = "time(): user space prints the time the record comes"
 	}
 	g.emit(asm.Note(storeU32(bpf.RFP, rec, int64(id)), what)...)
 	g.emit(bpf.Mov.Reg(bpf.R1, asm.RegCtx), bpf.LoadMapPtr(bpf.R2, 0).WithReference(EventsMap), bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
