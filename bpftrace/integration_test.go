@@ -178,7 +178,9 @@ func TestRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-e", "kprobe:vfs_read { @ = count(); }"}, "bpftrace: stdin:1:1: kprobe probes are not taken yet: BEGIN, END, tracepoint and interval are\n"},
+		{[]string{"-e", "profile:hz:99 { @ = count(); }"}, "bpftrace: stdin:1:1: profile probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe and uretprobe are\n"},
+		{[]string{"-e", "uprobe:/nonexistent/x:f { @ = count(); }"}, "bpftrace: /nonexistent/x: no such file or directory\n"},
+		{[]string{"-e", "uprobe:/bin/sh:no_such_function_here { @ = count(); }"}, "bpftrace: /"},
 		{[]string{"-e", "t:syscalls:sys_enter_read { @ = count() }}"}, "bpftrace: stdin:1:42: expected a probe"},
 		{nil, "bpftrace: no program: give one with -e 'PROGRAM', or a script file\n"},
 		{[]string{"/nonexistent.bt"}, "bpftrace: open /nonexistent.bt: no such file or directory\n"},
@@ -198,5 +200,51 @@ func TestTracepointTypo(t *testing.T) {
 	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", "t:syscalls:sys_enter_opnat { @ = count(); }")
 	if r.Status != 2 || !strings.Contains(r.Stderr, "sys_enter_openat") {
 		t.Errorf("exit %d, stderr %q; want exit 2 naming sys_enter_openat", r.Status, r.Stderr)
+	}
+}
+
+// fixtures are filter's C fixtures (built here, prebuilt in the guests).
+func fixtures(t *testing.T) string {
+	t.Helper()
+	return tooltest.USDTFixtures(t, "../filter/testdata/usdt")
+}
+
+// TestUprobeExact: a uprobe's arguments and a uretprobe's return value,
+// counted exactly: the fixture calls tk_add(i, 1000) for i from 0 to 12.
+func TestUprobeExact(t *testing.T) {
+	privtest.Require(t)
+	fx := filepath.Join(fixtures(t), "fx-pie-O2")
+	// No ties in a map's values: bpftrace prints those in its hash's order.
+	script := `uprobe:` + fx + `:tk_add /arg1 == 1000/ { @args[arg0 < 3] = count(); @sum = sum(arg0); }
+uretprobe:` + fx + `:tk_add /retval >= 1000/ { @ret = lhist(retval - 1000, 0, 13, 5); @n = count(); }`
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", fx+" 13", "-e", script)
+	want := "Attaching 2 probes...\n\n\n" +
+		"@args[1]: 3\n@args[0]: 10\n" +
+		"@n: 13\n" +
+		"@ret: \n[0, 5)                 5 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n" +
+		"[5, 10)                5 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n" +
+		"[13, ...)              3 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@                     |\n\n" + // as bpftrace labels 10..12
+		"@sum: 78\n"
+	if r.Status != 0 || r.Stdout != want {
+		t.Errorf("exit %d, printed:\n%s\nwant:\n%s\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
+	}
+	if bt := peer(t); bt != "" {
+		p := tooltest.Run(t, bt, "-c", fx+" 13", "-e", script)
+		if p.Stdout != r.Stdout {
+			t.Errorf("bpftrace printed:\n%s\nours:\n%s", p.Stdout, r.Stdout)
+		}
+	}
+}
+
+// TestKprobeExact: a kprobe's arguments and a kretprobe's return value,
+// exactly, where the kernel has kprobes (the kernel matrix's guests).
+func TestKprobeExact(t *testing.T) {
+	privtest.RequireKprobes(t)
+	script := `kprobe:vfs_write /arg2 == 4321/ { @n = count(); @fn[func] = count(); @bytes = sum(arg2); }
+kretprobe:vfs_write /retval == 4321/ { @r[func] = count(); }`
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", tooltest.Writes(t, 4321, 50), "-e", script)
+	want := "Attaching 2 probes...\n\n\n@bytes: 216050\n@fn[vfs_write]: 50\n@n: 50\n@r[vfs_write]: 50\n"
+	if r.Status != 0 || r.Stdout != want {
+		t.Errorf("exit %d, printed:\n%s\nwant:\n%s\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/bpftrace/check"
 	"github.com/tracekit/tracekit/bpftrace/compile"
 	"github.com/tracekit/tracekit/bpftrace/list"
@@ -25,7 +26,6 @@ import (
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
-	"github.com/tracekit/tracekit/tracefs"
 )
 
 func validate(o *options) error {
@@ -132,34 +132,6 @@ func listProbes(s *run.Session, o *options) error {
 		}
 	}
 	return nil
-}
-
-// tracepoints resolves a tracepoint attach point: its globs expanded,
-// each tracepoint's format read.
-func tracepoints(ap *parse.AttachPoint) ([]compile.Tracepoint, error) {
-	probes, err := list.Match(ap, false)
-	if err != nil {
-		return nil, err
-	}
-	if len(probes) == 0 {
-		if len(ap.Parts) == 2 && !strings.ContainsAny(ap.Raw, "*?") {
-			// The nearest names, as filter gives them.
-			if _, err := tracefs.EventDir(ap.Parts[0], ap.Parts[1]); err != nil {
-				return nil, usage.Errorf("%s: %v", ap.Raw, err)
-			}
-		}
-		return nil, usage.Errorf("%s names no tracepoint (bpftrace -l '%s' lists them)", ap.Raw, ap.Raw)
-	}
-	var tps []compile.Tracepoint
-	for _, p := range probes {
-		parts := strings.SplitN(strings.TrimPrefix(p.Name, "tracepoint:"), ":", 2)
-		f, err := tracefs.ReadFormat(parts[0], parts[1])
-		if err != nil {
-			return nil, err
-		}
-		tps = append(tps, compile.Tracepoint{Group: parts[0], Name: parts[1], Format: f})
-	}
-	return tps, nil
 }
 
 // printer writes the program's output, from the rings' reader and from
@@ -269,7 +241,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
 		return fmt.Errorf("the monotonic clock: %w", err)
 	}
-	res, err := compile.Compile(prog, compile.Options{File: file, Tracepoints: tracepoints, Readers: kernel.Readers(), Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano())})
+	regs, _ := asm.HostPtRegs() // nil: the compiler refuses arg0 and retval
+	resolve := func(ap *parse.AttachPoint) ([]compile.Target, error) { return targets(ap, o.Pid) }
+	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano())})
 	if err != nil {
 		var pe *parse.Error
 		if errors.As(err, &pe) {
@@ -313,11 +287,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	for _, a := range res.Attach {
-		if err := s.AttachTracepoint(coll.Programs[a.Program], a.Group, a.Name); err != nil {
-			stop()
-			return err
-		}
+	if err := attach(s, coll, res); err != nil {
+		stop()
+		return err
 	}
 	n := len(res.Attach) + len(res.Begin) + len(res.End) + len(res.Intervals)
 	if !o.Quiet {

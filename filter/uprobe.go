@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -83,81 +82,17 @@ func checkFileArg(path string) error {
 	return nil
 }
 
-// libDirs are where a bare library name is looked for, after
-// $LD_LIBRARY_PATH: the dynamic linker's defaults on Debian and others.
-var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/riscv64-linux-gnu", "/usr/lib/riscv64-linux-gnu", "/lib/arm-linux-gnueabihf", "/usr/lib/arm-linux-gnueabihf", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
-
-// resolveFile finds the file a probe names, as the kernel will see it: an
-// absolute path with its symbolic links resolved (a uprobe is on the
-// inode). A bare name is looked up on $PATH, then in the library
-// directories.
+// resolveFile finds the file a probe names, as the kernel will see it
+// (uprobe.Locate), in pid's root when pid is not 0.
 func resolveFile(name string, pid int) (string, error) {
-	if pid != 0 {
-		root := fmt.Sprintf("/proc/%d/root", pid)
-		if _, err := os.Stat(root + "/"); err != nil {
-			return "", procfs.Denied(pid, err)
-		}
-		return resolveIn(name, root)
+	if pid == 0 {
+		return uprobe.Locate(name, "")
 	}
-	path := name
-	if !strings.HasPrefix(name, "/") {
-		path = ""
-		var dirs []string
-		dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
-		dirs = append(dirs, filepath.SplitList(os.Getenv("LD_LIBRARY_PATH"))...)
-		dirs = append(dirs, libDirs...)
-		for _, d := range dirs {
-			if d == "" || !filepath.IsAbs(d) {
-				continue
-			}
-			if st, err := os.Stat(filepath.Join(d, name)); err == nil && st.Mode().IsRegular() {
-				path = filepath.Join(d, name)
-				break
-			}
-		}
-		if path == "" {
-			return "", uprobe.NoSuch("%s: not found on $PATH or in the library directories (%s)", name, strings.Join(libDirs, ", "))
-		}
+	root := fmt.Sprintf("/proc/%d/root", pid)
+	if _, err := os.Stat(root + "/"); err != nil {
+		return "", procfs.Denied(pid, err)
 	}
-	if _, err := os.Stat(path); err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return "", fmt.Errorf("%s: %w", path, pe.Err)
-		}
-		return "", err
-	}
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return "", err
-	}
-	if err := tracefs.ValidatePath(real); err != nil {
-		return "", err
-	}
-	return real, nil
-}
-
-// resolveIn finds a file as the process whose root is root sees it (a
-// container's): an absolute path under root, or a bare name in the usual
-// directories under root. The kernel follows root's magic link, and any
-// symbolic link below it, when it places the probe.
-func resolveIn(name, root string) (string, error) {
-	var candidates []string
-	if strings.HasPrefix(name, "/") {
-		candidates = []string{root + name}
-	} else {
-		for _, d := range append([]string{"/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"}, libDirs...) {
-			candidates = append(candidates, root+d+"/"+name)
-		}
-	}
-	for _, p := range candidates {
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			if err := tracefs.ValidatePath(p); err != nil {
-				return "", err
-			}
-			return p, nil
-		}
-	}
-	return "", uprobe.NoSuch("%s: not found in the process's root (%s)", name, root)
+	return uprobe.Locate(name, root)
 }
 
 // site is one place a user-space probe goes, and what the program there
@@ -245,8 +180,7 @@ func userProbe(ev *event, pid int) (*asm.Regs, []site, error) {
 // unknown tracepoint is; a file that cannot be read, or is no valid ELF
 // file, is the file's (exit 1).
 func userErr(err error) error {
-	var ns *uprobe.NoSuchError
-	if errors.As(err, &ns) || errors.Is(err, fs.ErrNotExist) {
+	if uprobe.Misnamed(err) {
 		return usage.Errorf("%v", err)
 	}
 	return err

@@ -30,12 +30,7 @@ import (
 // with gcc and sys/sdt.h, installed when missing.
 func fixtures(t *testing.T) string {
 	t.Helper()
-	return tooltest.Fixtures(t, "testdata/usdt/build", "testdata/usdt/build.sh", "gcc systemtap-sdt-dev", func() bool {
-		_, err := exec.LookPath("gcc")
-		_, errH := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h")
-		_, errH2 := os.Stat("/usr/include/sys/sdt.h")
-		return err == nil && (errH == nil || errH2 == nil)
-	})
+	return tooltest.USDTFixtures(t, "testdata/usdt")
 }
 
 // userCount is filter --count --json on a user-space probe, with env. A

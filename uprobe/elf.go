@@ -9,6 +9,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -61,6 +62,14 @@ func (e *NoSuchError) Error() string { return e.msg }
 // NoSuch is a NoSuchError of that message.
 func NoSuch(format string, args ...any) error {
 	return &NoSuchError{fmt.Sprintf(format, args...)}
+}
+
+// Misnamed says whether err is the caller's naming (a NoSuchError, a
+// file that is not there), not a file that cannot be read: a usage error
+// where a tool turns it into an exit status.
+func Misnamed(err error) bool {
+	var ns *NoSuchError
+	return errors.As(err, &ns) || errors.Is(err, fs.ErrNotExist)
 }
 
 // Close closes the file.

@@ -27,32 +27,59 @@ import (
 	"github.com/tracekit/tracekit/tracefs"
 )
 
-// Tracepoint is a tracepoint an attach point names, with its record's
-// layout.
-type Tracepoint struct {
+// Target is one place a probe's program runs: a tracepoint with its
+// record's layout, or a kernel or user function's entry or return.
+type Target struct {
+	Provider string // tracepoint, kprobe, kretprobe, uprobe, uretprobe
+	// A tracepoint's group and name, and its record's layout.
 	Group, Name string
 	Format      *tracefs.Format
+	// A kprobe's or uprobe's function (func's value) and where the probe
+	// goes (its Path is a uprobe's file).
+	Func  string
+	Probe tracefs.Probe
+}
+
+// ProbeName is the probe builtin's value: "tracepoint:sched:sched_switch",
+// "kprobe:vfs_read", "uprobe:/bin/bash:readline".
+func (t *Target) ProbeName() string {
+	switch t.Provider {
+	case "tracepoint":
+		return "tracepoint:" + t.Group + ":" + t.Name
+	case "uprobe", "uretprobe":
+		return t.Provider + ":" + t.Probe.Path + ":" + t.Func
+	}
+	return t.Provider + ":" + t.Func
+}
+
+// user says whether the target's pointers are user addresses: a
+// syscall's arguments, a user function's.
+func (t *Target) user() bool {
+	return t.Group == userEventGroup || t.Provider == "uprobe" || t.Provider == "uretprobe"
 }
 
 // Options are what the compiler needs from the kernel and the command
 // line.
 type Options struct {
 	File string // for messages
-	// Tracepoints lists the tracepoints a tracepoint attach point names
-	// (its globs expanded), with their formats.
-	Tracepoints func(ap *parse.AttachPoint) ([]Tracepoint, error)
-	Readers     asm.Readers
-	Pid         uint32   // -p: only this process's events (0: all)
-	Params      []string // $1, $2, ...
+	// Resolve lists the targets an attach point names (its globs
+	// expanded): tracepoints with their formats, functions.
+	Resolve func(ap *parse.AttachPoint) ([]Target, error)
+	Readers asm.Readers
+	// Regs locates the arguments and the return value in the registers a
+	// kprobe or uprobe program gets.
+	Regs   *asm.Regs
+	Pid    uint32   // -p: only this process's events (0: all)
+	Params []string // $1, $2, ...
 	// Start is when the run began on the kernel's monotonic clock (what
 	// nsecs reads), for elapsed.
 	Start uint64
 }
 
-// Attach is one program and the tracepoint it goes on.
+// Attach is one program and where it goes.
 type Attach struct {
-	Program     string
-	Group, Name string
+	Program string
+	Target  Target
 }
 
 // Key is one element of a map's key, or one printf argument: an integer
@@ -175,12 +202,12 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 	c := &compiler{opt: opt, maps: map[string]*Map{}, res: &Result{}}
 	type probeTargets struct {
 		probe *parse.Probe
-		tps   []Tracepoint
+		tps   []Target
 	}
 	var probes []probeTargets
 	var user [][]parse.Stmt // what user space runs, for the typer
 	for _, pr := range prog.Probes {
-		var tps []Tracepoint
+		var tps []Target
 		begin, end := false, false
 		var every time.Duration
 		for _, ap := range pr.Points {
@@ -196,14 +223,14 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 					return nil, errAt(opt.File, ap.Pos, "interval probes run every 1 ms or more here (interval:s:N, interval:ms:N)")
 				}
 				every = time.Duration(n) * unit
-			case "tracepoint":
-				got, err := opt.Tracepoints(ap)
+			case "tracepoint", "kprobe", "kretprobe", "uprobe", "uretprobe":
+				got, err := opt.Resolve(ap)
 				if err != nil {
-					return nil, errAt(opt.File, ap.Pos, "%v", err)
+					return nil, err
 				}
 				tps = append(tps, got...)
 			default:
-				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END, tracepoint and interval are", ap.Provider)
+				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe and uretprobe are", ap.Provider)
 			}
 		}
 		if begin || end || every > 0 {
@@ -281,8 +308,12 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			spec.Programs[name] = &ebpf.ProgramSpec{Name: name, Type: ebpf.TracePoint, License: "GPL", Instructions: insns}
-			c.res.Attach = append(c.res.Attach, Attach{Program: name, Group: tp.Group, Name: tp.Name})
+			typ := ebpf.Kprobe // and uprobes
+			if tp.Provider == "tracepoint" {
+				typ = ebpf.TracePoint
+			}
+			spec.Programs[name] = &ebpf.ProgramSpec{Name: name, Type: typ, License: "GPL", Instructions: insns}
+			c.res.Attach = append(c.res.Attach, Attach{Program: name, Target: *tp})
 		}
 	}
 	c.res.Spec = spec
@@ -337,7 +368,7 @@ func userStmts(file string, ss []parse.Stmt, begin bool) error {
 }
 
 // program is one probe's program on one tracepoint.
-func (c *compiler) program(pr *parse.Probe, tp *Tracepoint) (bpf.Instructions, error) {
+func (c *compiler) program(pr *parse.Probe, tp *Target) (bpf.Instructions, error) {
 	// fp-8 is scratch: the lost map's key.
 	g := &gen{c: c, tp: tp, vars: map[string]slot{}, sp: 8}
 	g.emit(asm.Prologue()...)
@@ -376,9 +407,6 @@ func (c *compiler) program(pr *parse.Probe, tp *Tracepoint) (bpf.Instructions, e
 	}
 	return g.insns, nil
 }
-
-// probeName is the probe builtin's value for a tracepoint.
-func probeName(tp *Tracepoint) string { return "tracepoint:" + tp.Group + ":" + tp.Name }
 
 // joinNames lists names, for messages.
 func joinNames(names []string) string { return strings.Join(names, ", ") }

@@ -41,6 +41,10 @@ t:sched:sched_process_exec { @exec[str(args->filename)] = count(); printf("%s %s
 t:syscalls:sys_enter_write /@names[args->fd] == "stderr"/ { time("%H:%M:%S "); printf("%s\n", @names[args->fd]); @e = max(elapsed); }
 interval:s:1 { time(); print(@e); clear(@e); }
 END { zero(@e); }`,
+	"kprobe": `kprobe:vfs_read,kprobe:vfs_write /arg2 > 100/ { @bytes[func] = sum(arg2); @start[tid] = nsecs; @path[tid] = str(arg1); }
+kretprobe:vfs_read /@start[tid]/ { @lat[func, retval < 0] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
+	"uprobe": `uprobe:/bin/bash:readline { @start[tid] = nsecs; }
+uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, str(retval)); @lines[comm] = count(); delete(@start[tid]); }`,
 	// comm is at offset 4 mod 8 (44 on 6.18): copied in 4-byte loads.
 	"unaligned": `t:block:block_rq_issue { @[args->comm] = hist(args->bytes); }`,
 	"arith": `t:syscalls:sys_exit_write /args->ret >= 0/ {
@@ -51,8 +55,21 @@ END { zero(@e); }`,
 }`,
 }
 
-// testdataTracepoints resolves attach points from testdata's formats.
-func testdataTracepoints(ap *parse.AttachPoint) ([]Tracepoint, error) {
+// functionTarget is a kprobe's or uprobe's target, as the tool resolves
+// it, without looking: the goldens and the loads need no such function.
+func functionTarget(ap *parse.AttachPoint) []Target {
+	ret := strings.HasPrefix(ap.Provider, "kret") || strings.HasPrefix(ap.Provider, "uret")
+	if strings.HasPrefix(ap.Provider, "u") {
+		return []Target{{Provider: ap.Provider, Func: ap.Parts[1], Probe: tracefs.Probe{Type: tracefs.Uprobe, Path: ap.Parts[0], Ret: ret}}}
+	}
+	return []Target{{Provider: ap.Provider, Func: ap.Parts[0], Probe: tracefs.Probe{Type: tracefs.Kprobe, Symbol: ap.Parts[0], Ret: ret}}}
+}
+
+// testdataTargets resolves attach points from testdata's formats.
+func testdataTargets(ap *parse.AttachPoint) ([]Target, error) {
+	if ap.Provider != "tracepoint" {
+		return functionTarget(ap), nil
+	}
 	b, err := os.ReadFile(filepath.Join("testdata", ap.Parts[1]+".6.18.format"))
 	if err != nil {
 		return nil, err
@@ -61,19 +78,23 @@ func testdataTracepoints(ap *parse.AttachPoint) ([]Tracepoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Tracepoint{{Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
+	return []Target{{Provider: "tracepoint", Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
 }
 
-// kernelTracepoints resolves them from the running kernel's formats.
-func kernelTracepoints(ap *parse.AttachPoint) ([]Tracepoint, error) {
+// kernelTargets resolves them from the running kernel's formats.
+func kernelTargets(ap *parse.AttachPoint) ([]Target, error) {
+	if ap.Provider != "tracepoint" {
+		return functionTarget(ap), nil
+	}
 	f, err := tracefs.ReadFormat(ap.Parts[0], ap.Parts[1])
 	if err != nil {
 		return nil, err
 	}
-	return []Tracepoint{{Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
+	return []Target{{Provider: "tracepoint", Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
 }
 
-func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tracepoint, error)) (*Result, error) {
+// compileScript compiles src for x86-64's registers, or regs.
+func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Target, error), regs ...*asm.Regs) (*Result, error) {
 	t.Helper()
 	prog, err := parse.Parse("test.bt", src, nil)
 	if err != nil {
@@ -82,14 +103,21 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tra
 	if err := check.Check("test.bt", prog, check.Options{}); err != nil {
 		return nil, err
 	}
-	return Compile(prog, Options{File: "test.bt", Tracepoints: tps, Readers: asm.NewReaders, Start: 1e9})
+	r, err := asm.PtRegs("amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(regs) > 0 {
+		r = regs[0]
+	}
+	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9})
 }
 
 // TestGolden pins each script's programs and maps.
 func TestGolden(t *testing.T) {
 	for name, src := range scripts {
 		t.Run(name, func(t *testing.T) {
-			res, err := compileScript(t, src, testdataTracepoints)
+			res, err := compileScript(t, src, testdataTargets)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +129,7 @@ func TestGolden(t *testing.T) {
 				fmt.Fprintf(&b, "# printf %d: %q %v exit %v\n", i, p.Format, p.Args, p.Exit)
 			}
 			for _, a := range res.Attach {
-				fmt.Fprintf(&b, "\n%s on tracepoint:%s:%s\n", a.Program, a.Group, a.Name)
+				fmt.Fprintf(&b, "\n%s on %s\n", a.Program, a.Target.ProbeName())
 				b.WriteString(golden.Program(res.Spec.Programs[a.Program].Instructions))
 			}
 			golden.Check(t, name, b.String())
@@ -119,7 +147,11 @@ func TestLoad(t *testing.T) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		res, err := compileScript(t, scripts[name], kernelTracepoints)
+		regs, err := asm.HostPtRegs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := compileScript(t, scripts[name], kernelTargets, regs)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -131,7 +163,10 @@ func TestLoad(t *testing.T) {
 // TestRefused: what the compiler does not take is refused with its place.
 func TestRefused(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
-		{`kprobe:vfs_read { @ = count(); }`, "test.bt:1:1: kprobe probes are not taken yet"},
+		{`profile:hz:99 { @ = count(); }`, "test.bt:1:1: profile probes are not taken yet"},
+		{`t:syscalls:sys_enter_write { @ = arg0; }`, "test.bt:1:34: arg0 is not in tracepoint probes"},
+		{`kprobe:vfs_read { @ = args->count; }`, "test.bt:1:23: args is not in kprobe probes"},
+		{`kprobe:vfs_read { @ = arg7; }`, "arg7: the arguments in registers are arg0 to arg5"},
 		{`t:syscalls:sys_enter_write { @ = count(); }
 t:syscalls:sys_enter_write { @x[kstack] = count(); }`, "test.bt:2:33: kstack is not taken here yet"},
 		{`t:syscalls:sys_enter_write { @ = args->nosuch; }`, `test.bt:1:34: tracepoint:syscalls:sys_enter_write has no field "nosuch" (fields: __syscall_nr, fd, buf, count)`},
@@ -143,7 +178,7 @@ t:syscalls:sys_enter_write { @x[kstack] = count(); }`, "test.bt:2:33: kstack is 
 		{`t:syscalls:sys_enter_write { $s = comm; $s = 1; }`, "test.bt:1:41: $s holds a string, and is assigned an integer here"},
 		{`t:syscalls:sys_enter_write { @ = lhist(pid, 10, 0, 1); }`, "lhist(value, min, max, step) wants min < max"},
 	} {
-		_, err := compileScript(t, c.src, testdataTracepoints)
+		_, err := compileScript(t, c.src, testdataTargets)
 		var pe *parse.Error
 		if !errors.As(err, &pe) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want a refusal with %q", c.src, err, c.want)

@@ -136,11 +136,41 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		g.emit(bpf.Add.Imm(bpf.R1, int32(off)), bpf.Mov.Imm(bpf.R2, 16), bpf.FnGetCurrentComm.Call())
 		return typ{str: true, size: 16, off: off}, nil
 	case "probe":
-		return g.literal(probeName(g.tp), x.Pos)
+		return g.literal(g.tp.ProbeName(), x.Pos)
+	case "func":
+		if g.tp.Func == "" {
+			return typ{}, errAt(g.file(), x.Pos, "func is a kprobe's or uprobe's function: %s has none", g.tp.ProbeName())
+		}
+		return g.literal(g.tp.Func, x.Pos)
+	case "retval":
+		if !g.tp.Probe.Ret {
+			return typ{}, errAt(g.file(), x.Pos, "retval is a kretprobe's or uretprobe's")
+		}
+		return g.register(g.c.opt.Regs.Ret, x.Name, true)
 	default:
-		return typ{}, errAt(g.file(), x.Pos, "%s is not taken here yet", x.Name)
+		i, ok := argIndex(x.Name)
+		if !ok {
+			return typ{}, errAt(g.file(), x.Pos, "%s is not taken here yet", x.Name)
+		}
+		if g.tp.Provider != "kprobe" && g.tp.Provider != "uprobe" {
+			return typ{}, errAt(g.file(), x.Pos, "%s is a kprobe's or uprobe's argument; %s has %s", x.Name, g.tp.ProbeName(), map[bool]string{true: "args->field", false: "retval"}[g.tp.Provider == "tracepoint"])
+		}
+		if i >= len(g.c.opt.Regs.Args) {
+			return typ{}, errAt(g.file(), x.Pos, "%s: %s passes %d arguments in registers", x.Name, g.c.opt.Regs.Arch, len(g.c.opt.Regs.Args))
+		}
+		return g.register(g.c.opt.Regs.Args[i], x.Name, false)
 	}
 	return intT, nil
+}
+
+// register reads a register of the probe's struct pt_regs.
+func (g *gen) register(off int16, name string, signed bool) (typ, error) {
+	regs := g.c.opt.Regs
+	g.emit(asm.Note(bpf.Instructions{bpf.LoadMem(bpf.R0, asm.RegCtx, off, regs.Load())}, fmt.Sprintf("%s: pt_regs+%d", name, off))...)
+	if regs.Width == 4 && signed {
+		g.emit(bpf.LSh.Imm(bpf.R0, 32), bpf.ArSh.Imm(bpf.R0, 32))
+	}
+	return typ{size: 8, signed: signed}, nil
 }
 
 // field reads args->name from the record.
@@ -248,14 +278,26 @@ func (g *gen) callValue(x *parse.Call) (typ, error) {
 		if err != nil {
 			return typ{}, err
 		}
-		helper := g.c.opt.Readers.KernelStr
-		if g.tp.Group == userEventGroup {
-			helper = g.c.opt.Readers.UserStr
+		rd := g.c.opt.Readers
+		helper := rd.KernelStr
+		if g.tp.user() {
+			helper = rd.UserStr
 		}
-		g.emit(asm.Note(bpf.Instructions{bpf.Mov.Reg(bpf.R3, bpf.R0)}, fmt.Sprintf("str(): at most %d bytes by %v", StrSize-1, helper))...)
+		// A kprobe's pointer may be the kernel's or the user's (a
+		// syscall's path): the kernel's first, then the user's.
+		either := g.tp.Provider == "kprobe" || g.tp.Provider == "kretprobe"
+		either = either && rd.Split()
+		g.emit(asm.Note(bpf.Instructions{bpf.Mov.Reg(bpf.R8, bpf.R0)}, fmt.Sprintf("str(): at most %d bytes by %v", StrSize-1, helper))...)
 		g.zero(off, StrSize)
 		g.stackPtr(bpf.R1, off)
-		g.emit(bpf.Mov.Imm(bpf.R2, StrSize), helper.Call())
+		g.emit(bpf.Mov.Imm(bpf.R2, StrSize), bpf.Mov.Reg(bpf.R3, bpf.R8), helper.Call())
+		if either {
+			done := g.label("str")
+			g.emit(asm.Note(bpf.Instructions{bpf.JSGE.Imm(bpf.R0, 0, done)}, "not a kernel address: the user's")...)
+			g.stackPtr(bpf.R1, off)
+			g.emit(bpf.Mov.Imm(bpf.R2, StrSize), bpf.Mov.Reg(bpf.R3, bpf.R8), rd.UserStr.Call())
+			g.mark(done)
+		}
 		return typ{str: true, size: StrSize, off: off}, nil
 	}
 	if _, ok := aggs[x.Name]; ok {

@@ -23,7 +23,7 @@ type slot struct {
 // given back when their expression is done.
 type gen struct {
 	c       *compiler
-	tp      *Tracepoint
+	tp      *Target
 	insns   bpf.Instructions
 	pending string // a label for the next instruction
 	labels  int

@@ -32,9 +32,12 @@ var intBuiltins = map[string]bool{"pid": true, "tid": true, "uid": true, "gid": 
 var aggs = map[string]output.Kind{"count": output.Count, "sum": output.Sum, "min": output.Min, "max": output.Max, "avg": output.Avg, "stats": output.Stats, "hist": output.Hist, "lhist": output.Lhist}
 
 // field is a tracepoint field an args->name names.
-func (c *compiler) field(tp *Tracepoint, x *parse.Field) (tracefs.Field, typ, error) {
+func (c *compiler) field(tp *Target, x *parse.Field) (tracefs.Field, typ, error) {
 	if id, ok := x.X.(*parse.Ident); !ok || id.Name != "args" {
 		return tracefs.Field{}, typ{}, errAt(c.opt.File, x.Pos, "only args->field is taken here (struct walks through BTF are not yet)")
+	}
+	if tp.Provider != "tracepoint" {
+		return tracefs.Field{}, typ{}, errAt(c.opt.File, x.Pos, "args is a tracepoint's record here; a %s has arg0, arg1, ...", tp.Provider)
 	}
 	f, ok := tp.Format.Field(x.Name)
 	if !ok || f.Common {
@@ -42,7 +45,7 @@ func (c *compiler) field(tp *Tracepoint, x *parse.Field) (tracefs.Field, typ, er
 	}
 	char := strings.HasPrefix(f.Type, "char") || strings.HasPrefix(f.Type, "const char") || strings.HasPrefix(f.Type, "unsigned char")
 	switch {
-	case f.DataLoc && char && tp.Group != userEventGroup:
+	case f.DataLoc && char && !tp.user():
 		return f, strT(StrSize), nil
 	case f.DataLoc:
 		return f, typ{}, errAt(c.opt.File, x.Pos, "args->%s is a __data_loc %s: not taken", x.Name, f.Type)
@@ -75,7 +78,7 @@ func (c *compiler) param(x *parse.Param) (string, uint64, bool) {
 // typer learns the maps' kinds and keys before any code is made.
 type typer struct {
 	c    *compiler
-	tp   *Tracepoint
+	tp   *Target
 	vars map[string]typ
 }
 
@@ -238,7 +241,14 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		case x.Name == "comm":
 			return strT(16), nil
 		case x.Name == "probe":
-			return strT(len(probeName(t.tp)) + 1), nil
+			return strT(len(t.tp.ProbeName()) + 1), nil
+		case x.Name == "func":
+			return strT(len(t.tp.Func) + 1), nil
+		case x.Name == "retval":
+			return typ{size: 8, signed: true}, nil
+		}
+		if _, ok := argIndex(x.Name); ok {
+			return intT, nil
 		}
 		return typ{}, errAt(c.opt.File, x.Pos, "%s is not taken here yet", x.Name)
 	case *parse.Field:
@@ -289,4 +299,14 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		return intT, t.store(x.X, intT, "", nil, x.Pos)
 	}
 	return typ{}, errAt(c.opt.File, x.ExprPos(), "this expression is not taken yet")
+}
+
+// argIndex is N of argN.
+func argIndex(name string) (int, bool) {
+	n, ok := strings.CutPrefix(name, "arg")
+	if !ok || n == "" || len(n) > 2 {
+		return 0, false
+	}
+	i, err := strconv.Atoi(n)
+	return i, err == nil
 }

@@ -614,6 +614,19 @@ func Format(t testing.TB, name string) *tracefs.Format {
 	return f
 }
 
+// USDTFixtures are filter's C fixtures (USDT probes, tk_add, chains):
+// dir is filter/testdata/usdt relative to the calling package; built with
+// gcc and sys/sdt.h, prebuilt in the kernel matrix's guests.
+func USDTFixtures(t testing.TB, dir string) string {
+	t.Helper()
+	return Fixtures(t, dir+"/build", dir+"/build.sh", "gcc systemtap-sdt-dev", func() bool {
+		_, err := exec.LookPath("gcc")
+		_, errH := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h")
+		_, errH2 := os.Stat("/usr/include/sys/sdt.h")
+		return err == nil && (errH == nil || errH2 == nil)
+	})
+}
+
 var (
 	fixtureMu    sync.Mutex
 	fixtureBuilt = map[string]string{}

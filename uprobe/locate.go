@@ -1,0 +1,84 @@
+package uprobe
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tracekit/tracekit/tracefs"
+)
+
+// libDirs are where a bare library name is looked for, after
+// $LD_LIBRARY_PATH: the dynamic linker's defaults on Debian and others.
+var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/riscv64-linux-gnu", "/usr/lib/riscv64-linux-gnu", "/lib/arm-linux-gnueabihf", "/usr/lib/arm-linux-gnueabihf", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
+
+// Locate finds the file a probe names, as the kernel will see it: an
+// absolute path with its symbolic links resolved (a uprobe is on the
+// inode). A bare name is looked up on $PATH, then in the library
+// directories. With root (a process's /proc/PID/root), the file is found
+// as that process sees it: an absolute path under root, or a bare name in
+// the usual directories under root; the kernel follows root's magic link,
+// and any symbolic link below it, when it places the probe. A name that
+// is nowhere is a NoSuchError.
+func Locate(name, root string) (string, error) {
+	if root != "" {
+		return locateIn(name, root)
+	}
+	path := name
+	if !strings.HasPrefix(name, "/") {
+		path = ""
+		var dirs []string
+		dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
+		dirs = append(dirs, filepath.SplitList(os.Getenv("LD_LIBRARY_PATH"))...)
+		dirs = append(dirs, libDirs...)
+		for _, d := range dirs {
+			if d == "" || !filepath.IsAbs(d) {
+				continue
+			}
+			if st, err := os.Stat(filepath.Join(d, name)); err == nil && st.Mode().IsRegular() {
+				path = filepath.Join(d, name)
+				break
+			}
+		}
+		if path == "" {
+			return "", NoSuch("%s: not found on $PATH or in the library directories (%s)", name, strings.Join(libDirs, ", "))
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return "", fmt.Errorf("%s: %w", path, pe.Err)
+		}
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", err
+	}
+	if err := tracefs.ValidatePath(real); err != nil {
+		return "", err
+	}
+	return real, nil
+}
+
+func locateIn(name, root string) (string, error) {
+	var candidates []string
+	if strings.HasPrefix(name, "/") {
+		candidates = []string{root + name}
+	} else {
+		for _, d := range append([]string{"/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"}, libDirs...) {
+			candidates = append(candidates, root+d+"/"+name)
+		}
+	}
+	for _, p := range candidates {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			if err := tracefs.ValidatePath(p); err != nil {
+				return "", err
+			}
+			return p, nil
+		}
+	}
+	return "", NoSuch("%s: not found in the process's root (%s)", name, root)
+}
