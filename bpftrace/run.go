@@ -90,10 +90,29 @@ func load(o *options) (*parse.Program, []string, string, error) {
 	if err != nil {
 		return nil, nil, "", usage.Errorf("%v", err)
 	}
-	if err := check.Check(file, prog, check.Options{Unsafe: o.Unsafe}); err != nil {
+	isConst := func(name string) bool { _, ok := constant(name); return ok }
+	if err := check.Check(file, prog, check.Options{Unsafe: o.Unsafe, Const: isConst}); err != nil {
 		return nil, nil, "", usage.Errorf("%v", err)
 	}
 	return prog, params, file, nil
+}
+
+// enumerator is an enumerator of the kernel's BTF (none without BTF).
+func enumerator(name string) (int64, bool) {
+	spec, err := kbtf.Kernel()
+	if err != nil {
+		return 0, false
+	}
+	return spec.Enumerator(name)
+}
+
+// constant is a bare name's value as the compiler finds it: a header's
+// macro, else the kernel's enumerator.
+func constant(name string) (int64, bool) {
+	if v, ok := compile.Macros[name]; ok {
+		return v, true
+	}
+	return enumerator(name)
 }
 
 // listProbes is -l: the probes a search or the program's attach points
@@ -243,7 +262,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	regs, _ := asm.HostPtRegs() // nil: the compiler refuses arg0 and retval
 	resolve := func(ap *parse.AttachPoint) ([]compile.Target, error) { return targets(ap, o.Pid) }
-	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano())})
+	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator})
 	if err != nil {
 		var pe *parse.Error
 		if errors.As(err, &pe) {

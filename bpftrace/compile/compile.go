@@ -74,6 +74,9 @@ type Options struct {
 	// Start is when the run began on the kernel's monotonic clock (what
 	// nsecs reads), for elapsed.
 	Start uint64
+	// Const is an enumerator of the kernel's (from its BTF), for a bare
+	// name that is no builtin and no header's macro (Macros); nil: none.
+	Const func(name string) (int64, bool)
 }
 
 // Attach is one program and where it goes.

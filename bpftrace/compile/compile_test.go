@@ -45,6 +45,7 @@ END { zero(@e); }`,
 kretprobe:vfs_read /@start[tid]/ { @lat[func, retval < 0] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
 	"uprobe": `uprobe:/bin/bash:readline { @start[tid] = nsecs; }
 uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, str(retval)); @lines[comm] = count(); delete(@start[tid]); }`,
+	"constants": `t:syscalls:sys_enter_openat /(args->flags & O_CREAT) && args->dfd != AF_INET6/ { @[TCP_SYN_SENT + TASK_RUNNING] = count(); }`,
 	// comm is at offset 4 mod 8 (44 on 6.18): copied in 4-byte loads.
 	"unaligned": `t:block:block_rq_issue { @[args->comm] = hist(args->bytes); }`,
 	"arith": `t:syscalls:sys_exit_write /args->ret >= 0/ {
@@ -100,7 +101,8 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := check.Check("test.bt", prog, check.Options{}); err != nil {
+	isConst := func(name string) bool { _, ok := Macros[name]; return ok || name == "TCP_SYN_SENT" }
+	if err := check.Check("test.bt", prog, check.Options{Const: isConst}); err != nil {
 		return nil, err
 	}
 	r, err := asm.PtRegs("amd64")
@@ -110,7 +112,9 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 	if len(regs) > 0 {
 		r = regs[0]
 	}
-	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9})
+	// The kernel's enumerators, as its BTF would give them.
+	enums := func(name string) (int64, bool) { v, ok := map[string]int64{"TCP_SYN_SENT": 2}[name]; return v, ok }
+	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9, Const: enums})
 }
 
 // TestGolden pins each script's programs and maps.
@@ -164,6 +168,7 @@ func TestLoad(t *testing.T) {
 func TestRefused(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
 		{`profile:hz:99 { @ = count(); }`, "test.bt:1:1: profile probes are not taken yet"},
+		{`t:syscalls:sys_enter_write { @ = NO_SUCH_CONSTANT; }`, `test.bt:1:34: unknown name "NO_SUCH_CONSTANT"`},
 		{`t:syscalls:sys_enter_write { @ = arg0; }`, "test.bt:1:34: arg0 is not in tracepoint probes"},
 		{`kprobe:vfs_read { @ = args->count; }`, "test.bt:1:23: args is not in kprobe probes"},
 		{`kprobe:vfs_read { @ = arg7; }`, "arg7: the arguments in registers are arg0 to arg5"},

@@ -16,7 +16,7 @@ import (
 func (g *gen) expr(x parse.Expr) (typ, error) {
 	switch x := x.(type) {
 	case *parse.Int:
-		g.emit(bpf.LoadImm(bpf.R0, int64(x.Value), bpf.DWord))
+		g.loadConst(int64(x.Value), "")
 		return typ{size: 8, signed: true}, nil
 	case *parse.Str:
 		return g.literal(x.Value, x.Pos)
@@ -25,7 +25,7 @@ func (g *gen) expr(x parse.Expr) (typ, error) {
 		if isStr {
 			return g.literal(s, x.Pos)
 		}
-		g.emit(bpf.LoadImm(bpf.R0, int64(n), bpf.DWord))
+		g.loadConst(int64(n), "")
 		return typ{size: 8, signed: true}, nil
 	case *parse.Ident:
 		return g.builtin(x)
@@ -90,6 +90,41 @@ func (g *gen) expr(x parse.Expr) (typ, error) {
 	return typ{}, errAt(g.file(), x.ExprPos(), "this expression is not taken yet")
 }
 
+// loadConst puts v in R0: one instruction where it fits the 32 bits a
+// move sign-extends, else two.
+func (g *gen) loadConst(v int64, name string) {
+	ins := bpf.LoadImm(bpf.R0, v, bpf.DWord)
+	if v == int64(int32(v)) {
+		ins = bpf.Mov.Imm(bpf.R0, int32(v))
+	}
+	if name != "" {
+		ins = ins.WithSource(bpf.Comment(name))
+	}
+	g.emit(ins)
+}
+
+// constValue is x's value where the compiler knows it: a literal, a
+// numeric parameter, a constant's name, a negated one.
+func (g *gen) constValue(x parse.Expr) (int64, bool) {
+	switch x := x.(type) {
+	case *parse.Int:
+		return int64(x.Value), true
+	case *parse.Param:
+		if _, n, isStr := g.c.param(x); !isStr {
+			return int64(n), true
+		}
+	case *parse.Ident:
+		if !intBuiltins[x.Name] {
+			return g.c.constant(x.Name)
+		}
+	case *parse.Unary:
+		if v, ok := g.constValue(x.X); ok && x.Op == "-" {
+			return -v, true
+		}
+	}
+	return 0, false
+}
+
 // literal puts s, NUL-padded to a multiple of 8 bytes, on the stack.
 func (g *gen) literal(s string, at parse.Pos) (typ, error) {
 	t := strT(len(s) + 1)
@@ -148,6 +183,10 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		}
 		return g.register(g.c.opt.Regs.Ret, x.Name, true)
 	default:
+		if v, ok := g.c.constant(x.Name); ok {
+			g.loadConst(v, x.Name)
+			return typ{size: 8, signed: true}, nil
+		}
 		i, ok := argIndex(x.Name)
 		if !ok {
 			return typ{}, errAt(g.file(), x.Pos, "%s is not taken here yet", x.Name)
@@ -347,6 +386,12 @@ func (g *gen) binary(x *parse.Binary) (typ, error) {
 	if err != nil {
 		return typ{}, err
 	}
+	if v, ok := g.constValue(x.R); ok && v == int64(int32(v)) && !l.str && !(v == 0 && (x.Op == "/" || x.Op == "%")) {
+		// (The verifier refuses a division by an immediate 0; by a
+		// register that is 0, BPF gives 0.)
+		// A constant on the right: the instruction's immediate, no spill.
+		return g.binaryImm(x.Op, l, int32(v), x.Pos)
+	}
 	var spill int16
 	if !l.str {
 		if spill, err = g.alloc(8, x.Pos); err != nil {
@@ -388,6 +433,27 @@ func (g *gen) binary(x *parse.Binary) (typ, error) {
 	g.emit(bpf.Mov.Imm(bpf.R2, 1), jump.Reg(bpf.R0, bpf.R1, yes), bpf.Mov.Imm(bpf.R2, 0))
 	g.mark(yes)
 	g.emit(bpf.Mov.Reg(bpf.R0, bpf.R2))
+	return typ{size: 8}, nil
+}
+
+// binaryImm is L Op v with L in R0: literals are signed, so the
+// operation is signed where L is.
+func (g *gen) binaryImm(op string, l typ, v int32, at parse.Pos) (typ, error) {
+	if alu, ok := arith[op]; ok {
+		g.emit(alu.Imm(bpf.R0, v))
+		return typ{size: 8, signed: l.signed}, nil
+	}
+	jumps, ok := compares[op]
+	if !ok {
+		return typ{}, errAt(g.file(), at, "%s is not taken yet", op)
+	}
+	jump := jumps[0]
+	if l.signed {
+		jump = jumps[1]
+	}
+	yes := g.label("true")
+	g.emit(bpf.Mov.Reg(bpf.R1, bpf.R0), bpf.Mov.Imm(bpf.R0, 1), jump.Imm(bpf.R1, v, yes), bpf.Mov.Imm(bpf.R0, 0))
+	g.mark(yes)
 	return typ{size: 8}, nil
 }
 

@@ -247,6 +247,9 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		case x.Name == "retval":
 			return typ{size: 8, signed: true}, nil
 		}
+		if _, ok := c.constant(x.Name); ok {
+			return typ{size: 8, signed: true}, nil
+		}
 		if _, ok := argIndex(x.Name); ok {
 			return intT, nil
 		}
