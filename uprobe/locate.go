@@ -1,12 +1,15 @@
 package uprobe
 
 import (
+	"debug/elf"
 	"errors"
+	"io"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -41,6 +44,9 @@ func Locate(name, root string) (string, error) {
 				path = filepath.Join(d, name)
 				break
 			}
+		}
+		if path == "" {
+			path = library(name, "", dirs)
 		}
 		if path == "" {
 			return "", NoSuch("%s: not found on $PATH or in the library directories (%s)", name, strings.Join(libDirs, ", "))
@@ -80,5 +86,54 @@ func locateIn(name, root string) (string, error) {
 			return p, nil
 		}
 	}
+	if !strings.HasPrefix(name, "/") {
+		if p := library(name, root, libDirs); p != "" {
+			if err := tracefs.ValidatePath(p); err != nil {
+				return "", err
+			}
+			return p, nil
+		}
+	}
 	return "", NoSuch("%s: not found in the process's root (%s)", name, root)
+}
+
+// library finds a library by the short name bpftrace takes ("libc" for
+// libc.so.6, "libpthread"): the first of NAME.so and NAME.so.VERSION in
+// dirs under root that is an ELF file (libc.so is a linker script), its
+// links resolved.
+func library(name, root string, dirs []string) string {
+	if strings.Contains(name, ".so") {
+		return ""
+	}
+	for _, d := range dirs {
+		if d == "" || !filepath.IsAbs(d) {
+			continue
+		}
+		matches, _ := filepath.Glob(filepath.Join(root+d, name+".so*"))
+		for _, m := range matches {
+			if rest := strings.TrimPrefix(filepath.Base(m), name+".so"); rest != "" && rest[0] != '.' {
+				continue // libc.so-something: another library
+			}
+			real, err := filepath.EvalSymlinks(m)
+			if err != nil {
+				continue
+			}
+			if isELF(real) { // not libc.so, a linker script
+				return real
+			}
+		}
+	}
+	return ""
+}
+
+// isELF says whether path is a regular file that starts as ELF files do.
+func isELF(path string) bool {
+	f, err := regular.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var magic [4]byte
+	_, err = io.ReadFull(f, magic[:])
+	return err == nil && string(magic[:]) == elf.ELFMAG
 }
