@@ -1,6 +1,7 @@
 package bpftrace_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,7 +179,8 @@ func TestRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-e", "profile:hz:99 { @ = count(); }"}, "bpftrace: stdin:1:1: profile probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe and uretprobe are\n"},
+		{[]string{"-e", "usdt:/bin/sh:p:n { @ = count(); }"}, "bpftrace: stdin:1:1: usdt probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe, uretprobe, profile, software and hardware are\n"},
+		{[]string{"-e", "software:nosuch { @ = count(); }"}, "bpftrace: software:nosuch: no software event \"nosuch\" (there are "},
 		{[]string{"-e", "uprobe:/nonexistent/x:f { @ = count(); }"}, "bpftrace: /nonexistent/x: no such file or directory\n"},
 		{[]string{"-e", "uprobe:/bin/sh:no_such_function_here { @ = count(); }"}, "bpftrace: /"},
 		{[]string{"-e", "t:syscalls:sys_enter_read { @ = count() }}"}, "bpftrace: stdin:1:42: expected a probe"},
@@ -247,4 +249,19 @@ kretprobe:vfs_write /retval == 4321/ { @r[func] = count(); }`
 	if r.Status != 0 || r.Stdout != want {
 		t.Errorf("exit %d, printed:\n%s\nwant:\n%s\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
 	}
+}
+
+// TestProfile: a profile probe samples the CPU the workload runs on: its
+// 200,000 writes take some milliseconds of CPU at least, sampled every
+// 250 µs of CPU clock.
+func TestProfile(t *testing.T) {
+	privtest.Require(t)
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", tooltest.Writes(t, 1, 200000), "-e",
+		`profile:hz:4000 /comm == "`+workloadComm()+`"/ { @samples = count(); @probe[probe] = count(); }`)
+	var n int
+	if _, err := fmt.Sscanf(r.Stdout, "Attaching 1 probe...\n\n\n@probe[profile:hz:4000]: %d\n@samples: ", &n); err != nil || r.Status != 0 || n < 1 ||
+		!strings.HasSuffix(r.Stdout, fmt.Sprintf("@samples: %d\n", n)) {
+		t.Errorf("exit %d, printed:\n%s\nstderr: %s", r.Status, r.Stdout, r.Stderr)
+	}
+	t.Logf("%d samples", n)
 }

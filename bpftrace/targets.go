@@ -3,9 +3,14 @@ package bpftrace
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/bpftrace/compile"
 	"github.com/tracekit/tracekit/bpftrace/list"
@@ -36,6 +41,10 @@ func targets(ap *parse.AttachPoint, pid int64) ([]compile.Target, error) {
 		out, err = kprobes(ap)
 	case "uprobe", "uretprobe":
 		out, err = uprobes(ap, pid)
+	case "profile", "software", "hardware":
+		var t compile.Target
+		t, err = perfTarget(ap)
+		out = []compile.Target{t}
 	default:
 		return nil, usage.Errorf("%s: %s probes are not taken yet", ap.Raw, ap.Provider)
 	}
@@ -152,6 +161,91 @@ func uprobes(ap *parse.AttachPoint, pid int64) ([]compile.Target, error) {
 	return out, nil
 }
 
+// perfEvent is a software or hardware event bpftrace names, and its
+// default sample period.
+type perfEvent struct {
+	config uint32
+	period uint64
+}
+
+// softwareEvents and hardwareEvents are bpftrace 0.17's names (aliases
+// too) and default periods (src/probe_matcher.h's tables).
+var (
+	softwareEvents = map[string]perfEvent{
+		"cpu-clock": {unix.PERF_COUNT_SW_CPU_CLOCK, 1000000}, "cpu": {unix.PERF_COUNT_SW_CPU_CLOCK, 1000000},
+		"task-clock":  {unix.PERF_COUNT_SW_TASK_CLOCK, 1000000},
+		"page-faults": {unix.PERF_COUNT_SW_PAGE_FAULTS, 100}, "faults": {unix.PERF_COUNT_SW_PAGE_FAULTS, 100},
+		"context-switches": {unix.PERF_COUNT_SW_CONTEXT_SWITCHES, 1000}, "cs": {unix.PERF_COUNT_SW_CONTEXT_SWITCHES, 1000},
+		"cpu-migrations":   {unix.PERF_COUNT_SW_CPU_MIGRATIONS, 1},
+		"minor-faults":     {unix.PERF_COUNT_SW_PAGE_FAULTS_MIN, 100},
+		"major-faults":     {unix.PERF_COUNT_SW_PAGE_FAULTS_MAJ, 1},
+		"alignment-faults": {unix.PERF_COUNT_SW_ALIGNMENT_FAULTS, 1},
+		"emulation-faults": {unix.PERF_COUNT_SW_EMULATION_FAULTS, 1},
+	}
+	hardwareEvents = map[string]perfEvent{
+		"cpu-cycles": {unix.PERF_COUNT_HW_CPU_CYCLES, 1000000}, "cycles": {unix.PERF_COUNT_HW_CPU_CYCLES, 1000000},
+		"instructions":        {unix.PERF_COUNT_HW_INSTRUCTIONS, 1000000},
+		"cache-references":    {unix.PERF_COUNT_HW_CACHE_REFERENCES, 1000000},
+		"cache-misses":        {unix.PERF_COUNT_HW_CACHE_MISSES, 1000000},
+		"branch-instructions": {unix.PERF_COUNT_HW_BRANCH_INSTRUCTIONS, 100000}, "branches": {unix.PERF_COUNT_HW_BRANCH_INSTRUCTIONS, 100000},
+		"branch-misses":   {unix.PERF_COUNT_HW_BRANCH_MISSES, 100000},
+		"bus-cycles":      {unix.PERF_COUNT_HW_BUS_CYCLES, 100000},
+		"frontend-stalls": {unix.PERF_COUNT_HW_STALLED_CYCLES_FRONTEND, 1000000},
+		"backend-stalls":  {unix.PERF_COUNT_HW_STALLED_CYCLES_BACKEND, 1000000},
+		"ref-cycles":      {unix.PERF_COUNT_HW_REF_CPU_CYCLES, 1000000},
+	}
+)
+
+// perfTarget is a sampling probe: profile:UNIT:N on the CPU clock (hz:
+// N a second; s, ms, us: every N of them, per CPU), software:EVENT[:N]
+// and hardware:EVENT[:N] every N events (bpftrace's default N without
+// it).
+func perfTarget(ap *parse.AttachPoint) (compile.Target, error) {
+	t := compile.Target{Provider: ap.Provider, Raw: ap.Raw, PerfType: unix.PERF_TYPE_SOFTWARE, PerfConfig: unix.PERF_COUNT_SW_CPU_CLOCK}
+	if ap.Provider == "profile" {
+		n, err := strconv.ParseUint(ap.Parts[1], 10, 32)
+		if err != nil || n == 0 {
+			return t, usage.Errorf("%s: N is a positive number", ap.Raw)
+		}
+		switch ap.Parts[0] {
+		case "hz":
+			t.Period = uint64(time.Second) / n
+		case "s":
+			t.Period = n * uint64(time.Second)
+		case "ms":
+			t.Period = n * uint64(time.Millisecond)
+		case "us":
+			t.Period = n * uint64(time.Microsecond)
+		}
+		if t.Period < uint64(10*time.Microsecond) {
+			return t, usage.Errorf("%s: a sample every %v per CPU is more than the toolkit takes (10 µs at least)", ap.Raw, time.Duration(t.Period))
+		}
+		return t, nil
+	}
+	events := softwareEvents
+	if ap.Provider == "hardware" {
+		events, t.PerfType = hardwareEvents, unix.PERF_TYPE_HARDWARE
+	}
+	ev, ok := events[ap.Parts[0]]
+	if !ok {
+		names := make([]string, 0, len(events))
+		for name := range events {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		return t, usage.Errorf("%s: no %s event %q (there are %s)", ap.Raw, ap.Provider, ap.Parts[0], strings.Join(names, ", "))
+	}
+	t.PerfConfig, t.Period = ev.config, ev.period
+	if len(ap.Parts) == 2 {
+		n, err := strconv.ParseUint(ap.Parts[1], 10, 64)
+		if err != nil || n == 0 {
+			return t, usage.Errorf("%s: the count is a positive number", ap.Raw)
+		}
+		t.Period = n
+	}
+	return t, nil
+}
+
 // userErr: a name that matches nothing is the command line's mistake
 // (exit 2); a file that cannot be read is the file's (exit 1).
 func userErr(err error) error {
@@ -173,6 +267,12 @@ func attach(s *run.Session, coll *ebpf.Collection, res *compile.Result) error {
 			err = s.AttachTracepoint(prog, t.Group, t.Name)
 		case "kprobe", "kretprobe":
 			err = s.AttachProbe(prog, t.Probe, false)
+		case "profile", "software", "hardware":
+			attr := unix.PerfEventAttr{Type: t.PerfType, Config: uint64(t.PerfConfig), Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{})), Sample: t.Period}
+			var events *perfevent.PerCPU
+			if events, err = perfevent.OpenPerCPU(t.Raw, attr, prog, perfevent.AttachEach, nil); err == nil {
+				s.OnDetach("", events.Close)
+			}
 		default:
 			sets = append(sets, run.ProbeSet{Prog: prog, Probes: []tracefs.Probe{t.Probe}})
 		}

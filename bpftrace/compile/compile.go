@@ -38,6 +38,12 @@ type Target struct {
 	// goes (its Path is a uprobe's file).
 	Func  string
 	Probe tracefs.Probe
+	// A perf event's type and config (profile's CPU clock, software's and
+	// hardware's events) and its sample period, on every CPU; Raw is the
+	// attach point as written, the probe builtin's value.
+	PerfType, PerfConfig uint32
+	Period               uint64
+	Raw                  string
 }
 
 // ProbeName is the probe builtin's value: "tracepoint:sched:sched_switch",
@@ -48,6 +54,8 @@ func (t *Target) ProbeName() string {
 		return "tracepoint:" + t.Group + ":" + t.Name
 	case "uprobe", "uretprobe":
 		return t.Provider + ":" + t.Probe.Path + ":" + t.Func
+	case "profile", "software", "hardware":
+		return t.Raw
 	}
 	return t.Provider + ":" + t.Func
 }
@@ -226,14 +234,14 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 					return nil, errAt(opt.File, ap.Pos, "interval probes run every 1 ms or more here (interval:s:N, interval:ms:N)")
 				}
 				every = time.Duration(n) * unit
-			case "tracepoint", "kprobe", "kretprobe", "uprobe", "uretprobe":
+			case "tracepoint", "kprobe", "kretprobe", "uprobe", "uretprobe", "profile", "software", "hardware":
 				got, err := opt.Resolve(ap)
 				if err != nil {
 					return nil, err
 				}
 				tps = append(tps, got...)
 			default:
-				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe and uretprobe are", ap.Provider)
+				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe, uretprobe, profile, software and hardware are", ap.Provider)
 			}
 		}
 		if begin || end || every > 0 {
@@ -312,8 +320,11 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 				return nil, err
 			}
 			typ := ebpf.Kprobe // and uprobes
-			if tp.Provider == "tracepoint" {
+			switch tp.Provider {
+			case "tracepoint":
 				typ = ebpf.TracePoint
+			case "profile", "software", "hardware":
+				typ = ebpf.PerfEvent
 			}
 			spec.Programs[name] = &ebpf.ProgramSpec{Name: name, Type: typ, License: "GPL", Instructions: insns}
 			c.res.Attach = append(c.res.Attach, Attach{Program: name, Target: *tp})

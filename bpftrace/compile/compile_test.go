@@ -45,6 +45,7 @@ END { zero(@e); }`,
 kretprobe:vfs_read /@start[tid]/ { @lat[func, retval < 0] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
 	"uprobe": `uprobe:/bin/bash:readline { @start[tid] = nsecs; }
 uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, str(retval)); @lines[comm] = count(); delete(@start[tid]); }`,
+	"profile": `profile:hz:99 /pid != 0/ { @[comm, cpu] = count(); } software:page-faults:100 { @pf = count(); }`,
 	"constants": `t:syscalls:sys_enter_openat /(args->flags & O_CREAT) && args->dfd != AF_INET6/ { @[TCP_SYN_SENT + TASK_RUNNING] = count(); }`,
 	// comm is at offset 4 mod 8 (44 on 6.18): copied in 4-byte loads.
 	"unaligned": `t:block:block_rq_issue { @[args->comm] = hist(args->bytes); }`,
@@ -68,7 +69,11 @@ func functionTarget(ap *parse.AttachPoint) []Target {
 
 // testdataTargets resolves attach points from testdata's formats.
 func testdataTargets(ap *parse.AttachPoint) ([]Target, error) {
-	if ap.Provider != "tracepoint" {
+	switch ap.Provider {
+	case "profile", "software", "hardware":
+		return []Target{{Provider: ap.Provider, Raw: ap.Raw}}, nil
+	case "tracepoint":
+	default:
 		return functionTarget(ap), nil
 	}
 	b, err := os.ReadFile(filepath.Join("testdata", ap.Parts[1]+".6.18.format"))
@@ -84,7 +89,11 @@ func testdataTargets(ap *parse.AttachPoint) ([]Target, error) {
 
 // kernelTargets resolves them from the running kernel's formats.
 func kernelTargets(ap *parse.AttachPoint) ([]Target, error) {
-	if ap.Provider != "tracepoint" {
+	switch ap.Provider {
+	case "profile", "software", "hardware":
+		return []Target{{Provider: ap.Provider, Raw: ap.Raw}}, nil
+	case "tracepoint":
+	default:
 		return functionTarget(ap), nil
 	}
 	f, err := tracefs.ReadFormat(ap.Parts[0], ap.Parts[1])
@@ -167,7 +176,7 @@ func TestLoad(t *testing.T) {
 // TestRefused: what the compiler does not take is refused with its place.
 func TestRefused(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
-		{`profile:hz:99 { @ = count(); }`, "test.bt:1:1: profile probes are not taken yet"},
+		{`watchpoint:0x1000:8:w { @ = count(); }`, "watchpoint"},
 		{`t:syscalls:sys_enter_write { @ = NO_SUCH_CONSTANT; }`, `test.bt:1:34: unknown name "NO_SUCH_CONSTANT"`},
 		{`t:syscalls:sys_enter_write { @ = arg0; }`, "test.bt:1:34: arg0 is not in tracepoint probes"},
 		{`kprobe:vfs_read { @ = args->count; }`, "test.bt:1:23: args is not in kprobe probes"},
