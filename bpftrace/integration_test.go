@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -264,4 +265,30 @@ func TestProfile(t *testing.T) {
 		t.Errorf("exit %d, printed:\n%s\nstderr: %s", r.Status, r.Stdout, r.Stderr)
 	}
 	t.Logf("%d samples", n)
+}
+
+// TestJoin: join() prints an array of strings (execve's argv) joined by
+// its delimiter, as bpftrace does.
+func TestJoin(t *testing.T) {
+	privtest.Require(t)
+	script := `t:syscalls:sys_enter_execve /str(args->filename) == "/bin/echo"/ { join(args->argv); join(args->argv, ","); }`
+	// The command's own line comes whenever echo writes it.
+	withoutEcho := func(s string) string {
+		lines := strings.SplitAfter(s, "\n")
+		if i := slices.Index(lines, "a bb cc\n"); i >= 0 {
+			lines = slices.Delete(lines, i, i+1)
+		}
+		return strings.Join(lines, "")
+	}
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", "/bin/echo a bb cc", "-e", script)
+	want := "Attaching 1 probe...\n/bin/echo a bb cc\n/bin/echo,a,bb,cc\n\n\n"
+	if got := withoutEcho(r.Stdout); r.Status != 0 || got != want {
+		t.Errorf("exit %d, printed:\n%q\nwant:\n%q\nstderr: %s", r.Status, got, want, r.Stderr)
+	}
+	if bt := peer(t); bt != "" {
+		p := tooltest.Run(t, bt, "-c", "/bin/echo a bb cc", "-e", script)
+		if withoutEcho(p.Stdout) != withoutEcho(r.Stdout) {
+			t.Errorf("bpftrace printed:\n%q\nours:\n%q", p.Stdout, r.Stdout)
+		}
+	}
 }

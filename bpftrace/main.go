@@ -47,15 +47,18 @@ are $1, $2, ... and their count $#.
 
 What it takes: BEGIN and END, interval:s:N and interval:ms:N (run in user
 space: printf, print, clear, zero, time, exit, and in BEGIN constants
-assigned to maps' elements), tracepoint probes (t:, with globs);
-predicates; maps with keys of integers and strings, @start[tid] = nsecs and
-delete(); $variables; if/else, unroll, ternaries, C's arithmetic and
-comparisons (strings with == and !=); count, sum, avg, min, max, stats, hist
-and lhist; the builtins pid, tid, uid, gid, comm, cpu, nsecs, elapsed,
-cgroup, curtask, probe, args->field and $1...; printf, time, str(), exit().
-Anything else is refused by name, with its place, before anything loads:
-kprobes, uprobes, usdt, profile probes, stacks, join, casts and struct walks
-come next (issue 61).
+assigned to maps' elements); tracepoint (t:), kprobe, kretprobe, uprobe and
+uretprobe (a library by its short name: uprobe:libc:getaddrinfo), profile,
+software and hardware probes, with globs; predicates; maps with keys of
+integers and strings, @start[tid] = nsecs and delete(); $variables;
+if/else, unroll, ternaries, C's arithmetic and comparisons (strings with ==
+and !=); count, sum, avg, min, max, stats, hist and lhist; the builtins
+pid, tid, uid, gid, comm, cpu, nsecs, elapsed, cgroup, curtask, probe,
+func, args->field, arg0.., retval and $1...; the headers' usual macros
+(AF_INET, TASK_RUNNING, O_CREAT, ...) and the kernel's enumerators from its
+BTF; printf, time, join, str(), exit(). Anything else is refused by name,
+with its place, before anything loads: usdt, kstack and ustack, ksym and
+usym, casts and struct walks come next (issue 61).
 
 Unlike bpftrace: min() and max() start from the first value (bpftrace's
 start from 0); hist's [2G, 4G) bucket is printed with its true bounds in

@@ -173,6 +173,27 @@ func (p *printer) printf(text string) {
 	io.WriteString(p.w, text)
 }
 
+// join prints a join() record: its strings up to the first empty one,
+// joined by delim, on a line of their own.
+func (p *printer) join(raw []byte, delim string) {
+	var args []string
+	for i := 0; i < compile.JoinArgs && (i+1)*compile.JoinArgSize <= len(raw); i++ {
+		arg := cString(raw[i*compile.JoinArgSize : (i+1)*compile.JoinArgSize])
+		if arg == "" {
+			break
+		}
+		args = append(args, arg)
+	}
+	line := strings.Join(args, delim)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		fmt.Fprintf(p.w, "{\"type\": \"join\", \"data\": %s}\n", jsonString(line))
+		return
+	}
+	io.WriteString(p.w, line+"\n")
+}
+
 // jsonString quotes s as JSON.
 func jsonString(s string) string {
 	var b strings.Builder
@@ -210,6 +231,9 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 		return true, nil
 	case pf.Time:
 		p.printf(strftime(pf.Format, time.Now()))
+		return false, nil
+	case pf.Join:
+		p.join(raw[8:], pf.Format)
 		return false, nil
 	}
 	args := make([]output.Arg, 0, len(pf.Args))

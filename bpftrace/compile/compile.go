@@ -153,6 +153,9 @@ type Printf struct {
 	Args   []Key
 	Exit   bool
 	Time   bool // time(Format): the time it arrives, by strftime
+	// Join is join(array, Format): JoinArgs strings of JoinArgSize bytes
+	// each, from the JoinMap's buffer, up to the first empty one.
+	Join bool
 }
 
 // Interval is an interval probe, run in user space: every Every, Body.
@@ -185,6 +188,11 @@ func (r *Result) Map(name string) *Map {
 // Names of the kernel maps besides the script's.
 const (
 	EventsMap = "events" // printf and exit records, a PERF_EVENT_ARRAY
+	JoinMap   = "join"   // join()'s record, too big for the stack: a per-CPU array
+	// join() reads the first JoinArgs strings of an array (bpftrace's
+	// 16), each up to JoinArgSize bytes with its NUL.
+	JoinArgs    = 16
+	JoinArgSize = 256
 	LostMap   = "lost"   // slot 0: map updates a full map refused
 	// MapEntries is each map's bound, bpftrace's default
 	// (BPFTRACE_MAP_KEYS_MAX); a hist's buckets are entries of their own.
@@ -309,6 +317,7 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 	}
 	spec.Maps[LostMap] = &ebpf.MapSpec{Name: LostMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	spec.Maps[EventsMap] = &ebpf.MapSpec{Name: EventsMap, Type: ebpf.PerfEventArray}
+	spec.Maps[JoinMap] = &ebpf.MapSpec{Name: JoinMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 + JoinArgs*JoinArgSize, MaxEntries: 1}
 	n := 0
 	for _, p := range probes {
 		for i := range p.tps {

@@ -45,6 +45,7 @@ END { zero(@e); }`,
 kretprobe:vfs_read /@start[tid]/ { @lat[func, retval < 0] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
 	"uprobe": `uprobe:/bin/bash:readline { @start[tid] = nsecs; }
 uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, str(retval)); @lines[comm] = count(); delete(@start[tid]); }`,
+	"join": `t:syscalls:sys_enter_execve { join(args->argv); } t:sched:sched_process_exec { printf("%d\n", pid); }`,
 	"profile": `profile:hz:99 /pid != 0/ { @[comm, cpu] = count(); } software:page-faults:100 { @pf = count(); }`,
 	"constants": `t:syscalls:sys_enter_openat /(args->flags & O_CREAT) && args->dfd != AF_INET6/ { @[TCP_SYN_SENT + TASK_RUNNING] = count(); }`,
 	// comm is at offset 4 mod 8 (44 on 6.18): copied in 4-byte loads.

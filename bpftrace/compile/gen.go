@@ -422,6 +422,8 @@ func (g *gen) call(x *parse.Call) error {
 	switch x.Name {
 	case "printf", "exit", "time":
 		return g.printf(x)
+	case "join":
+		return g.join(x)
 	case "delete":
 		m, ok := x.Args[0].(*parse.Map)
 		if !ok {
@@ -516,4 +518,77 @@ func (g *gen) zeroTail(off int16, n, size int) {
 		g.emit(bpf.StoreImm(bpf.RFP, off+int16(i), 0, sz))
 		i += w
 	}
+}
+
+// join sends join(array[, delim])'s record: the array's strings, read
+// into the per-CPU JoinMap (16 of 256 bytes do not fit the stack) up to
+// its first NULL, which user space prints joined by delim.
+func (g *gen) join(x *parse.Call) error {
+	p := Printf{Join: true, Format: " "}
+	if len(x.Args) > 1 {
+		d, ok := x.Args[1].(*parse.Str)
+		if !ok {
+			return errAt(g.file(), x.Args[1].ExprPos(), "join's delimiter is a string literal")
+		}
+		p.Format = d.Value
+	}
+	t, err := g.expr(x.Args[0])
+	if err != nil {
+		return err
+	}
+	if t.str {
+		return errAt(g.file(), x.Args[0].ExprPos(), "join takes an array of strings' addresses (args->argv), not a string")
+	}
+	array, err := g.alloc(8, x.Pos)
+	if err != nil {
+		return err
+	}
+	ptr, err := g.alloc(8, x.Pos)
+	if err != nil {
+		return err
+	}
+	id := len(g.c.printfs)
+	g.c.printfs = append(g.c.printfs, p)
+	rd := g.c.opt.Readers
+	read, readStr := rd.Kernel, rd.KernelStr
+	if g.tp.user() {
+		read, readStr = rd.User, rd.UserStr
+	}
+	ptrSize := bpf.DWord
+	if g.c.opt.Regs != nil && g.c.opt.Regs.Width == 4 {
+		ptrSize = bpf.Word
+	}
+	skip, send, elems := g.label("nojoin"), g.label("join"), g.label("joinelem")
+	elemLabel := func(i int) string {
+		if i == JoinArgs {
+			return send
+		}
+		return fmt.Sprintf("%s_%d", elems, i)
+	}
+	g.emit(asm.Note(bpf.Instructions{bpf.StoreMem(bpf.RFP, array, bpf.R0, bpf.DWord)}, fmt.Sprintf("join(): the array's first %d strings into the per-CPU buffer", JoinArgs))...)
+	g.emit(bpf.StoreImm(bpf.RFP, -8, 0, bpf.Word))
+	g.emit(asm.MapLookup(JoinMap, -8)...)
+	g.emit(bpf.JEq.Imm(bpf.R0, 0, skip), bpf.Mov.Reg(bpf.R9, bpf.R0))
+	g.emit(storeU32(bpf.R9, 0, int64(id))...)
+	for i := range JoinArgs {
+		elem := int16(8 + i*JoinArgSize)
+		end := g.label("joinend")
+		g.emit(asm.Note(bpf.Instructions{bpf.StoreImm(bpf.RFP, ptr, 0, bpf.Word)}, fmt.Sprintf("array[%d]", i))...)
+		g.emit(bpf.StoreImm(bpf.RFP, ptr+4, 0, bpf.Word))
+		g.stackPtr(bpf.R1, ptr)
+		g.emit(bpf.Mov.Imm(bpf.R2, int32(ptrSize.Sizeof())), bpf.LoadMem(bpf.R3, bpf.RFP, array, bpf.DWord), bpf.Add.Imm(bpf.R3, int32(i*ptrSize.Sizeof())), read.Call())
+		g.emit(bpf.LoadMem(bpf.R3, bpf.RFP, ptr, ptrSize), bpf.JEq.Imm(bpf.R3, 0, end))
+		g.emit(bpf.Mov.Reg(bpf.R1, bpf.R9), bpf.Add.Imm(bpf.R1, int32(elem)), bpf.Mov.Imm(bpf.R2, JoinArgSize), readStr.Call())
+		g.emit(bpf.JSGT.Imm(bpf.R0, 0, elemLabel(i+1)))
+		g.mark(end) // a NULL (or a string that cannot be read) ends the list
+		g.emit(bpf.StoreImm(bpf.R9, elem, 0, bpf.Byte), bpf.Ja.Label(send))
+		if i+1 < JoinArgs {
+			g.mark(elemLabel(i + 1))
+		}
+	}
+	g.mark(send)
+	g.emit(bpf.Mov.Reg(bpf.R1, asm.RegCtx), bpf.LoadMapPtr(bpf.R2, 0).WithReference(EventsMap), bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
+	g.emit(bpf.Mov.Reg(bpf.R4, bpf.R9), bpf.Mov.Imm(bpf.R5, 8+JoinArgs*JoinArgSize), bpf.FnPerfEventOutput.Call())
+	g.mark(skip)
+	return nil
 }
