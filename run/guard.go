@@ -41,6 +41,42 @@ const guardName = "tracekit-guard"
 // tool dies before the go, the read sees EOF and the command never runs.
 const gate = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec "$@"`
 
+// shellBuiltins are the POSIX shell's special and regular builtins a -c
+// line may start with that are no program on $PATH.
+var shellBuiltins = map[string]bool{
+	"exit": true, "cd": true, "export": true, "set": true, "unset": true, "wait": true, "exec": true, "eval": true,
+	"ulimit": true, "umask": true, "read": true, ".": true, ":": true, "trap": true, "shift": true, "times": true,
+	"readonly": true, "return": true, "break": true, "continue": true, "command": true, "alias": true, "type": true,
+}
+
+// MissingCommand says why a -c line cannot start, before anything runs:
+// a line of plain words whose first is no program on $PATH and no shell
+// builtin (the shell would say "not found" and exit 127, and the tool
+// report on a command that never ran). "" when it can start, or when it
+// has shell syntax, whose meaning is the shell's.
+func MissingCommand(line string) string {
+	words := strings.Fields(line)
+	if len(words) == 0 || shellBuiltins[words[0]] || strings.Contains(words[0], "=") {
+		return ""
+	}
+	if _, shell := CommandArgv(line); !shell {
+		return "" // found on $PATH
+	}
+	if _, err := exec.LookPath(words[0]); err == nil {
+		return "" // shell syntax further on
+	}
+	for _, c := range line {
+		plain := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-./,:+@%= \t", c)
+		if !plain {
+			return "" // the shell's to run (a function, a subshell, a redirection)
+		}
+	}
+	if strings.Contains(words[0], "/") {
+		return fmt.Sprintf("-c: %s: no such program (or not executable)", words[0])
+	}
+	return fmt.Sprintf("-c: %s: not found on $PATH", words[0])
+}
+
 // CommandArgv is how a -c command line runs: split into words and run
 // as it is, as bpftrace -c does, when it is only words of plain
 // characters and the first names a program (not a builtin such as exit),

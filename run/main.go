@@ -80,6 +80,9 @@ func (c *Common) validate() error {
 		}
 		c.interval = time.Duration(secs * float64(time.Second))
 	}
+	if why := MissingCommand(c.Command); why != "" {
+		return usage.Errorf("%s: the command cannot start, and nothing would be traced", why)
+	}
 	if c.Timestamp && c.JSON {
 		return usage.Errorf("-T and --json cannot be used together: -T dates text reports, and each JSON object has its time")
 	}
