@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -371,6 +372,12 @@ func parse(t Tool, args []string) error {
 	}
 	if err != nil {
 		var fe *flags.Error
+		if errors.As(err, &fe) && fe.Type == flags.ErrMarshal {
+			return marshalError(fe)
+		}
+		if m := expectedArg.FindStringSubmatch(err.Error()); m != nil {
+			return usage.Errorf("%s wants a value, and %s reads as an option: write %s=%s", m[1], m[2], m[1], m[2])
+		}
 		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {
 			var b strings.Builder
 			p.WriteHelp(&b)
@@ -421,6 +428,46 @@ func parse(t Tool, args []string) error {
 	}
 	return nil
 }
+
+// marshalFlag is go-flags' message for an option's value it could not
+// convert: "invalid argument for flag `-p, --pid' (expected int64):
+// strconv.ParseInt: ...".
+var marshalFlag = regexp.MustCompile("^invalid argument for flag `([^']+)' \\(expected (u?int|float)([0-9]*)\\)")
+
+// marshalError says what a number option wanted, without Go's words
+// (issue 62: "strconv.ParseInt: parsing \"abc\": invalid syntax").
+func marshalError(fe *flags.Error) error {
+	m := marshalFlag.FindStringSubmatch(fe.Message)
+	if m == nil {
+		return fe
+	}
+	want := "a whole number"
+	switch {
+	case m[2] == "uint":
+		want = "a whole number, 0 or more"
+	case m[2] == "float":
+		want = "a number"
+	}
+	name := m[1]
+	if i := strings.LastIndex(name, ", "); i >= 0 {
+		name = name[i+2:] // --pid of "-p, --pid"
+	}
+	value := ""
+	if v := marshalValue.FindStringSubmatch(fe.Message); v != nil {
+		value = " " + strconv.Quote(terminal.Printable(v[1]))
+		if v[2] == "value out of range" {
+			want = "a number in its type's range: " + want
+		}
+	}
+	return usage.Errorf("invalid value%s for %s: want %s", value, name, want)
+}
+
+// expectedArg is go-flags' message for an option followed by what looks
+// like another option (a negative number).
+var expectedArg = regexp.MustCompile("^expected argument for flag `(?:-[^,]+, )?([^']+)', but got option `([^']+)'$")
+
+// marshalValue is strconv's part of the message: the value and why.
+var marshalValue = regexp.MustCompile(`parsing "((?:[^"\\]|\\.)*)": (invalid syntax|value out of range)$`)
 
 // latest is the later of a and b.
 func latest(a, b time.Time) time.Time {

@@ -53,3 +53,30 @@ func TestMissingCommand(t *testing.T) {
 		t.Errorf("Check: %v", err)
 	}
 }
+
+// TestNumberOptions: an option's number that does not parse is one line
+// that names the option, the value and what it wants, in no Go words
+// (issue 62: "strconv.ParseInt: parsing \"abc\": invalid syntax").
+func TestNumberOptions(t *testing.T) {
+	type opts struct {
+		Common
+		Pid   int64   `short:"p" long:"pid"`
+		Keys  uint32  `long:"max-keys"`
+		Ratio float64 `long:"ratio"`
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-p", "abc"}, `invalid value "abc" for --pid: want a whole number`},
+		{[]string{"--max-keys=-1"}, `invalid value "-1" for --max-keys: want a whole number, 0 or more`},
+		{[]string{"--max-keys", "-1"}, "--max-keys wants a value, and -1 reads as an option: write --max-keys=-1"},
+		{[]string{"--max-keys", "99999999999"}, `invalid value "99999999999" for --max-keys: want a number in its type's range: a whole number, 0 or more`},
+		{[]string{"--ratio", "x"}, `invalid value "x" for --ratio: want a number`},
+	} {
+		err := Check(Tool{Name: "t", Options: &opts{}}, c.args)
+		if err == nil || err.Error() != c.want || strings.Contains(err.Error(), "strconv") {
+			t.Errorf("%q: %v, want %q", c.args, err, c.want)
+		}
+	}
+}

@@ -40,6 +40,21 @@ func TestHelpExamples(t *testing.T) {
 			}
 		}
 	}
+	// The programs the examples run with -c, which are the example
+	// writer's ("./server", "ping"): stand-ins here, where the tools look
+	// (the working directory, $PATH), so that a -c line is refused only
+	// when a program it names could not start anywhere.
+	stubs := filepath.Join(dir, "stubs")
+	for _, p := range []string{filepath.Join(dir, "server"), filepath.Join(dir, "build.sh"), filepath.Join(stubs, "ping")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(dir)
+	t.Setenv("PATH", stubs+string(os.PathListSeparator)+os.Getenv("PATH"))
 	n := 0
 	for _, tl := range all {
 		for _, ex := range examples(tl) {
