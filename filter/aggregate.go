@@ -41,6 +41,17 @@ func count(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection)
 	})
 }
 
+// histUnit is a histogram's column head: the expression, and its unit
+// where the expression is one whose unit the tool knows (a call's
+// duration is in nanoseconds; BCC's funclatency heads its column
+// "nsecs").
+func histUnit(expr string) string {
+	if strings.TrimSpace(expr) == "duration" {
+		return "duration (nsecs)"
+	}
+	return expr
+}
+
 // hist reports the log2 histogram of an expression per interval.
 func hist(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, prog *compile.Program, expr string) error {
 	d := counts.Deltas{Cumulative: s.Opts.Cumulative}
@@ -50,7 +61,7 @@ func hist(ctx context.Context, s *run.Session, ev event, coll *ebpf.Collection, 
 		if err != nil {
 			return err
 		}
-		rep := &run.HistReport{Unit: expr, Hists: []*terminal.Log2Hist{d.Hist(0, &h)}}
+		rep := &run.HistReport{Unit: histUnit(expr), Hists: []*terminal.Log2Hist{d.Hist(0, &h)}}
 		if prog.Signed {
 			n, err := counts.ReadPerCPUCounter(coll.Maps["neg"])
 			if err != nil {

@@ -107,8 +107,9 @@ func TestCallStrings(t *testing.T) {
 		t.Errorf("ret == 1 || str(arg0) == \"call-2\": %d, want %d", got, n/3+1)
 	}
 	r := filter(t, "--hist", "duration", ev, "-c", work)
-	if got := histTotal(r.Stdout); r.Status != 0 || got != n {
-		t.Errorf("--hist duration: %d calls, want %d (exit %d):\n%s%s", got, n, r.Status, r.Stdout, r.Stderr)
+	// The column says the unit, as BCC's funclatency's does (issue 62).
+	if got := histTotal(r.Stdout); r.Status != 0 || got != n || !strings.Contains(r.Stdout, "     duration (nsecs)    : count") {
+		t.Errorf("--hist duration: %d calls, want %d (exit %d), in a column headed duration (nsecs):\n%s%s", got, n, r.Status, r.Stdout, r.Stderr)
 	}
 }
 
