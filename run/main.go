@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,7 +27,7 @@ import (
 // contract). Tools embed it in their own options struct.
 type Common struct {
 	Cumulative bool   `long:"cumulative" description:"Keep counting across interval reports instead of clearing the counts after each"`
-	Command    string `short:"c" long:"command" value-name:"CMD" unquote:"false" description:"Run CMD once tracing is attached (its words as they are, or by /bin/sh -c when it has shell syntax), trace while it runs, report when it exits"`
+	Command    string `short:"c" long:"command" value-name:"CMD" unquote:"false" description:"Run CMD once tracing is attached (its words as they are, or by /bin/sh -c when it has shell syntax), trace while it runs, report when it exits; the words after -- are taken the same way, as perf takes them"`
 	JSON       bool   `long:"json" description:"Print one JSON object per report on stdout; every other message goes to stderr"`
 	Timestamp  bool   `short:"T" long:"timestamp" description:"Print the time (HH:MM:SS) above each text report"`
 	Verbose    bool   `long:"verbose" description:"When the kernel's verifier rejects a program, print its whole log and the program (else its last lines)"`
@@ -366,7 +367,20 @@ func parse(t Tool, args []string) error {
 	if err != nil {
 		return err
 	}
+	// perf's habit: the command after "--" (profile -- ./spin 0.3) is
+	// -c's, its words as they are.
+	var command []string
+	if i := slices.Index(args, "--"); i >= 0 && !t.Script && i+1 < len(args) {
+		args, command = args[:i], args[i+1:]
+	}
 	rest, err := p.ParseArgs(args)
+	if err == nil && command != nil {
+		c := t.Options.common()
+		if c.Command != "" {
+			return usage.Errorf("-c and a command after --: give one command")
+		}
+		c.Command = shellJoin(command)
+	}
 	if err == nil && t.Options.common().Version {
 		return errVersion // before the positional checks: "filter --version" has no EVENT
 	}
@@ -468,6 +482,22 @@ var expectedArg = regexp.MustCompile("^expected argument for flag `(?:-[^,]+, )?
 
 // marshalValue is strconv's part of the message: the value and why.
 var marshalValue = regexp.MustCompile(`parsing "((?:[^"\\]|\\.)*)": (invalid syntax|value out of range)$`)
+
+// shellJoin is argv as a -c line: its words as they are where they are
+// plain, else each quoted for /bin/sh.
+func shellJoin(argv []string) string {
+	quoted := make([]string, len(argv))
+	for i, w := range argv {
+		if w != "" && strings.IndexFunc(w, func(c rune) bool {
+			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-./,:+@%=", c))
+		}) < 0 {
+			quoted[i] = w
+			continue
+		}
+		quoted[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(quoted, " ")
+}
 
 // latest is the later of a and b.
 func latest(a, b time.Time) time.Time {

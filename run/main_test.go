@@ -80,3 +80,26 @@ func TestNumberOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandAfterDoubleDash: perf's habit, "profile -- ./spin 0.3", runs
+// the words after -- as -c's command (issue 62: "invalid interval").
+func TestCommandAfterDoubleDash(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		command string
+	}{
+		{[]string{"--", "sleep", "0.3"}, "sleep 0.3"},
+		{[]string{"1", "2", "--", "sh", "-c", "echo 'a b'; exit 3"}, `sh -c 'echo '\''a b'\''; exit 3'`},
+	} {
+		o := &struct{ Common }{}
+		if err := Check(Tool{Name: "t", Options: o}, c.args); err != nil || o.Command != c.command {
+			t.Errorf("%q: %v, command %q; want %q", c.args, err, o.Command, c.command)
+		}
+	}
+	if err := Check(Tool{Name: "t", Options: &struct{ Common }{}}, []string{"-c", "true", "--", "true"}); err == nil {
+		t.Error("-c and -- CMD together: taken")
+	}
+	if argv, shell := CommandArgv(`sh -c 'echo '\''a b'\''; exit 3'`); !shell || argv[2] != `sh -c 'echo '\''a b'\''; exit 3'` {
+		t.Errorf("the quoted line runs by %q", argv)
+	}
+}
