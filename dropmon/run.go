@@ -342,7 +342,7 @@ func (r *reporter) writeText(now time.Time, rows []row, total, lost uint64) erro
 	var b strings.Builder
 	r.s.BeginText(&b, now)
 	writeTable(&b, rows, r.syms, r.reasonName, r.frames)
-	fmt.Fprintf(&b, "%d drops", total)
+	fmt.Fprintf(&b, "%d drop%s", total, map[bool]string{true: "", false: "s"}[total == 1])
 	if lost > 0 {
 		why := "map full"
 		if r.prog != nil {

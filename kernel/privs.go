@@ -43,5 +43,6 @@ func CheckPrivileges(tool string) error {
 	default:
 		missing = "CAP_PERFMON"
 	}
-	return &PrivilegeError{fmt.Sprintf("%s needs root, or %s (CAP_SYS_ADMIN on kernels before 5.8): run it with sudo", tool, missing)}
+	// The tool's name starts the line already ("writesize: ..."): not twice.
+	return &PrivilegeError{fmt.Sprintf("this needs root, or %s (CAP_SYS_ADMIN on kernels before 5.8): run it with sudo %s", missing, tool)}
 }

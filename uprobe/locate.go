@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/tracekit/tracekit/internal/regular"
@@ -14,8 +15,19 @@ import (
 )
 
 // libDirs are where a bare library name is looked for, after
-// $LD_LIBRARY_PATH: the dynamic linker's defaults on Debian and others.
-var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/riscv64-linux-gnu", "/usr/lib/riscv64-linux-gnu", "/lib/arm-linux-gnueabihf", "/usr/lib/arm-linux-gnueabihf", "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib"}
+// $LD_LIBRARY_PATH: the dynamic linker's defaults on Debian and others,
+// for this machine's architecture only (a machine with cross compilers
+// has other architectures' libraries too, which no process here maps).
+var libDirs = append(multiarch(runtime.GOARCH), "/lib64", "/usr/lib64", "/lib", "/usr/lib", "/usr/local/lib")
+
+// multiarch are Debian's library directories of an architecture.
+func multiarch(goarch string) []string {
+	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu", "riscv64": "riscv64-linux-gnu", "arm": "arm-linux-gnueabihf"}[goarch]
+	if triplet == "" {
+		return nil
+	}
+	return []string{"/lib/" + triplet, "/usr/lib/" + triplet}
+}
 
 // Locate finds the file a probe names, as the kernel will see it: an
 // absolute path with its symbolic links resolved (a uprobe is on the
@@ -49,7 +61,7 @@ func Locate(name, root string) (string, error) {
 			path = library(name, "", dirs)
 		}
 		if path == "" {
-			return "", NoSuch("%s: not found on $PATH or in the library directories (%s)", name, strings.Join(libDirs, ", "))
+			return "", NoSuch("%s: not found on $PATH or in the library directories (%s)", name, strings.Join(existing(libDirs), ", "))
 		}
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -136,4 +148,16 @@ func isELF(path string) bool {
 	var magic [4]byte
 	_, err = io.ReadFull(f, magic[:])
 	return err == nil && string(magic[:]) == elf.ELFMAG
+}
+
+// existing are the directories of dirs this machine has (a message lists
+// those, not other architectures' folders).
+func existing(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			out = append(out, d)
+		}
+	}
+	return out
 }

@@ -3,6 +3,8 @@ package uprobe
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +45,23 @@ func TestLocateLibrary(t *testing.T) {
 	}
 	if got := library("libtk", "", []string{dir}); got != filepath.Join(dir, "libtk.so.6") {
 		t.Errorf("library(libtk) on the host's paths: %q", got)
+	}
+}
+
+// TestLocateMessage: a name found nowhere lists the directories looked
+// in, this architecture's only (issue 62: a machine with cross compilers
+// was told of aarch64's and riscv64's folders).
+func TestLocateMessage(t *testing.T) {
+	_, err := Locate("libtk-nowhere-at-all", "")
+	if !Misnamed(err) {
+		t.Fatalf("%v: want a NoSuchError", err)
+	}
+	for arch, dirs := range map[string][]string{"amd64": multiarch("amd64"), "arm64": multiarch("arm64"), "riscv64": multiarch("riscv64"), "arm": multiarch("arm")} {
+		if arch == runtime.GOARCH {
+			continue
+		}
+		if strings.Contains(err.Error(), dirs[0]+",") || strings.Contains(err.Error(), dirs[0]+")") {
+			t.Errorf("%v: names %s's %s", err, arch, dirs[0])
+		}
 	}
 }

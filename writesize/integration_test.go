@@ -236,7 +236,7 @@ func TestUnprivilegedGetsOneLine(t *testing.T) {
 		t.Fatalf("exit: %v, want status 1; stderr %q", err, errb.String())
 	}
 	msg := errb.String()
-	if strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "needs root, or CAP_BPF and CAP_PERFMON") {
+	if strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "needs root, or CAP_BPF and CAP_PERFMON") || strings.Contains(msg, "writesize: writesize") {
 		t.Errorf("stderr = %q, want one line naming the privilege", msg)
 	}
 	if out.Len() != 0 {

@@ -21,7 +21,7 @@ type options struct {
 	Attach     string `long:"attach" value-name:"HOOK" description:"How to reach the writes: auto (fentry where the kernel has BPF trampolines, else perf), perf (syscalls:sys_enter_write), raw (raw_syscalls:sys_enter, 4.17+, which runs for every syscall) or fentry (the write syscall's entry through a BPF trampoline, x86-64 5.5+, and arm64 kernels with ftrace direct calls (6.1 has none)). A named hook is forced: no fallback. Without the flag, TRACEKIT_ATTACH chooses the same way"`
 	MaxComms   uint32 `long:"max-comms" default:"4096" value-name:"N" description:"With -P: how many process names the kernel keeps (up to 65536); a process beyond them that exits before a report prints as '?'"`
 	MaxKeys    uint32 `long:"max-keys" default:"10240" value-name:"N" description:"With -P: the processes a report holds (per interval; per run without an interval or with --cumulative), up to 1048576, and the {process, size bucket} pairs the kernel counts between drains; writes past either are counted as lost. The kernel's counts move to user space every second, so it holds a second's processes, not the run's"`
-	Legacy     bool   `long:"legacy" description:"With --kprobe: register the probe in kprobe_events even where the kprobe PMU (4.17+) exists; TRACEKIT_LEGACY_KPROBES=1 does the same"`
+	Legacy     bool   `long:"legacy" description:"With --kprobe: register the probe in kprobe_events even where the kprobe PMU (4.17+) exists; TRACEKIT_LEGACY_PROBES=1 does the same"`
 }
 
 const details = `writesize counts every write(2) by its size in the kernel: the program reads
