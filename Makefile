@@ -6,7 +6,7 @@ BIN     := bin
 # kernel matrix's guests and make bench all run the binary it makes.
 export CGO_ENABLED := 0
 
-.PHONY: all build dist man run test test-vm bench vet help clean
+.PHONY: all build dist man run test test-host test-vm bench vet help clean
 
 all: build ## `make` alone builds every tool
 
@@ -38,7 +38,10 @@ test: vet ## every test: unit tests, the tests against this kernel (root), and t
 	exit $$status
 	TRACEKIT_KERNEL_TESTS=$(CURDIR)/.cache/vm/kernel-tests bash vmtest/run.sh boot
 
-test-vm: ## the kernel matrix: the privileged tests inside Debian's 6.1 and 6.12 kernels under qemu (root; installs qemu)
+test-host: vet ## the quick one (minutes): unit tests and the tests against this kernel (root), no kernel matrix
+	$(GO) test -count=1 -p 1 ./...
+
+test-vm: ## the kernel matrix: the privileged tests inside Debian's 5.10, 6.1, 6.12 and 7.x kernels, arm64, riscv64 and armv7 under qemu (root; installs qemu)
 	bash vmtest/run.sh
 
 vet: ## gofmt, go vet, and go.mod as go mod tidy leaves it
