@@ -1998,3 +1998,27 @@ func TestBigLibrary(t *testing.T) {
 		t.Errorf("no frame named llvm::LLVMContext::LLVMContext() or _start:\n%s", res.Stdout)
 	}
 }
+
+// TestUserOrKernelOnly: -U reports the user frames alone, -K the kernel's
+// alone (BCC's profile -U and -K), every sample still counted: a workload
+// of reads from /dev/zero is in both.
+func TestUserOrKernelOnly(t *testing.T) {
+	privtest.Require(t)
+	work := tooltest.Writes(t, 1, 300000)
+	for _, flag := range []string{"-U", "-K"} {
+		r := profileJSON(t, flag, "-F", "499", "-c", work)
+		n := 0
+		for _, st := range r.Stacks {
+			n += int(st.Count)
+			if flag == "-U" && len(st.Kernel) > 0 || flag == "-K" && (len(st.User) > 0 || st.End != "complete") {
+				t.Errorf("%s: stack with kernel %q, user %q, end %q", flag, st.Kernel, st.User, st.End)
+			}
+		}
+		if n != r.Samples || n == 0 {
+			t.Errorf("%s: %d samples in the stacks, %d counted", flag, n, r.Samples)
+		}
+	}
+	if res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-U", "-K"); res.Status != 2 {
+		t.Errorf("-U -K: exit %d, want 2: %s", res.Status, res.Stderr)
+	}
+}

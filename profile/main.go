@@ -19,22 +19,25 @@ import (
 type options struct {
 	run.Common
 	run.TreeOption
-	Frequency int      `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
-	Pid       int64    `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
-	Unwind    string   `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
-	Folded    bool     `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
-	SVG       string   `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
-	SVGLabels []string `long:"svg-label" value-name:"NAME=VALUE" description:"Draw --svg from the stacks that carry this label value only (repeatable: all must hold), e.g. ep=/alpha or http.route=/beta, the value as the report prints it, unquoted. Without it the graph splits each process by its labels, as --folded does"`
-	Pprof     string   `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
-	Budget    int      `long:"table-mib" value-name:"MIB" default:"64" description:"The most kernel memory unwind tables may take, in MiB, 1 to 512: taken 4 MiB at a time as files are read, so above 4 rounded up to a multiple of 4 (8 bytes a row: python3.11 with libc and the loader takes 0.8, a process linking libLLVM-14 12)"`
-	NoParams  bool     `long:"no-params" description:"Name C++ and Rust functions without their parameters and template arguments, as BCC does (std::vector::push_back), not as perf does (std::vector<int, std::allocator<int> >::push_back(int const&)): overloads then share one frame"`
-	Idle      bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
-	Labels    []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *), chars (a char array), or strobemeta's strobe-int, strobe-str, strobe-map. See below"`
-	NoContext bool     `long:"no-context" description:"Do not read the context processes publish for profilers (the OpenTelemetry thread context, custom labels: see below)"`
-	OffCPU    bool     `long:"off-cpu" description:"Where threads wait, not where they run: stacks taken as a thread leaves the CPU (sched_switch), weighted by the time until it runs again, in microseconds (pprof: nanoseconds). See below"`
-	MinBlock  uint64   `short:"m" long:"min-block" value-name:"USECS" default:"1" description:"--off-cpu: count only waits of at least USECS microseconds (as offcputime -m)"`
-	MaxBlock  uint64   `short:"M" long:"max-block" value-name:"USECS" description:"--off-cpu: count only waits of at most USECS microseconds (as offcputime -M; default: no bound)"`
-	Missing   string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
+	Frequency  int      `short:"F" long:"frequency" value-name:"HZ" default:"49" description:"Samples per second on each CPU"`
+	Pid        int64    `short:"p" long:"pid" value-name:"PID" description:"Sample only this process (its pid, the tgid)"`
+	Unwind     string   `long:"unwind" value-name:"HOW" default:"auto" choice:"auto" choice:"eh" choice:"fp" description:"User stacks: eh (the in-kernel unwinder and the files' .eh_frame tables), fp (frame pointers), auto (eh where a file's table is loaded, frame pointers elsewhere)"`
+	Folded     bool     `short:"f" long:"folded" description:"Print one line per stack, 'comm;root;...;leaf count', the input of flamegraph.pl and speedscope"`
+	SVG        string   `long:"svg" value-name:"FILE" description:"Also write a flame graph of the whole run to FILE: one self-contained SVG (hover names a frame and its share, click zooms)"`
+	SVGLabels  []string `long:"svg-label" value-name:"NAME=VALUE" description:"Draw --svg from the stacks that carry this label value only (repeatable: all must hold), e.g. ep=/alpha or http.route=/beta, the value as the report prints it, unquoted. Without it the graph splits each process by its labels, as --folded does"`
+	Pprof      string   `long:"pprof" value-name:"FILE" description:"Also write the whole run to FILE as a gzipped pprof profile (go tool pprof, speedscope)"`
+	Budget     int      `long:"table-mib" value-name:"MIB" default:"64" description:"The most kernel memory unwind tables may take, in MiB, 1 to 512: taken 4 MiB at a time as files are read, so above 4 rounded up to a multiple of 4 (8 bytes a row: python3.11 with libc and the loader takes 0.8, a process linking libLLVM-14 12)"`
+	NoParams   bool     `long:"no-params" description:"Name C++ and Rust functions without their parameters and template arguments, as BCC does (std::vector::push_back), not as perf does (std::vector<int, std::allocator<int> >::push_back(int const&)): overloads then share one frame"`
+	Idle       bool     `short:"I" long:"include-idle" description:"Also count the idle task's samples"`
+	UserOnly   bool     `short:"U" long:"user-stacks-only" description:"Report user stacks only, without their kernel frames (BCC's profile -U)"`
+	KernelOnly bool     `short:"K" long:"kernel-stacks-only" description:"Report kernel stacks only, without their user frames (BCC's profile -K)"`
+	AllCPUs    bool     `short:"a" long:"all-cpus" description:"Every CPU, as perf's -a: what profile samples anyway"`
+	Labels     []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *), chars (a char array), or strobemeta's strobe-int, strobe-str, strobe-map. See below"`
+	NoContext  bool     `long:"no-context" description:"Do not read the context processes publish for profilers (the OpenTelemetry thread context, custom labels: see below)"`
+	OffCPU     bool     `long:"off-cpu" description:"Where threads wait, not where they run: stacks taken as a thread leaves the CPU (sched_switch), weighted by the time until it runs again, in microseconds (pprof: nanoseconds). See below"`
+	MinBlock   uint64   `short:"m" long:"min-block" value-name:"USECS" default:"1" description:"--off-cpu: count only waits of at least USECS microseconds (as offcputime -m)"`
+	MaxBlock   uint64   `short:"M" long:"max-block" value-name:"USECS" description:"--off-cpu: count only waits of at most USECS microseconds (as offcputime -M; default: no bound)"`
+	Missing    string   `long:"assume-missing" value-name:"FEATURE" description:"Work as on a kernel without FEATURE, to try an older kernel's way on this one: task_pt_regs (5.15+) makes a sample taken in the kernel find the user's registers at the top of the task's kernel stack, as before 5.15"`
 
 	parsed stacks.Options // what validate made of the above
 }
@@ -217,7 +220,11 @@ func validate(o *options) error {
 	p := &o.parsed
 	*p = stacks.Options{Common: o.Common, TreeOption: o.TreeOption, Frequency: o.Frequency, Pid: o.Pid, Unwind: o.Unwind,
 		Folded: o.Folded, SVG: o.SVG, Pprof: o.Pprof, Budget: o.Budget, NoParams: o.NoParams, Idle: o.Idle,
-		NoContext: o.NoContext, OffCPU: o.OffCPU, MinBlock: o.MinBlock, MaxBlock: o.MaxBlock, Missing: o.Missing}
+		NoContext: o.NoContext, OffCPU: o.OffCPU, MinBlock: o.MinBlock, MaxBlock: o.MaxBlock, Missing: o.Missing,
+		UserOnly: o.UserOnly, KernelOnly: o.KernelOnly}
+	if o.UserOnly && o.KernelOnly {
+		return usage.Errorf("-U and -K cannot be used together: -U leaves out the kernel's frames, -K the user's")
+	}
 	if err := p.ArchUnwind(); err != nil {
 		return err
 	}

@@ -27,12 +27,15 @@ type Options struct {
 	Budget    int    // the row table's kernel memory, in MiB (DefaultBudget, at most MaxBudget)
 	NoParams  bool   // C++ and Rust names without their parameters
 	Idle      bool   // count the idle task's samples too
-	Labels    []LabelSpec
-	NoContext bool   // do not read the context processes publish
-	OffCPU    bool   // stacks at sched_switch, weighted by the time off the CPU
-	MinBlock  uint64 // with OffCPU: the shortest wait counted, in microseconds
-	MaxBlock  uint64 // with OffCPU: the longest, 0 for no bound
-	Missing   string // a kernel feature to do without (task_pt_regs)
+	// UserOnly and KernelOnly report one part of each stack, the stacks
+	// that differ only in the other merged (BCC's profile -U and -K).
+	UserOnly, KernelOnly bool
+	Labels               []LabelSpec
+	NoContext            bool   // do not read the context processes publish
+	OffCPU               bool   // stacks at sched_switch, weighted by the time off the CPU
+	MinBlock             uint64 // with OffCPU: the shortest wait counted, in microseconds
+	MaxBlock             uint64 // with OffCPU: the longest, 0 for no bound
+	Missing              string // a kernel feature to do without (task_pt_regs)
 	// Event, when set, is what the sampler runs at instead of the CPU
 	// clock: filter's event and its gate.
 	Event  *StackEvent

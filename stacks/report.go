@@ -144,7 +144,20 @@ func (r *reporter) named(counts map[stackKey]uint64, byAddress bool) []stack {
 		if k.KernErr != 0 {
 			st.Kernel = append(st.Kernel, "[kernel stack lost]")
 		}
+		if r.o.UserOnly {
+			st.Kernel = nil
+			k.Kernel = nil
+		}
+		if r.o.KernelOnly {
+			st.User, st.End = nil, ""
+			k.User = nil
+		}
 		name := string(packed)
+		if byAddress && (r.o.UserOnly || r.o.KernelOnly) {
+			// One part of the addresses: keys that differ in the other
+			// part are one stack here.
+			name = fmt.Sprint(st.Pid, k.User, k.Kernel, st.End, labelsName(st.Labels))
+		}
 		if byAddress {
 			st.UserPC, st.KernelPC = k.User, k.Kernel
 		} else {
