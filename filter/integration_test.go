@@ -326,6 +326,8 @@ func TestFilterUsageErrors(t *testing.T) {
 		{[]string{"--lhist", "len,0,100", "net:netif_receive_skb"}, `--lhist: "len,0,100": want EXPR,MIN,MAX,STEP`},
 		{[]string{"--lhist", "len,10,5,1", "net:netif_receive_skb"}, `--lhist: "len,10,5,1": MAX 5 is not above MIN 10`},
 		{[]string{"--lhist", "len,0,100000,1", "net:netif_receive_skb"}, `--lhist: "len,0,100000,1": more than 1000 slots from MIN to MAX: raise STEP`},
+		// MAX-MIN overflows int64 (issue 62: taken as 0 slots, every event dropped).
+		{[]string{"--lhist", "len,-9223372036854775808,9223372036854775807,1000", "net:netif_receive_skb"}, `--lhist: "len,-9223372036854775808,9223372036854775807,1000": more than 1000 slots from MIN to MAX: raise STEP`},
 		{[]string{"--lhist", "len,0,100,x", "net:netif_receive_skb"}, `--lhist: "len,0,100,x": MIN, MAX and STEP are integers, not "x"`},
 		{[]string{"--lhist", "len,0,100,10", "--hist", "len", "net:netif_receive_skb"}, "--hist and --lhist: choose one of"},
 		{[]string{"--folded", "--json", "--count-by", "kstack", "net:netif_receive_skb"}, "--folded and --json: choose one output"},

@@ -827,6 +827,16 @@ func usageOr(err error) error {
 const maxLhistSlots = 1000
 
 // parseLhist parses EXPR,MIN,MAX,STEP: the operand, then three integers.
+// lhistSlots is how many slots of step span from MIN to MAX take,
+// without overflow.
+func lhistSlots(span, step uint64) uint64 {
+	n := span / step
+	if span%step != 0 {
+		n++
+	}
+	return n
+}
+
 func parseLhist(text string) (compile.Operand, compile.Lhist, error) {
 	parts := strings.Split(text, ",")
 	if len(parts) < 4 {
@@ -847,7 +857,10 @@ func parseLhist(text string) (compile.Operand, compile.Lhist, error) {
 		return compile.Operand{}, l, fmt.Errorf("%q: STEP %d: want 1 to %d", text, l.Step, math.MaxInt32)
 	case l.Max <= l.Min:
 		return compile.Operand{}, l, fmt.Errorf("%q: MAX %d is not above MIN %d", text, l.Max, l.Min)
-	case (uint64(l.Max-l.Min)+uint64(l.Step)-1)/uint64(l.Step) > maxLhistSlots:
+	// The span in unsigned arithmetic: MAX-MIN overflows int64 for bounds
+	// far apart (issue 62: -2^63 to 2^63-1 passed as 0 slots, and every
+	// event was dropped).
+	case lhistSlots(uint64(l.Max)-uint64(l.Min), uint64(l.Step)) > maxLhistSlots:
 		return compile.Operand{}, l, fmt.Errorf("%q: more than %d slots from MIN to MAX: raise STEP", text, maxLhistSlots)
 	}
 	expr := strings.Join(parts[:n-3], ",")

@@ -2022,3 +2022,21 @@ func TestUserOrKernelOnly(t *testing.T) {
 		t.Errorf("-U -K: exit %d, want 2: %s", res.Status, res.Stderr)
 	}
 }
+
+// TestOutputToFIFO: --svg and --pprof to a FIFO are refused before the
+// run (issue 62: opened read-write, a small output sat in the pipe unread
+// and a large one blocked the tool's end for good); nothing is left
+// attached.
+func TestOutputToFIFO(t *testing.T) {
+	privtest.Require(t)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--svg", "--pprof"} {
+		res := tooltest.Run(t, tooltest.Tool(t, "profile"), flag, fifo, "-c", "true")
+		if res.Status != 2 || !strings.Contains(res.Stderr, "is a FIFO or a socket: the file is written whole when the run ends") {
+			t.Errorf("%s FIFO: exit %d, stderr %q", flag, res.Status, res.Stderr)
+		}
+	}
+}

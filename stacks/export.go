@@ -10,6 +10,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/tracekit/tracekit/internal/usage"
 )
 
 // flameNode is a frame of the flame graph: its samples, its callees.
@@ -218,7 +220,14 @@ type outFile struct {
 }
 
 func createOut(path string) (*outFile, error) {
-	f, err := os.Create(path)
+	// A FIFO took the output silently (opened read-write, a small output
+	// sat in the pipe for no one) or blocked the tool's end on a reader
+	// that never came (issue 62): the file is written whole at the end of
+	// the run, so it must be one that takes it then.
+	if st, err := os.Stat(path); err == nil && st.Mode()&(os.ModeNamedPipe|os.ModeSocket) != 0 {
+		return nil, usage.Errorf("%s is a FIFO or a socket: the file is written whole when the run ends; give a regular file", path)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
 		return nil, err
 	}
