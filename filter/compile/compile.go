@@ -463,6 +463,12 @@ func (c *compiler) cmp(cmp *Cmp, target string, when bool) error {
 	if err != nil {
 		return err
 	}
+	// An unsigned value is never below 0: "arg0 < 0" on a uprobe was
+	// silently always false where "arg0 == -1" was refused (issue 62).
+	if !v.signed && lit == 0 && (op == "<" || op == ">=") {
+		holds := map[string]string{"<": "never holds", ">=": "always holds"}[op]
+		return c.errAt(r.Pos, "%s is unsigned: %s %s 0 %s", v.name, v.name, op, holds)
+	}
 	if err := c.fetchInt(v, bpf.R1); err != nil {
 		return err
 	}

@@ -471,6 +471,9 @@ func TestBadExpressions(t *testing.T) {
 		{"netif", `((struct sk_buff *)skbaddr)->lenn == 3`, "((struct sk_buff *)skbaddr): struct sk_buff has no member \"lenn\" (members: len, protocol)\n  ((struct sk_buff *)skbaddr)->lenn == 3\n                               ^"},
 		{"netif", `((struct sk_buff *)skbaddr)->len->x == 3`, "((struct sk_buff *)skbaddr)->len is unsigned int, not a pointer: use '.' instead of '->'\n  ((struct sk_buff *)skbaddr)->len->x == 3\n                                  ^"},
 		{"netif", `len == -1`, "len is unsigned: it is never negative\n  len == -1\n         ^"},
+		// Issue 62: silently always false before.
+		{"netif", `len < 0`, "len is unsigned: len < 0 never holds\n  len < 0\n        ^"},
+		{"netif", `!(len >= 0)`, "len is unsigned: len >= 0 always holds\n  !(len >= 0)\n           ^"},
 		{"netif", `len == 0x100000000`, "4294967296 does not fit in len (4 bytes)\n  len == 0x100000000\n         ^"},
 		{"netif", `1 == 1`, "compare a field with a constant or another field: both sides are constants\n  1 == 1\n  ^"},
 		{"kprobe", `sk->len > 1`, "no argument or builtin \"sk\" (arguments: net, skb; builtins: pid, tid, comm, cpu, uid, gid, cpid, kstack, ustack)\n  sk->len > 1\n  ^"},
