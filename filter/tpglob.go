@@ -96,10 +96,11 @@ func runTracepoints(ctx context.Context, s *run.Session, o *options, ev event, r
 	}
 	start := time.Now()
 	attached := 0
+	attach := s.TracepointBatch()
 	for i, set := range sets {
 		for _, tp := range set {
 			group, name, _ := strings.Cut(tp, ":")
-			if err := s.AttachTracepoint(coll.Programs[progName(i)], group, name); err != nil {
+			if err := attach(coll.Programs[progName(i)], group, name); err != nil {
 				leave(tp, err)
 				continue
 			}
