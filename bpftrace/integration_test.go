@@ -292,3 +292,27 @@ func TestJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestWalks: -> walks of the kernel's structs through its BTF (curtask's
+// task_struct) and of a syscall's struct in the process's memory
+// (clock_nanosleep's timespec), as bpftrace reads them.
+func TestWalks(t *testing.T) {
+	privtest.Require(t)
+	privtest.NeedBTF(t)
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `t:syscalls:sys_enter_*nanosleep /comm == "sleep"/ { $t = (struct task_struct *)curtask;
+	printf("%d %s %d %d.%03d\n", $t->pid == pid, $t->comm, curtask->real_parent->pid > 0, args->rqtp->tv_sec, (uint64)args->rqtp->tv_nsec / 1000000); }`
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", sleep+" 1.25", "-e", script)
+	if r.Status != 0 || !strings.HasSuffix(r.Stdout, " probes...\n1 sleep 1 1.250\n\n\n") {
+		t.Errorf("exit %d, printed:\n%s\nstderr: %s", r.Status, r.Stdout, r.Stderr)
+	}
+	if bt := peer(t); bt != "" {
+		p := tooltest.Run(t, bt, "-c", sleep+" 1.25", "-e", script)
+		if p.Stdout != r.Stdout {
+			t.Errorf("bpftrace printed:\n%s\nours:\n%s", p.Stdout, r.Stdout)
+		}
+	}
+}

@@ -97,6 +97,16 @@ func load(o *options) (*parse.Program, []string, string, error) {
 	return prog, params, file, nil
 }
 
+// types are the kernel's, or nil where it publishes no BTF (a cast is
+// then refused, by name).
+func types() compile.Types {
+	spec, err := kbtf.Kernel()
+	if err != nil {
+		return nil
+	}
+	return compile.KernelTypes(spec)
+}
+
 // enumerator is an enumerator of the kernel's BTF (none without BTF).
 func enumerator(name string) (int64, bool) {
 	spec, err := kbtf.Kernel()
@@ -286,7 +296,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	regs, _ := asm.HostPtRegs() // nil: the compiler refuses arg0 and retval
 	resolve := func(ap *parse.AttachPoint) ([]compile.Target, error) { return targets(ap, o.Pid) }
-	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator})
+	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator, Types: types()})
 	if err != nil {
 		var pe *parse.Error
 		if errors.As(err, &pe) {

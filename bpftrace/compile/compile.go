@@ -85,6 +85,8 @@ type Options struct {
 	// Const is an enumerator of the kernel's (from its BTF), for a bare
 	// name that is no builtin and no header's macro (Macros); nil: none.
 	Const func(name string) (int64, bool)
+	// Types are the kernel's, for casts and -> walks (nil: none).
+	Types Types
 }
 
 // Attach is one program and where it goes.
@@ -193,7 +195,7 @@ const (
 	// 16), each up to JoinArgSize bytes with its NUL.
 	JoinArgs    = 16
 	JoinArgSize = 256
-	LostMap   = "lost"   // slot 0: map updates a full map refused
+	LostMap     = "lost" // slot 0: map updates a full map refused
 	// MapEntries is each map's bound, bpftrace's default
 	// (BPFTRACE_MAP_KEYS_MAX); a hist's buckets are entries of their own.
 	MapEntries     = 4096

@@ -9,12 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf/btf"
+
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/bpftrace/check"
 	"github.com/tracekit/tracekit/bpftrace/parse"
 	"github.com/tracekit/tracekit/internal/golden"
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/tracefs"
 )
 
@@ -45,8 +48,11 @@ END { zero(@e); }`,
 kretprobe:vfs_read /@start[tid]/ { @lat[func, retval < 0] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
 	"uprobe": `uprobe:/bin/bash:readline { @start[tid] = nsecs; }
 uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, str(retval)); @lines[comm] = count(); delete(@start[tid]); }`,
-	"join": `t:syscalls:sys_enter_execve { join(args->argv); } t:sched:sched_process_exec { printf("%d\n", pid); }`,
-	"profile": `profile:hz:99 /pid != 0/ { @[comm, cpu] = count(); } software:page-faults:100 { @pf = count(); }`,
+	"walks": `kprobe:tcp_connect { $sk = (struct sock *)arg0; @fam[$sk->__sk_common.skc_family] = count(); @parent[curtask->real_parent->comm, (uint16)curtask->pid] = count(); }
+t:syscalls:sys_enter_clock_nanosleep { @ns = hist(args->rqtp->tv_nsec); @s = sum((int8)args->rqtp->tv_sec); }
+uprobe:/bin/bash:readline { $t = (struct __kernel_timespec *)arg0; @u = max($t->tv_nsec); }`,
+	"join":      `t:syscalls:sys_enter_execve { join(args->argv); } t:sched:sched_process_exec { printf("%d\n", pid); }`,
+	"profile":   `profile:hz:99 /pid != 0/ { @[comm, cpu] = count(); } software:page-faults:100 { @pf = count(); }`,
 	"constants": `t:syscalls:sys_enter_openat /(args->flags & O_CREAT) && args->dfd != AF_INET6/ { @[TCP_SYN_SENT + TASK_RUNNING] = count(); }`,
 	// comm is at offset 4 mod 8 (44 on 6.18): copied in 4-byte loads.
 	"unaligned": `t:block:block_rq_issue { @[args->comm] = hist(args->bytes); }`,
@@ -56,6 +62,40 @@ uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, st
 	if (gid > 0) { return; }
 	@w = count();
 }`,
+}
+
+// testTypes are a few kernel types of made-up layout, for the goldens:
+// the running kernel's change from one build to the next.
+type testTypes map[string]btf.Type
+
+func (f testTypes) Named(name string) (btf.Type, error) {
+	if t, ok := f[name]; ok {
+		return t, nil
+	}
+	return nil, fmt.Errorf("no type %s", name)
+}
+
+func (f testTypes) Complete(t btf.Type) (btf.Type, error) { return t, nil }
+
+func fakeTypes() testTypes {
+	i32 := &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed}
+	u16 := &btf.Int{Name: "unsigned short", Size: 2}
+	u32 := &btf.Int{Name: "unsigned int", Size: 4}
+	i64 := &btf.Int{Name: "long long", Size: 8, Encoding: btf.Signed}
+	char := &btf.Int{Name: "char", Size: 1, Encoding: btf.Signed}
+	task := &btf.Struct{Name: "task_struct", Size: 64}
+	task.Members = []btf.Member{
+		{Name: "pid", Type: i32, Offset: 8 * 8},
+		{Name: "real_parent", Type: &btf.Pointer{Target: task}, Offset: 16 * 8},
+		{Name: "comm", Type: &btf.Array{Type: char, Nelems: 16}, Offset: 36 * 8}, // 4 mod 8
+	}
+	common := &btf.Struct{Name: "sock_common", Size: 16, Members: []btf.Member{
+		{Name: "skc_family", Type: u16, Offset: 2 * 8},
+		{Name: "skc_rcv_saddr", Type: u32, Offset: 4 * 8},
+	}}
+	sock := &btf.Struct{Name: "sock", Size: 32, Members: []btf.Member{{Name: "__sk_common", Type: common}, {Name: "sk_rcvbuf", Type: i32, Offset: 20 * 8}}}
+	ts := &btf.Struct{Name: "__kernel_timespec", Size: 16, Members: []btf.Member{{Name: "tv_sec", Type: i64}, {Name: "tv_nsec", Type: i64, Offset: 8 * 8}}}
+	return testTypes{"struct task_struct": task, "struct sock": sock, "struct __kernel_timespec": ts}
 }
 
 // functionTarget is a kprobe's or uprobe's target, as the tool resolves
@@ -124,7 +164,15 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 	}
 	// The kernel's enumerators, as its BTF would give them.
 	enums := func(name string) (int64, bool) { v, ok := map[string]int64{"TCP_SYN_SENT": 2}[name]; return v, ok }
-	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9, Const: enums})
+	types := Types(fakeTypes())
+	if len(regs) > 0 { // the running kernel's
+		spec, err := kbtf.Kernel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = KernelTypes(spec)
+	}
+	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9, Const: enums, Types: types})
 }
 
 // TestGolden pins each script's programs and maps.
@@ -186,7 +234,12 @@ func TestRefused(t *testing.T) {
 t:syscalls:sys_enter_write { @x[kstack] = count(); }`, "test.bt:2:33: kstack is not taken here yet"},
 		{`t:syscalls:sys_enter_write { @ = args->nosuch; }`, `test.bt:1:34: tracepoint:syscalls:sys_enter_write has no field "nosuch" (fields: __syscall_nr, fd, buf, count)`},
 		{`t:syscalls:sys_enter_write { while (1) { @ = 1; } }`, "while is not taken"},
-		{`t:syscalls:sys_enter_write { @ = (uint8)pid; }`, "this expression is not taken yet"},
+		{`kprobe:f { @ = ((struct sock *)arg0)->nosuch; }`, "test.bt:1:37: struct sock has no member nosuch (it has __sk_common, sk_rcvbuf...)"},
+		{`kprobe:f { @ = ((struct sock *)arg0).sk_rcvbuf; }`, ".sk_rcvbuf of a pointer: use ->sk_rcvbuf"},
+		{`kprobe:f { @ = ((struct sock *)arg0)->__sk_common->skc_family; }`, "->skc_family of a struct, not of a pointer: use .skc_family"},
+		{`kprobe:f { @ = (struct nosuch *)arg0; }`, "struct nosuch: not a type of the kernel's BTF"},
+		{`kprobe:f { @ = arg0->x; }`, "-> of an integer: cast it to the struct it points at first, (struct NAME *)"},
+		{`kprobe:f { @ = (struct sock)arg0; }`, "(struct sock) casts to an integer type or to a pointer here"},
 		{`BEGIN { @x = pid; }`, "test.bt:1:9: BEGIN assigns constants to maps' elements here, nothing else yet"},
 		{`END { @x = 1; }`, "BEGIN, END and interval take printf, print, clear, zero, time and exit here"},
 		{`interval:us:10 { exit(); }`, "interval probes run every 1 ms or more here"},

@@ -30,7 +30,12 @@ func (g *gen) expr(x parse.Expr) (typ, error) {
 	case *parse.Ident:
 		return g.builtin(x)
 	case *parse.Field:
-		return g.field(x)
+		if id, ok := x.X.(*parse.Ident); ok && id.Name == "args" {
+			return g.field(x)
+		}
+		return g.walk(x)
+	case *parse.Cast:
+		return g.cast(x)
 	case *parse.Var:
 		v, ok := g.vars[x.Name]
 		if !ok {
@@ -160,6 +165,7 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		note(bpf.FnGetCurrentCgroupId.Call())
 	case "curtask":
 		note(bpf.FnGetCurrentTask.Call())
+		return g.c.curtask(), nil
 	case "elapsed":
 		note(bpf.FnKtimeGetNs.Call(), bpf.LoadImm(bpf.R1, int64(g.c.opt.Start), bpf.DWord), bpf.Sub.Reg(bpf.R0, bpf.R1))
 	case "comm":
@@ -181,7 +187,9 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		if !g.tp.Probe.Ret {
 			return typ{}, errAt(g.file(), x.Pos, "retval is a kretprobe's or uretprobe's")
 		}
-		return g.register(g.c.opt.Regs.Ret, x.Name, true)
+		t, err := g.register(g.c.opt.Regs.Ret, x.Name, true)
+		t.user = g.tp.user() // a uretprobe's pointer is the process's
+		return t, err
 	default:
 		if v, ok := g.c.constant(x.Name); ok {
 			g.loadConst(v, x.Name)
@@ -197,7 +205,9 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		if i >= len(g.c.opt.Regs.Args) {
 			return typ{}, errAt(g.file(), x.Pos, "%s: %s passes %d arguments in registers", x.Name, g.c.opt.Regs.Arch, len(g.c.opt.Regs.Args))
 		}
-		return g.register(g.c.opt.Regs.Args[i], x.Name, false)
+		t, err := g.register(g.c.opt.Regs.Args[i], x.Name, false)
+		t.user = g.tp.user() // a uprobe's pointer is the process's
+		return t, err
 	}
 	return intT, nil
 }

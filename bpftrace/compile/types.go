@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cilium/ebpf/btf"
+
 	"github.com/tracekit/tracekit/bpftrace/output"
 	"github.com/tracekit/tracekit/bpftrace/parse"
 	"github.com/tracekit/tracekit/tracefs"
@@ -17,6 +19,16 @@ type typ struct {
 	size   int
 	signed bool
 	off    int16
+	// ptr is what a pointer points at, in the kernel's BTF (nil: an
+	// integer); embedded says R0 holds the address of a struct that is
+	// itself a member (x.name walks it, x->name a pointer); user says
+	// the memory is the process's, not the kernel's.
+	ptr      btf.Type
+	embedded bool
+	user     bool
+	// read is the bytes a walk reads at the address (0: read already);
+	// castSize the bytes an integer cast keeps.
+	read, castSize int
 }
 
 var intT = typ{size: 8}
@@ -54,7 +66,15 @@ func (c *compiler) field(tp *Target, x *parse.Field) (tracefs.Field, typ, error)
 	case f.ArrayLen > 0 || f.Size > 8 || f.Size&(f.Size-1) != 0:
 		return f, typ{}, errAt(c.opt.File, x.Pos, "args->%s is %s: arrays other than strings are not taken", x.Name, f.Type)
 	}
-	return f, typ{size: 8, signed: f.Signed}, nil
+	t := typ{size: 8, signed: f.Signed, user: f.IsPointer() && tp.user()}
+	if strings.HasSuffix(f.Type, "*") && strings.Contains(f.Type, "struct ") && c.opt.Types != nil {
+		// A pointer to a struct (syscalls:sys_enter_nanosleep's rqtp): ->
+		// walks it, in the process's memory for a syscall's.
+		if p, err := c.named(strings.TrimSpace(strings.TrimSuffix(f.Type, "*")), x.Pos); err == nil {
+			t.ptr, t.user = p, tp.user()
+		}
+	}
+	return f, t, nil
 }
 
 // param is $N: an integer if it reads as one, else a string.
@@ -236,6 +256,8 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		return typ{size: 8, signed: true}, nil
 	case *parse.Ident:
 		switch {
+		case x.Name == "curtask":
+			return c.curtask(), nil
 		case intBuiltins[x.Name]:
 			return intT, nil
 		case x.Name == "comm":
@@ -245,18 +267,35 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		case x.Name == "func":
 			return strT(len(t.tp.Func) + 1), nil
 		case x.Name == "retval":
-			return typ{size: 8, signed: true}, nil
+			return typ{size: 8, signed: true, user: t.tp.user()}, nil
 		}
 		if _, ok := c.constant(x.Name); ok {
 			return typ{size: 8, signed: true}, nil
 		}
 		if _, ok := argIndex(x.Name); ok {
-			return intT, nil
+			return typ{size: 8, user: t.tp.user()}, nil
 		}
 		return typ{}, errAt(c.opt.File, x.Pos, "%s is not taken here yet", x.Name)
 	case *parse.Field:
-		_, ft, err := c.field(t.tp, x)
+		if id, ok := x.X.(*parse.Ident); ok && id.Name == "args" {
+			_, ft, err := c.field(t.tp, x)
+			return ft, err
+		}
+		base, err := t.expr(x.X)
+		if err != nil {
+			return typ{}, err
+		}
+		_, _, ft, err := c.member(base, x)
+		ft.read = 0
 		return ft, err
+	case *parse.Cast:
+		from, err := t.expr(x.X)
+		if err != nil {
+			return typ{}, err
+		}
+		ct, err := c.castType(x, from)
+		ct.castSize = 0
+		return ct, err
 	case *parse.Var:
 		if v, ok := t.vars[x.Name]; ok {
 			return v, nil
@@ -312,4 +351,16 @@ func argIndex(name string) (int, bool) {
 	}
 	i, err := strconv.Atoi(n)
 	return i, err == nil
+}
+
+// curtask's type: a pointer to the kernel's struct task_struct where its
+// BTF says what that is, else an integer.
+func (c *compiler) curtask() typ {
+	t := typ{size: 8}
+	if c.opt.Types != nil {
+		if p, err := c.opt.Types.Named("struct task_struct"); err == nil {
+			t.ptr = p
+		}
+	}
+	return t
 }

@@ -179,12 +179,13 @@ type Cast struct {
 	X    Expr
 }
 
-// Field is X.Name or X->Name (Arrow).
+// Field is X.Name or X->Name (Arrow); NamePos is where the . or -> is.
 type Field struct {
-	Pos   Pos
-	X     Expr
-	Name  string
-	Arrow bool
+	Pos     Pos
+	X       Expr
+	Name    string
+	NamePos Pos
+	Arrow   bool
 }
 
 // Index is X[I] on something that is not a map.

@@ -831,7 +831,7 @@ func (p *parser) postfix(x Expr) (Expr, error) {
 			if f.kind != tIdent && f.kind != tInt { // tuples: $t.0
 				return nil, p.errorf(f.pos, "expected a field name after '%s', found %s", t.text, f)
 			}
-			x = &Field{Pos: x.ExprPos(), X: x, Name: f.text, Arrow: t.text == "->"}
+			x = &Field{Pos: x.ExprPos(), X: x, Name: f.text, NamePos: p.s.pos(t.pos), Arrow: t.text == "->"}
 		case "[":
 			p.s.next()
 			is, err := p.list("]", "the index")
