@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -311,6 +313,40 @@ func TestWalks(t *testing.T) {
 	}
 	if bt := peer(t); bt != "" {
 		p := tooltest.Run(t, bt, "-c", sleep+" 1.25", "-e", script)
+		if p.Stdout != r.Stdout {
+			t.Errorf("bpftrace printed:\n%s\nours:\n%s", p.Stdout, r.Stdout)
+		}
+	}
+}
+
+// TestKstack: kstack counted by, printed as bpftrace prints it (the
+// kernel's frames as function+offset, one a line), kstack(3) its first
+// three frames; ksym and kaddr name and find a kernel function.
+func TestKstack(t *testing.T) {
+	privtest.Require(t)
+	script := `t:syscalls:sys_enter_write /args->count == 4321/ { @[kstack] = count(); @s[kstack(3)] = count(); @k[ksym(kaddr("vfs_read") + 1)] = count(); }`
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", tooltest.Writes(t, 4321, 20), "-e", script)
+	frame := regexp.MustCompile(`^    [A-Za-z_.][A-Za-z0-9_.$]*\+[0-9]+$`)
+	var whole, three []string
+	cur := &whole
+	for _, line := range strings.Split(r.Stdout, "\n") {
+		switch {
+		case line == "@s[":
+			cur = &three
+		case frame.MatchString(line):
+			*cur = append(*cur, line)
+		}
+	}
+	want := 3
+	if runtime.GOARCH == "arm" {
+		want = 1 // 32-bit ARM walks a tracepoint's stack no further than its first frame (filter's TestKstack)
+	}
+	if r.Status != 0 || len(whole) < want || len(three) != want || !slices.Equal(whole[:want], three) ||
+		!strings.Contains(r.Stdout, "\n]: 20\n@k[vfs_read]: 20\n@s[\n") || !strings.HasSuffix(r.Stdout, "\n]: 20\n") {
+		t.Errorf("exit %d, printed:\n%s\nstderr: %s", r.Status, r.Stdout, r.Stderr)
+	}
+	if bt := peer(t); bt != "" {
+		p := tooltest.Run(t, bt, "-c", peerCommand(tooltest.Writes(t, 4321, 20)), "-e", script)
 		if p.Stdout != r.Stdout {
 			t.Errorf("bpftrace printed:\n%s\nours:\n%s", p.Stdout, r.Stdout)
 		}

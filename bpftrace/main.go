@@ -58,9 +58,10 @@ func, args->field, arg0.., retval and $1...; the headers' usual macros
 (AF_INET, TASK_RUNNING, O_CREAT, ...) and the kernel's enumerators from its
 BTF; casts to the kernel's types and -> and . walks through its BTF
 ((struct sock *)arg0, curtask->real_parent->comm, args->rqtp->tv_sec in
-the process's memory), casts to integer sizes; printf, time, join, str(),
-exit(). Anything else is refused by name, with its place, before anything
-loads: usdt, kstack and ustack, ksym and usym come next (issue 61).
+the process's memory), casts to integer sizes; kstack and kstack(N) as
+keys, ksym, kaddr; printf, time, join, str(), exit(). Anything else is
+refused by name, with its place, before anything loads: usdt, ustack and
+usym, ntop come next (issue 61).
 
 Unlike bpftrace: min() and max() start from the first value (bpftrace's
 start from 0); hist's [2G, 4G) bucket is printed with its true bounds in

@@ -13,12 +13,13 @@ import (
 	"github.com/tracekit/tracekit/bpftrace/compile"
 	"github.com/tracekit/tracekit/bpftrace/output"
 	"github.com/tracekit/tracekit/bpftrace/parse"
+	"github.com/tracekit/tracekit/procfs"
 )
 
 // readMap reads a script's map from the kernel: per-CPU values summed
 // (minima and maxima taken), a histogram's buckets gathered under their
 // keys.
-func readMap(km *ebpf.Map, m *compile.Map) (*output.Map, error) {
+func readMap(km *ebpf.Map, m *compile.Map, names *kernelNames) (*output.Map, error) {
 	om := &output.Map{Name: m.Name, Kind: m.Kind, Min: m.Min, Max: m.Max, Step: m.Step}
 	hist := m.Kind == output.Hist || m.Kind == output.Lhist
 	byKey := map[string]int{} // a histogram's keys, to its element
@@ -37,7 +38,7 @@ func readMap(km *ebpf.Map, m *compile.Map) (*output.Map, error) {
 		if !ok {
 			break
 		}
-		keys := decodeKeys(key, m.Keys)
+		keys := names.keys(key, m.Keys)
 		v := combine(m, values)
 		if !hist {
 			om.Elems = append(om.Elems, output.Elem{Keys: keys, Value: v})
@@ -58,6 +59,9 @@ func readMap(km *ebpf.Map, m *compile.Map) (*output.Map, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", m.Name, err)
 	}
+	if err := names.name(om); err != nil {
+		return nil, err
+	}
 	if m.Kind == output.Count && len(m.Keys) == 0 && len(om.Elems) == 0 {
 		// bpftrace keeps a count() without keys in an array, whose one
 		// element is there from the start: it prints as 0.
@@ -66,21 +70,127 @@ func readMap(km *ebpf.Map, m *compile.Map) (*output.Map, error) {
 	return om, nil
 }
 
-// decodeKeys splits a kernel key into the script's key values.
-func decodeKeys(key []byte, layout []compile.Key) []output.Value {
-	var vals []output.Value
+// kernelNames names the kernel addresses in maps' keys and printf's
+// arguments: kstack's frames as bpftrace prints them ("vfs_read+5", one a
+// line), ksym's symbols. A map's keys are read first and named in one pass
+// over /proc/kallsyms (Resolve), not one a key.
+type kernelNames struct {
+	coll    *ebpf.Collection
+	syms    *procfs.Symbols
+	pending []pendingName
+}
+
+// pendingName is a key value to be named: a stack's frames, or an
+// address (frames of one).
+type pendingName struct {
+	v      *output.Value
+	frames []uint64
+	stack  bool
+}
+
+// keys splits a kernel key into the script's key values.
+func (k *kernelNames) keys(key []byte, layout []compile.Key) []output.Value {
+	vals := make([]output.Value, len(layout))
 	at := 0
-	for _, k := range layout {
-		b := key[at : at+k.Size]
-		if k.Str {
-			vals = append(vals, output.Value{Str: cString(b), IsStr: true})
-		} else {
-			vals = append(vals, output.Value{Int: int64(binary.LittleEndian.Uint64(b))})
+	for i, l := range layout {
+		b := key[at : at+l.Size]
+		at += l.Size
+		v := &vals[i]
+		switch {
+		case l.Str:
+			*v = output.Value{Str: cString(b), IsStr: true}
+		case l.Stack != "":
+			v.IsStr = true
+			k.pending = append(k.pending, pendingName{v: v, frames: k.stack(l.Stack, int64(binary.LittleEndian.Uint64(b))), stack: true})
+		case l.Ksym:
+			v.IsStr = true
+			k.pending = append(k.pending, pendingName{v: v, frames: []uint64{binary.LittleEndian.Uint64(b)}})
+		default:
+			*v = output.Value{Int: int64(binary.LittleEndian.Uint64(b))}
 		}
-		at += k.Size
 	}
 	return vals
 }
+
+// stack is a kstack's frames, from its map, by its id.
+func (k *kernelNames) stack(mapName string, id int64) []uint64 {
+	if id < 0 || k.coll == nil {
+		return nil // the map was full, or the walk failed
+	}
+	m := k.coll.Maps[mapName]
+	buf := make([]byte, m.ValueSize())
+	if err := m.Lookup(uint32(id), buf); err != nil {
+		return nil
+	}
+	var frames []uint64
+	for i := 0; i+8 <= len(buf); i += 8 {
+		pc := binary.LittleEndian.Uint64(buf[i:])
+		if pc == 0 {
+			break
+		}
+		frames = append(frames, pc)
+	}
+	return frames
+}
+
+// name names the values keys left pending, the elements of om's keys
+// among them: one pass over /proc/kallsyms for them all.
+// (The values are in each key's own array, which om's elements share:
+// they stay where they are as om grows.)
+func (k *kernelNames) name(*output.Map) error {
+	if len(k.pending) == 0 {
+		return nil
+	}
+	defer func() { k.pending = k.pending[:0] }()
+	var all []uint64
+	for _, p := range k.pending {
+		all = append(all, p.frames...)
+	}
+	if k.syms == nil {
+		syms, err := procfs.LazyKallsyms()
+		if err != nil {
+			return err
+		}
+		k.syms = syms
+	}
+	if err := k.syms.Resolve(all); err != nil {
+		return err
+	}
+	for _, p := range k.pending {
+		if !p.stack {
+			name, _ := k.symbol(p.frames[0])
+			p.v.Str = name
+			continue
+		}
+		var b strings.Builder
+		b.WriteByte('\n')
+		for _, pc := range p.frames {
+			name, off := k.symbol(pc)
+			if off >= 0 {
+				name += "+" + strconv.FormatInt(off, 10)
+			}
+			b.WriteString("    " + name + "\n")
+		}
+		p.v.Str = b.String()
+	}
+	return nil
+}
+
+// symbol is pc's function and offset in it as bpftrace prints them
+// ("vfs_read", 5), or its address in hex and -1 where no symbol is known
+// (or the kernel hides its addresses).
+func (k *kernelNames) symbol(pc uint64) (string, int64) {
+	s := k.syms.Symbolize(pc) // "name+0xoff [module]"
+	name, off, ok := strings.Cut(strings.Fields(s + " ")[0], "+0x")
+	n, err := strconv.ParseInt(off, 16, 64)
+	if s == "" || !ok || err != nil {
+		return "0x" + strconv.FormatUint(pc, 16), -1
+	}
+	return name, n
+}
+
+// close closes the kallsyms file, if it was opened.
+func (k *kernelNames) close() error { return k.syms.Close() }
 
 // combine folds one element's per-CPU values (one for a shared map).
 func combine(m *compile.Map, values [][]byte) output.Value {
@@ -223,7 +333,7 @@ func (u *user) mapCall(call *parse.Call) error {
 	km := u.p.coll.Maps[m.BPFName]
 	switch call.Name {
 	case "print":
-		om, err := readMap(km, m)
+		om, err := readMap(km, m, u.p.names)
 		if err != nil || len(om.Elems) == 0 {
 			return err
 		}

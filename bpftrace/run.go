@@ -107,6 +107,12 @@ func types() compile.Types {
 	return compile.KernelTypes(spec)
 }
 
+// kaddr is a kernel symbol's address, for kaddr("name").
+func kaddr(name string) (uint64, bool) {
+	addr, ok, err := procfs.KernelAddress(name)
+	return addr, ok && err == nil
+}
+
 // enumerator is an enumerator of the kernel's BTF (none without BTF).
 func enumerator(name string) (int64, bool) {
 	spec, err := kbtf.Kernel()
@@ -166,11 +172,12 @@ func listProbes(s *run.Session, o *options) error {
 // printer writes the program's output, from the rings' reader and from
 // the end, one at a time.
 type printer struct {
-	mu   sync.Mutex
-	w    io.Writer
-	json bool
-	res  *compile.Result
-	coll *ebpf.Collection
+	mu    sync.Mutex
+	w     io.Writer
+	json  bool
+	res   *compile.Result
+	coll  *ebpf.Collection
+	names *kernelNames
 }
 
 func (p *printer) printf(text string) {
@@ -253,9 +260,16 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 			return false, fmt.Errorf("printf record %d is %d bytes: too short for its arguments", id, len(raw))
 		}
 		field := raw[at : at+a.Size]
-		if a.Str {
+		switch {
+		case a.Str:
 			args = append(args, output.Arg{Str: cString(field), IsStr: true})
-		} else {
+		case a.Ksym:
+			v := p.names.keys(field, []compile.Key{a})
+			if err := p.names.name(nil); err != nil {
+				return false, err
+			}
+			args = append(args, output.Arg{Str: v[0].Str, IsStr: true})
+		default:
 			args = append(args, output.Arg{Int: binary.LittleEndian.Uint64(field)})
 		}
 		at += a.Size
@@ -296,7 +310,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	}
 	regs, _ := asm.HostPtRegs() // nil: the compiler refuses arg0 and retval
 	resolve := func(ap *parse.AttachPoint) ([]compile.Target, error) { return targets(ap, o.Pid) }
-	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator, Types: types()})
+	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator, Types: types(), Kaddr: kaddr})
 	if err != nil {
 		var pe *parse.Error
 		if errors.As(err, &pe) {
@@ -313,7 +327,8 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	p := &printer{w: out, json: o.Format == "json", res: res, coll: coll}
+	p := &printer{w: out, json: o.Format == "json", res: res, coll: coll, names: &kernelNames{coll: coll}}
+	s.OnClose("", p.names.close)
 	rings, err := s.OpenOutputRings(coll.Maps[compile.EventsMap], "printf", perfevent.DefaultRingPages, perfevent.WakeBatch)
 	if err != nil {
 		return err
@@ -407,7 +422,7 @@ func sortedPrograms(res *compile.Result) []string {
 func (p *printer) maps() error {
 	var maps []*output.Map
 	for _, m := range p.res.Maps {
-		om, err := readMap(p.coll.Maps[m.BPFName], m)
+		om, err := readMap(p.coll.Maps[m.BPFName], m, p.names)
 		if err != nil {
 			return err
 		}

@@ -362,3 +362,30 @@ func TrimTracer(frames []string) []string {
 	}
 	return frames
 }
+
+// KernelAddress is the address of the kernel's symbol called name (code
+// or data, the first of that name), in one pass over /proc/kallsyms;
+// found is false when there is none or the addresses are hidden.
+func KernelAddress(name string) (addr uint64, found bool, err error) {
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return 0, false, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	defer f.Close()
+	return kernelAddress(f, name)
+}
+
+func kernelAddress(r io.Reader, name string) (uint64, bool, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		a, _, n, _, ok := kallsymsLine(sc.Bytes())
+		if ok && string(n) == name {
+			return a, a != 0, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, false, fmt.Errorf("read kernel symbols: %w", err)
+	}
+	return 0, false, nil
+}

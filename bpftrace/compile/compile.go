@@ -87,6 +87,8 @@ type Options struct {
 	Const func(name string) (int64, bool)
 	// Types are the kernel's, for casts and -> walks (nil: none).
 	Types Types
+	// Kaddr is a kernel symbol's address, for kaddr("name") (nil: none).
+	Kaddr func(name string) (uint64, bool)
 }
 
 // Attach is one program and where it goes.
@@ -96,10 +98,14 @@ type Attach struct {
 }
 
 // Key is one element of a map's key, or one printf argument: an integer
-// (8 bytes) or a string of Size bytes.
+// (8 bytes) or a string of Size bytes; an integer that is a kernel
+// stack's id in Stack (kstack: its frames, printed), or a kernel address
+// printed as its symbol (ksym).
 type Key struct {
-	Str  bool
-	Size int
+	Str   bool
+	Size  int
+	Stack string // the STACK_TRACE map of a kstack's id
+	Ksym  bool
 }
 
 // Map is a map of the script as the kernel holds it.
@@ -212,15 +218,16 @@ func errAt(file string, at parse.Pos, format string, args ...any) error {
 }
 
 type compiler struct {
-	opt     Options
-	maps    map[string]*Map
-	printfs []Printf
-	res     *Result
+	opt       Options
+	stackMaps map[string]int // kstack's STACK_TRACE maps, by name, with their depth
+	maps      map[string]*Map
+	printfs   []Printf
+	res       *Result
 }
 
 // Compile compiles prog, already checked (check.Check).
 func Compile(prog *parse.Program, opt Options) (*Result, error) {
-	c := &compiler{opt: opt, maps: map[string]*Map{}, res: &Result{}}
+	c := &compiler{opt: opt, maps: map[string]*Map{}, res: &Result{}, stackMaps: map[string]int{}}
 	type probeTargets struct {
 		probe *parse.Probe
 		tps   []Target
@@ -319,6 +326,9 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 	}
 	spec.Maps[LostMap] = &ebpf.MapSpec{Name: LostMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
 	spec.Maps[EventsMap] = &ebpf.MapSpec{Name: EventsMap, Type: ebpf.PerfEventArray}
+	for name, depth := range c.stackMaps {
+		spec.Maps[name] = &ebpf.MapSpec{Name: name, Type: ebpf.StackTrace, KeySize: 4, ValueSize: uint32(8 * depth), MaxEntries: MapEntries}
+	}
 	spec.Maps[JoinMap] = &ebpf.MapSpec{Name: JoinMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 + JoinArgs*JoinArgSize, MaxEntries: 1}
 	n := 0
 	for _, p := range probes {

@@ -51,6 +51,7 @@ uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, st
 	"walks": `kprobe:tcp_connect { $sk = (struct sock *)arg0; @fam[$sk->__sk_common.skc_family] = count(); @parent[curtask->real_parent->comm, (uint16)curtask->pid] = count(); }
 t:syscalls:sys_enter_clock_nanosleep { @ns = hist(args->rqtp->tv_nsec); @s = sum((int8)args->rqtp->tv_sec); }
 uprobe:/bin/bash:readline { $t = (struct __kernel_timespec *)arg0; @u = max($t->tv_nsec); }`,
+	"kstack":    `t:syscalls:sys_enter_getppid { @[kstack] = count(); @s[kstack(3), comm] = count(); @k[ksym(kaddr("vfs_read") + 16)] = count(); printf("%s\n", ksym(kaddr("vfs_read"))); }`,
 	"join":      `t:syscalls:sys_enter_execve { join(args->argv); } t:sched:sched_process_exec { printf("%d\n", pid); }`,
 	"profile":   `profile:hz:99 /pid != 0/ { @[comm, cpu] = count(); } software:page-faults:100 { @pf = count(); }`,
 	"constants": `t:syscalls:sys_enter_openat /(args->flags & O_CREAT) && args->dfd != AF_INET6/ { @[TCP_SYN_SENT + TASK_RUNNING] = count(); }`,
@@ -172,7 +173,8 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 		}
 		types = KernelTypes(spec)
 	}
-	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9, Const: enums, Types: types})
+	kaddr := func(name string) (uint64, bool) { return 0xffffffff81234560, name == "vfs_read" }
+	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9, Const: enums, Types: types, Kaddr: kaddr})
 }
 
 // TestGolden pins each script's programs and maps.
@@ -231,7 +233,10 @@ func TestRefused(t *testing.T) {
 		{`kprobe:vfs_read { @ = args->count; }`, "test.bt:1:23: args is not in kprobe probes"},
 		{`kprobe:vfs_read { @ = arg7; }`, "arg7: the arguments in registers are arg0 to arg5"},
 		{`t:syscalls:sys_enter_write { @ = count(); }
-t:syscalls:sys_enter_write { @x[kstack] = count(); }`, "test.bt:2:33: kstack is not taken here yet"},
+t:syscalls:sys_enter_write { @x[ustack] = count(); }`, "test.bt:2:33: ustack is not taken here yet"},
+		{`t:syscalls:sys_enter_write { printf("%s", kstack); }`, "a stack in printf is not taken yet"},
+		{`t:syscalls:sys_enter_write { @[kstack(200)] = count(); }`, "kstack's frames: 1 to 127"},
+		{`t:syscalls:sys_enter_write { @ = kaddr("no_such_symbol"); }`, `kaddr("no_such_symbol"): no such symbol`},
 		{`t:syscalls:sys_enter_write { @ = args->nosuch; }`, `test.bt:1:34: tracepoint:syscalls:sys_enter_write has no field "nosuch" (fields: __syscall_nr, fd, buf, count)`},
 		{`t:syscalls:sys_enter_write { while (1) { @ = 1; } }`, "while is not taken"},
 		{`kprobe:f { @ = ((struct sock *)arg0)->nosuch; }`, "test.bt:1:37: struct sock has no member nosuch (it has __sk_common, sk_rcvbuf...)"},

@@ -178,6 +178,8 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		return typ{str: true, size: 16, off: off}, nil
 	case "probe":
 		return g.literal(g.tp.ProbeName(), x.Pos)
+	case "kstack":
+		return g.kstack(nil, x.Pos)
 	case "func":
 		if g.tp.Func == "" {
 			return typ{}, errAt(g.file(), x.Pos, "func is a kprobe's or uprobe's function: %s has none", g.tp.ProbeName())
@@ -349,6 +351,33 @@ func (g *gen) callValue(x *parse.Call) (typ, error) {
 		}
 		return typ{str: true, size: StrSize, off: off}, nil
 	}
+	switch x.Name {
+	case "kstack":
+		return g.kstack(x, x.Pos)
+	case "ksym":
+		t, err := g.expr(x.Args[0])
+		if err != nil {
+			return typ{}, err
+		}
+		if t.str {
+			return typ{}, errAt(g.file(), x.Args[0].ExprPos(), "ksym takes an address, not a string")
+		}
+		return typ{size: 8, ksym: true}, nil
+	case "kaddr":
+		name, ok := x.Args[0].(*parse.Str)
+		if !ok {
+			return typ{}, errAt(g.file(), x.Pos, "kaddr takes a symbol's name, a string literal")
+		}
+		var addr uint64
+		if g.c.opt.Kaddr != nil {
+			addr, ok = g.c.opt.Kaddr(name.Value)
+		}
+		if !ok {
+			return typ{}, errAt(g.file(), name.Pos, "kaddr(%q): no such symbol in /proc/kallsyms (or its addresses are hidden)", name.Value)
+		}
+		g.emit(asm.Note(bpf.Instructions{bpf.LoadImm(bpf.R0, int64(addr), bpf.DWord)}, "kaddr "+name.Value)...)
+		return intT, nil
+	}
 	if _, ok := aggs[x.Name]; ok {
 		return typ{}, errAt(g.file(), x.Pos, "%s() is a map's value: @name = %s(...)", x.Name, x.Name)
 	}
@@ -517,4 +546,17 @@ func (g *gen) strEq(l, r typ, ne bool) {
 	g.mark(differ)
 	g.emit(bpf.Mov.Imm(bpf.R0, neq))
 	g.mark(end)
+}
+
+// kstack is the id of the kernel's stack here, in its depth's
+// STACK_TRACE map (bpf_get_stackid: the kernel keeps each stack once);
+// a negative id is a stack the map could not take.
+func (g *gen) kstack(call *parse.Call, at parse.Pos) (typ, error) {
+	t, err := g.c.kstack(call, at)
+	if err != nil {
+		return typ{}, err
+	}
+	g.emit(asm.Note(bpf.Instructions{bpf.Mov.Reg(bpf.R1, asm.RegCtx)}, "kstack: its id in "+t.stack)...)
+	g.emit(bpf.LoadMapPtr(bpf.R2, 0).WithReference(t.stack), bpf.Mov.Imm(bpf.R3, 0), bpf.FnGetStackid.Call())
+	return t, nil
 }

@@ -480,7 +480,10 @@ func (g *gen) printf(x *parse.Call) error {
 		if err != nil {
 			return err
 		}
-		p.Args = append(p.Args, Key{Str: t.str, Size: t.size})
+		if t.stack != "" {
+			return errAt(g.file(), a.ExprPos(), "a stack in printf is not taken yet: count by it (@[kstack] = count())")
+		}
+		p.Args = append(p.Args, t.key())
 		size += t.size
 	}
 	rec, err := g.alloc(size, x.Pos)

@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -29,7 +30,14 @@ type typ struct {
 	// read is the bytes a walk reads at the address (0: read already);
 	// castSize the bytes an integer cast keeps.
 	read, castSize int
+	// stack is a kstack's STACK_TRACE map (the integer its id); ksym an
+	// address printed as its kernel symbol.
+	stack string
+	ksym  bool
 }
+
+// key is how t is laid out as a map's key or a printf argument.
+func (t typ) key() Key { return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym} }
 
 var intT = typ{size: 8}
 
@@ -190,7 +198,7 @@ func (t *typer) store(target parse.Expr, v typ, agg string, kind *output.Kind, a
 			if err != nil {
 				return err
 			}
-			keys = append(keys, Key{Str: kt.str, Size: kt.size})
+			keys = append(keys, kt.key())
 		}
 		m := t.c.maps["@"+x.Name]
 		if m == nil {
@@ -256,6 +264,8 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		return typ{size: 8, signed: true}, nil
 	case *parse.Ident:
 		switch {
+		case x.Name == "kstack":
+			return c.kstack(nil, x.Pos)
 		case x.Name == "curtask":
 			return c.curtask(), nil
 		case intBuiltins[x.Name]:
@@ -317,8 +327,13 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 				return typ{}, err
 			}
 		}
-		if x.Name == "str" {
+		switch x.Name {
+		case "str":
 			return strT(StrSize), nil
+		case "kstack":
+			return c.kstack(x, x.Pos)
+		case "ksym":
+			return typ{size: 8, ksym: true}, nil
 		}
 		return intT, nil
 	case *parse.Unary:
@@ -363,4 +378,32 @@ func (c *compiler) curtask() typ {
 		}
 	}
 	return t
+}
+
+// kstackDepth is kstack's frames without a limit: bpftrace's, and the
+// kernel's perf_event_max_stack default.
+const kstackDepth = 127
+
+// kstack is kstack's and kstack(N)'s type: the id of a stack in a
+// STACK_TRACE map of N frames (a map per depth, as bpftrace's).
+func (c *compiler) kstack(call *parse.Call, at parse.Pos) (typ, error) {
+	depth := kstackDepth
+	if call != nil {
+		for _, a := range call.Args {
+			switch a := a.(type) {
+			case *parse.Int:
+				if a.Value < 1 || a.Value > kstackDepth {
+					return typ{}, errAt(c.opt.File, a.Pos, "kstack's frames: 1 to %d", kstackDepth)
+				}
+				depth = int(a.Value)
+			case *parse.Ident:
+				if a.Name != "bpftrace" {
+					return typ{}, errAt(c.opt.File, a.Pos, "kstack(%s): only bpftrace's format is taken yet", a.Name)
+				}
+			}
+		}
+	}
+	name := fmt.Sprintf("kstack%d", depth)
+	c.stackMaps[name] = depth
+	return typ{size: 8, stack: name}, nil
 }
