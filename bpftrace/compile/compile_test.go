@@ -50,7 +50,8 @@ kretprobe:vfs_read /@start[tid]/ { @lat[func, retval < 0] = hist(nsecs - @start[
 uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, str(retval)); @lines[comm] = count(); delete(@start[tid]); }`,
 	"walks": `kprobe:tcp_connect { $sk = (struct sock *)arg0; @fam[$sk->__sk_common.skc_family] = count(); @parent[curtask->real_parent->comm, (uint16)curtask->pid] = count(); }
 t:syscalls:sys_enter_clock_nanosleep { @ns = hist(args->rqtp->tv_nsec); @s = sum((int8)args->rqtp->tv_sec); }
-uprobe:/bin/bash:readline { $t = (struct __kernel_timespec *)arg0; @u = max($t->tv_nsec); }`,
+uprobe:/bin/bash:readline { $t = (struct __kernel_timespec *)arg0; @u = max($t->tv_nsec); }
+kprobe:vfs_read { $t = (struct task_struct *)curtask; $p = ((struct task_struct *) $t->real_parent); @pp[$p->pid] = count(); }`,
 	"kstack":    `t:syscalls:sys_enter_getppid { @[kstack] = count(); @s[kstack(3), comm] = count(); @k[ksym(kaddr("vfs_read") + 16)] = count(); printf("%s\n", ksym(kaddr("vfs_read"))); }`,
 	"join":      `t:syscalls:sys_enter_execve { join(args->argv); } t:sched:sched_process_exec { printf("%d\n", pid); }`,
 	"profile":   `profile:hz:99 /pid != 0/ { @[comm, cpu] = count(); } software:page-faults:100 { @pf = count(); }`,

@@ -177,6 +177,16 @@ func (g *gen) stmt(s parse.Stmt) error {
 	return errAt(g.file(), s.StmtPos(), "this statement is not taken yet")
 }
 
+// typer types expressions as the program at this point has its
+// variables.
+func (g *gen) typer() *typer {
+	ty := &typer{c: g.c, tp: g.tp, vars: map[string]typ{}}
+	for name, v := range g.vars {
+		ty.vars[name] = v.t
+	}
+	return ty
+}
+
 // varTop is the stack the variables hold.
 func (g *gen) varTop() int {
 	top := 0
@@ -198,8 +208,7 @@ func (g *gen) assign(s *parse.Assign) error {
 		if !ok {
 			// The type the typer settled on; a slot for the whole
 			// program, cleared at its start (a branch may read it unset).
-			ty := &typer{c: g.c, tp: g.tp, vars: map[string]typ{}}
-			t, err := ty.expr(value)
+			t, err := g.typer().expr(value)
 			if err != nil {
 				return err
 			}
@@ -470,10 +479,7 @@ func (g *gen) printf(x *parse.Call) error {
 		}
 		p.Format, args = f.Value, x.Args[1:]
 	}
-	ty := &typer{c: g.c, tp: g.tp, vars: map[string]typ{}}
-	for name, v := range g.vars {
-		ty.vars[name] = v.t
-	}
+	ty := g.typer()
 	size := 8
 	for _, a := range args {
 		t, err := ty.expr(a)
