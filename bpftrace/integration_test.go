@@ -324,7 +324,7 @@ func TestWalks(t *testing.T) {
 // three frames; ksym and kaddr name and find a kernel function.
 func TestKstack(t *testing.T) {
 	privtest.Require(t)
-	script := `t:syscalls:sys_enter_write /args->count == 4321/ { @[kstack] = count(); @s[kstack(3)] = count(); @k[ksym(kaddr("vfs_read") + 1)] = count(); }`
+	script := `t:syscalls:sys_enter_write /args->count == 4321/ { @[kstack] = count(); @s[kstack(3)] = count(); @k[ksym(kaddr("vfs_read") + 1)] = count(); printf("%s|\n", kstack(1)); }`
 	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", tooltest.Writes(t, 4321, 20), "-e", script)
 	frame := regexp.MustCompile(`^    [A-Za-z_.][A-Za-z0-9_.$]*\+[0-9]+$`)
 	var whole, three []string
@@ -342,13 +342,34 @@ func TestKstack(t *testing.T) {
 		want = 1 // 32-bit ARM walks a tracepoint's stack no further than its first frame (filter's TestKstack)
 	}
 	if r.Status != 0 || len(whole) < want || len(three) != want || !slices.Equal(whole[:want], three) ||
-		!strings.Contains(r.Stdout, "\n]: 20\n@k[vfs_read]: 20\n@s[\n") || !strings.HasSuffix(r.Stdout, "\n]: 20\n") {
+		!strings.Contains(r.Stdout, "\n]: 20\n@k[vfs_read]: 20\n@s[\n") || !strings.HasSuffix(r.Stdout, "\n]: 20\n") ||
+		strings.Count(r.Stdout, "\n        "+strings.TrimSpace(three[0])+"\n|\n") != 20 { // printf's: eight spaces in
+
 		t.Errorf("exit %d, printed:\n%s\nstderr: %s", r.Status, r.Stdout, r.Stderr)
 	}
 	if bt := peer(t); bt != "" {
 		p := tooltest.Run(t, bt, "-c", peerCommand(tooltest.Writes(t, 4321, 20)), "-e", script)
 		if p.Stdout != r.Stdout {
 			t.Errorf("bpftrace printed:\n%s\nours:\n%s", p.Stdout, r.Stdout)
+		}
+	}
+}
+
+// TestNtop: ntop prints IPv4 addresses from an integer's bytes as they
+// are in memory, bswap swaps an integer's bytes by its width, as
+// bpftrace does both.
+func TestNtop(t *testing.T) {
+	privtest.Require(t)
+	script := `t:syscalls:sys_enter_write /args->count == 4321/ { printf("%s %s %x %x\n", ntop(0x0100007f), ntop(2, 0x04030201), bswap((uint16)0x1234), bswap((uint32)0x12345678)); @[ntop(0x0100007f)] = count(); }`
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", tooltest.Writes(t, 4321, 2), "-e", script)
+	want := "Attaching 1 probe...\n127.0.0.1 1.2.3.4 3412 78563412\n127.0.0.1 1.2.3.4 3412 78563412\n\n\n@[127.0.0.1]: 2\n"
+	if r.Status != 0 || r.Stdout != want {
+		t.Errorf("exit %d, printed:\n%q\nwant:\n%q\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
+	}
+	if bt := peer(t); bt != "" {
+		p := tooltest.Run(t, bt, "-c", peerCommand(tooltest.Writes(t, 4321, 2)), "-e", script)
+		if p.Stdout != r.Stdout {
+			t.Errorf("bpftrace printed:\n%q\nours:\n%q", p.Stdout, r.Stdout)
 		}
 	}
 }

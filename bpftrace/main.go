@@ -59,9 +59,9 @@ func, args->field, arg0.., retval and $1...; the headers' usual macros
 BTF; casts to the kernel's types and -> and . walks through its BTF
 ((struct sock *)arg0, curtask->real_parent->comm, args->rqtp->tv_sec in
 the process's memory), casts to integer sizes; kstack and kstack(N) as
-keys, ksym, kaddr; printf, time, join, str(), exit(). Anything else is
-refused by name, with its place, before anything loads: usdt, ustack and
-usym, ntop come next (issue 61).
+keys and in printf, ksym, kaddr, ntop, bswap; printf, time, join, str(),
+exit(). Anything else is refused by name, with its place, before anything
+loads: usdt, ustack and usym come next (issue 61).
 
 Unlike bpftrace: min() and max() start from the first value (bpftrace's
 start from 0); hist's [2G, 4G) bucket is printed with its true bounds in

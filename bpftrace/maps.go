@@ -3,6 +3,7 @@ package bpftrace
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,7 +79,15 @@ type kernelNames struct {
 	coll    *ebpf.Collection
 	syms    *procfs.Symbols
 	pending []pendingName
+	indent  string // of the stacks keys finds
 }
+
+// keyIndent and argIndent are a stack's frames' indents as bpftrace
+// prints them in a map's key and in printf.
+const (
+	keyIndent = "    "
+	argIndent = "        "
+)
 
 // pendingName is a key value to be named: a stack's frames, or an
 // address (frames of one).
@@ -86,6 +95,7 @@ type pendingName struct {
 	v      *output.Value
 	frames []uint64
 	stack  bool
+	indent string // a stack's frames': four spaces in a map's key, eight in printf's
 }
 
 // keys splits a kernel key into the script's key values.
@@ -101,7 +111,9 @@ func (k *kernelNames) keys(key []byte, layout []compile.Key) []output.Value {
 			*v = output.Value{Str: cString(b), IsStr: true}
 		case l.Stack != "":
 			v.IsStr = true
-			k.pending = append(k.pending, pendingName{v: v, frames: k.stack(l.Stack, int64(binary.LittleEndian.Uint64(b))), stack: true})
+			k.pending = append(k.pending, pendingName{v: v, frames: k.stack(l.Stack, int64(binary.LittleEndian.Uint64(b))), stack: true, indent: k.indent})
+		case l.Inet:
+			*v = output.Value{Str: inetText(b), IsStr: true}
 		case l.Ksym:
 			v.IsStr = true
 			k.pending = append(k.pending, pendingName{v: v, frames: []uint64{binary.LittleEndian.Uint64(b)}})
@@ -169,7 +181,7 @@ func (k *kernelNames) name(*output.Map) error {
 			if off >= 0 {
 				name += "+" + strconv.FormatInt(off, 10)
 			}
-			b.WriteString("    " + name + "\n")
+			b.WriteString(p.indent + name + "\n")
 		}
 		p.v.Str = b.String()
 	}
@@ -423,4 +435,19 @@ func strftime(format string, t time.Time) string {
 		}
 	}
 	return b.String()
+}
+
+// inetText is an address ntop() made (the family in 8 bytes, then the
+// address), as inet_ntop writes it.
+func inetText(b []byte) string {
+	if len(b) < 24 {
+		return ""
+	}
+	switch binary.LittleEndian.Uint64(b) {
+	case 2: // AF_INET
+		return netip.AddrFrom4([4]byte(b[8:12])).String()
+	case 10: // AF_INET6
+		return netip.AddrFrom16([16]byte(b[8:24])).String()
+	}
+	return ""
 }

@@ -263,8 +263,12 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 		switch {
 		case a.Str:
 			args = append(args, output.Arg{Str: cString(field), IsStr: true})
-		case a.Ksym:
+		case a.Inet:
+			args = append(args, output.Arg{Str: inetText(field), IsStr: true})
+		case a.Ksym, a.Stack != "":
+			p.names.indent = argIndent
 			v := p.names.keys(field, []compile.Key{a})
+			p.names.indent = keyIndent
 			if err := p.names.name(nil); err != nil {
 				return false, err
 			}
@@ -327,7 +331,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	p := &printer{w: out, json: o.Format == "json", res: res, coll: coll, names: &kernelNames{coll: coll}}
+	p := &printer{w: out, json: o.Format == "json", res: res, coll: coll, names: &kernelNames{coll: coll, indent: keyIndent}}
 	s.OnClose("", p.names.close)
 	rings, err := s.OpenOutputRings(coll.Maps[compile.EventsMap], "printf", perfevent.DefaultRingPages, perfevent.WakeBatch)
 	if err != nil {

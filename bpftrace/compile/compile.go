@@ -106,6 +106,7 @@ type Key struct {
 	Size  int
 	Stack string // the STACK_TRACE map of a kstack's id
 	Ksym  bool
+	Inet  bool // ntop's: the family in 8 bytes, then 16 of address
 }
 
 // Map is a map of the script as the kernel holds it.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	bpf "github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/bpftrace/output"
@@ -41,7 +42,7 @@ func (g *gen) expr(x parse.Expr) (typ, error) {
 		if !ok {
 			return typ{}, errAt(g.file(), x.Pos, "$%s is read before it is assigned", x.Name)
 		}
-		if v.t.str {
+		if v.t.buffer() {
 			return v.t, nil // the variable's own slot
 		}
 		g.emit(bpf.LoadMem(bpf.R0, bpf.RFP, v.off, bpf.DWord))
@@ -352,6 +353,25 @@ func (g *gen) callValue(x *parse.Call) (typ, error) {
 		return typ{str: true, size: StrSize, off: off}, nil
 	}
 	switch x.Name {
+	case "ntop":
+		return g.ntop(x)
+	case "bswap":
+		t, err := g.expr(x.Args[0])
+		if err != nil {
+			return typ{}, err
+		}
+		if t.str {
+			return typ{}, errAt(g.file(), x.Args[0].ExprPos(), "bswap takes an integer, not a string")
+		}
+		w := t.width
+		if w == 0 {
+			w = 8
+		}
+		size, _ := asm.MemSize(w)
+		if w > 1 {
+			g.emit(asm.Note(bpf.Instructions{bpf.HostTo(bpf.BE, bpf.R0, size)}, fmt.Sprintf("bswap: %d bytes", w))...)
+		}
+		return typ{size: 8, width: w}, nil
 	case "kstack":
 		return g.kstack(x, x.Pos)
 	case "ksym":
@@ -559,4 +579,62 @@ func (g *gen) kstack(call *parse.Call, at parse.Pos) (typ, error) {
 	g.emit(asm.Note(bpf.Instructions{bpf.Mov.Reg(bpf.R1, asm.RegCtx)}, "kstack: its id in "+t.stack)...)
 	g.emit(bpf.LoadMapPtr(bpf.R2, 0).WithReference(t.stack), bpf.Mov.Imm(bpf.R3, 0), bpf.FnGetStackid.Call())
 	return t, nil
+}
+
+// ntop is an address as ntop prints it: ntop(int) IPv4 from its four
+// bytes as they are in memory, ntop(char[16]) IPv6, ntop(AF, x) either;
+// the family then the address's 16 bytes on the stack.
+func (g *gen) ntop(x *parse.Call) (typ, error) {
+	arg := x.Args[len(x.Args)-1]
+	family := int64(0)
+	if len(x.Args) == 2 {
+		v, ok := g.constValue(x.Args[0])
+		if !ok || (v != 2 && v != 10) {
+			return typ{}, errAt(g.file(), x.Args[0].ExprPos(), "ntop's family is AF_INET or AF_INET6, a constant")
+		}
+		family = v
+	}
+	t, err := g.expr(arg)
+	if err != nil {
+		return typ{}, err
+	}
+	off, err := g.alloc(inetSize, x.Pos)
+	if err != nil {
+		return typ{}, err
+	}
+	g.zero(off, inetSize)
+	if t.embedded { // struct in6_addr, struct in_addr: their bytes
+		n, err := btf.Sizeof(t.ptr)
+		if err != nil || (n != 4 && n != 16) {
+			return typ{}, errAt(g.file(), arg.ExprPos(), "ntop of a %s: an address is 4 or 16 bytes", typeName(t.ptr))
+		}
+		if family == 0 {
+			family = map[int]int64{4: 2, 16: 10}[n]
+		}
+		helper := g.c.opt.Readers.Kernel
+		if t.user {
+			helper = g.c.opt.Readers.User
+		}
+		g.emit(bpf.Mov.Reg(bpf.R3, bpf.R0))
+		g.stackPtr(bpf.R1, off+8)
+		g.emit(bpf.Mov.Imm(bpf.R2, int32(n)), helper.Call())
+		g.emit(asm.Note(storeU32(bpf.RFP, off, family), "ntop: the family")...)
+		return typ{size: inetSize, inet: true, off: off}, nil
+	}
+	switch {
+	case !t.str:
+		if family == 0 {
+			family = 2
+		}
+		g.emit(bpf.StoreMem(bpf.RFP, off+8, bpf.R0, bpf.Word))
+	case t.bytes == 4 || t.bytes == 16:
+		if family == 0 {
+			family = map[int]int64{4: 2, 16: 10}[t.bytes]
+		}
+		g.copy(off+8, bpf.RFP, t.off, roundUp(t.bytes))
+	default:
+		return typ{}, errAt(g.file(), arg.ExprPos(), "ntop takes an IPv4 address (an integer, or 4 bytes) or an IPv6 one (16 bytes)")
+	}
+	g.emit(asm.Note(storeU32(bpf.RFP, off, family), "ntop: the family")...)
+	return typ{size: inetSize, inet: true, off: off}, nil
 }

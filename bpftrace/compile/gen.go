@@ -224,10 +224,10 @@ func (g *gen) assign(s *parse.Assign) error {
 		if err != nil {
 			return err
 		}
-		if t.str != v.t.str {
+		if t.str != v.t.str || t.inet != v.t.inet {
 			return errAt(g.file(), s.Pos, "$%s holds an integer and a string", x.Name)
 		}
-		if t.str {
+		if t.buffer() {
 			g.place(v.off, v.t.size, t)
 		} else {
 			g.emit(bpf.StoreMem(bpf.RFP, v.off, bpf.R0, bpf.DWord))
@@ -299,10 +299,10 @@ func (g *gen) pack(at int16, xs []parse.Expr, layout []Key, what string) error {
 		if err != nil {
 			return err
 		}
-		if t.str != layout[i].Str {
+		if t.str != layout[i].Str || t.inet != layout[i].Inet {
 			return errAt(g.file(), x.ExprPos(), "%s %d is a string in one place and an integer in another", what, i+1)
 		}
-		if t.str {
+		if t.buffer() {
 			g.place(at, layout[i].Size, t)
 		} else {
 			g.emit(bpf.StoreMem(bpf.RFP, at, bpf.R0, bpf.DWord))
@@ -485,9 +485,6 @@ func (g *gen) printf(x *parse.Call) error {
 		t, err := ty.expr(a)
 		if err != nil {
 			return err
-		}
-		if t.stack != "" {
-			return errAt(g.file(), a.ExprPos(), "a stack in printf is not taken yet: count by it (@[kstack] = count())")
 		}
 		p.Args = append(p.Args, t.key())
 		size += t.size

@@ -31,13 +31,25 @@ type typ struct {
 	// castSize the bytes an integer cast keeps.
 	read, castSize int
 	// stack is a kstack's STACK_TRACE map (the integer its id); ksym an
-	// address printed as its kernel symbol.
-	stack string
-	ksym  bool
+	// address printed as its kernel symbol; inet an address ntop made
+	// (family, then 16 bytes).
+	stack      string
+	ksym, inet bool
+	// width is the bytes an integer had where it was read (a member, a
+	// field, a cast), for bswap; bytes a char array's length.
+	width, bytes int
 }
 
 // key is how t is laid out as a map's key or a printf argument.
-func (t typ) key() Key { return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym} }
+func (t typ) key() Key {
+	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet}
+}
+
+// buffer says whether t is kept in a stack buffer (at off), not in R0.
+func (t typ) buffer() bool { return t.str || t.inet }
+
+// inetSize is ntop's value: the family (8 bytes), then the address (16).
+const inetSize = 24
 
 var intT = typ{size: 8}
 
@@ -206,6 +218,8 @@ func (t *typer) store(target parse.Expr, v typ, agg string, kind *output.Kind, a
 			switch {
 			case kind != nil:
 				m.Kind, m.PerCPU = *kind, true
+			case v.inet:
+				return errAt(t.c.opt.File, at, "an address from ntop() is a map's key or printf's argument here, not a map's value")
 			case v.str:
 				m.Kind, m.StrSize = output.Str, v.size
 			default:
@@ -334,6 +348,8 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 			return c.kstack(x, x.Pos)
 		case "ksym":
 			return typ{size: 8, ksym: true}, nil
+		case "ntop":
+			return typ{size: inetSize, inet: true}, nil
 		}
 		return intT, nil
 	case *parse.Unary:

@@ -108,7 +108,7 @@ func (c *compiler) castType(x *parse.Cast, from typ) (typ, error) {
 	if !ok {
 		return typ{}, errAt(c.opt.File, x.Pos, "(%s) casts to an integer type or to a pointer here", x.Type)
 	}
-	return typ{size: 8, signed: it.signed, castSize: it.size}, nil
+	return typ{size: 8, signed: it.signed, castSize: it.size, width: it.size}, nil
 }
 
 // member is the member name of the struct base points at (->) or is
@@ -162,15 +162,15 @@ func (c *compiler) valueOf(t btf.Type, user bool, at parse.Pos) (typ, error) {
 	case *btf.Struct, *btf.Union:
 		return typ{size: 8, ptr: t, embedded: true, user: user}, nil
 	case *btf.Int:
-		return typ{size: 8, signed: u.Encoding&btf.Signed != 0, read: int(u.Size), user: user}, nil
+		return typ{size: 8, signed: u.Encoding&btf.Signed != 0, read: int(u.Size), width: int(u.Size), user: user}, nil
 	case *btf.Enum:
-		return typ{size: 8, signed: u.Signed, read: int(u.Size), user: user}, nil
+		return typ{size: 8, signed: u.Signed, read: int(u.Size), width: int(u.Size), user: user}, nil
 	case *btf.Pointer:
 		return typ{size: 8, ptr: u.Target, user: user, read: c.ptrSize()}, nil
 	case *btf.Array:
 		if e, ok := btf.UnderlyingType(u.Type).(*btf.Int); ok && e.Size == 1 && u.Nelems > 0 && u.Nelems <= 256 {
 			s := strT(int(u.Nelems))
-			s.read, s.user = int(u.Nelems), user
+			s.read, s.user, s.bytes = int(u.Nelems), user, int(u.Nelems)
 			return s, nil
 		}
 		return typ{}, errAt(c.opt.File, at, "an array of %s: only char arrays (strings) are read here", typeName(u.Type))
