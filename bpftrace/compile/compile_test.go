@@ -170,12 +170,11 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 	// The kernel's enumerators, as its BTF would give them.
 	enums := func(name string) (int64, bool) { v, ok := map[string]int64{"TCP_SYN_SENT": 2}[name]; return v, ok }
 	types := Types(fakeTypes())
-	if len(regs) > 0 { // the running kernel's
-		spec, err := kbtf.Kernel()
-		if err != nil {
-			t.Fatal(err)
+	if len(regs) > 0 { // the running kernel's, where it has BTF
+		types = nil
+		if spec, err := kbtf.Kernel(); err == nil {
+			types = KernelTypes(spec)
 		}
-		types = KernelTypes(spec)
 	}
 	kaddr := func(name string) (uint64, bool) { return 0xffffffff81234560, name == "vfs_read" }
 	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9, Const: enums, Types: types, Kaddr: kaddr})
@@ -215,6 +214,9 @@ func TestLoad(t *testing.T) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
+		if (name == "walks" || name == "ntop") && privtest.NoBTF(t) {
+			continue // casts need the kernel's BTF
+		}
 		regs, err := asm.HostPtRegs()
 		if err != nil {
 			t.Fatal(err)

@@ -174,8 +174,12 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		if err != nil {
 			return typ{}, err
 		}
-		g.emit(asm.Note(bpf.Instructions{bpf.Mov.Reg(bpf.R1, bpf.RFP)}, "comm = bpf_get_current_comm()")...)
-		g.emit(bpf.Add.Imm(bpf.R1, int32(off)), bpf.Mov.Imm(bpf.R2, 16), bpf.FnGetCurrentComm.Call())
+		// Cleared first: the helper may copy the name without padding the
+		// buffer (the 6.1 guest's does), and a key compares all 16 bytes:
+		// one process was counted under two keys there.
+		g.emit(asm.Note(storeU32(bpf.RFP, off, 0), "comm = bpf_get_current_comm(), in a cleared buffer")...)
+		g.emit(storeU32(bpf.RFP, off+8, 0)...)
+		g.emit(bpf.Mov.Reg(bpf.R1, bpf.RFP), bpf.Add.Imm(bpf.R1, int32(off)), bpf.Mov.Imm(bpf.R2, 16), bpf.FnGetCurrentComm.Call())
 		return typ{str: true, size: 16, off: off}, nil
 	case "probe":
 		return g.literal(g.tp.ProbeName(), x.Pos)
