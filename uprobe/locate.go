@@ -3,8 +3,8 @@ package uprobe
 import (
 	"debug/elf"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"

@@ -263,3 +263,53 @@ t:syscalls:sys_enter_write { @x[ustack] = count(); }`, "test.bt:2:33: ustack is 
 		}
 	}
 }
+
+// FuzzCompile: any program the checker takes compiles or is refused in
+// one line with its place; nothing panics, and no program is longer than
+// the 4096 instructions old kernels take.
+func FuzzCompile(f *testing.F) {
+	for _, src := range scripts {
+		f.Add(src)
+	}
+	f.Add(`t:syscalls:sys_enter_write { $x = (struct sock *)arg0; @[$x->__sk_common.skc_family, ntop($x->__sk_common.skc_v6_daddr)] = lhist(args->count, -5, 5, 1); }`)
+	f.Fuzz(func(t *testing.T, src string) {
+		prog, err := parse.Parse("fuzz.bt", src, nil)
+		if err != nil {
+			return
+		}
+		isConst := func(name string) bool { _, ok := Macros[name]; return ok }
+		if check.Check("fuzz.bt", prog, check.Options{Const: isConst}) != nil {
+			return
+		}
+		r, err := asm.PtRegs("amd64")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resolve := func(ap *parse.AttachPoint) ([]Target, error) {
+			if ap.Provider == "tracepoint" && (len(ap.Parts) != 2 || strings.ContainsAny(ap.Raw, "*?/")) {
+				return nil, fmt.Errorf("%s: no such tracepoint here", ap.Raw)
+			}
+			if ap.Provider == "tracepoint" {
+				if _, err := os.Stat(filepath.Join("testdata", ap.Parts[1]+".6.18.format")); err != nil {
+					return nil, err
+				}
+			}
+			if (ap.Provider == "uprobe" || ap.Provider == "uretprobe") && len(ap.Parts) != 2 {
+				return nil, fmt.Errorf("%s: a uprobe is written PATH:FUNCTION", ap.Raw)
+			}
+			return testdataTargets(ap)
+		}
+		res, err := Compile(prog, Options{File: "fuzz.bt", Resolve: resolve, Readers: asm.NewReaders, Regs: r, Types: fakeTypes()})
+		if err != nil {
+			if strings.Count(err.Error(), "\n") > 0 {
+				t.Errorf("a refusal of more than one line: %q", err)
+			}
+			return
+		}
+		for name, p := range res.Spec.Programs {
+			if len(p.Instructions) > 4096 {
+				t.Errorf("%s: %d instructions", name, len(p.Instructions))
+			}
+		}
+	})
+}
