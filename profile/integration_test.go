@@ -352,6 +352,11 @@ func TestFolded(t *testing.T) {
 	if inC < 100 || float64(chain) < 0.95*float64(inC) {
 		t.Errorf("%d of the %d folded samples in c are chain-nopie;_start;...;main;a;b;c (%d samples in all)\n%s", chain, inC, total, res.Stdout)
 	}
+	// The folded lines say nothing of how whole they are: stderr does
+	// (issue 62), of every sample.
+	if !strings.Contains(res.Stderr, "profile: user stacks complete: ") || !strings.Contains(res.Stderr, fmt.Sprintf(" of %d samples (", total)) {
+		t.Errorf("no completeness line for the %d samples on stderr:\n%s", total, res.Stderr)
+	}
 	// The fixture's own samples add up to its CPU time at 199 Hz. On a
 	// virtual machine whose host takes the CPU away, the CPU clock still
 	// samples the stolen time, which the scheduler (and so getrusage)
@@ -428,6 +433,9 @@ func TestPprofAndSVGFiles(t *testing.T) {
 		t.Fatalf("status %d\n%s", res.Status, res.Stderr)
 	}
 	p := readPprof(t, pb)
+	if len(p.Comments) != 1 || !strings.HasPrefix(p.Comments[0], "user stacks complete: ") {
+		t.Errorf("the pprof's comments %q: want how whole its stacks are", p.Comments)
+	}
 	// c is the top function, with most of the samples taken in the chain
 	// (main, a, b or c on the stack; the others are the process's start,
 	// slow and long under emulation: a third of the samples in a 5.10

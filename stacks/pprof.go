@@ -26,6 +26,7 @@ const (
 	profDurationNanos = 10
 	profPeriodType    = 11
 	profPeriod        = 12
+	profComment       = 13
 
 	valueTypeType = 1
 	valueTypeUnit = 2
@@ -103,7 +104,7 @@ func (m *pb) packed(field int, vs []uint64) {
 // frame's as unwound (a caller's return address). Without, a location
 // per name. Off-CPU, a sample's one value is its time blocked, in
 // nanoseconds.
-func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, offCPU bool, start time.Time, d time.Duration) error {
+func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, offCPU bool, start time.Time, d time.Duration, comments ...string) error {
 	period := int64(1)
 	if !offCPU {
 		period = int64(time.Second) / int64(hz)
@@ -262,6 +263,9 @@ func writePprof(w io.Writer, stacks []stack, ps *processes, hz int, offCPU bool,
 	out.int64(profDurationNanos, d.Nanoseconds())
 	valueType(profPeriodType, kind, "nanoseconds")
 	out.int64(profPeriod, period)
+	for _, c := range comments {
+		out.int64(profComment, str(c))
+	}
 	for _, s := range table {
 		out.bytes(profStringTable, []byte(s))
 	}

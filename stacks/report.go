@@ -198,8 +198,12 @@ func (r *reporter) report(now time.Time, final bool, counted *held) error {
 		}
 		// The files hold the whole run, whatever the interval reports showed.
 		if r.pprof != nil {
+			var comments []string
+			if line, ok := r.completeness(all); ok {
+				comments = append(comments, line)
+			}
 			if err := r.pprof.write(func(w io.Writer) error {
-				return writePprof(w, r.named(whole.keys, true), r.ps, r.o.Frequency, r.o.OffCPU, r.start, now.Sub(r.start))
+				return writePprof(w, r.named(whole.keys, true), r.ps, r.o.Frequency, r.o.OffCPU, r.start, now.Sub(r.start), comments...)
 			}); err != nil {
 				return err
 			}
@@ -224,20 +228,54 @@ func (r *reporter) report(now time.Time, final bool, counted *held) error {
 			}
 		}
 	}
+	line, complete := r.completeness(stacks)
 	stacks = r.weighed(stacks)
 	var b strings.Builder
 	switch {
 	case r.o.JSON:
-		return r.writeJSON(now, stacks, lost)
+		err = r.writeJSON(now, stacks, lost)
 	case r.o.Folded:
 		writeFolded(&b, stacks)
 	default:
 		r.s.BeginText(&b, now)
 		writeStacks(&b, stacks)
 		r.summary(&b, stacks, lost)
+		complete = false // the summary says it
 	}
-	_, err = io.WriteString(r.s.Stdout, b.String())
+	if err == nil && b.Len() > 0 {
+		_, err = io.WriteString(r.s.Stdout, b.String())
+	}
+	if err == nil && complete {
+		// Every output says how whole its stacks are (issue 62): the
+		// folded lines and the JSON on stdout, this on stderr.
+		fmt.Fprintf(r.s.Stderr, "%s: %s\n", r.o.tool(), line)
+	}
 	return err
+}
+
+// completeness is the line every output's summary carries: how many
+// user stacks the walk took whole, of the samples (or events), or of the
+// time waited off the CPU, where the counts are nanoseconds, not stacks.
+// None with frame pointers only, where a walk cannot tell.
+func (r *reporter) completeness(stacks []stack) (string, bool) {
+	if r.o.Unwind == prog.UnwindFP {
+		return "", false
+	}
+	var total, complete uint64
+	for _, st := range stacks {
+		total += st.Count
+		if st.End == "" {
+			complete += st.Count
+		}
+	}
+	if total == 0 {
+		return "", false
+	}
+	pct := 100 * float64(complete) / float64(total)
+	if r.o.OffCPU {
+		return fmt.Sprintf("user stacks complete: %.1f%% of the time waited", pct), true
+	}
+	return fmt.Sprintf("user stacks complete: %d of %d %s (%.1f%%)", complete, total, r.o.unit(), pct), true
 }
 
 // weighed gives stacks their reports' weights: off-CPU, the counts are
@@ -345,7 +383,11 @@ func (r *reporter) summary(w *strings.Builder, stacks []stack, lost uint64) {
 	}
 	fmt.Fprintf(w, "%d %s, %d stacks", samples, unit, len(stacks))
 	if r.o.Unwind != prog.UnwindFP && samples > 0 {
-		fmt.Fprintf(w, "; user stacks complete: %d (%.1f%%)", complete, 100*float64(complete)/float64(samples))
+		if r.o.OffCPU { // microseconds, not stacks
+			fmt.Fprintf(w, "; user stacks complete: %.1f%% of the time waited", 100*float64(complete)/float64(samples))
+		} else {
+			fmt.Fprintf(w, "; user stacks complete: %d (%.1f%%)", complete, 100*float64(complete)/float64(samples))
+		}
 	}
 	if lost > 0 {
 		fmt.Fprintf(w, "; %d more lost (%s)", lost, full)
