@@ -312,6 +312,17 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	// perf_event programs (profile, software, hardware) take only
+	// preallocated hashes before 5.11 or so (5.10's verifier: "perf_event
+	// programs can only use preallocated hash map"): then every map is.
+	flags := uint32(1) // BPF_F_NO_PREALLOC
+	for _, p := range probes {
+		for _, t := range p.tps {
+			if t.Provider == "profile" || t.Provider == "software" || t.Provider == "hardware" {
+				flags = 0
+			}
+		}
+	}
 	for i, name := range names {
 		m := c.maps[name]
 		m.BPFName = fmt.Sprintf("m%d", i)
@@ -322,7 +333,7 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 		if m.Kind == output.Hist || m.Kind == output.Lhist {
 			entries = HistEntries
 		}
-		spec.Maps[m.BPFName] = &ebpf.MapSpec{Name: m.BPFName, Type: typ, KeySize: uint32(m.KeySize()), ValueSize: uint32(m.ValueSize()), MaxEntries: entries, Flags: 1 /* BPF_F_NO_PREALLOC */}
+		spec.Maps[m.BPFName] = &ebpf.MapSpec{Name: m.BPFName, Type: typ, KeySize: uint32(m.KeySize()), ValueSize: uint32(m.ValueSize()), MaxEntries: entries, Flags: flags}
 		c.res.Maps = append(c.res.Maps, m)
 	}
 	spec.Maps[LostMap] = &ebpf.MapSpec{Name: LostMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}
