@@ -20,6 +20,8 @@ type options struct {
 	Quiet   bool   `short:"q" description:"Leave out the 'Attaching N probes...' line"`
 	Listing bool   `short:"v" description:"With -l, each tracepoint's fields; else print the BPF programs built, before they load"`
 	Unsafe  bool   `long:"unsafe" description:"Take system() and signal(), which act on the system"`
+
+	loaded *loaded // the script, once validate has read it
 }
 
 const details = `bpftrace runs programs in bpftrace's language, compiled into BPF by the

@@ -81,7 +81,13 @@ func defined() []string {
 }
 
 // load parses and checks the program; a fault in it is a usage error.
+// The script is read, parsed and checked once: by the options' checks,
+// whose result the run then takes (the check reads the kernel's BTF for
+// its enumerators).
 func load(o *options) (*parse.Program, []string, string, error) {
+	if l := o.loaded; l != nil {
+		return l.prog, l.params, l.file, nil
+	}
 	file, src, params, err := source(o)
 	if err != nil {
 		return nil, nil, "", err
@@ -94,7 +100,15 @@ func load(o *options) (*parse.Program, []string, string, error) {
 	if err := check.Check(file, prog, check.Options{Unsafe: o.Unsafe, Const: isConst}); err != nil {
 		return nil, nil, "", usage.Errorf("%v", err)
 	}
+	o.loaded = &loaded{prog, params, file}
 	return prog, params, file, nil
+}
+
+// loaded is a script read, parsed and checked.
+type loaded struct {
+	prog   *parse.Program
+	params []string
+	file   string
 }
 
 // types are the kernel's, or nil where it publishes no BTF (a cast is

@@ -115,26 +115,23 @@ func functionTarget(ap *parse.AttachPoint) []Target {
 
 // testdataTargets resolves attach points from testdata's formats.
 func testdataTargets(ap *parse.AttachPoint) ([]Target, error) {
-	switch ap.Provider {
-	case "profile", "software", "hardware":
-		return []Target{{Provider: ap.Provider, Raw: ap.Raw}}, nil
-	case "tracepoint":
-	default:
-		return functionTarget(ap), nil
-	}
-	b, err := os.ReadFile(filepath.Join("testdata", ap.Parts[1]+".6.18.format"))
-	if err != nil {
-		return nil, err
-	}
-	f, err := tracefs.ParseFormat(string(b))
-	if err != nil {
-		return nil, err
-	}
-	return []Target{{Provider: "tracepoint", Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
+	return targets(ap, func(group, name string) (*tracefs.Format, error) {
+		b, err := os.ReadFile(filepath.Join("testdata", name+".6.18.format"))
+		if err != nil {
+			return nil, err
+		}
+		return tracefs.ParseFormat(string(b))
+	})
 }
 
 // kernelTargets resolves them from the running kernel's formats.
 func kernelTargets(ap *parse.AttachPoint) ([]Target, error) {
+	return targets(ap, tracefs.ReadFormat)
+}
+
+// targets resolves an attach point as the tool would, a tracepoint's
+// format from format.
+func targets(ap *parse.AttachPoint, format func(group, name string) (*tracefs.Format, error)) ([]Target, error) {
 	switch ap.Provider {
 	case "profile", "software", "hardware":
 		return []Target{{Provider: ap.Provider, Raw: ap.Raw}}, nil
@@ -142,14 +139,13 @@ func kernelTargets(ap *parse.AttachPoint) ([]Target, error) {
 	default:
 		return functionTarget(ap), nil
 	}
-	f, err := tracefs.ReadFormat(ap.Parts[0], ap.Parts[1])
+	f, err := format(ap.Parts[0], ap.Parts[1])
 	if err != nil {
 		return nil, err
 	}
 	return []Target{{Provider: "tracepoint", Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
 }
 
-// compileScript compiles src for x86-64's registers, or regs.
 func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Target, error), regs ...*asm.Regs) (*Result, error) {
 	t.Helper()
 	prog, err := parse.Parse("test.bt", src, nil)
