@@ -376,3 +376,30 @@ func TestNtop(t *testing.T) {
 		}
 	}
 }
+
+// TestVariables: $variables that hold a string, comm or an address keep
+// it in a stack slot of their own, set in one branch or the other to
+// values of different lengths, and read back whole (tcpdrop.bt's
+// $saddr; such a read once loaded from the frame pointer itself, which
+// the verifier refused).
+func TestVariables(t *testing.T) {
+	privtest.Require(t)
+	script := `t:syscalls:sys_enter_write /args->count == 4321/ {
+	$c = comm; @i = @i + 1;
+	if (@i < 3) { $w = "big"; $a = ntop(0x0100007f); } else { $w = "small one"; $a = ntop(0x04030201); }
+	printf("%s %s %s\n", $c, $w, $a); @[$w, $a] = count(); }`
+	cmd := tooltest.Writes(t, 4321, 3)
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", cmd, "-e", script)
+	c := workloadComm()
+	want := "Attaching 1 probe...\n" + c + " big 127.0.0.1\n" + c + " big 127.0.0.1\n" + c + " small one 1.2.3.4\n\n\n" +
+		"@[small one, 1.2.3.4]: 1\n@[big, 127.0.0.1]: 2\n@i: 3\n"
+	if r.Status != 0 || r.Stdout != want {
+		t.Errorf("exit %d, printed:\n%q\nwant:\n%q\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
+	}
+	if bt := peer(t); bt != "" {
+		p := tooltest.Run(t, bt, "-c", peerCommand(cmd), "-e", script)
+		if p.Stdout != r.Stdout {
+			t.Errorf("bpftrace printed:\n%q\nours:\n%q", p.Stdout, r.Stdout)
+		}
+	}
+}

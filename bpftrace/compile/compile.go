@@ -232,6 +232,7 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 	type probeTargets struct {
 		probe *parse.Probe
 		tps   []Target
+		vars  []map[string]typ // per target: its variables' types
 	}
 	var probes []probeTargets
 	var user [][]parse.Stmt // what user space runs, for the typer
@@ -283,7 +284,7 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 			user = append(user, pr.Body)
 			continue
 		}
-		probes = append(probes, probeTargets{pr, tps})
+		probes = append(probes, probeTargets{probe: pr, tps: tps})
 	}
 	// The maps' kinds and keys first: a map read in one probe may be
 	// assigned in a later one, or in BEGIN.
@@ -292,16 +293,21 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	for _, p := range probes {
-		t := &p.tps[0]
-		ty := &typer{c: c, tp: t}
-		if err := ty.stmts(p.probe.Body); err != nil {
-			return nil, err
-		}
-		if p.probe.Pred != nil {
-			if _, err := ty.expr(p.probe.Pred); err != nil {
+	// Each target of a probe: its fields may differ (a glob), and a
+	// variable's slot holds the longest value any assignment gives it.
+	for i := range probes {
+		p := &probes[i]
+		for j := range p.tps {
+			ty := &typer{c: c, tp: &p.tps[j]}
+			if err := ty.stmts(p.probe.Body); err != nil {
 				return nil, err
 			}
+			if p.probe.Pred != nil {
+				if _, err := ty.expr(p.probe.Pred); err != nil {
+					return nil, err
+				}
+			}
+			p.vars = append(p.vars, ty.vars)
 		}
 	}
 	// Maps only read, never assigned in a probe (assigned in BEGIN is
@@ -348,7 +354,7 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 			tp := &p.tps[i]
 			name := fmt.Sprintf("p%d", n)
 			n++
-			insns, err := c.program(p.probe, tp)
+			insns, err := c.program(p.probe, tp, p.vars[i])
 			if err != nil {
 				return nil, err
 			}
@@ -415,9 +421,9 @@ func userStmts(file string, ss []parse.Stmt, begin bool) error {
 }
 
 // program is one probe's program on one tracepoint.
-func (c *compiler) program(pr *parse.Probe, tp *Target) (bpf.Instructions, error) {
+func (c *compiler) program(pr *parse.Probe, tp *Target, vars map[string]typ) (bpf.Instructions, error) {
 	// fp-8 is scratch: the lost map's key.
-	g := &gen{c: c, tp: tp, vars: map[string]slot{}, sp: 8}
+	g := &gen{c: c, tp: tp, vars: map[string]slot{}, varTypes: vars, sp: 8}
 	g.emit(asm.Prologue()...)
 	if c.opt.Pid != 0 {
 		g.emit(asm.Note(bpf.Instructions{bpf.FnGetCurrentPidTgid.Call()}, fmt.Sprintf("-p %d: other processes' events end here", c.opt.Pid))...)

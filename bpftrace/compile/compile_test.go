@@ -59,6 +59,12 @@ kprobe:vfs_read { $t = (struct task_struct *)curtask; $p = ((struct task_struct 
 	"constants": `t:syscalls:sys_enter_openat /(args->flags & O_CREAT) && args->dfd != AF_INET6/ { @[TCP_SYN_SENT + TASK_RUNNING] = count(); }`,
 	// comm is at offset 4 mod 8 (44 on 6.18): copied in 4-byte loads.
 	"unaligned": `t:block:block_rq_issue { @[args->comm] = hist(args->bytes); }`,
+	// Variables that hold a string or an address in a stack slot, set
+	// in two branches to values of two sizes (tcpdrop.bt's $saddr).
+	"vars": `kprobe:tcp_connect { $sk = (struct sock *)arg0; $c = comm;
+	if ($sk->__sk_common.skc_family == AF_INET) { $a = ntop($sk->__sk_common.skc_rcv_saddr); $w = "v4"; }
+	else { $a = ntop($sk->__sk_common.skc_v6_rcv_saddr); $w = "not v4"; }
+	printf("%s %s %s\n", $c, $a, $w); @[$a, $w] = count(); }`,
 	"arith": `t:syscalls:sys_exit_write /args->ret >= 0/ {
 	$x = args->ret; $y = ($x * 3 + 7) / 2 % 5 - ($x << 2) ^ ($x >> 1) | ~$x & 255;
 	@v = sum(!$y + (-$x < 0)); unroll(3) { @u = count(); }

@@ -42,8 +42,9 @@ func (g *gen) expr(x parse.Expr) (typ, error) {
 		if !ok {
 			return typ{}, errAt(g.file(), x.Pos, "$%s is read before it is assigned", x.Name)
 		}
-		if v.t.buffer() {
-			return v.t, nil // the variable's own slot
+		if t := v.t; t.buffer() {
+			t.off = v.off // the variable's own slot
+			return t, nil
 		}
 		g.emit(bpf.LoadMem(bpf.R0, bpf.RFP, v.off, bpf.DWord))
 		return v.t, nil

@@ -30,7 +30,10 @@ type gen struct {
 	sp      int
 	vars    map[string]slot
 	varOffs []slot
-	err     error
+	// varTypes are the variables' types over the whole program, from
+	// the typer: a string's slot fits its longest value.
+	varTypes map[string]typ
+	err      error
 }
 
 func (g *gen) file() string { return g.c.opt.File }
@@ -211,6 +214,9 @@ func (g *gen) assign(s *parse.Assign) error {
 			t, err := g.typer().expr(value)
 			if err != nil {
 				return err
+			}
+			if all, ok := g.varTypes[x.Name]; ok && all.buffer() {
+				t.size = max(t.size, all.size)
 			}
 			off, err := g.alloc(t.size, x.Pos)
 			if err != nil {
