@@ -85,7 +85,8 @@ func TestPrintableLines(t *testing.T) {
 		"bad\n  a == \"x\"\n       ^": "bad\n  a == \"x\"\n       ^",
 		"note \x1b[2J\rFAKE\nnext":    "note \\x1b[2J\\x0dFAKE\nnext",
 		`quoted "\x1b" stays`:         `quoted "\x1b" stays`,
-		"tab\there \xff":              "tab\\x09here \\xff",
+		"tab\there \xff":              "tab\there \\xff",
+		"\t258: (bf) r1 = r10":        "\t258: (bf) r1 = r10",
 	} {
 		if got := PrintableLines(in); got != want {
 			t.Errorf("PrintableLines(%q) = %q, want %q", in, got, want)

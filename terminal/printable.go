@@ -40,14 +40,21 @@ func Printable(s string) string {
 }
 
 // PrintableLines is Printable for a message of several lines (an error
-// with a caret under an expression): each line escaped, the newlines
-// between them kept. Backslashes are kept too: a message quotes its input
-// with %q, whose escapes must read as written.
+// with a caret under an expression, the verifier's log): each line
+// escaped, the newlines and tabs between them kept (they move the cursor
+// as text does, no further). Backslashes are kept too: a message quotes
+// its input with %q, whose escapes must read as written.
 func PrintableLines(s string) string {
 	lines := strings.Split(s, "\n")
 	for i, l := range lines {
-		if strings.IndexFunc(l, func(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError }) >= 0 {
-			lines[i] = strings.ReplaceAll(Printable(l), `\\`, `\`)
+		if strings.IndexFunc(l, func(r rune) bool {
+			return r < 0x20 && r != '\t' || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError
+		}) >= 0 {
+			parts := strings.Split(l, "\t")
+			for j, p := range parts {
+				parts[j] = strings.ReplaceAll(Printable(p), `\\`, `\`)
+			}
+			lines[i] = strings.Join(parts, "\t")
 		}
 	}
 	return strings.Join(lines, "\n")
