@@ -215,13 +215,19 @@ func fixtures(t *testing.T) string {
 
 // TestUprobeExact: a uprobe's arguments and a uretprobe's return value,
 // counted exactly: the fixture calls tk_add(i, 1000) for i from 0 to 12.
+// A third probe, on a function the fixture does not have, is skipped.
 func TestUprobeExact(t *testing.T) {
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "fx-pie-O2")
 	// No ties in a map's values: bpftrace prints those in its hash's order.
 	script := `uprobe:` + fx + `:tk_add /arg1 == 1000/ { @args[arg0 < 3] = count(); @sum = sum(arg0); }
-uretprobe:` + fx + `:tk_add /retval >= 1000/ { @ret = lhist(retval - 1000, 0, 13, 5); @n = count(); }`
+uretprobe:` + fx + `:tk_add /retval >= 1000/ { @ret = lhist(retval - 1000, 0, 13, 5); @n = count(); }
+uprobe:` + fx + `:no_such_function_here { printf("never\n"); }`
 	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", fx+" 13", "-e", script)
+	// A function the file lacks is skipped, as bpftrace skips it, and said.
+	if skip := fx + " has no no_such_function_here: their probes skipped"; !strings.Contains(r.Stderr, skip) {
+		t.Errorf("stderr %q, want %q", r.Stderr, skip)
+	}
 	want := "Attaching 2 probes...\n\n\n" +
 		"@args[1]: 3\n@args[0]: 10\n" +
 		"@n: 13\n" +

@@ -50,7 +50,9 @@ are $1, $2, ... and their count $#.
 What it takes: BEGIN and END, interval:s:N and interval:ms:N (run in user
 space: printf, print, clear, zero, time, exit, and in BEGIN constants
 assigned to maps' elements); tracepoint (t:), kprobe, kretprobe, uprobe and
-uretprobe (a library by its short name: uprobe:libc:getaddrinfo), profile,
+uretprobe (a library by its short name: uprobe:libc:getaddrinfo; a
+function the file lacks is skipped, as bpftrace skips it, and said on
+stderr, unless no probe is left), profile,
 software and hardware probes, with globs; predicates; maps with keys of
 integers and strings, @start[tid] = nsecs and delete(); $variables;
 if/else, unroll, ternaries, C's arithmetic and comparisons (strings with ==

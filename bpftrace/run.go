@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -327,7 +328,15 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		return fmt.Errorf("the monotonic clock: %w", err)
 	}
 	regs, _ := asm.HostPtRegs() // nil: the compiler refuses arg0 and retval
-	resolve := func(ap *parse.AttachPoint) ([]compile.Target, error) { return targets(ap, o.Pid) }
+	var skipped []*missingFunc
+	resolve := func(ap *parse.AttachPoint) ([]compile.Target, error) {
+		tps, err := targets(ap, o.Pid)
+		if m := (*missingFunc)(nil); errors.As(err, &m) {
+			skipped = append(skipped, m)
+			return nil, nil
+		}
+		return tps, err
+	}
 	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator, Types: types(), Kaddr: kaddr})
 	if err != nil {
 		var pe *parse.Error
@@ -335,6 +344,24 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			return usage.Errorf("%v", err)
 		}
 		return err
+	}
+	if len(skipped) > 0 && len(res.Attach) == 0 {
+		return usage.Errorf("%v", skipped[0].err) // nothing left to trace
+	}
+	// One line a file: a tool may probe a dozen functions a library's
+	// other versions have.
+	var files []string
+	missing := map[string][]string{}
+	for _, m := range skipped {
+		if missing[m.path] == nil {
+			files = append(files, m.path)
+		}
+		if !slices.Contains(missing[m.path], m.name) {
+			missing[m.path] = append(missing[m.path], m.name)
+		}
+	}
+	for _, f := range files {
+		fmt.Fprintf(s.Stderr, "bpftrace: %s has no %s: their probes skipped, as bpftrace skips them\n", f, strings.Join(missing[f], ", "))
 	}
 	if o.Listing {
 		for _, name := range sortedPrograms(res) {

@@ -146,7 +146,10 @@ func uprobes(ap *parse.AttachPoint, pid int64) ([]compile.Target, error) {
 	} else {
 		sym, err := f.Function(ap.Parts[1])
 		if err != nil {
-			return nil, userErr(err)
+			if uprobe.Misnamed(err) {
+				return nil, &missingFunc{path, ap.Parts[1], err}
+			}
+			return nil, err
 		}
 		syms = []uprobe.Sym{sym}
 	}
@@ -245,6 +248,16 @@ func perfTarget(ap *parse.AttachPoint) (compile.Target, error) {
 	}
 	return t, nil
 }
+
+// missingFunc is a uprobe whose library has no such function: skipped,
+// as bpftrace skips it (its tools probe functions that some versions of a
+// library have and others not), unless nothing else is left to attach.
+type missingFunc struct {
+	path, name string
+	err        error
+}
+
+func (m *missingFunc) Error() string { return m.err.Error() }
 
 // userErr: a name that matches nothing is the command line's mistake
 // (exit 2); a file that cannot be read is the file's (exit 1).

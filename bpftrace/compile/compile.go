@@ -297,8 +297,15 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 	// variable's slot holds the longest value any assignment gives it.
 	for i := range probes {
 		p := &probes[i]
-		for j := range p.tps {
-			ty := &typer{c: c, tp: &p.tps[j]}
+		tps := p.tps
+		if len(tps) == 0 {
+			// Every attach point skipped (a uprobe's function missing):
+			// its maps are typed all the same, for the probes that read
+			// them.
+			tps = []Target{{Provider: p.probe.Points[0].Provider}}
+		}
+		for j := range tps {
+			ty := &typer{c: c, tp: &tps[j]}
 			if err := ty.stmts(p.probe.Body); err != nil {
 				return nil, err
 			}
