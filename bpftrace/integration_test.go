@@ -409,3 +409,53 @@ func TestVariables(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelInterval: an interval probe that keeps state runs in the
+// kernel on one CPU's clock, as bpftrace's do: its predicate stops it at
+// exactly four; and *kaddr() reads kernel memory: loads.bt's load
+// average, checked against /proc/loadavg where the kernel names avenrun.
+func TestKernelInterval(t *testing.T) {
+	privtest.Require(t)
+	script := `interval:ms:50 /@i < 4/ { @i = @i + 1; if (@i == 4) { printf("four %s\n", probe); exit(); } }`
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", script)
+	want := "Attaching 1 probe...\nfour interval:ms:50\n\n\n@i: 4\n"
+	if r.Status != 0 || r.Stdout != want {
+		t.Errorf("exit %d, printed:\n%q\nwant:\n%q\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
+	}
+	if bt := peer(t); bt != "" {
+		if p := tooltest.Run(t, bt, "-e", script); p.Stdout != r.Stdout {
+			t.Errorf("bpftrace printed:\n%q\nours:\n%q", p.Stdout, r.Stdout)
+		}
+	}
+	t.Run("avenrun", func(t *testing.T) {
+		syms, err := os.ReadFile("/proc/kallsyms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`(?m) avenrun$`).Match(syms) {
+			t.Skip("this kernel's kallsyms names no data (CONFIG_KALLSYMS_ALL is not set): kaddr(\"avenrun\") has nothing to find")
+		}
+		loadavg := func() float64 {
+			b, err := os.ReadFile("/proc/loadavg")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v float64
+			if _, err := fmt.Sscanf(string(b), "%f", &v); err != nil {
+				t.Fatalf("/proc/loadavg: %q: %v", b, err)
+			}
+			return v
+		}
+		before := loadavg()
+		r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", `interval:ms:100 { $a = kaddr("avenrun"); $l = *$a; printf("%d.%03d\n", $l >> 11, (($l & 2047) * 1000) >> 11); exit(); }`)
+		after := loadavg()
+		var got float64
+		if _, err := fmt.Sscanf(r.Stdout, "Attaching 1 probe...\n%f\n", &got); err != nil || r.Status != 0 {
+			t.Fatalf("exit %d, printed %q (%v), stderr %s", r.Status, r.Stdout, err, r.Stderr)
+		}
+		// /proc/loadavg rounds to hundredths what we print in thousandths.
+		if lo, hi := min(before, after)-0.011, max(before, after)+0.011; got < lo || got > hi {
+			t.Errorf("load average %.3f from *kaddr(\"avenrun\"), /proc/loadavg said %.2f then %.2f", got, before, after)
+		}
+	})
+}

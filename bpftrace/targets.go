@@ -286,6 +286,12 @@ func attach(s *run.Session, coll *ebpf.Collection, res *compile.Result) error {
 			if events, err = perfevent.OpenPerCPU(t.Raw, attr, prog, perfevent.AttachEach, nil); err == nil {
 				s.OnDetach("", events.Close)
 			}
+		case "interval":
+			attr := unix.PerfEventAttr{Type: t.PerfType, Config: uint64(t.PerfConfig), Size: uint32(unsafe.Sizeof(unix.PerfEventAttr{})), Sample: t.Period}
+			var events *perfevent.PerCPU
+			if events, err = perfevent.OpenFirstCPU(t.Raw, attr, prog); err == nil {
+				s.OnDetach("", events.Close)
+			}
 		default:
 			sets = append(sets, run.ProbeSet{Prog: prog, Probes: []tracefs.Probe{t.Probe}})
 		}

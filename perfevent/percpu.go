@@ -73,6 +73,21 @@ func OpenPerCPU(what string, attr unix.PerfEventAttr, prog *ebpf.Program, shared
 	if err != nil {
 		return nil, err
 	}
+	return openOn(cpus, what, attr, prog, shared, prepare)
+}
+
+// OpenFirstCPU is OpenPerCPU on the first online CPU alone: a timer that
+// fires once a period for the whole machine (bpftrace's interval probes,
+// on CPU 0).
+func OpenFirstCPU(what string, attr unix.PerfEventAttr, prog *ebpf.Program) (*PerCPU, error) {
+	cpus, err := OnlineCPUs()
+	if err != nil {
+		return nil, err
+	}
+	return openOn(cpus[:1], what, attr, prog, AttachEach, nil)
+}
+
+func openOn(cpus []int, what string, attr unix.PerfEventAttr, prog *ebpf.Program, shared Shared, prepare func(cpu, fd int) error) (*PerCPU, error) {
 	p := &PerCPU{what: what}
 	attr.Bits |= unix.PerfBitDisabled
 	for i, cpu := range cpus {

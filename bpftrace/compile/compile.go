@@ -20,6 +20,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/bpftrace/output"
@@ -54,7 +55,7 @@ func (t *Target) ProbeName() string {
 		return "tracepoint:" + t.Group + ":" + t.Name
 	case "uprobe", "uretprobe":
 		return t.Provider + ":" + t.Probe.Path + ":" + t.Func
-	case "profile", "software", "hardware":
+	case "profile", "software", "hardware", "interval":
 		return t.Raw
 	}
 	return t.Provider + ":" + t.Func
@@ -167,7 +168,9 @@ type Printf struct {
 	Join bool
 }
 
-// Interval is an interval probe, run in user space: every Every, Body.
+// Interval is an interval probe run in user space, every Every, Body:
+// one that only prints, clears and zeroes maps and exits. The others are
+// programs on one CPU's clock (a Target of Provider "interval").
 type Interval struct {
 	Every time.Duration
 	Body  []parse.Stmt
@@ -263,6 +266,13 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe, uretprobe, profile, software and hardware are", ap.Provider)
 			}
 		}
+		if every > 0 && len(pr.Points) == 1 && (pr.Pred != nil || userStmts(opt.File, pr.Body, false) != nil) {
+			// An interval that reads the kernel or keeps state: a program
+			// on one CPU's clock, as bpftrace runs every interval.
+			ap := pr.Points[0]
+			tps = append(tps, Target{Provider: "interval", Raw: ap.Raw, PerfType: unix.PERF_TYPE_SOFTWARE, PerfConfig: unix.PERF_COUNT_SW_CPU_CLOCK, Period: uint64(every)})
+			every = 0
+		}
 		if begin || end || every > 0 {
 			if len(pr.Points) > 1 {
 				return nil, errAt(opt.File, pr.Pos, "BEGIN, END and interval go alone on a probe here")
@@ -325,13 +335,13 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	// perf_event programs (profile, software, hardware) take only
+	// perf_event programs (profile, software, hardware, interval) take only
 	// preallocated hashes before 5.11 or so (5.10's verifier: "perf_event
 	// programs can only use preallocated hash map"): then every map is.
 	flags := uint32(1) // BPF_F_NO_PREALLOC
 	for _, p := range probes {
 		for _, t := range p.tps {
-			if t.Provider == "profile" || t.Provider == "software" || t.Provider == "hardware" {
+			if slices.Contains([]string{"profile", "software", "hardware", "interval"}, t.Provider) {
 				flags = 0
 			}
 		}
@@ -369,7 +379,7 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 			switch tp.Provider {
 			case "tracepoint":
 				typ = ebpf.TracePoint
-			case "profile", "software", "hardware":
+			case "profile", "software", "hardware", "interval":
 				typ = ebpf.PerfEvent
 			}
 			spec.Programs[name] = &ebpf.ProgramSpec{Name: name, Type: typ, License: "GPL", Instructions: insns}
@@ -414,13 +424,13 @@ func userStmts(file string, ss []parse.Stmt, begin bool) error {
 			return c, ok
 		}()
 		if !isCall || !slices.Contains([]string{"printf", "print", "clear", "zero", "time", "exit"}, call.Name) {
-			return errAt(file, s.StmtPos(), "BEGIN, END and interval take printf, print, clear, zero, time and exit here, nothing else yet")
+			return errAt(file, s.StmtPos(), "BEGIN and END take printf, print, clear, zero, time and exit here, nothing else yet")
 		}
 		for _, a := range call.Args {
 			switch a.(type) {
 			case *parse.Int, *parse.Str, *parse.Map, *parse.Param:
 			default:
-				return errAt(file, a.ExprPos(), "in BEGIN, END and interval the arguments are constants and maps here")
+				return errAt(file, a.ExprPos(), "in BEGIN and END the arguments are constants and maps here")
 			}
 		}
 	}

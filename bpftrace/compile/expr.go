@@ -418,6 +418,8 @@ func (g *gen) unary(x *parse.Unary) (typ, error) {
 		return typ{}, errAt(g.file(), x.Pos, "%s on a string", x.Op)
 	}
 	switch x.Op {
+	case "*":
+		return g.deref(t, x.Pos)
 	case "-":
 		g.emit(bpf.Neg.Imm(bpf.R0, 0))
 	case "~":
@@ -430,6 +432,17 @@ func (g *gen) unary(x *parse.Unary) (typ, error) {
 		return typ{}, errAt(g.file(), x.Pos, "unary %s is not taken yet", x.Op)
 	}
 	return typ{size: 8, signed: t.signed}, nil
+}
+
+// deref compiles *x at the address in R0: what a pointer points at, or
+// 8 bytes as a signed integer at an integer's address (bpftrace's
+// *kaddr("avenrun")), read from the memory x came from.
+func (g *gen) deref(t typ, at parse.Pos) (typ, error) {
+	v, err := g.c.derefType(t, at)
+	if err != nil {
+		return typ{}, err
+	}
+	return g.read(v, at)
 }
 
 var arith = map[string]bpf.ALUOp{"+": bpf.Add, "-": bpf.Sub, "*": bpf.Mul, "/": bpf.Div, "%": bpf.Mod, "&": bpf.And, "|": bpf.Or, "^": bpf.Xor, "<<": bpf.LSh, ">>": bpf.RSh}

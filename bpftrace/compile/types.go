@@ -353,7 +353,10 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		}
 		return intT, nil
 	case *parse.Unary:
-		_, err := t.expr(x.X)
+		v, err := t.expr(x.X)
+		if err == nil && x.Op == "*" {
+			return c.derefType(v, x.Pos)
+		}
 		return typ{size: 8, signed: true}, err
 	case *parse.Binary:
 		if _, err := t.expr(x.L); err != nil {

@@ -153,6 +153,21 @@ func (c *compiler) member(base typ, x *parse.Field) (int, btf.Type, typ, error) 
 	return off, m.Type, t, err
 }
 
+// derefType is what *x reads, of x's type t.
+func (c *compiler) derefType(t typ, at parse.Pos) (typ, error) {
+	if t.ptr == nil {
+		return typ{size: 8, signed: true, read: 8, width: 8, user: t.user}, nil
+	}
+	if t.embedded {
+		return typ{}, errAt(c.opt.File, at, "* of a struct: walk it with . or ->")
+	}
+	switch btf.UnderlyingType(t.ptr).(type) {
+	case *btf.Struct, *btf.Union:
+		return typ{}, errAt(c.opt.File, at, "* of a pointer to %s: walk it with ->", typeName(t.ptr))
+	}
+	return c.valueOf(t.ptr, t.user, at)
+}
+
 // valueOf is what reading a value of type t gives: an integer (a
 // pointer keeps what it points at), a string of a char array, or an
 // embedded struct's address; user (where it is read from) stays with it:
