@@ -20,6 +20,10 @@ func OnlineCPUs() ([]int, error) {
 	return parseCPUList(strings.TrimSpace(string(b)))
 }
 
+// ParseCPUList reads a list of CPUs as the kernel writes one and perf's
+// -C takes it: "0-3,8,10-11".
+func ParseCPUList(s string) ([]int, error) { return parseCPUList(s) }
+
 func parseCPUList(s string) ([]int, error) {
 	var cpus []int
 	for _, part := range strings.Split(s, ",") {
@@ -73,7 +77,7 @@ func OpenPerCPU(what string, attr unix.PerfEventAttr, prog *ebpf.Program, shared
 	if err != nil {
 		return nil, err
 	}
-	return openOn(cpus, what, attr, prog, shared, prepare)
+	return OpenOn(cpus, what, attr, prog, shared, prepare)
 }
 
 // OpenFirstCPU is OpenPerCPU on the first online CPU alone: a timer that
@@ -84,16 +88,37 @@ func OpenFirstCPU(what string, attr unix.PerfEventAttr, prog *ebpf.Program) (*Pe
 	if err != nil {
 		return nil, err
 	}
-	return openOn(cpus[:1], what, attr, prog, AttachEach, nil)
+	return OpenOn(cpus[:1], what, attr, prog, AttachEach, nil)
 }
 
-func openOn(cpus []int, what string, attr unix.PerfEventAttr, prog *ebpf.Program, shared Shared, prepare func(cpu, fd int) error) (*PerCPU, error) {
+// OpenThread opens attr for one thread, on whichever CPU it runs (pid
+// tid, CPU -1): BCC's profile -L. Its CPUs holds -1.
+func OpenThread(what string, attr unix.PerfEventAttr, prog *ebpf.Program, tid int) (*PerCPU, error) {
+	return open([]int{-1}, tid, what, attr, prog, AttachEach, nil)
+}
+
+// OpenOn is OpenPerCPU on these CPUs (BCC's profile -C).
+func OpenOn(cpus []int, what string, attr unix.PerfEventAttr, prog *ebpf.Program, shared Shared, prepare func(cpu, fd int) error) (*PerCPU, error) {
+	return open(cpus, -1, what, attr, prog, shared, prepare)
+}
+
+// onCPU names a CPU in a message ("": a thread's event, on any CPU).
+func onCPU(cpu int) string {
+	if cpu < 0 {
+		return ""
+	}
+	return fmt.Sprintf(" on CPU %d", cpu)
+}
+
+// open opens attr on each of cpus, for every process (pid -1) or one
+// thread.
+func open(cpus []int, pid int, what string, attr unix.PerfEventAttr, prog *ebpf.Program, shared Shared, prepare func(cpu, fd int) error) (*PerCPU, error) {
 	p := &PerCPU{what: what}
 	attr.Bits |= unix.PerfBitDisabled
 	for i, cpu := range cpus {
-		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		fd, err := unix.PerfEventOpen(&attr, pid, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("open %s on CPU %d: %w%s", what, cpu, err, privilegeHint(err)), p.Close())
+			return nil, errors.Join(fmt.Errorf("open %s%s: %w%s", what, onCPU(cpu), err, privilegeHint(err)), p.Close())
 		}
 		p.CPUs, p.FDs = append(p.CPUs, cpu), append(p.FDs, fd)
 		if prepare != nil {
@@ -103,13 +128,13 @@ func openOn(cpus []int, what string, attr unix.PerfEventAttr, prog *ebpf.Program
 		}
 		if prog != nil && (i == 0 || shared == AttachEach) {
 			if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, prog.FD()); err != nil {
-				return nil, errors.Join(fmt.Errorf("attach %s on CPU %d: PERF_EVENT_IOC_SET_BPF: %w%s", what, cpu, err, privilegeHint(err)), p.Close())
+				return nil, errors.Join(fmt.Errorf("attach %s%s: PERF_EVENT_IOC_SET_BPF: %w%s", what, onCPU(cpu), err, privilegeHint(err)), p.Close())
 			}
 		}
 	}
 	for i, fd := range p.FDs {
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
-			return nil, errors.Join(fmt.Errorf("enable %s on CPU %d: %w", what, p.CPUs[i], err), p.Close())
+			return nil, errors.Join(fmt.Errorf("enable %s%s: %w", what, onCPU(p.CPUs[i]), err), p.Close())
 		}
 	}
 	return p, nil

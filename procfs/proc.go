@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -103,6 +104,29 @@ func CheckPid(p int64) error {
 		}
 	}
 	return nil
+}
+
+// ThreadGroup is the process (tgid) thread tid belongs to, from
+// /proc/TID/status; a usage error where there is no such thread.
+func ThreadGroup(tid int64) (int64, error) {
+	if tid <= 0 || tid > int64(pidMax()) {
+		return 0, usage.Errorf("invalid thread id %d: ids run from 1 to %d (kernel.pid_max)", tid, pidMax())
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, usage.Errorf("no thread with id %d", tid)
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
+				return n, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no Tgid line", tid)
 }
 
 // pidMax is the kernel's largest pid (/proc/sys/kernel/pid_max); 4194304,

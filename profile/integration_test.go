@@ -31,6 +31,7 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
 	"github.com/tracekit/tracekit/ldso"
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/unwind"
 	"golang.org/x/sys/unix"
@@ -2049,4 +2050,85 @@ func TestOutputToFIFO(t *testing.T) {
 			t.Errorf("%s FIFO: exit %d, stderr %q", flag, res.Status, res.Stderr)
 		}
 	}
+}
+
+// TestCPUAndThread: -C samples only the CPUs it names (a spinner pinned
+// to another CPU has exactly no samples; on its own CPU, its share) and
+// refuses one that is not online; -L samples one thread on whichever CPU
+// it runs: tls's second thread spins in other, its main thread in
+// main_phase, and -L of the second has none of the main's.
+func TestCPUAndThread(t *testing.T) {
+	privtest.Require(t)
+	dir := stacktest.Fixtures(t)
+	online, err := perfevent.OnlineCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	samplesOf := func(r report, pid int, in string) (n int) {
+		for _, st := range r.Stacks {
+			if int(st.Pid) == pid && (in == "" || slices.Contains(st.User, in)) {
+				n += int(st.Count)
+			}
+		}
+		return n
+	}
+	start := func(t *testing.T, args ...string) *exec.Cmd {
+		cmd := exec.Command(filepath.Join(dir, args[0]), args[1:]...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	t.Run("cpu", func(t *testing.T) {
+		spin := start(t, "chain-pie", "60", "user") // killed at the end
+		pid := spin.Process.Pid
+		last := online[len(online)-1]
+		if len(online) > 1 {
+			var set unix.CPUSet
+			set.Set(last)
+			if err := unix.SchedSetaffinity(pid, &set); err != nil {
+				t.Fatal(err)
+			}
+			r := profileJSON(t, "-C", strconv.Itoa(online[0]), "-p", strconv.Itoa(pid), "-F", "199", "1", "1")
+			if n := samplesOf(r, pid, ""); n != 0 {
+				t.Errorf("-C %d: %d samples of a spinner pinned to CPU %d, want 0", online[0], n, last)
+			}
+		}
+		r := profileJSON(t, "-C", strconv.Itoa(last), "-p", strconv.Itoa(pid), "-F", "199", "1", "1")
+		if n := samplesOf(r, pid, "c"); n < 50 {
+			t.Errorf("-C %d: %d samples of the spinner in c on its CPU, want 50 or more of 199", last, n)
+		}
+		off := strconv.Itoa(last + 1)
+		res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-C", off, "-p", strconv.Itoa(pid), "1", "1")
+		if want := "CPU " + off + " is not online"; res.Status != 2 || !strings.Contains(res.Stderr, want) {
+			t.Errorf("-C %s: exit %d, stderr %q; want 2 and %q", off, res.Status, res.Stderr, want)
+		}
+	})
+	t.Run("thread", func(t *testing.T) {
+		stacktest.HaveFixture(t, filepath.Join(dir, "tls"))
+		cmd := start(t, "tls", "30", "0.1") // killed at the end
+		pid := cmd.Process.Pid
+		tid := 0
+		for deadline := time.Now().Add(10 * time.Second); tid == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			for _, task := range tasks {
+				if id, _ := strconv.Atoi(task.Name()); id != pid && id > 0 {
+					tid = id
+				}
+			}
+		}
+		if tid == 0 {
+			t.Fatal("tls started no second thread in 10 s")
+		}
+		r := profileJSON(t, "-L", strconv.Itoa(tid), "-F", "199", "1", "1")
+		if main, other := samplesOf(r, pid, "main_phase"), samplesOf(r, pid, "other"); main != 0 || other < 50 {
+			t.Errorf("-L %d (the second thread): %d samples in other, %d in the main thread's main_phase; want 50 or more and 0", tid, other, main)
+			logStacks(t, r.Stacks)
+		}
+		res := tooltest.Run(t, tooltest.Tool(t, "profile"), "-L", strconv.Itoa(tid), "-p", "1", "1", "1")
+		if want := fmt.Sprintf("is a thread of process %d, not of -p 1", pid); res.Status != 2 || !strings.Contains(res.Stderr, want) {
+			t.Errorf("-L %d -p 1: exit %d, stderr %q; want 2 and %q", tid, res.Status, res.Stderr, want)
+		}
+	})
 }

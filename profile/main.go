@@ -7,11 +7,14 @@ package profile
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tracekit/tracekit/internal/usage"
+	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
-
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/stacks"
 )
@@ -32,6 +35,8 @@ type options struct {
 	UserOnly   bool     `short:"U" long:"user-stacks-only" description:"Report user stacks only, without their kernel frames (BCC's profile -U)"`
 	KernelOnly bool     `short:"K" long:"kernel-stacks-only" description:"Report kernel stacks only, without their user frames (BCC's profile -K)"`
 	AllCPUs    bool     `short:"a" long:"all-cpus" description:"Every CPU, as perf's -a: what profile samples anyway"`
+	CPUs       string   `short:"C" long:"cpu" value-name:"CPUS" description:"Sample only these CPUs: a number or a list as perf's -C takes it (0,2-3); BCC's profile -C"`
+	Tid        int64    `short:"L" long:"tid" value-name:"TID" description:"Sample only this thread, on whichever CPU it runs (BCC's profile -L); its process's tables are read as -p's"`
 	Labels     []string `long:"label" value-name:"NAME=SOURCE" description:"Read a value of the sampled thread at each sample and count stacks per value (repeatable, up to 8): SOURCE is tls:[FILE:]SYMBOL:TYPE (a thread-local) or var:[FILE:]SYMBOL:TYPE (a global); TYPE is int (8 bytes), int8..int64, uint8..uint64, str (a char *), chars (a char array), or strobemeta's strobe-int, strobe-str, strobe-map. See below"`
 	NoContext  bool     `long:"no-context" description:"Do not read the context processes publish for profilers (the OpenTelemetry thread context, custom labels: see below)"`
 	OffCPU     bool     `long:"off-cpu" description:"Where threads wait, not where they run: stacks taken as a thread leaves the CPU (sched_switch), weighted by the time until it runs again, in microseconds (pprof: nanoseconds). See below"`
@@ -268,6 +273,44 @@ func validate(o *options) error {
 		return err
 	}
 	p.Labels = labels
+	if o.CPUs != "" || o.Tid != 0 {
+		if o.OffCPU {
+			return usage.Errorf("-C and -L pick where on-CPU samples are taken: --off-cpu takes its stacks at every switch, on every CPU")
+		}
+		if o.CPUs != "" && o.Tid != 0 {
+			return usage.Errorf("-C and -L cannot be used together: -L follows its thread on every CPU")
+		}
+	}
+	if o.CPUs != "" {
+		cpus, err := perfevent.ParseCPUList(o.CPUs)
+		if err != nil {
+			return usage.Errorf("invalid -C %q: want a CPU or a list of them, as 0,2-3", o.CPUs)
+		}
+		online, err := perfevent.OnlineCPUs()
+		if err != nil {
+			return err
+		}
+		for _, c := range cpus {
+			if !slices.Contains(online, c) {
+				return usage.Errorf("-C %s: CPU %d is not online (online: %s)", o.CPUs, c, cpuList(online))
+			}
+		}
+		slices.Sort(cpus)
+		p.CPUs = slices.Compact(cpus)
+	}
+	if o.Tid != 0 {
+		if o.Command != "" {
+			return usage.Errorf("-L and -c cannot be used together: -c samples the command and its children")
+		}
+		tgid, err := procfs.ThreadGroup(o.Tid)
+		if err != nil {
+			return err
+		}
+		if o.Pid != 0 && o.Pid != tgid {
+			return usage.Errorf("-L %d is a thread of process %d, not of -p %d", o.Tid, tgid, o.Pid)
+		}
+		o.Pid, p.Pid, p.Tid = tgid, tgid, int(o.Tid)
+	}
 	if o.Pid != 0 {
 		if o.Command != "" {
 			return usage.Errorf("-p and -c cannot be used together: -c samples the command and its children")
@@ -277,4 +320,22 @@ func validate(o *options) error {
 		}
 	}
 	return stacks.CheckLabelKinds(labels, int(o.Pid), o.Command)
+}
+
+// cpuList writes CPUs as the kernel lists them: 0-3,8.
+func cpuList(cpus []int) string {
+	var parts []string
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", cpus[i], cpus[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(cpus[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }

@@ -36,6 +36,10 @@ type Options struct {
 	MinBlock             uint64 // with OffCPU: the shortest wait counted, in microseconds
 	MaxBlock             uint64 // with OffCPU: the longest, 0 for no bound
 	Missing              string // a kernel feature to do without (task_pt_regs)
+	// CPUs: sample these CPUs only (nil: every online one); Tid: this
+	// thread only, wherever it runs (0: every thread). BCC's -C and -L.
+	CPUs []int
+	Tid  int
 	// Event, when set, is what the sampler runs at instead of the CPU
 	// clock: filter's event and its gate.
 	Event  *StackEvent

@@ -326,7 +326,15 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 			// overshot by 9% in a 1 s burst after idle): F samples per CPU-second.
 			Sample: uint64(time.Second) / uint64(o.Frequency),
 		}
-		clock, err := perfevent.OpenPerCPU("CPU clock sampling", attr, coll.Programs["sample"], perfevent.AttachEach, nil)
+		var clock *perfevent.PerCPU
+		switch {
+		case o.Tid != 0:
+			clock, err = perfevent.OpenThread(fmt.Sprintf("CPU clock sampling of thread %d", o.Tid), attr, coll.Programs["sample"], o.Tid)
+		case o.CPUs != nil:
+			clock, err = perfevent.OpenOn(o.CPUs, "CPU clock sampling", attr, coll.Programs["sample"], perfevent.AttachEach, nil)
+		default:
+			clock, err = perfevent.OpenPerCPU("CPU clock sampling", attr, coll.Programs["sample"], perfevent.AttachEach, nil)
+		}
 		if err != nil {
 			return err
 		}
