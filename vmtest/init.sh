@@ -46,7 +46,7 @@ for t in /tk/t/*.test; do
   fi
   # 900 s: profile's tests took 237 s in a 7.2 guest on a slow day of the
   # host, and 240 s was the bound; 594 s on 2026-11-26, beside another
-  # guest (TestHostileFrames 162 s of it). The guest's own bound is 1500 s.
+  # guest (TestHostileFrames 162 s of it). The guest's own bound is 2000 s.
   "$t" -test.count=1 -test.v -test.timeout=900s $only > /tmp/out 2>&1
   rc=$?
   # Every test's verdict line, and the failures' output with its
