@@ -459,3 +459,34 @@ func TestKernelInterval(t *testing.T) {
 		}
 	})
 }
+
+// TestCat: cat() prints a file as it is when its record comes (oomkill.bt's
+// cat("/proc/loadavg")), the file named by a format; in BEGIN too, in
+// text and in -f json, as bpftrace prints it. A file that is not there is
+// said on stderr, and the run goes on.
+func TestCat(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f1"), []byte("one\ttwo\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `BEGIN { cat("` + dir + `/f%d", 1); } t:syscalls:sys_enter_write /args->count == 4321/ { cat("%s/f%d", "` + dir + `", 1); cat("` + dir + `/none"); }`
+	cmd := tooltest.Writes(t, 4321, 2)
+	for _, format := range []string{"text", "json"} {
+		r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-f", format, "-c", cmd, "-e", script)
+		want := "Attaching 2 probes...\n" + strings.Repeat("one\ttwo\n", 3) + "\n\n"
+		if format == "json" {
+			cat := `{"type": "cat", "data": "one\ttwo\n"}` + "\n"
+			none := `{"type": "cat", "data": ""}` + "\n" // bpftrace's, for a file not there
+			want = "{\"type\": \"attached_probes\", \"data\": {\"probes\": 2}}\n" + cat + cat + none + cat + none + "\n\n"
+		}
+		if r.Status != 0 || r.Stdout != want || strings.Count(r.Stderr, dir+"/none") != 2 {
+			t.Errorf("-f %s: exit %d, printed:\n%q\nwant:\n%q\nstderr (want %s/none twice): %s", format, r.Status, r.Stdout, want, dir, r.Stderr)
+		}
+		if bt := peer(t); bt != "" {
+			if p := tooltest.Run(t, bt, "-f", format, "-c", peerCommand(cmd), "-e", script); p.Stdout != r.Stdout {
+				t.Errorf("-f %s: bpftrace printed:\n%q\nours:\n%q", format, p.Stdout, r.Stdout)
+			}
+		}
+	}
+}

@@ -47,8 +47,8 @@ A script file is run as bpftrace runs it (bpftrace biolatency.bt, or by its
 #!/usr/bin/env bpftrace line with bin/ first in PATH); the arguments after it
 are $1, $2, ... and their count $#.
 
-What it takes: BEGIN and END (run in user space: printf, print, clear,
-zero, time, exit, and in BEGIN constants assigned to maps' elements),
+What it takes: BEGIN and END (run in user space: printf, cat, print,
+clear, zero, time, exit, and in BEGIN constants assigned to maps' elements),
 interval:s:N and interval:ms:N (in user space where they take only those,
 else in the kernel on the first CPU's clock, as bpftrace runs them);
 tracepoint (t:), kprobe, kretprobe, uprobe and
@@ -66,7 +66,7 @@ BTF; casts to the kernel's types and -> and . walks through its BTF
 ((struct sock *)arg0, curtask->real_parent->comm, args->rqtp->tv_sec in
 the process's memory), casts to integer sizes; kstack and kstack(N) as
 keys and in printf, ksym, kaddr and *x (8 bytes at an address, or what a
-pointer points at), ntop, bswap; printf, time, join, str(),
+pointer points at), ntop, bswap; printf, cat, time, join, str(),
 exit(). Anything else is refused by name, with its place, before anything
 loads: usdt, ustack and usym come next (issue 61).
 

@@ -255,12 +255,17 @@ func (u *user) run(body []parse.Stmt) (exit bool) {
 		}
 		call := s.(*parse.ExprStmt).X.(*parse.Call)
 		switch call.Name {
-		case "printf":
+		case "printf", "cat":
 			var args []output.Arg
 			for _, a := range call.Args[1:] {
 				args = append(args, u.constant(a))
 			}
-			u.p.printf(output.Printf(call.Args[0].(*parse.Str).Value, args))
+			text := output.Printf(call.Args[0].(*parse.Str).Value, args)
+			if call.Name == "cat" {
+				u.p.cat(text)
+			} else {
+				u.p.printf(text)
+			}
 		case "time":
 			format := "%H:%M:%S\n"
 			if len(call.Args) > 0 {

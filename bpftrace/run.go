@@ -27,6 +27,7 @@ import (
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/terminal"
 )
 
 func validate(o *options) error {
@@ -187,12 +188,13 @@ func listProbes(s *run.Session, o *options) error {
 // printer writes the program's output, from the rings' reader and from
 // the end, one at a time.
 type printer struct {
-	mu    sync.Mutex
-	w     io.Writer
-	json  bool
-	res   *compile.Result
-	coll  *ebpf.Collection
-	names *kernelNames
+	mu     sync.Mutex
+	w      io.Writer
+	stderr io.Writer
+	json   bool
+	res    *compile.Result
+	coll   *ebpf.Collection
+	names  *kernelNames
 }
 
 func (p *printer) printf(text string) {
@@ -293,8 +295,42 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 		}
 		at += a.Size
 	}
+	if pf.Cat {
+		p.cat(output.Printf(pf.Format, args))
+		return false, nil
+	}
 	p.printf(output.Printf(pf.Format, args))
 	return false, nil
+}
+
+// cat prints a cat() record: the file's first CatBytes bytes, as they
+// are (no newline added, as bpftrace's); a file that cannot be read is
+// said on stderr, prints nothing (-f json: an empty "cat", as bpftrace's),
+// and the run goes on.
+func (p *printer) cat(path string) {
+	text, err := readHead(path, compile.CatBytes)
+	if err != nil {
+		fmt.Fprintf(p.stderr, "bpftrace: cat: %s\n", terminal.Printable(err.Error()))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		fmt.Fprintf(p.w, "{\"type\": \"cat\", \"data\": %s}\n", jsonString(text))
+		return
+	}
+	io.WriteString(p.w, text)
+}
+
+// readHead reads at most n bytes of path: a file of /proc or /sys, or a
+// FIFO, whatever its size says.
+func readHead(path string, n int) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(n)))
+	return string(b), err
 }
 
 // cString is b up to its first NUL.
@@ -372,7 +408,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
-	p := &printer{w: out, json: o.Format == "json", res: res, coll: coll, names: &kernelNames{coll: coll, indent: keyIndent}}
+	p := &printer{w: out, stderr: s.Stderr, json: o.Format == "json", res: res, coll: coll, names: &kernelNames{coll: coll, indent: keyIndent}}
 	s.OnClose("", p.names.close)
 	rings, err := s.OpenOutputRings(coll.Maps[compile.EventsMap], "printf", perfevent.DefaultRingPages, perfevent.WakeBatch)
 	if err != nil {

@@ -166,7 +166,14 @@ type Printf struct {
 	// Join is join(array, Format): JoinArgs strings of JoinArgSize bytes
 	// each, from the JoinMap's buffer, up to the first empty one.
 	Join bool
+	// Cat is cat(Format, args...): the file Format and args name, read
+	// and printed as it is when the record comes (at most CatBytes).
+	Cat bool
 }
+
+// CatBytes is the most cat() prints of a file, as bpftrace's
+// BPFTRACE_CAT_BYTES_MAX default.
+const CatBytes = 10240
 
 // Interval is an interval probe run in user space, every Every, Body:
 // one that only prints, clears and zeroes maps and exits. The others are
@@ -423,8 +430,8 @@ func userStmts(file string, ss []parse.Stmt, begin bool) error {
 			c, ok := e.X.(*parse.Call)
 			return c, ok
 		}()
-		if !isCall || !slices.Contains([]string{"printf", "print", "clear", "zero", "time", "exit"}, call.Name) {
-			return errAt(file, s.StmtPos(), "BEGIN and END take printf, print, clear, zero, time and exit here, nothing else yet")
+		if !isCall || !slices.Contains([]string{"printf", "cat", "print", "clear", "zero", "time", "exit"}, call.Name) {
+			return errAt(file, s.StmtPos(), "BEGIN and END take printf, cat, print, clear, zero, time and exit here, nothing else yet")
 		}
 		for _, a := range call.Args {
 			switch a.(type) {

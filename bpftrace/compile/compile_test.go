@@ -37,6 +37,7 @@ t:syscalls:sys_exit_write /@start[tid]/ { @ns[comm, pid] = hist(nsecs - @start[t
 	@files[str(args->filename)] = count();
 	if (args->flags & 64) { @creat = count(); } else { @plain = count(); }
 	$n = args->dfd < 0 ? -args->dfd : args->dfd; @dfd = max($n);
+	cat("/proc/%d/stat", pid);
 }`,
 	"strings": `t:sched:sched_switch { @next[args->next_comm] = count(); @last = args->prev_comm; }
 t:sched:sched_process_exec { @exec[str(args->filename)] = count(); printf("%s %s\n", probe, args->filename); exit(); }`,
@@ -257,7 +258,7 @@ t:syscalls:sys_enter_write { @x[ustack] = count(); }`, "test.bt:2:33: ustack is 
 		{`kprobe:f { @ = arg0->x; }`, "-> of an integer: cast it to the struct it points at first, (struct NAME *)"},
 		{`kprobe:f { @ = (struct sock)arg0; }`, "(struct sock) casts to an integer type or to a pointer here"},
 		{`BEGIN { @x = pid; }`, "test.bt:1:9: BEGIN assigns constants to maps' elements here, nothing else yet"},
-		{`END { @x = 1; }`, "BEGIN and END take printf, print, clear, zero, time and exit here"},
+		{`END { @x = 1; }`, "BEGIN and END take printf, cat, print, clear, zero, time and exit here"},
 		{`interval:us:10 { exit(); }`, "interval probes run every 1 ms or more here"},
 		{`t:syscalls:sys_enter_write { $s = comm; $s = 1; }`, "test.bt:1:41: $s holds a string, and is assigned an integer here"},
 		{`t:syscalls:sys_enter_write { @ = lhist(pid, 10, 0, 1); }`, "lhist(value, min, max, step) wants min < max"},

@@ -435,7 +435,7 @@ func (g *gen) bucket(m *Map, arg int16) {
 // call compiles a call made for its effect.
 func (g *gen) call(x *parse.Call) error {
 	switch x.Name {
-	case "printf", "exit", "time":
+	case "printf", "exit", "time", "cat":
 		return g.printf(x)
 	case "join":
 		return g.join(x)
@@ -466,7 +466,7 @@ func (g *gen) call(x *parse.Call) error {
 // argument (8 bytes an integer, a string its buffer). exit() is a record
 // of its own.
 func (g *gen) printf(x *parse.Call) error {
-	p := Printf{Exit: x.Name == "exit", Time: x.Name == "time"}
+	p := Printf{Exit: x.Name == "exit", Time: x.Name == "time", Cat: x.Name == "cat"}
 	var args []parse.Expr
 	switch {
 	case p.Time:
@@ -481,7 +481,7 @@ func (g *gen) printf(x *parse.Call) error {
 	case !p.Exit:
 		f, ok := x.Args[0].(*parse.Str)
 		if !ok {
-			return errAt(g.file(), x.Pos, "printf's format is a string literal")
+			return errAt(g.file(), x.Pos, "%s's format is a string literal", x.Name)
 		}
 		p.Format, args = f.Value, x.Args[1:]
 	}
@@ -510,6 +510,8 @@ func (g *gen) printf(x *parse.Call) error {
 		what = "exit(): tell user space"
 	case p.Time:
 		what = "time(): user space prints the time the record comes"
+	case p.Cat:
+		what = fmt.Sprintf("cat %d: user space prints the file the record names", id)
 	}
 	g.emit(asm.Note(storeU32(bpf.RFP, rec, int64(id)), what)...)
 	g.emit(bpf.Mov.Reg(bpf.R1, asm.RegCtx), bpf.LoadMapPtr(bpf.R2, 0).WithReference(EventsMap), bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
