@@ -49,7 +49,9 @@ command -v musl-gcc >/dev/null || need+=(musl-tools)
 command -v groff >/dev/null || need+=(groff-base)
 command -v man >/dev/null || need+=(man-db)
 # bpftrace's tools (/usr/sbin/*.bt), which bpftrace/parse reads (TestTools).
-[ -x /usr/sbin/bpftrace ] && compgen -G '/usr/sbin/*.bt' >/dev/null || need+=(bpftrace)
+# (Debian's bpftrace is /usr/bin/bpftrace: a test of /usr/sbin's
+# reinstalled it at every run.)
+command -v bpftrace >/dev/null && compgen -G '/usr/sbin/*.bt' >/dev/null || need+=(bpftrace)
 # The peers filter's calls are checked against in the x86-64 guests.
 [ -x /usr/sbin/ksnoop ] && [ -x /usr/sbin/funclatency ] || need+=(libbpf-tools)
 if [ ${#need[@]} -gt 0 ]; then
