@@ -490,3 +490,28 @@ func TestCat(t *testing.T) {
 		}
 	}
 }
+
+// TestBuf: buf() reads as many bytes as its length says, a constant or
+// one computed at the event, and %r prints them as bpftrace does, every
+// byte that is not printable ASCII as \xNN.
+func TestBuf(t *testing.T) {
+	privtest.Require(t)
+	script := `t:syscalls:sys_enter_openat /comm == "tkbuf"/ { printf("%r|%r|%r\n", buf(args->filename, 12), buf(args->filename, @n + 3), buf("a\tb", 3)); @n = @n + 1; }`
+	cmd := tooltest.Opens(t, "tkbuf", tooltest.Open{Path: "/nonexistent-tkbuf", Times: 2, Missing: true})
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", cmd, "-e", script)
+	want := "Attaching 1 probe...\n/nonexistent|/no|a\\x09b\n/nonexistent|/non|a\\x09b\n\n\n@n: 2\n"
+	if r.Status != 0 || r.Stdout != want {
+		t.Errorf("exit %d, printed:\n%q\nwant:\n%q\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
+	}
+	if bt := peer(t); bt != "" {
+		if p := tooltest.Run(t, bt, "-c", cmd, "-e", script); p.Stdout != r.Stdout {
+			t.Errorf("bpftrace printed:\n%q\nours:\n%q", p.Stdout, r.Stdout)
+		}
+	}
+	// Where bpftrace would print a buffer, not taken yet: refused.
+	for _, bad := range []string{`t:syscalls:sys_enter_openat { @[buf(args->filename, 4)] = count(); }`, `t:syscalls:sys_enter_openat { @b = buf(args->filename, 4); }`} {
+		if r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", bad); r.Status != 2 || !strings.Contains(r.Stderr, "buf() as a map's") {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and a refusal", bad, r.Status, r.Stderr)
+		}
+	}
+}

@@ -278,6 +278,8 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 		}
 		field := raw[at : at+a.Size]
 		switch {
+		case a.Buf:
+			args = append(args, output.Arg{Str: bufText(field), IsStr: true})
 		case a.Str:
 			args = append(args, output.Arg{Str: cString(field), IsStr: true})
 		case a.Inet:
@@ -331,6 +333,25 @@ func readHead(path string, n int) (string, error) {
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, int64(n)))
 	return string(b), err
+}
+
+// bufText is a buf() as bpftrace prints it: its bytes (as many as its
+// length byte says, at most the room after it), printable ASCII as it
+// is, every other byte as \xNN.
+func bufText(b []byte) string {
+	if len(b) < compile.BufData {
+		return ""
+	}
+	n := min(int(b[0]), len(b)-compile.BufData)
+	var out strings.Builder
+	for _, c := range b[compile.BufData : compile.BufData+n] {
+		if c >= 32 && c <= 126 {
+			out.WriteByte(c)
+		} else {
+			fmt.Fprintf(&out, "\\x%02x", c)
+		}
+	}
+	return out.String()
 }
 
 // cString is b up to its first NUL.

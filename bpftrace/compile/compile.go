@@ -108,6 +108,7 @@ type Key struct {
 	Stack string // the STACK_TRACE map of a kstack's id
 	Ksym  bool
 	Inet  bool // ntop's: the family in 8 bytes, then 16 of address
+	Buf   bool // buf()'s: its length in a byte, then from byte 8 its bytes
 }
 
 // Map is a map of the script as the kernel holds it.
@@ -218,6 +219,7 @@ const (
 	MapEntries     = 4096
 	HistEntries    = 65536
 	StrSize        = 64 // str()'s buffer, bpftrace's default strlen
+	BufSize        = 64 // the most buf() reads, bpftrace's default strlen
 	maxStack       = 512
 	stackAlign     = 8
 	userEventGroup = "syscalls" // whose pointers are user addresses

@@ -38,6 +38,7 @@ t:syscalls:sys_exit_write /@start[tid]/ { @ns[comm, pid] = hist(nsecs - @start[t
 	if (args->flags & 64) { @creat = count(); } else { @plain = count(); }
 	$n = args->dfd < 0 ? -args->dfd : args->dfd; @dfd = max($n);
 	cat("/proc/%d/stat", pid);
+	printf("%r %r %r\n", buf(args->filename, args->dfd & 7), buf(args->filename, 5), buf("a\tb", 3));
 }`,
 	"strings": `t:sched:sched_switch { @next[args->next_comm] = count(); @last = args->prev_comm; }
 t:sched:sched_process_exec { @exec[str(args->filename)] = count(); printf("%s %s\n", probe, args->filename); exit(); }`,
@@ -52,7 +53,8 @@ uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, st
 	"walks": `kprobe:tcp_connect { $sk = (struct sock *)arg0; @fam[$sk->__sk_common.skc_family] = count(); @parent[curtask->real_parent->comm, (uint16)curtask->pid] = count(); }
 t:syscalls:sys_enter_clock_nanosleep { @ns = hist(args->rqtp->tv_nsec); @s = sum((int8)args->rqtp->tv_sec); }
 uprobe:/bin/bash:readline { $t = (struct __kernel_timespec *)arg0; @u = max($t->tv_nsec); }
-kprobe:vfs_read { $t = (struct task_struct *)curtask; $p = ((struct task_struct *) $t->real_parent); @pp[$p->pid] = count(); }`,
+kprobe:vfs_read { $t = (struct task_struct *)curtask; $p = ((struct task_struct *) $t->real_parent); @pp[$p->pid] = count();
+	printf("%r %r\n", buf($t->comm), buf($t->real_parent, $p->pid & 15)); }`,
 	"kstack":    `t:syscalls:sys_enter_getppid { @[kstack] = count(); @s[kstack(3), comm] = count(); @k[ksym(kaddr("vfs_read") + 16)] = count(); printf("%s\n", ksym(kaddr("vfs_read"))); }`,
 	"ntop":      `kprobe:tcp_connect { $sk = (struct sock *)arg0; @[ntop($sk->__sk_common.skc_rcv_saddr), bswap((uint16)$sk->__sk_common.skc_family)] = count(); printf("%s %s\n", ntop(AF_INET6, $sk->__sk_common.skc_v6_daddr), ntop($sk->__sk_common.skc_v6_rcv_saddr)); }`,
 	"join":      `t:syscalls:sys_enter_execve { join(args->argv); } t:sched:sched_process_exec { printf("%d\n", pid); }`,

@@ -358,6 +358,8 @@ func (g *gen) callValue(x *parse.Call) (typ, error) {
 		return typ{str: true, size: StrSize, off: off}, nil
 	}
 	switch x.Name {
+	case "buf":
+		return g.buf(x)
 	case "ntop":
 		return g.ntop(x)
 	case "bswap":
@@ -655,4 +657,93 @@ func (g *gen) ntop(x *parse.Call) (typ, error) {
 	}
 	g.emit(asm.Note(storeU32(bpf.RFP, off, family), "ntop: the family")...)
 	return typ{size: inetSize, inet: true, off: off}, nil
+}
+
+// bufLen is the bytes buf(x[, n]) keeps room for: n where it is a
+// constant, the char array's length without it, BufSize at most (and
+// where n is computed), as bpftrace sizes it.
+func (c *compiler) bufLen(x *parse.Call, typeOf func(parse.Expr) (typ, error)) (int, error) {
+	if len(x.Args) == 2 {
+		if n, ok := x.Args[1].(*parse.Int); ok {
+			if int64(n.Value) < 0 {
+				return 0, errAt(c.opt.File, x.Pos, "buf cannot use a negative length (%d)", int64(n.Value))
+			}
+			return int(min(n.Value, BufSize)), nil
+		}
+		return BufSize, nil
+	}
+	t, err := typeOf(x.Args[0])
+	if err != nil {
+		return 0, err
+	}
+	if t.bytes == 0 {
+		return 0, errAt(c.opt.File, x.Pos, "buf() of a pointer or an integer takes a length: buf(x, n)")
+	}
+	return min(t.bytes, BufSize), nil
+}
+
+// BufData is where buf()'s bytes start after its length byte: 8, so
+// that they are copied 8 bytes at a time.
+const BufData = 8
+
+// buf compiles buf(x[, n]): a length byte (n, at most the room), then
+// from BufData that many bytes read at x (a char array already read is
+// copied), the rest zero; printf's %r prints them.
+func (g *gen) buf(x *parse.Call) (typ, error) {
+	room, err := g.c.bufLen(x, g.typer().expr)
+	if err != nil {
+		return typ{}, err
+	}
+	b := strT(BufData + room)
+	off, err := g.alloc(b.size, x.Pos)
+	if err != nil {
+		return typ{}, err
+	}
+	g.zero(off, b.size)
+	if len(x.Args) == 2 {
+		if _, ok := x.Args[1].(*parse.Int); !ok {
+			// A length computed at the event: held to the room.
+			if _, err := g.expr(x.Args[1]); err != nil {
+				return typ{}, err
+			}
+			fits := g.label("buflen")
+			g.emit(bpf.JLE.Imm(bpf.R0, int32(room), fits), bpf.Mov.Imm(bpf.R0, int32(room)))
+			g.mark(fits)
+			g.emit(bpf.StoreMem(bpf.RFP, off, bpf.R0, bpf.Byte))
+		}
+	}
+	if len(x.Args) == 1 || isInt(x.Args[1]) {
+		g.emit(bpf.StoreImm(bpf.RFP, off, int64(room), bpf.Byte))
+	}
+	t, err := g.expr(x.Args[0])
+	if err != nil {
+		return typ{}, err
+	}
+	if t.buffer() {
+		if len(x.Args) == 2 && !isInt(x.Args[1]) {
+			return typ{}, errAt(g.file(), x.Pos, "buf() of a string or an array takes a constant length here")
+		}
+		g.copy(off+BufData, bpf.RFP, t.off, min(roundUp(room), t.size))
+	} else {
+		rd := g.c.opt.Readers
+		helper := rd.Kernel
+		if t.user || t.ptr == nil && g.tp.user() {
+			helper = rd.User
+		}
+		// The length again from its byte: the verifier bounds it.
+		full := g.label("bufsize")
+		g.emit(bpf.Mov.Reg(bpf.R3, bpf.R0), bpf.LoadMem(bpf.R2, bpf.RFP, off, bpf.Byte))
+		g.emit(bpf.JLE.Imm(bpf.R2, int32(room), full), bpf.Mov.Imm(bpf.R2, int32(room)))
+		g.mark(full)
+		g.stackPtr(bpf.R1, off+BufData)
+		g.emit(asm.Note(bpf.Instructions{helper.Call()}, fmt.Sprintf("buf(): at most %d bytes by %v", room, helper))...)
+	}
+	b.buf, b.off = true, off
+	return b, nil
+}
+
+// isInt says whether x is an integer literal.
+func isInt(x parse.Expr) bool {
+	_, ok := x.(*parse.Int)
+	return ok
 }

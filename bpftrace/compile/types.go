@@ -35,6 +35,9 @@ type typ struct {
 	// (family, then 16 bytes).
 	stack      string
 	ksym, inet bool
+	// buf is buf()'s: a length byte, then the bytes (str too: it is
+	// kept in a stack buffer).
+	buf bool
 	// width is the bytes an integer had where it was read (a member, a
 	// field, a cast), for bswap; bytes a char array's length.
 	width, bytes int
@@ -42,7 +45,7 @@ type typ struct {
 
 // key is how t is laid out as a map's key or a printf argument.
 func (t typ) key() Key {
-	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet}
+	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet, Buf: t.buf}
 }
 
 // buffer says whether t is kept in a stack buffer (at off), not in R0.
@@ -210,7 +213,13 @@ func (t *typer) store(target parse.Expr, v typ, agg string, kind *output.Kind, a
 			if err != nil {
 				return err
 			}
+			if kt.buf {
+				return errAt(t.c.opt.File, k.ExprPos(), "buf() as a map's key is not taken yet: it is printf's argument (%%r) here")
+			}
 			keys = append(keys, kt.key())
+		}
+		if v.buf {
+			return errAt(t.c.opt.File, at, "buf() as a map's value is not taken yet: it is printf's argument (%%r) here")
 		}
 		m := t.c.maps["@"+x.Name]
 		if m == nil {
@@ -344,6 +353,14 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		switch x.Name {
 		case "str":
 			return strT(StrSize), nil
+		case "buf":
+			n, err := c.bufLen(x, t.expr)
+			if err != nil {
+				return typ{}, err
+			}
+			b := strT(BufData + n)
+			b.buf = true
+			return b, nil
 		case "kstack":
 			return c.kstack(x, x.Pos)
 		case "ksym":
