@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math/big"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,11 +19,13 @@ import (
 
 // stat is a key's statistics, its CPUs' slots merged.
 type stat struct {
-	cells         []cell
-	count         uint64
-	sum, min, max uint64 // two's complement where signed
-	value         any    // the one reported
-	text          string
+	cells    []cell
+	count    uint64
+	min, max uint64   // two's complement where signed
+	sum      *big.Int // the true sum, past 64 bits where it is (trueSum)
+	overflow bool     // a CPU's sum wrapped past recovering: sum and avg unknown
+	value    any      // the one reported
+	text     string
 }
 
 // stats reports --sum, --min, --max or --avg, per --count-by key when
@@ -60,7 +62,7 @@ func readStats(m, cache *ebpf.Map, prog *compile.Program, name string) ([]stat, 
 		k := rowKey(keyCount{cells: cells})
 		st, ok := byKey[k]
 		if !ok {
-			st = &stat{cells: cells}
+			st = &stat{cells: cells, sum: new(big.Int)}
 			byKey[k] = st
 			order = append(order, k)
 		}
@@ -74,6 +76,11 @@ func readStats(m, cache *ebpf.Map, prog *compile.Program, name string) ([]stat, 
 				continue // a CPU that counted none of this key
 			}
 			lo, hi := binary.NativeEndian.Uint64(b[16:]), binary.NativeEndian.Uint64(b[24:])
+			if sum, ok := trueSum(n, binary.NativeEndian.Uint64(b[8:]), lo, hi, prog.StatsSigned); ok {
+				st.sum.Add(st.sum, sum)
+			} else {
+				st.overflow = true
+			}
 			if first || less(lo, st.min, prog.StatsSigned) {
 				st.min = lo
 			}
@@ -82,7 +89,6 @@ func readStats(m, cache *ebpf.Map, prog *compile.Program, name string) ([]stat, 
 			}
 			first = false
 			st.count += n
-			st.sum += binary.NativeEndian.Uint64(b[8:])
 		}
 	}
 	var key []byte
@@ -119,13 +125,43 @@ func readStats(m, cache *ebpf.Map, prog *compile.Program, name string) ([]stat, 
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, b := rows[i], rows[j]
-		va, vb := pick(a, name), pick(b, name)
-		if va != vb {
-			return less(vb, va, prog.StatsSigned)
+		if c := pick(b, name, prog.StatsSigned).Cmp(pick(a, name, prog.StatsSigned)); c != 0 {
+			return c < 0
 		}
 		return rowKey(keyCount{cells: a.cells}) < rowKey(keyCount{cells: b.cells})
 	})
 	return rows, nil
+}
+
+var two64 = new(big.Int).Lsh(big.NewInt(1), 64)
+
+// toBig is a value's bits as the number they are.
+func toBig(v uint64, signed bool) *big.Int {
+	if signed {
+		return big.NewInt(int64(v))
+	}
+	return new(big.Int).SetUint64(v)
+}
+
+// trueSum is a CPU's sum of n values, each between lo and hi, from the
+// 64 bits the kernel kept of it, which wrap (3 times INT64_MAX is -3
+// there): the one number in [n*lo, n*hi] those bits stand for. ok is
+// false where two or more would do (the range is 2^64 wide or more, and
+// the bits fall twice in it). Bits none would give (a slot read while
+// its CPU updated it) are taken as they are.
+func trueSum(n, sum, lo, hi uint64, signed bool) (total *big.Int, ok bool) {
+	count := new(big.Int).SetUint64(n)
+	low := new(big.Int).Mul(count, toBig(lo, signed))
+	high := new(big.Int).Mul(count, toBig(hi, signed))
+	c := new(big.Int).Sub(new(big.Int).SetUint64(sum), low)
+	c.Mod(c, two64).Add(c, low) // Mod is Euclidean: low <= c < low+2^64
+	switch {
+	case c.Cmp(high) > 0:
+		return toBig(sum, signed), true
+	case new(big.Int).Add(c, two64).Cmp(high) <= 0:
+		return nil, false
+	}
+	return c, true
 }
 
 // less compares two values as their type says.
@@ -136,33 +172,40 @@ func less(a, b uint64, signed bool) bool {
 	return a < b
 }
 
-// pick is the reported value's bits (avg: the mean).
-func pick(st stat, name string) uint64 {
+// pick is the reported value (avg: the mean, the sum divided by the
+// count rounded toward zero, as bpftrace's); a sum or mean not known
+// (overflow) sorts as 0.
+func pick(st stat, name string, signed bool) *big.Int {
 	switch name {
 	case "min":
-		return st.min
+		return toBig(st.min, signed)
 	case "max":
-		return st.max
-	case "avg":
-		if st.count == 0 {
-			return 0
-		}
-		return uint64(int64(st.sum) / int64(st.count))
+		return toBig(st.max, signed)
+	}
+	if st.overflow || st.sum == nil {
+		return new(big.Int)
+	}
+	if name == "avg" && st.count > 0 {
+		return new(big.Int).Quo(st.sum, new(big.Int).SetUint64(st.count))
 	}
 	return st.sum
 }
 
-// statValue is the reported value, for JSON and for text: avg, as
-// bpftrace's, is the sum divided by the count, rounded toward zero.
+// statValue is the reported value, for JSON and for text: a number (past
+// 64 bits, a sum of large values, as it is), or, where a sum wrapped past
+// recovering, null and "overflow".
 func statValue(st stat, name string, signed bool) (any, string) {
-	v := pick(st, name)
-	if name == "avg" && !signed {
-		v = st.sum / st.count
+	if st.overflow && (name == "sum" || name == "avg") {
+		return nil, "overflow"
 	}
-	if signed {
-		return int64(v), strconv.FormatInt(int64(v), 10)
+	v := pick(st, name, signed)
+	switch {
+	case v.IsInt64():
+		return v.Int64(), v.String()
+	case v.IsUint64():
+		return v.Uint64(), v.String()
 	}
-	return v, strconv.FormatUint(v, 10)
+	return v, v.String()
 }
 
 // writeStats prints the table, one column per key and the statistic, or

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,13 +203,80 @@ func TestStatsMergesKeysThatDecodeAlike(t *testing.T) {
 	for _, r := range rows {
 		got[r.cells[0].text] = r
 	}
-	if st := got["filter.test"]; st.count != 6 || int64(st.sum) != 1290 || int64(st.min) != -20 || int64(st.max) != 1000 || st.text != "-20" {
-		t.Errorf("filter.test: count %d sum %d min %d max %d (%s), want 6, 1290, -20, 1000", st.count, int64(st.sum), int64(st.min), int64(st.max), st.text)
+	if st := got["filter.test"]; st.count != 6 || st.sum.Int64() != 1290 || int64(st.min) != -20 || int64(st.max) != 1000 || st.text != "-20" {
+		t.Errorf("filter.test: count %d sum %d min %d max %d (%s), want 6, 1290, -20, 1000", st.count, st.sum, int64(st.min), int64(st.max), st.text)
 	}
-	if st := got["cached"]; st.count != 2 || st.sum != 4 || st.min != 1 || st.max != 3 {
+	if st := got["cached"]; st.count != 2 || st.sum.Int64() != 4 || st.min != 1 || st.max != 3 {
 		t.Errorf("cached: count %d sum %d min %d max %d, want 2, 4, 1, 3", st.count, st.sum, st.min, st.max)
 	}
 	if rows[0].cells[0].text != "other" || rows[1].cells[0].text != "cached" {
 		t.Errorf("the largest value first (5, 1, then -20, signed): rows %+v", rows)
+	}
+}
+
+// A CPU's sum wraps at 64 bits in the kernel: the true one is the number
+// its bits stand for between count*min and count*max, where one is; past
+// 64 bits it is printed whole, and the mean of INT64_MAX values is
+// INT64_MAX (it was -1). Where two numbers would do, the sum and the
+// mean are said to have overflowed, not printed wrong.
+func TestStatsPastWrap(t *testing.T) {
+	maxI := uint64(math.MaxInt64)
+	for _, c := range []struct {
+		n, sum, lo, hi uint64
+		signed         bool
+		want           string // "" for overflow
+	}{
+		{3, 3 * maxI, maxI, maxI, true, "27670116110564327421"},
+		{2, 0, 1 << 63, 1 << 63, false, "18446744073709551616"},
+		{2, ^uint64(0), 1 << 63, maxI, true, "-1"}, // INT64_MIN + INT64_MAX
+		{4, 40, 10, 10, true, "40"},
+		{3, 3, ^uint64(4), 5, true, "3"},    // -5..5, no wrap
+		{4, 0, 1 << 63, maxI, true, ""},     // -2^63..2^63-1 four times: 0 or ±2^64
+		{1 << 40, 7, 0, 1 << 40, false, ""}, // 2^80 wide
+		{2, 5, 10, 10, false, "5"},          // bits no sum gives: a torn read, as read
+	} {
+		got, ok := trueSum(c.n, c.sum, c.lo, c.hi, c.signed)
+		if c.want == "" {
+			if ok {
+				t.Errorf("trueSum%v = %v, want overflow", c, got)
+			}
+			continue
+		}
+		if !ok || got.String() != c.want {
+			t.Errorf("trueSum%v = %v (%v), want %s", c, got, ok, c.want)
+		}
+	}
+	st := stat{count: 3, min: maxI, max: maxI, sum: new(big.Int).Mul(big.NewInt(3), new(big.Int).SetUint64(maxI))}
+	if v, text := statValue(st, "avg", true); v != int64(math.MaxInt64) || text != "9223372036854775807" {
+		t.Errorf("avg of INT64_MAX three times: %v %q", v, text)
+	}
+	if _, text := statValue(st, "sum", true); text != "27670116110564327421" {
+		t.Errorf("sum of INT64_MAX three times: %q", text)
+	}
+	st.overflow = true
+	if v, text := statValue(st, "sum", true); v != nil || text != "overflow" {
+		t.Errorf("an overflowed sum: %v %q, want nil and overflow", v, text)
+	}
+}
+
+// Four writes of 4 bytes, each counted as 4 << 61 = 2^63: the kernel's
+// 64-bit sum wraps to 0, and --sum and --avg say 2^65 and 2^63 (they
+// said 0 and 0).
+func TestStatsPastWrapRun(t *testing.T) {
+	privtest.Require(t)
+	want := map[string]string{"sum": "36893488147419103232", "avg": "9223372036854775808"}
+	for stat, w := range want {
+		r := tooltest.Run(t, tooltest.Tool(t, "filter"), "--json", "--"+stat, "count << 61", "syscalls:sys_enter_write", "--where", "count == 4", "-c", tooltest.Writes(t, 4, 4))
+		dec := json.NewDecoder(strings.NewReader(r.Stdout))
+		dec.UseNumber()
+		var rep struct {
+			Values []map[string]any `json:"values"`
+		}
+		if err := dec.Decode(&rep); err != nil || r.Status != 0 || len(rep.Values) != 1 {
+			t.Fatalf("--%s: exit %d, %v: %q %s", stat, r.Status, err, r.Stdout, r.Stderr)
+		}
+		if got := fmt.Sprint(rep.Values[0][stat]); got != w || fmt.Sprint(rep.Values[0]["count"]) != "4" {
+			t.Errorf("--%s: %s over %v writes, want %s over 4", stat, got, rep.Values[0]["count"], w)
+		}
 	}
 }
