@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tracekit/tracekit/internal/lazy"
 	"github.com/tracekit/tracekit/run"
 	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/terminal"
@@ -313,19 +314,33 @@ func writeStacks(w *strings.Builder, stacks []stack) {
 			fmt.Fprintf(w, "    %s\n", st.End)
 		}
 		if len(st.Labels) > 0 {
-			var ls []string
-			for _, l := range st.Labels {
-				v := l.Value
-				if l.Num == nil {
-					v = strconv.Quote(v)
-				}
-				ls = append(ls, l.Name+"="+v)
-			}
-			fmt.Fprintf(w, "    [%s]\n", terminal.Printable(strings.Join(ls, " ")))
+			fmt.Fprintf(w, "    [%s]\n", labelsText(st.Labels))
 		}
 		fmt.Fprintf(w, "    %-16s %s (%d)\n        %d\n\n", "-", terminal.Printable(st.Comm), st.Pid, st.Count)
 	}
 }
+
+// labelsText is a stack's labels on the text report's line: name=value,
+// a string value quoted (strconv.Quote, which escapes what a terminal
+// would act on, once), a name quoted too where it is not a plain word (a
+// context's keys come from the process: "a b=c" would read as two).
+func labelsText(ls []LabelValue) string {
+	parts := make([]string, 0, len(ls))
+	for _, l := range ls {
+		name, v := l.Name, l.Value
+		if !plainName().MatchString(name) {
+			name = strconv.Quote(name)
+		}
+		if l.Num == nil {
+			v = strconv.Quote(v)
+		}
+		parts = append(parts, name+"="+v)
+	}
+	return strings.Join(parts, " ")
+}
+
+// plainName is a label's name printed as it is.
+var plainName = lazy.Regexp(`^[A-Za-z_][A-Za-z0-9_.]*$`)
 
 // writeFolded prints "comm;root;...;leaf count" lines, user frames then
 // kernel frames (suffixed _[k], as flamegraph.pl colours them); a stack that

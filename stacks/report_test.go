@@ -207,3 +207,15 @@ func TestStackEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestLabelsText: a string label's value is quoted once (its backslash
+// and newline escaped once, not twice), a name that is not a plain word
+// (a context's key, from the process) quoted too, integers as they are.
+func TestLabelsText(t *testing.T) {
+	n := int64(-7)
+	got := labelsText([]LabelValue{{Name: "req", Value: "-7", Num: &n}, {Name: "ep", Value: "x\ny\\z\x1b[2J"}, {Name: "a b=c", Value: "v"}, {Name: "otel.trace_id", Value: "ab"}})
+	want := `req=-7 ep="x\ny\\z\x1b[2J" "a b=c"="v" otel.trace_id="ab"`
+	if got != want {
+		t.Errorf("labelsText = %s\nwant         %s", got, want)
+	}
+}
