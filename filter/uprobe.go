@@ -61,6 +61,9 @@ func parseUserEvent(kind, rest string, info bool) (event, error) {
 	case info:
 		ev.symbol = target // a glob
 	default:
+		if strings.ContainsAny(target, "*?[") {
+			return ev, fmt.Errorf("%s:%s: a %s probes one function, not a glob: filter --info '%s:%s' lists the functions %q matches", kind, rest, kind, kind, rest, target)
+		}
 		if !userSymbol().MatchString(target) {
 			return ev, fmt.Errorf("invalid function %q: want a symbol with an optional +offset, or a 0x address", target)
 		}

@@ -192,6 +192,9 @@ func TestUserProbeErrors(t *testing.T) {
 		{[]string{"--info", "uprobe:/nonexistent/x:*"}, 2, "/nonexistent/x: no such file or directory"},
 		{[]string{"--count", "usdt:" + bin}, 2, "want usdt:PATH:[PROVIDER:]NAME"},
 		{[]string{"--count", "uretprobe:" + bin + ":tk_add+4"}, 2, "a uretprobe goes on a function's entry"},
+		// A glob, which kprobes take: the functions it matches are listed
+		// by --info, not probed.
+		{[]string{"--count", "uprobe:" + bin + ":tk_*"}, 2, "a uprobe probes one function, not a glob: filter --info 'uprobe:" + bin + ":tk_*' lists the functions"},
 	} {
 		r := filter(t, tc.args...)
 		if r.Status != tc.status || !strings.Contains(r.Stderr, tc.want) {
