@@ -250,6 +250,11 @@ uprobe:` + fx + `:no_such_function_here { printf("never\n"); }`
 // exactly, where the kernel has kprobes (the kernel matrix's guests).
 func TestKprobeExact(t *testing.T) {
 	privtest.RequireKprobes(t)
+	// A typo gets the nearest functions, exit 2.
+	typo := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", "kprobe:vfs_wirte { @n = count(); }")
+	if want := "kprobe:vfs_wirte names no kernel function that can be probed (near: vfs_write"; typo.Status != 2 || !strings.Contains(typo.Stderr, want) {
+		t.Errorf("a typo: exit %d, stderr %q; want 2 and %q", typo.Status, typo.Stderr, want)
+	}
 	script := `kprobe:vfs_write /arg2 == 4321/ { @n = count(); @fn[func] = count(); @bytes = sum(arg2); }
 kretprobe:vfs_write /retval == 4321/ { @r[func] = count(); }`
 	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", tooltest.Writes(t, 4321, 50), "-e", script)

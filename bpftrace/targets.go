@@ -100,7 +100,10 @@ func kprobes(ap *parse.AttachPoint) ([]compile.Target, error) {
 		return nil, err
 	}
 	if len(probes) == 0 {
-		return nil, usage.Errorf("%s names no kernel function that can be probed (bpftrace -l 'kprobe:%s' lists them)", ap.Raw, ap.Parts[0])
+		if near := tracefs.NearFunctions(ap.Parts[0]); len(near) > 0 && !strings.ContainsAny(ap.Parts[0], "*?") {
+			return nil, usage.Errorf("%s names no kernel function that can be probed (near: %s)", ap.Raw, strings.Join(near, ", "))
+		}
+		return nil, usage.Errorf("%s names no kernel function that can be probed (bpftrace -l 'kprobe:*' lists those that can)", ap.Raw)
 	}
 	var out []compile.Target
 	for _, p := range probes {

@@ -47,6 +47,16 @@ func nearEvents(root, group, name string) []string {
 	return near
 }
 
+// NearFunctions are the traceable kernel functions (available_filter_
+// functions) near name, the nearest first: what a kprobe's typo meant.
+func NearFunctions(name string) []string {
+	fns, err := Functions("*")
+	if err != nil {
+		return nil
+	}
+	return nearest(name, slices.Compact(fns))
+}
+
 // nearest are the candidates near s, the nearest first (then by name).
 func nearest(s string, candidates []string) []string {
 	type scored struct {

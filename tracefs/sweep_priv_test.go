@@ -62,3 +62,17 @@ func TestSweepJudgesOnlyItsOwnNamespace(t *testing.T) {
 		}
 	}
 }
+
+// NearFunctions finds what a kprobe's typo meant among the kernel's
+// traceable functions: vfs_write for vfs_wirte, where this kernel lists
+// vfs_write (every kernel the matrix boots does).
+func TestNearFunctions(t *testing.T) {
+	privtest.Require(t)
+	fns, err := tracefs.Functions("vfs_write")
+	if err != nil || len(fns) == 0 {
+		t.Skipf("this kernel lists no vfs_write among its traceable functions (%v)", err)
+	}
+	if near := tracefs.NearFunctions("vfs_wirte"); len(near) == 0 || near[0] != "vfs_write" {
+		t.Errorf("NearFunctions(vfs_wirte) = %v, want vfs_write first", near)
+	}
+}
