@@ -520,3 +520,35 @@ func TestBuf(t *testing.T) {
 		}
 	}
 }
+
+// TestStrftime: strftime(FORMAT, ns) prints ns nanoseconds after the boot
+// by the wall clock: nsecs is now (to the minute of the run), 0 is the
+// boot, as bpftrace prints both; %f is the microseconds.
+func TestStrftime(t *testing.T) {
+	privtest.Require(t)
+	script := `t:syscalls:sys_enter_write /args->count == 4321/ { printf("%s|%s|%s\n", strftime("%Y-%m-%d %H:%M", nsecs), strftime("%a %b %e %Y %H:%M", 0), strftime("%S.%f", 1500)); }`
+	before := time.Now()
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", tooltest.Writes(t, 4321, 1), "-e", script)
+	after := time.Now()
+	m := regexp.MustCompile(`^Attaching 1 probe...\n(.*)\|(.*)\|\d\d\.(\d{6})\n\n\n$`).FindStringSubmatch(r.Stdout)
+	if r.Status != 0 || m == nil {
+		t.Fatalf("exit %d, printed %q, stderr %s", r.Status, r.Stdout, r.Stderr)
+	}
+	if now := m[1]; now != before.Format("2006-01-02 15:04") && now != after.Format("2006-01-02 15:04") {
+		t.Errorf("strftime of nsecs: %q, want %s or %s", now, before.Format("2006-01-02 15:04"), after.Format("2006-01-02 15:04"))
+	}
+	var up float64
+	if b, err := os.ReadFile("/proc/uptime"); err != nil || func() error { _, err := fmt.Sscanf(string(b), "%f", &up); return err }() != nil {
+		t.Fatalf("/proc/uptime: %v", err)
+	}
+	boot := before.Add(-time.Duration(up * float64(time.Second)))
+	if got, err := time.ParseInLocation("Mon Jan _2 2006 15:04", m[2], time.Local); err != nil || got.Sub(boot) > 2*time.Minute || boot.Sub(got) > 2*time.Minute {
+		t.Errorf("strftime of 0: %q (%v), want the boot, about %s", m[2], err, boot.Format("Mon Jan _2 2006 15:04"))
+	}
+	if bt := peer(t); bt != "" {
+		p := tooltest.Run(t, bt, "-c", peerCommand(tooltest.Writes(t, 4321, 1)), "-e", script)
+		if pm := regexp.MustCompile(`\|(.*)\|`).FindStringSubmatch(p.Stdout); pm == nil || pm[1] != m[2] {
+			t.Errorf("the boot by bpftrace: %q, ours %q", p.Stdout, m[2])
+		}
+	}
+}

@@ -66,8 +66,8 @@ BTF; casts to the kernel's types and -> and . walks through its BTF
 ((struct sock *)arg0, curtask->real_parent->comm, args->rqtp->tv_sec in
 the process's memory), casts to integer sizes; kstack and kstack(N) as
 keys and in printf, ksym, kaddr and *x (8 bytes at an address, or what a
-pointer points at), ntop, bswap, buf (printed by printf's %r); printf,
-cat, time, join, str(),
+pointer points at), ntop, bswap, buf (printed by printf's %r), strftime;
+printf, cat, time, join, str(),
 exit(). Anything else is refused by name, with its place, before anything
 loads: usdt, ustack and usym come next (issue 61).
 

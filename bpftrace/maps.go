@@ -432,6 +432,38 @@ func strftime(format string, t time.Time) string {
 			b.WriteString(t.Format("15:04:05"))
 		case 'F':
 			b.WriteString(t.Format("2006-01-02"))
+		case 'D':
+			b.WriteString(t.Format("01/02/06"))
+		case 'R':
+			b.WriteString(t.Format("15:04"))
+		case 'y':
+			fmt.Fprintf(&b, "%02d", t.Year()%100)
+		case 'e':
+			fmt.Fprintf(&b, "%2d", t.Day())
+		case 'j':
+			fmt.Fprintf(&b, "%03d", t.YearDay())
+		case 'I':
+			fmt.Fprintf(&b, "%02d", (t.Hour()+11)%12+1)
+		case 'p':
+			b.WriteString(t.Format("PM"))
+		case 'a':
+			b.WriteString(t.Format("Mon"))
+		case 'A':
+			b.WriteString(t.Format("Monday"))
+		case 'b', 'h':
+			b.WriteString(t.Format("Jan"))
+		case 'B':
+			b.WriteString(t.Format("January"))
+		case 'Z':
+			b.WriteString(t.Format("MST"))
+		case 'z':
+			b.WriteString(t.Format("-0700"))
+		case 's':
+			fmt.Fprintf(&b, "%d", t.Unix())
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
 		case '%':
 			b.WriteByte('%')
 		default:

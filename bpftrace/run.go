@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -191,6 +192,7 @@ type printer struct {
 	mu     sync.Mutex
 	w      io.Writer
 	stderr io.Writer
+	boot   time.Time // the boot's wall-clock time (strftime)
 	json   bool
 	res    *compile.Result
 	coll   *ebpf.Collection
@@ -278,6 +280,8 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 		}
 		field := raw[at : at+a.Size]
 		switch {
+		case a.Strftime != "":
+			args = append(args, output.Arg{Str: p.wallTime(a.Strftime, binary.LittleEndian.Uint64(field)), IsStr: true})
 		case a.Buf:
 			args = append(args, output.Arg{Str: bufText(field), IsStr: true})
 		case a.Str:
@@ -333,6 +337,21 @@ func readHead(path string, n int) (string, error) {
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, int64(n)))
 	return string(b), err
+}
+
+// wallTime is strftime(format, ns)'s text: ns nanoseconds after the
+// boot, by the wall clock (the boot's wall-clock time read once, as
+// bpftrace reads it), formatted as strftime(3) does, %f the microseconds.
+func (p *printer) wallTime(format string, ns uint64) string {
+	if p.boot.IsZero() {
+		var real, boot unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_REALTIME, &real) != nil || unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot) != nil {
+			return "(?)"
+		}
+		p.boot = time.Unix(0, real.Nano()-boot.Nano())
+	}
+	t := p.boot.Add(time.Duration(min(ns, math.MaxInt64)))
+	return strftime(strings.ReplaceAll(format, "%f", fmt.Sprintf("%06d", t.Nanosecond()/1000)), t)
 }
 
 // bufText is a buf() as bpftrace prints it: its bytes (as many as its

@@ -109,6 +109,9 @@ type Key struct {
 	Ksym  bool
 	Inet  bool // ntop's: the family in 8 bytes, then 16 of address
 	Buf   bool // buf()'s: its length in a byte, then from byte 8 its bytes
+	// Strftime is strftime()'s format: the 8 bytes are nanoseconds
+	// since boot, printed as the wall-clock time they were.
+	Strftime string
 }
 
 // Map is a map of the script as the kernel holds it.

@@ -38,7 +38,7 @@ t:syscalls:sys_exit_write /@start[tid]/ { @ns[comm, pid] = hist(nsecs - @start[t
 	if (args->flags & 64) { @creat = count(); } else { @plain = count(); }
 	$n = args->dfd < 0 ? -args->dfd : args->dfd; @dfd = max($n);
 	cat("/proc/%d/stat", pid);
-	printf("%r %r %r\n", buf(args->filename, args->dfd & 7), buf(args->filename, 5), buf("a\tb", 3));
+	printf("%r %r %r %s\n", buf(args->filename, args->dfd & 7), buf(args->filename, 5), buf("a\tb", 3), strftime("%H:%M:%S.%f", nsecs));
 }`,
 	"strings": `t:sched:sched_switch { @next[args->next_comm] = count(); @last = args->prev_comm; }
 t:sched:sched_process_exec { @exec[str(args->filename)] = count(); printf("%s %s\n", probe, args->filename); exit(); }`,

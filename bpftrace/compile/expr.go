@@ -358,6 +358,15 @@ func (g *gen) callValue(x *parse.Call) (typ, error) {
 		return typ{str: true, size: StrSize, off: off}, nil
 	}
 	switch x.Name {
+	case "strftime":
+		t, err := g.c.strftimeType(x)
+		if err != nil {
+			return typ{}, err
+		}
+		if _, err := g.expr(x.Args[1]); err != nil {
+			return typ{}, err
+		}
+		return t, nil
 	case "buf":
 		return g.buf(x)
 	case "ntop":
@@ -746,4 +755,15 @@ func (g *gen) buf(x *parse.Call) (typ, error) {
 func isInt(x parse.Expr) bool {
 	_, ok := x.(*parse.Int)
 	return ok
+}
+
+// strftimeType is strftime(FORMAT, nsecs)'s: an integer, the time in
+// nanoseconds since boot, that printf's %s prints as FORMAT (strftime(3)'s,
+// and %f the microseconds) of the wall-clock time it was.
+func (c *compiler) strftimeType(x *parse.Call) (typ, error) {
+	f, ok := x.Args[0].(*parse.Str)
+	if !ok || f.Value == "" {
+		return typ{}, errAt(c.opt.File, x.Pos, "strftime's format is a string literal")
+	}
+	return typ{size: 8, strftime: f.Value}, nil
 }

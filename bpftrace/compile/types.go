@@ -38,6 +38,9 @@ type typ struct {
 	// buf is buf()'s: a length byte, then the bytes (str too: it is
 	// kept in a stack buffer).
 	buf bool
+	// strftime is strftime()'s format; the integer, nanoseconds since
+	// boot.
+	strftime string
 	// width is the bytes an integer had where it was read (a member, a
 	// field, a cast), for bswap; bytes a char array's length.
 	width, bytes int
@@ -45,7 +48,7 @@ type typ struct {
 
 // key is how t is laid out as a map's key or a printf argument.
 func (t typ) key() Key {
-	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet, Buf: t.buf}
+	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet, Buf: t.buf, Strftime: t.strftime}
 }
 
 // buffer says whether t is kept in a stack buffer (at off), not in R0.
@@ -216,10 +219,13 @@ func (t *typer) store(target parse.Expr, v typ, agg string, kind *output.Kind, a
 			if kt.buf {
 				return errAt(t.c.opt.File, k.ExprPos(), "buf() as a map's key is not taken yet: it is printf's argument (%%r) here")
 			}
+			if kt.strftime != "" {
+				return errAt(t.c.opt.File, k.ExprPos(), "strftime() as a map's key is not taken yet: it is printf's argument (%%s) here")
+			}
 			keys = append(keys, kt.key())
 		}
-		if v.buf {
-			return errAt(t.c.opt.File, at, "buf() as a map's value is not taken yet: it is printf's argument (%%r) here")
+		if v.buf || v.strftime != "" {
+			return errAt(t.c.opt.File, at, "buf() and strftime() as a map's value are not taken yet: they are printf's arguments here")
 		}
 		m := t.c.maps["@"+x.Name]
 		if m == nil {
@@ -353,6 +359,8 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		switch x.Name {
 		case "str":
 			return strT(StrSize), nil
+		case "strftime":
+			return c.strftimeType(x)
 		case "buf":
 			n, err := c.bufLen(x, t.expr)
 			if err != nil {
