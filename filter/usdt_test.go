@@ -69,14 +69,20 @@ func userCountOnce(t *testing.T, env []string, args ...string) (int, string) {
 
 // Every argument form of sys/sdt.h, on a PIE at -O0 and -O2 and a non-PIE:
 // each probe fires exactly n times with values known from the loop index,
-// counted and printed exactly, through the uprobe PMU and through
-// uprobe_events.
+// counted and printed exactly, through the uprobe PMU and (the -O2 PIE and
+// the non-PIE) through uprobe_events.
 func TestUSDTFixtures(t *testing.T) {
 	privtest.Require(t)
 	dir := fixtures(t)
 	const n = 13
 	for _, fx := range []string{"fx-pie-O0", "fx-pie-O2", "fx-nopie-O2"} {
 		for _, path := range []string{"pmu", "legacy"} {
+			// The legacy path on a PIE and a non-PIE: -O0's PIE differs
+			// from -O2's in its operand forms only, which the path to
+			// attach by does not touch (6 of the test's 60 runs).
+			if path == "legacy" && fx == "fx-pie-O0" {
+				continue
+			}
 			var env []string
 			if path == "legacy" {
 				env = []string{"TRACEKIT_LEGACY_PROBES=1"}
