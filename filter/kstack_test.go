@@ -29,6 +29,34 @@ func decimalOffsets(frame string) string {
 	return name + "+" + strconv.FormatUint(n, 10)
 }
 
+// strayless is frames (offsets in decimal) without an innermost frame
+// a megabyte or more past its symbol: an address in no function, which
+// 6.12's and 7.2's guests gave --count-by kstack's stack now and then
+// (handshake_exit+771886355, where a module's last symbol is nearest: a
+// BPF program loaded after this test read kallsyms, the other tracer's),
+// and not --fields kstack's of the same event. Logged; the frames of the
+// kernel's functions are compared.
+func strayless(t *testing.T, frames []string) []string {
+	for len(frames) > 1 {
+		_, off, ok := strings.Cut(frames[0], "+")
+		n, err := strconv.ParseUint(off, 10, 64)
+		if !ok || err != nil || n < 1<<20 {
+			break
+		}
+		t.Logf("a stray innermost frame left out: %s", frames[0])
+		frames = frames[1:]
+	}
+	return frames
+}
+
+func straylessStacks(t *testing.T, stacks map[string]int) map[string]int {
+	out := map[string]int{}
+	for st, c := range stacks {
+		out[strings.Join(strayless(t, strings.Split(st, "\n")), "\n")] += c
+	}
+	return out
+}
+
 // kstacks decodes a --json --count-by kstack report: each stack's frames
 // (offsets in decimal) joined by newlines, and its count.
 func kstacks(t *testing.T, out string) (map[string]int, int) {
@@ -169,9 +197,10 @@ func TestKstackFields(t *testing.T) {
 		for i := range frames {
 			frames[i] = decimalOffsets(frames[i])
 		}
-		printed[strings.Join(frames, "\n")]++
+		printed[strings.Join(strayless(t, frames), "\n")]++
 	}
 	counted, total := kstacks(t, counts.stop(t, func(string) bool { return true }))
+	counted = straylessStacks(t, counted)
 	if total != n || fmt.Sprint(printed) != fmt.Sprint(counted) {
 		t.Errorf("--fields kstack printed %v; --count-by kstack counted %v (%d, want %d)", printed, counted, total, n)
 	}

@@ -65,6 +65,9 @@ func Main(m *testing.M) {
 	if n := os.Getenv("TK_THREADS"); n != "" {
 		os.Exit(threads(n))
 	}
+	if secs := os.Getenv("TK_SPIN_THREAD"); secs != "" {
+		os.Exit(spinThread(secs))
+	}
 	os.Exit(m.Run())
 }
 
@@ -113,6 +116,31 @@ func threads(arg string) int {
 		<-done
 	}
 	time.Sleep(100 * time.Millisecond) // every thread gone, the process still here
+	return 0
+}
+
+// SpinThread is the command for a process whose main thread sleeps
+// while a second thread spins, for secs seconds: it first prints "TID1
+// TID2", the sleeper's thread id and the spinner's (profile -L).
+func SpinThread(t testing.TB, secs int) string {
+	return fmt.Sprintf("TK_SPIN_THREAD=%d %s", secs, self(t))
+}
+
+func spinThread(arg string) int {
+	secs, err := strconv.Atoi(arg)
+	if err != nil {
+		return 2
+	}
+	runtime.LockOSThread() // the main thread, asleep from here on
+	tids := make(chan int)
+	go func() {
+		runtime.LockOSThread()
+		tids <- unix.Gettid()
+		for end := time.Now().Add(time.Duration(secs) * time.Second); time.Now().Before(end); {
+		}
+	}()
+	fmt.Printf("%d %d\n", unix.Gettid(), <-tids)
+	time.Sleep(time.Duration(secs) * time.Second)
 	return 0
 }
 
