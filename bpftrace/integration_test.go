@@ -515,7 +515,7 @@ func TestBuf(t *testing.T) {
 	}
 	// Where bpftrace would print a buffer, not taken yet: refused.
 	for _, bad := range []string{`t:syscalls:sys_enter_openat { @[buf(args->filename, 4)] = count(); }`, `t:syscalls:sys_enter_openat { @b = buf(args->filename, 4); }`} {
-		if r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", bad); r.Status != 2 || !strings.Contains(r.Stderr, "buf() as a map's") {
+		if r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-e", bad); r.Status != 2 || !strings.Contains(r.Stderr, "as a map's") || !strings.Contains(r.Stderr, "not taken yet") {
 			t.Errorf("%s: exit %d, stderr %q; want 2 and a refusal", bad, r.Status, r.Stderr)
 		}
 	}

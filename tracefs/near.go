@@ -1,6 +1,7 @@
 package tracefs
 
 import (
+	"bufio"
 	"os"
 	"path/filepath"
 	"slices"
@@ -50,11 +51,26 @@ func nearEvents(root, group, name string) []string {
 // NearFunctions are the traceable kernel functions (available_filter_
 // functions) near name, the nearest first: what a kprobe's typo meant.
 func NearFunctions(name string) []string {
-	fns, err := Functions("*")
+	root, err := Root()
 	if err != nil {
 		return nil
 	}
-	return nearest(name, slices.Compact(fns))
+	f, err := os.Open(filepath.Join(root, "available_filter_functions"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	// Every name, past Functions' bound for a glob: a kernel lists some
+	// 50,000 (bounded here at a million, the file being the kernel's).
+	var names []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 4096), 4096)
+	for sc.Scan() && len(names) < 1<<20 {
+		fn, _, _ := strings.Cut(sc.Text(), " ")
+		names = append(names, fn)
+	}
+	slices.Sort(names)
+	return nearest(name, slices.Compact(names))
 }
 
 // nearest are the candidates near s, the nearest first (then by name).
