@@ -1957,8 +1957,11 @@ func TestDeepStacks(t *testing.T) {
 			}
 		}
 		t.Logf("%s, deep %d (%d user frames, %d kept): %d of %d samples in spin as expected", c.mode, depth, depth+5, limit, good, in)
-		if in < 100 || good*10 < in*9 {
-			t.Errorf("%s, deep %d: %d of %d samples in spin %s; want 90%% of 100 or more", c.mode, depth, good, in, map[bool]string{true: "whole through main", false: fmt.Sprintf("[truncated] at %d frames", limit)}[c.whole])
+		// 50 samples at least: deep spins a second of the wall clock,
+		// and riscv64's guest beside two others gave it half a CPU (99 in
+		// spin, all 99 whole; 166 to 190 in the other guests).
+		if in < 50 || good*10 < in*9 {
+			t.Errorf("%s, deep %d: %d of %d samples in spin %s; want 90%% of 50 or more", c.mode, depth, good, in, map[bool]string{true: "whole through main", false: fmt.Sprintf("[truncated] at %d frames", limit)}[c.whole])
 			logStacks(t, r.Stacks)
 		}
 	}
