@@ -660,8 +660,10 @@ func TestHostileFrames(t *testing.T) {
 		}
 		floor = min(floor, base.share-0.05)
 	}
-	if hostile.n < 100 || hostile.share < floor {
-		t.Errorf("%.1f%% of %d samples of the chain have the whole chain beside bigframes, %.1f%% beside a calm spinner; want at least %.1f%% of 100 or more\n%s", 100*hostile.share, hostile.n, 100*base.share, 100*floor, hostile.stderr)
+	// 50 samples of the chain at least: 110 to 198 in the guests three at
+	// a time (two spinners and a parse share one emulated CPU).
+	if hostile.n < 50 || hostile.share < floor {
+		t.Errorf("%.1f%% of %d samples of the chain have the whole chain beside bigframes, %.1f%% beside a calm spinner; want at least %.1f%% of 50 or more\n%s", 100*hostile.share, hostile.n, 100*base.share, 100*floor, hostile.stderr)
 		// The stacks that count against the share (in c, not whole)
 		// first: CI keeps only the end of the log.
 		for _, inC := range []bool{false, true} {
