@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +39,14 @@ func offCPUChains(t *testing.T, r report) (a, b int) {
 		if loader && st.Count >= 50000 {
 			t.Logf("a wait of %d us in the loader's start, before main: %v", st.Count, st.User)
 		}
-		if st.Count >= 50000 && !whole && !loader {
+		// riscv64's libc has no unwind rows for some of its functions:
+		// a fork's wait in _Fork (62 ms in the guest beside two others, in
+		// the CI of fc28fd2) ends there, as perf's stack would.
+		noRow := runtime.GOARCH == "riscv64" && st.End == "[unwind error: no unwind row]"
+		if noRow && st.Count >= 50000 {
+			t.Logf("a wait of %d us where riscv64's libc has no unwind row: %v", st.Count, st.User)
+		}
+		if st.Count >= 50000 && !whole && !loader && !noRow {
 			t.Errorf("a wait of %d us ends %q, not whole to _start: %v", st.Count, st.End, st.User)
 		}
 		var sum *int
