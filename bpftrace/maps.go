@@ -405,6 +405,15 @@ func (u *user) mapCall(call *parse.Call) error {
 	return nil
 }
 
+// strftimeLayouts are strftime(3)'s conversions scripts use, as Go's
+// time layouts write them in the C locale.
+var strftimeLayouts = map[byte]string{
+	'H': "15", 'M': "04", 'S': "05", 'Y': "2006", 'm': "01", 'd': "02", 'y': "06",
+	'e': "_2", 'j': "002", 'I': "03", 'p': "PM", 'T': "15:04:05", 'F': "2006-01-02",
+	'D': "01/02/06", 'R': "15:04", 'a': "Mon", 'A': "Monday", 'b': "Jan", 'h': "Jan",
+	'B': "January", 'Z': "MST", 'z': "-0700",
+}
+
 // strftime formats t as C's strftime does for the conversions scripts
 // use; others are written as they are.
 func strftime(format string, t time.Time) string {
@@ -415,49 +424,11 @@ func strftime(format string, t time.Time) string {
 			continue
 		}
 		i++
+		if layout, ok := strftimeLayouts[format[i]]; ok {
+			b.WriteString(t.Format(layout))
+			continue
+		}
 		switch format[i] {
-		case 'H':
-			fmt.Fprintf(&b, "%02d", t.Hour())
-		case 'M':
-			fmt.Fprintf(&b, "%02d", t.Minute())
-		case 'S':
-			fmt.Fprintf(&b, "%02d", t.Second())
-		case 'Y':
-			fmt.Fprintf(&b, "%04d", t.Year())
-		case 'm':
-			fmt.Fprintf(&b, "%02d", int(t.Month()))
-		case 'd':
-			fmt.Fprintf(&b, "%02d", t.Day())
-		case 'T':
-			b.WriteString(t.Format("15:04:05"))
-		case 'F':
-			b.WriteString(t.Format("2006-01-02"))
-		case 'D':
-			b.WriteString(t.Format("01/02/06"))
-		case 'R':
-			b.WriteString(t.Format("15:04"))
-		case 'y':
-			fmt.Fprintf(&b, "%02d", t.Year()%100)
-		case 'e':
-			fmt.Fprintf(&b, "%2d", t.Day())
-		case 'j':
-			fmt.Fprintf(&b, "%03d", t.YearDay())
-		case 'I':
-			fmt.Fprintf(&b, "%02d", (t.Hour()+11)%12+1)
-		case 'p':
-			b.WriteString(t.Format("PM"))
-		case 'a':
-			b.WriteString(t.Format("Mon"))
-		case 'A':
-			b.WriteString(t.Format("Monday"))
-		case 'b', 'h':
-			b.WriteString(t.Format("Jan"))
-		case 'B':
-			b.WriteString(t.Format("January"))
-		case 'Z':
-			b.WriteString(t.Format("MST"))
-		case 'z':
-			b.WriteString(t.Format("-0700"))
 		case 's':
 			fmt.Fprintf(&b, "%d", t.Unix())
 		case 'n':

@@ -199,11 +199,15 @@ type printer struct {
 	names  *kernelNames
 }
 
-func (p *printer) printf(text string) {
+func (p *printer) printf(text string) { p.message("printf", text) }
+
+// message writes text as it is, or in -f json as a message of kind
+// ({"type": "printf", "data": ...}).
+func (p *printer) message(kind, text string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.json {
-		fmt.Fprintf(p.w, "{\"type\": \"printf\", \"data\": %s}\n", jsonString(text))
+		fmt.Fprintf(p.w, "{\"type\": \"%s\", \"data\": %s}\n", kind, jsonString(text))
 		return
 	}
 	io.WriteString(p.w, text)
@@ -221,13 +225,10 @@ func (p *printer) join(raw []byte, delim string) {
 		args = append(args, arg)
 	}
 	line := strings.Join(args, delim)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.json {
-		fmt.Fprintf(p.w, "{\"type\": \"join\", \"data\": %s}\n", jsonString(line))
-		return
+	if !p.json {
+		line += "\n" // bpftrace's json has none in it
 	}
-	io.WriteString(p.w, line+"\n")
+	p.message("join", line)
 }
 
 // jsonString quotes s as JSON.
@@ -318,13 +319,7 @@ func (p *printer) cat(path string) {
 	if err != nil {
 		fmt.Fprintf(p.stderr, "bpftrace: cat: %s\n", terminal.Printable(err.Error()))
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.json {
-		fmt.Fprintf(p.w, "{\"type\": \"cat\", \"data\": %s}\n", jsonString(text))
-		return
-	}
-	io.WriteString(p.w, text)
+	p.message("cat", text)
 }
 
 // readHead reads at most n bytes of path: a file of /proc or /sys, or a
