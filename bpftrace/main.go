@@ -65,11 +65,12 @@ func, args->field, arg0.., retval and $1...; the headers' usual macros
 BTF; casts to the kernel's types and -> and . walks through its BTF
 ((struct sock *)arg0, curtask->real_parent->comm, args->rqtp->tv_sec in
 the process's memory), casts to integer sizes; kstack and kstack(N) as
-keys and in printf, ksym, kaddr and *x (8 bytes at an address, or what a
+keys and in printf, ksym, usym (named by the process's symbols when
+printed: a process gone by then is its address), kaddr and *x (8 bytes at an address, or what a
 pointer points at), ntop, bswap, buf (printed by printf's %r), strftime;
 printf, cat, time, join, str(),
 exit(). Anything else is refused by name, with its place, before anything
-loads: usdt, ustack and usym come next (issue 61).
+loads: usdt and ustack come next (issue 61).
 
 Unlike bpftrace: min() and max() start from the first value (bpftrace's
 start from 0); hist's [2G, 4G) bucket is printed with its true bounds in

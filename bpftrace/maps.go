@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -15,6 +16,7 @@ import (
 	"github.com/tracekit/tracekit/bpftrace/output"
 	"github.com/tracekit/tracekit/bpftrace/parse"
 	"github.com/tracekit/tracekit/procfs"
+	"github.com/tracekit/tracekit/stacks"
 )
 
 // readMap reads a script's map from the kernel: per-CPU values summed
@@ -114,6 +116,8 @@ func (k *kernelNames) keys(key []byte, layout []compile.Key) []output.Value {
 			k.pending = append(k.pending, pendingName{v: v, frames: k.stack(l.Stack, int64(binary.LittleEndian.Uint64(b))), stack: true, indent: k.indent})
 		case l.Inet:
 			*v = output.Value{Str: inetText(b), IsStr: true}
+		case l.Usym:
+			*v = output.Value{Str: usymText(b), IsStr: true}
 		case l.Ksym:
 			v.IsStr = true
 			k.pending = append(k.pending, pendingName{v: v, frames: []uint64{binary.LittleEndian.Uint64(b)}})
@@ -444,6 +448,38 @@ func strftime(format string, t time.Time) string {
 	}
 	return b.String()
 }
+
+// userSymbols names a user code address of a process (usym()), by its
+// mappings and files' symbols as profile names a frame; made at the first
+// one, kept for the run (bounded: stacks.UserSymbols), used by one
+// goroutine at a time.
+var userSymbols = struct {
+	sync.Mutex
+	name func(pid uint32, addr uint64) string
+}{}
+
+// usymText is a usym() value (the address, then the process's id): its
+// function's name, else the address in hex, as bpftrace prints one it
+// cannot name. The process may have gone: its addresses are then
+// numbers.
+func usymText(b []byte) string {
+	if len(b) < usymSize {
+		return ""
+	}
+	addr, pid := binary.LittleEndian.Uint64(b), uint32(binary.LittleEndian.Uint64(b[8:]))
+	userSymbols.Lock()
+	defer userSymbols.Unlock()
+	if userSymbols.name == nil {
+		userSymbols.name = stacks.UserSymbols()
+	}
+	if name := userSymbols.name(pid, addr); name != "" {
+		return name
+	}
+	return fmt.Sprintf("0x%x", addr)
+}
+
+// usymSize is a usym() value's bytes.
+const usymSize = 16
 
 // inetText is an address ntop() made (the family in 8 bytes, then the
 // address), as inet_ntop writes it.

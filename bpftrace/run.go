@@ -289,6 +289,8 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 			args = append(args, output.Arg{Str: cString(field), IsStr: true})
 		case a.Inet:
 			args = append(args, output.Arg{Str: inetText(field), IsStr: true})
+		case a.Usym:
+			args = append(args, output.Arg{Str: usymText(field), IsStr: true})
 		case a.Ksym, a.Stack != "":
 			p.names.indent = argIndent
 			v := p.names.keys(field, []compile.Key{a})

@@ -108,6 +108,7 @@ type Key struct {
 	Stack string // the STACK_TRACE map of a kstack's id
 	Ksym  bool
 	Inet  bool // ntop's: the family in 8 bytes, then 16 of address
+	Usym  bool // usym()'s: the address, then the process's id (8 bytes each)
 	Buf   bool // buf()'s: its length in a byte, then from byte 8 its bytes
 	// Strftime is strftime()'s format: the 8 bytes are nanoseconds
 	// since boot, printed as the wall-clock time they were.

@@ -49,7 +49,8 @@ END { zero(@e); }`,
 	"kprobe": `kprobe:vfs_read,kprobe:vfs_write /arg2 > 100/ { @bytes[func] = sum(arg2); @start[tid] = nsecs; @path[tid] = str(arg1); }
 kretprobe:vfs_read /@start[tid]/ { @lat[func, retval < 0] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
 	"uprobe": `uprobe:/bin/bash:readline { @start[tid] = nsecs; }
-uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, str(retval)); @lines[comm] = count(); delete(@start[tid]); }`,
+uretprobe:/bin/bash:readline /@start[tid]/ { printf("%s %d %s\n", probe, pid, str(retval)); @lines[comm] = count(); delete(@start[tid]); }
+uprobe:/bin/bash:readline { $f = usym(arg0); printf("%s %s\n", $f, usym(arg1)); @fn[usym(arg0), comm] = count(); }`,
 	"walks": `kprobe:tcp_connect { $sk = (struct sock *)arg0; @fam[$sk->__sk_common.skc_family] = count(); @parent[curtask->real_parent->comm, (uint16)curtask->pid] = count(); }
 t:syscalls:sys_enter_clock_nanosleep { @ns = hist(args->rqtp->tv_nsec); @s = sum((int8)args->rqtp->tv_sec); }
 uprobe:/bin/bash:readline { $t = (struct __kernel_timespec *)arg0; @u = max($t->tv_nsec); }

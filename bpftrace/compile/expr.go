@@ -399,6 +399,8 @@ func (g *gen) callValue(x *parse.Call) (typ, error) {
 			return typ{}, errAt(g.file(), x.Args[0].ExprPos(), "ksym takes an address, not a string")
 		}
 		return typ{size: 8, ksym: true}, nil
+	case "usym":
+		return g.usym(x)
 	case "kaddr":
 		name, ok := x.Args[0].(*parse.Str)
 		if !ok {
@@ -666,6 +668,26 @@ func (g *gen) ntop(x *parse.Call) (typ, error) {
 	}
 	g.emit(asm.Note(storeU32(bpf.RFP, off, family), "ntop: the family")...)
 	return typ{size: inetSize, inet: true, off: off}, nil
+}
+
+// usym is usym(x): the address, and the process's id (bpftrace's
+// layout), for user space to name by that process's mappings.
+func (g *gen) usym(x *parse.Call) (typ, error) {
+	t, err := g.expr(x.Args[0])
+	if err != nil {
+		return typ{}, err
+	}
+	if t.buffer() {
+		return typ{}, errAt(g.file(), x.Args[0].ExprPos(), "usym takes an address, not a string")
+	}
+	off, err := g.alloc(usymSize, x.Pos)
+	if err != nil {
+		return typ{}, err
+	}
+	g.emit(asm.Note(bpf.Instructions{bpf.StoreMem(bpf.RFP, off, bpf.R0, bpf.DWord)}, "usym: the address")...)
+	g.emit(bpf.FnGetCurrentPidTgid.Call(), bpf.RSh.Imm(bpf.R0, 32))
+	g.emit(asm.Note(bpf.Instructions{bpf.StoreMem(bpf.RFP, off+8, bpf.R0, bpf.DWord)}, "usym: the process")...)
+	return typ{size: usymSize, usym: true, off: off}, nil
 }
 
 // bufLen is the bytes buf(x[, n]) keeps room for: n where it is a

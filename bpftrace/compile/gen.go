@@ -230,7 +230,7 @@ func (g *gen) assign(s *parse.Assign) error {
 		if err != nil {
 			return err
 		}
-		if t.str != v.t.str || t.inet != v.t.inet {
+		if !t.sameKind(v.t) {
 			return errAt(g.file(), s.Pos, "$%s holds an integer and a string", x.Name)
 		}
 		if t.buffer() {
@@ -305,7 +305,7 @@ func (g *gen) pack(at int16, xs []parse.Expr, layout []Key, what string) error {
 		if err != nil {
 			return err
 		}
-		if t.str != layout[i].Str || t.inet != layout[i].Inet {
+		if !t.sameKind(typ{str: layout[i].Str, inet: layout[i].Inet, usym: layout[i].Usym}) {
 			return errAt(g.file(), x.ExprPos(), "%s %d is a string in one place and an integer in another", what, i+1)
 		}
 		if t.buffer() {

@@ -35,6 +35,9 @@ type typ struct {
 	// (family, then 16 bytes).
 	stack      string
 	ksym, inet bool
+	// usym is usym()'s: the address, then the process's id (8 bytes
+	// each), named in user space by the process's mappings.
+	usym bool
 	// buf is buf()'s: a length byte, then the bytes (str too: it is
 	// kept in a stack buffer).
 	buf bool
@@ -48,14 +51,23 @@ type typ struct {
 
 // key is how t is laid out as a map's key or a printf argument.
 func (t typ) key() Key {
-	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet, Buf: t.buf, Strftime: t.strftime}
+	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet, Usym: t.usym, Buf: t.buf, Strftime: t.strftime}
 }
 
 // buffer says whether t is kept in a stack buffer (at off), not in R0.
-func (t typ) buffer() bool { return t.str || t.inet }
+func (t typ) buffer() bool { return t.str || t.inet || t.usym }
+
+// sameKind says whether t and u are kept alike: an integer, a string, an
+// address of ntop() or of usym().
+func (t typ) sameKind(u typ) bool {
+	return t.str == u.str && t.inet == u.inet && t.usym == u.usym
+}
 
 // inetSize is ntop's value: the family (8 bytes), then the address (16).
 const inetSize = 24
+
+// usymSize is usym()'s value: the address, then the process's id.
+const usymSize = 16
 
 var intT = typ{size: 8}
 
@@ -233,8 +245,8 @@ func (t *typer) store(target parse.Expr, v typ, agg string, kind *output.Kind, a
 			switch {
 			case kind != nil:
 				m.Kind, m.PerCPU = *kind, true
-			case v.inet:
-				return errAt(t.c.opt.File, at, "an address from ntop() is a map's key or printf's argument here, not a map's value")
+			case v.inet, v.usym:
+				return errAt(t.c.opt.File, at, "an address from ntop() or usym() is a map's key or printf's argument here, not a map's value")
 			case v.str:
 				m.Kind, m.StrSize = output.Str, v.size
 			default:
@@ -373,6 +385,8 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 			return c.kstack(x, x.Pos)
 		case "ksym":
 			return typ{size: 8, ksym: true}, nil
+		case "usym":
+			return typ{size: usymSize, usym: true}, nil
 		case "ntop":
 			return typ{size: inetSize, inet: true}, nil
 		}
