@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
@@ -115,13 +116,49 @@ type loaded struct {
 }
 
 // types are the kernel's, or nil where it publishes no BTF (a cast is
-// then refused, by name).
+// then refused, by name). They are read at the first cast or walk: a
+// script without any (most one-liners) does not pay the parse of the
+// kernel's BTF, a few milliseconds and megabytes.
 func types() compile.Types {
-	spec, err := kbtf.Kernel()
-	if err != nil {
+	if _, err := os.Stat(kbtf.KernelPath); err != nil {
 		return nil
 	}
-	return compile.KernelTypes(spec)
+	return &lazyTypes{}
+}
+
+// lazyTypes reads the kernel's BTF when first asked.
+type lazyTypes struct {
+	once  sync.Once
+	types compile.Types
+	err   error
+}
+
+func (l *lazyTypes) get() (compile.Types, error) {
+	l.once.Do(func() {
+		spec, err := kbtf.Kernel()
+		if err != nil {
+			l.err = fmt.Errorf("the kernel's BTF: %w", err)
+			return
+		}
+		l.types = compile.KernelTypes(spec)
+	})
+	return l.types, l.err
+}
+
+func (l *lazyTypes) Named(name string) (btf.Type, error) {
+	t, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return t.Named(name)
+}
+
+func (l *lazyTypes) Complete(typ btf.Type) (btf.Type, error) {
+	t, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return t.Complete(typ)
 }
 
 // kaddr is a kernel symbol's address, for kaddr("name").
@@ -410,7 +447,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 		return tps, err
 	}
-	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers(), Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator, Types: types(), Kaddr: kaddr})
+	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers, Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator, Types: types(), Kaddr: kaddr})
 	if err != nil {
 		var pe *parse.Error
 		if errors.As(err, &pe) {

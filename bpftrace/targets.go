@@ -59,6 +59,15 @@ func targets(ap *parse.AttachPoint, pid int64) ([]compile.Target, error) {
 
 // tracepoints resolves a tracepoint attach point.
 func tracepoints(ap *parse.AttachPoint) ([]compile.Target, error) {
+	// A name without a glob is its format file, where there is one: the
+	// list of every event (thousands of lines) is read for globs, and
+	// for ftrace's own events, which have format files and which
+	// bpftrace does not take (they are not in available_events).
+	if len(ap.Parts) == 2 && ap.Parts[0] != "ftrace" && !strings.ContainsAny(ap.Raw, "*?[") {
+		if f, err := tracefs.ReadFormat(ap.Parts[0], ap.Parts[1]); err == nil {
+			return []compile.Target{{Provider: "tracepoint", Group: ap.Parts[0], Name: ap.Parts[1], Format: f}}, nil
+		}
+	}
 	probes, err := list.Match(ap, false)
 	if err != nil {
 		return nil, err

@@ -74,7 +74,10 @@ type Options struct {
 	// Resolve lists the targets an attach point names (its globs
 	// expanded): tracepoints with their formats, functions.
 	Resolve func(ap *parse.AttachPoint) ([]Target, error)
-	Readers asm.Readers
+	// Readers are the kernel's reading helpers, asked for at the first
+	// read compiled (kernel.Readers probes the kernel for them: a
+	// program without a read does not pay it).
+	Readers func() asm.Readers
 	// Regs locates the arguments and the return value in the registers a
 	// kprobe or uprobe program gets.
 	Regs   *asm.Regs

@@ -81,6 +81,9 @@ interval:s:1 { print(@i); }`,
 }`,
 }
 
+// newReaders are the goldens' reading helpers: 5.5's and later.
+func newReaders() asm.Readers { return asm.NewReaders }
+
 // testTypes are a few kernel types of made-up layout, for the goldens:
 // the running kernel's change from one build to the next.
 type testTypes map[string]btf.Type
@@ -187,7 +190,7 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 		}
 	}
 	kaddr := func(name string) (uint64, bool) { return 0xffffffff81234560, name == "vfs_read" }
-	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: asm.NewReaders, Regs: r, Start: 1e9, Const: enums, Types: types, Kaddr: kaddr})
+	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: newReaders, Regs: r, Start: 1e9, Const: enums, Types: types, Kaddr: kaddr})
 }
 
 // TestGolden pins each script's programs and maps.
@@ -309,7 +312,7 @@ func FuzzCompile(f *testing.F) {
 			}
 			return testdataTargets(ap)
 		}
-		res, err := Compile(prog, Options{File: "fuzz.bt", Resolve: resolve, Readers: asm.NewReaders, Regs: r, Types: fakeTypes()})
+		res, err := Compile(prog, Options{File: "fuzz.bt", Resolve: resolve, Readers: newReaders, Regs: r, Types: fakeTypes()})
 		if err != nil {
 			if strings.Count(err.Error(), "\n") > 0 {
 				t.Errorf("a refusal of more than one line: %q", err)

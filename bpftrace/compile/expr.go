@@ -256,7 +256,7 @@ func (g *gen) field(x *parse.Field) (typ, error) {
 		g.emit(asm.Note(bpf.Instructions{bpf.LoadMem(bpf.R3, asm.RegCtx, int16(f.Offset), bpf.Word)}, "args->"+f.Name+": __data_loc, offset in the low 16 bits")...)
 		g.emit(bpf.And.Imm(bpf.R3, 0xffff), bpf.Add.Reg(bpf.R3, asm.RegCtx))
 		g.stackPtr(bpf.R1, off)
-		g.emit(bpf.Mov.Imm(bpf.R2, int32(t.size)), g.c.opt.Readers.KernelStr.Call())
+		g.emit(bpf.Mov.Imm(bpf.R2, int32(t.size)), g.c.opt.Readers().KernelStr.Call())
 		return t, nil
 	}
 	// A char array in the record: copied in the widest loads its
@@ -335,7 +335,7 @@ func (g *gen) callValue(x *parse.Call) (typ, error) {
 		if err != nil {
 			return typ{}, err
 		}
-		rd := g.c.opt.Readers
+		rd := g.c.opt.Readers()
 		helper := rd.KernelStr
 		if g.tp.user() {
 			helper = rd.UserStr
@@ -642,9 +642,9 @@ func (g *gen) ntop(x *parse.Call) (typ, error) {
 		if family == 0 {
 			family = map[int]int64{4: 2, 16: 10}[n]
 		}
-		helper := g.c.opt.Readers.Kernel
+		helper := g.c.opt.Readers().Kernel
 		if t.user {
-			helper = g.c.opt.Readers.User
+			helper = g.c.opt.Readers().User
 		}
 		g.emit(bpf.Mov.Reg(bpf.R3, bpf.R0))
 		g.stackPtr(bpf.R1, off+8)
@@ -756,7 +756,7 @@ func (g *gen) buf(x *parse.Call) (typ, error) {
 		}
 		g.copy(off+BufData, bpf.RFP, t.off, min(roundUp(room), t.size))
 	} else {
-		rd := g.c.opt.Readers
+		rd := g.c.opt.Readers()
 		helper := rd.Kernel
 		if t.user || t.ptr == nil && g.tp.user() {
 			helper = rd.User

@@ -563,7 +563,7 @@ func (g *gen) join(x *parse.Call) error {
 	}
 	id := len(g.c.printfs)
 	g.c.printfs = append(g.c.printfs, p)
-	rd := g.c.opt.Readers
+	rd := g.c.opt.Readers()
 	read, readStr := rd.Kernel, rd.KernelStr
 	if g.tp.user() {
 		read, readStr = rd.User, rd.UserStr

@@ -242,7 +242,7 @@ func (g *gen) read(t typ, at parse.Pos) (typ, error) {
 	if t.embedded {
 		return t, nil
 	}
-	rd := g.c.opt.Readers
+	rd := g.c.opt.Readers()
 	helper := rd.Kernel
 	if t.user {
 		helper = rd.User
