@@ -37,7 +37,7 @@ var (
 	writes = flag.Int("writes", 300000, "write(2) calls per measurement (a third as many datagrams)")
 	bin    = flag.String("bin", "bin", "directory of the built tools")
 	fxDir  = flag.String("fixtures", ".cache/bench-fx", "directory of the built USDT fixtures (filter/testdata/usdt/build.sh)")
-	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, call, kcall, stream, sample or switch; or depth (profile's cost per frame), tables (profile's tables of python3.11 and of a libLLVM process), fleet (50 processes), soak (profile's memory over minutes: only when asked), glob or startup")
+	only   = flag.String("only", "", "run only the suites whose unit is this: write, getppid, open, drop, IO, hit, call, kcall, stream, sample or switch; language (bpftrace's language: ours beside bpftrace), or depth (profile's cost per frame), tables (profile's tables of python3.11 and of a libLLVM process), fleet (50 processes), soak (profile's memory over minutes: only when asked), glob or startup")
 )
 
 // tracer is one configuration: start attaches it, the returned func detaches.
@@ -242,7 +242,12 @@ func run() error {
 		if *only != "" && st.unit != *only {
 			continue
 		}
-		if err := measure(st); err != nil {
+		if _, err := measure(st); err != nil {
+			return err
+		}
+	}
+	if *only == "" || *only == "language" {
+		if err := languageSuite(bpftrace); err != nil {
 			return err
 		}
 	}
@@ -301,12 +306,14 @@ func threadCPU() int64 {
 	return ts.Nano()
 }
 
-func measure(st suite) error {
+// measure runs st's tracers round by round, prints its table, and
+// returns each tracer's median BPF ns per operation.
+func measure(st suite) ([]float64, error) {
 	op, done := func() {}, func() {}
 	if st.setup != nil {
 		var err error
 		if op, done, err = st.setup(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	defer done()
@@ -319,13 +326,13 @@ func measure(st suite) error {
 			before := programIDs()
 			stop, err := st.tracers[k].start()
 			if err != nil {
-				return fmt.Errorf("%s: %w", st.tracers[k].name, err)
+				return nil, fmt.Errorf("%s: %w", st.tracers[k].name, err)
 			}
 			var cpu int64
 			if st.external != nil {
 				if cpu, err = st.external(); err != nil {
 					stop()
-					return fmt.Errorf("%s: %w", st.title, err)
+					return nil, fmt.Errorf("%s: %w", st.title, err)
 				}
 			} else {
 				start := threadCPU()
@@ -366,19 +373,21 @@ func measure(st suite) error {
 	fmt.Printf("\n%s, %d per measurement\n\n", st.title, st.ops)
 	fmt.Printf("| tracer | CPU ns per %s | added CPU ns per %s | added vs empty program | BPF ns per %s | BPF vs empty program |\n", st.unit, st.unit, st.unit)
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
+	bpfNs := make([]float64, len(st.tracers))
 	for k, t := range st.tracers {
 		if k == 0 {
 			fmt.Printf("| %s | %.0f | - | - | - | - |\n", t.name, median(samples[k]))
 			continue
 		}
 		p := median(progNs[k])
+		bpfNs[k] = p
 		ratio := "-" // the floor's programs do not run for this workload
 		if progFloor > 0 {
 			ratio = fmt.Sprintf("%.2fx", p/progFloor)
 		}
 		fmt.Printf("| %s | %.0f | %.0f | %.2fx | %.0f | %s |\n", t.name, median(samples[k]), added(k), added(k)/floor, p, ratio)
 	}
-	return nil
+	return bpfNs, nil
 }
 
 // programIDs lists the BPF programs loaded now.
@@ -800,6 +809,15 @@ func runPeak(path string, args ...string) (float64, float64, error) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	// The file the process runs once it has exec'd: before, /proc shows
+	// the bench's own memory.
+	want, err := filepath.EvalSymlinks(cmd.Path)
+	if err == nil {
+		want, err = filepath.Abs(want)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
 	var hwm int64
 	for {
 		select {
@@ -815,7 +833,7 @@ func runPeak(path string, args ...string) (float64, float64, error) {
 				continue
 			}
 			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
-			if !strings.HasSuffix(exe, "/tracekit") {
+			if exe != want {
 				continue // not exec'd yet: the bench's own memory
 			}
 			for _, line := range strings.Split(string(b), "\n") {
