@@ -458,8 +458,11 @@ func (c *compiler) program(pr *parse.Probe, tp *Target, vars map[string]typ) (bp
 	// fp-8 is scratch: the lost map's key.
 	g := &gen{c: c, tp: tp, vars: map[string]slot{}, varTypes: vars, sp: 8}
 	g.emit(asm.Prologue()...)
+	if err := g.prepare(pr); err != nil {
+		return nil, err
+	}
 	if c.opt.Pid != 0 {
-		g.emit(asm.Note(bpf.Instructions{bpf.FnGetCurrentPidTgid.Call()}, fmt.Sprintf("-p %d: other processes' events end here", c.opt.Pid))...)
+		g.emit(asm.Note(g.pidTgidCall(), fmt.Sprintf("-p %d: other processes' events end here", c.opt.Pid))...)
 		g.emit(bpf.RSh.Imm(bpf.R0, 32), bpf.JNE.Imm(bpf.R0, int32(c.opt.Pid), "out"))
 	}
 	if pr.Pred != nil {

@@ -73,6 +73,14 @@ kprobe:vfs_read { $t = (struct task_struct *)curtask; $p = ((struct task_struct 
 	// one CPU's clock; *x reads 8 bytes at an integer's address.
 	"interval": `interval:ms:100 /@i < 4/ { @i = @i + 1; $a = kaddr("vfs_read"); printf("%d %d\n", *$a, *($a + 8)); if (@i == 4) { exit(); } }
 interval:s:1 { print(@i); }`,
+	// The predicate's map reads reused by the body, where they ran
+	// whenever it runs (not the right of ||, nor of && under ||); pid
+	// and tid from one helper call.
+	"reuse": `t:syscalls:sys_enter_read { @start[tid] = nsecs; @fd[tid] = args->fd; }
+t:syscalls:sys_exit_read /@start[tid] && @fd[tid] > 2 || @start[pid]/ {
+	@ns[@fd[tid]] = hist(nsecs - @start[tid]); @x = @start[pid];
+	if (@fd[tid] == 3) { @fd[tid] = 4; } @y = @fd[tid]; delete(@start[tid]); @z = @start[tid]; }
+t:syscalls:sys_exit_read /@start[tid] && @fd[tid] > 2/ { @w = @fd[tid] + @start[tid]; }`,
 	"arith": `t:syscalls:sys_exit_write /args->ret >= 0/ {
 	$x = args->ret; $y = ($x * 3 + 7) / 2 % 5 - ($x << 2) ^ ($x >> 1) | ~$x & 255;
 	@v = sum(!$y + (-$x < 0)); unroll(3) { @u = count(); }

@@ -152,9 +152,9 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 	note := func(insns ...bpf.Instruction) { g.emit(asm.Note(insns, x.Name)...) }
 	switch x.Name {
 	case "pid":
-		note(bpf.FnGetCurrentPidTgid.Call(), bpf.RSh.Imm(bpf.R0, 32))
+		note(append(g.pidTgidCall(), bpf.RSh.Imm(bpf.R0, 32))...)
 	case "tid":
-		note(bpf.FnGetCurrentPidTgid.Call(), bpf.LSh.Imm(bpf.R0, 32), bpf.RSh.Imm(bpf.R0, 32))
+		note(append(g.pidTgidCall(), bpf.LSh.Imm(bpf.R0, 32), bpf.RSh.Imm(bpf.R0, 32))...)
 	case "uid":
 		note(bpf.FnGetCurrentUidGid.Call(), bpf.LSh.Imm(bpf.R0, 32), bpf.RSh.Imm(bpf.R0, 32))
 	case "gid":
@@ -298,6 +298,22 @@ func (g *gen) mapRead(x *parse.Map) (typ, error) {
 		}
 		g.zero(out, m.StrSize)
 	}
+	text, reuse := g.reusable[x]
+	if !reuse && m.Kind == output.Int {
+		if t, ok := keyText(x); ok {
+			if off, ok := g.known[t]; ok {
+				g.emit(asm.Note(bpf.Instructions{bpf.LoadMem(bpf.R0, bpf.RFP, off, bpf.DWord)}, m.Name+"[...] as the predicate read it")...)
+				return typ{size: 8, signed: true}, nil
+			}
+		}
+	}
+	var keep int16
+	if reuse {
+		var err error
+		if keep, err = g.hiddenSlot(text, x.Pos); err != nil {
+			return typ{}, err
+		}
+	}
 	save := g.sp
 	key, err := g.key(m, x)
 	if err != nil {
@@ -314,7 +330,20 @@ func (g *gen) mapRead(x *parse.Map) (typ, error) {
 	}
 	g.emit(bpf.JEq.Imm(bpf.R0, 0, end), bpf.LoadMem(bpf.R0, bpf.R0, 0, bpf.DWord))
 	g.mark(end)
+	if reuse {
+		g.emit(asm.Note(bpf.Instructions{bpf.StoreMem(bpf.RFP, keep, bpf.R0, bpf.DWord)}, "kept for the body")...)
+		g.known[text] = keep
+	}
 	return typ{size: 8, signed: true}, nil
+}
+
+// pidTgidCall leaves bpf_get_current_pid_tgid's value in R0: the slot
+// the program keeps it in, or the helper.
+func (g *gen) pidTgidCall() bpf.Instructions {
+	if g.pidTgid != 0 {
+		return bpf.Instructions{bpf.LoadMem(bpf.R0, bpf.RFP, g.pidTgid, bpf.DWord)}
+	}
+	return bpf.Instructions{bpf.FnGetCurrentPidTgid.Call()}
 }
 
 // callValue compiles a call whose value is used.

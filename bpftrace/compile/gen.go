@@ -34,6 +34,14 @@ type gen struct {
 	// the typer: a string's slot fits its longest value.
 	varTypes map[string]typ
 	err      error
+	// pidTgid is the slot of bpf_get_current_pid_tgid's value, read
+	// once for the program (0: pid and tid call it where they are).
+	pidTgid int16
+	// reusable are the predicate's map reads whose values the body may
+	// reuse, by their text (keyText); known the slots of those read, by
+	// the same text, until a statement writes their map (see reuse.go).
+	reusable map[*parse.Map]string
+	known    map[string]int16
 }
 
 func (g *gen) file() string { return g.c.opt.File }
@@ -122,6 +130,7 @@ func returns(ss []parse.Stmt) bool {
 }
 
 func (g *gen) stmt(s parse.Stmt) error {
+	g.forget(s)
 	base := g.sp
 	defer func() { g.sp = max(base, g.varTop()) }()
 	switch s := s.(type) {

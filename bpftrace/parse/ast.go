@@ -241,3 +241,71 @@ func (e *Field) ExprPos() Pos   { return e.Pos }
 func (e *Index) ExprPos() Pos   { return e.Pos }
 func (e *Tuple) ExprPos() Pos   { return e.Pos }
 func (e *Sizeof) ExprPos() Pos  { return e.Pos }
+
+// Inspect calls f for n and, while f returns true, for each statement
+// and expression under it, in source order. n is a Stmt, an Expr or a
+// []Stmt.
+func Inspect(n any, f func(any) bool) {
+	switch n := n.(type) {
+	case nil:
+		return
+	case []Stmt:
+		for _, s := range n {
+			Inspect(s, f)
+		}
+		return
+	case []Expr:
+		for _, e := range n {
+			Inspect(e, f)
+		}
+		return
+	}
+	if !f(n) {
+		return
+	}
+	switch n := n.(type) {
+	case *ExprStmt:
+		Inspect(n.X, f)
+	case *Assign:
+		Inspect(n.Target, f)
+		Inspect(n.Value, f)
+	case *If:
+		Inspect(n.Cond, f)
+		Inspect(n.Then, f)
+		Inspect(n.Else, f)
+	case *Unroll:
+		Inspect(n.N, f)
+		Inspect(n.Body, f)
+	case *While:
+		Inspect(n.Cond, f)
+		Inspect(n.Body, f)
+	case *Map:
+		Inspect(n.Keys, f)
+	case *Call:
+		Inspect(n.Args, f)
+	case *Unary:
+		Inspect(n.X, f)
+	case *Binary:
+		Inspect(n.L, f)
+		Inspect(n.R, f)
+	case *Ternary:
+		Inspect(n.Cond, f)
+		Inspect(n.Then, f)
+		Inspect(n.Else, f)
+	case *IncDec:
+		Inspect(n.X, f)
+	case *Cast:
+		Inspect(n.X, f)
+	case *Field:
+		Inspect(n.X, f)
+	case *Index:
+		Inspect(n.X, f)
+		Inspect(n.I, f)
+	case *Tuple:
+		Inspect(n.Elems, f)
+	case *Sizeof:
+		if n.X != nil {
+			Inspect(n.X, f)
+		}
+	}
+}
