@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -389,7 +390,7 @@ func parse(t Tool, args []string) error {
 		if errors.As(err, &fe) && fe.Type == flags.ErrMarshal {
 			return marshalError(fe)
 		}
-		if m := expectedArg.FindStringSubmatch(err.Error()); m != nil {
+		if m := expectedArg().FindStringSubmatch(err.Error()); m != nil {
 			return usage.Errorf("%s wants a value, and %s reads as an option: write %s=%s", m[1], m[2], m[1], m[2])
 		}
 		if errors.As(err, &fe) && fe.Type == flags.ErrHelp {
@@ -446,12 +447,14 @@ func parse(t Tool, args []string) error {
 // marshalFlag is go-flags' message for an option's value it could not
 // convert: "invalid argument for flag `-p, --pid' (expected int64):
 // strconv.ParseInt: ...".
-var marshalFlag = regexp.MustCompile("^invalid argument for flag `([^']+)' \\(expected (u?int|float)([0-9]*)\\)")
+var marshalFlag = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile("^invalid argument for flag `([^']+)' \\(expected (u?int|float)([0-9]*)\\)")
+})
 
 // marshalError says what a number option wanted, without Go's words
 // (issue 62: "strconv.ParseInt: parsing \"abc\": invalid syntax").
 func marshalError(fe *flags.Error) error {
-	m := marshalFlag.FindStringSubmatch(fe.Message)
+	m := marshalFlag().FindStringSubmatch(fe.Message)
 	if m == nil {
 		return fe
 	}
@@ -467,7 +470,7 @@ func marshalError(fe *flags.Error) error {
 		name = name[i+2:] // --pid of "-p, --pid"
 	}
 	value := ""
-	if v := marshalValue.FindStringSubmatch(fe.Message); v != nil {
+	if v := marshalValue().FindStringSubmatch(fe.Message); v != nil {
 		value = " " + strconv.Quote(terminal.Printable(v[1]))
 		if v[2] == "value out of range" {
 			want = "a number in its type's range: " + want
@@ -478,10 +481,14 @@ func marshalError(fe *flags.Error) error {
 
 // expectedArg is go-flags' message for an option followed by what looks
 // like another option (a negative number).
-var expectedArg = regexp.MustCompile("^expected argument for flag `(?:-[^,]+, )?([^']+)', but got option `([^']+)'$")
+var expectedArg = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile("^expected argument for flag `(?:-[^,]+, )?([^']+)', but got option `([^']+)'$")
+})
 
 // marshalValue is strconv's part of the message: the value and why.
-var marshalValue = regexp.MustCompile(`parsing "((?:[^"\\]|\\.)*)": (invalid syntax|value out of range)$`)
+var marshalValue = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`parsing "((?:[^"\\]|\\.)*)": (invalid syntax|value out of range)$`)
+})
 
 // shellJoin is argv as a -c line: its words as they are where they are
 // plain, else each quoted for /bin/sh.

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tracekit/tracekit/internal/regular"
 	"github.com/tracekit/tracekit/internal/usage"
@@ -42,7 +43,7 @@ type LabelSpec struct {
 	Signed bool // an integer read as signed
 }
 
-var labelNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]{0,31}$`)
+var labelNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]{0,31}$`) })
 
 // labelTypes are the TYPEs of a SOURCE.
 var labelTypes = map[string]struct {
@@ -80,7 +81,7 @@ func ParseLabels(args []string) ([]LabelSpec, error) {
 		if !ok {
 			return nil, usage.Errorf("--label %q: want NAME=SOURCE, as req=tls:request_id:int", a)
 		}
-		if !labelNameRE.MatchString(name) {
+		if !labelNameRE().MatchString(name) {
 			return nil, usage.Errorf("--label %q: a name is a letter or _, then up to 31 letters, digits, _ or .", a)
 		}
 		if names[name] {
@@ -209,7 +210,7 @@ func CheckLabelKinds(labels []LabelSpec, pid int, command string) error {
 // shell would expand or treat specially.
 func commandExecutable(line string) string {
 	words := strings.Fields(line)
-	for len(words) > 0 && (words[0] == "exec" || assignmentRE.MatchString(words[0])) {
+	for len(words) > 0 && (words[0] == "exec" || assignmentRE().MatchString(words[0])) {
 		words = words[1:]
 	}
 	if len(words) == 0 || strings.ContainsAny(words[0], "$`'\"\\(){}[]*?~;&|<>!#=") {
@@ -222,7 +223,7 @@ func commandExecutable(line string) string {
 	return path
 }
 
-var assignmentRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+var assignmentRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`) })
 
 // errNoSymbol: the file does not define the symbol (another may).
 var errNoSymbol = fmt.Errorf("defines no such symbol")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
 
 	bpf "github.com/cilium/ebpf/asm"
 
@@ -173,7 +174,7 @@ func finish(cfg Config, label string, scratch bpf.Register, entry bool) bpf.Inst
 
 // stateFlag matches a prev_state flag of __print_flags in sched_switch's
 // print fmt: { 0x00000010, "X" }.
-var stateFlag = regexp.MustCompile(`\{\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*"([A-Za-z])"\s*\}`)
+var stateFlag = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\{\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*"([A-Za-z])"\s*\}`) })
 
 // asleep stores in the walk's state whether the thread switched out goes
 // to sleep (prev_state has a flag of Asleep) or was preempted.
@@ -207,7 +208,7 @@ func NewOffCPU(f *tracefs.Format, minBlock, maxBlock uint64) (*OffCPU, error) {
 		return nil, fmt.Errorf("sched_switch: next_pid has %d bytes, not 4", next.Size)
 	}
 	oc := &OffCPU{NextPid: next.Offset, PrevState: state.Offset, PrevStateSize: state.Size, MinBlock: minBlock, MaxBlock: maxBlock}
-	for _, m := range stateFlag.FindAllStringSubmatch(f.PrintFmt, -1) {
+	for _, m := range stateFlag().FindAllStringSubmatch(f.PrintFmt, -1) {
 		v, err := strconv.ParseUint(m[1], 0, 31)
 		if err != nil {
 			continue
