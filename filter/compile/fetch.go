@@ -2,7 +2,6 @@ package compile
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 
 	bpf "github.com/cilium/ebpf/asm"
@@ -146,114 +145,15 @@ func (c *compiler) fetchInt(v value, dst bpf.Register) error {
 
 // fetchUSDT emits the load of a USDT argument into dst: a register, a
 // constant, or |size| bytes of user memory at an address computed from
-// registers, the spec's displacement and symbol.
+// registers, the spec's displacement and symbol (uprobe.LoadArg).
 func (c *compiler) fetchUSDT(v value, dst bpf.Register) error {
 	a, site := v.usdt, c.t.Event.(*USDT)
-	regOff := func(name string) (int16, error) {
-		off, ok := site.Regs.Named[name]
-		if !ok {
-			return 0, fmt.Errorf("%s: register %s is not in this architecture's pt_regs", a.Text, name)
-		}
-		return off, nil
+	insns, err := uprobe.LoadArg(dst, *a, site.Site, site.Regs, scratchOff, c.t.Read.User)
+	if err != nil {
+		return err
 	}
-	note := fmt.Sprintf("%s = %s (USDT spec %s)", dst, v.name, a.Text)
-	switch a.Kind {
-	case uprobe.ArgConst:
-		// Truncated and extended here, as the load would be.
-		v := a.Off
-		if shift := 64 - 8*a.Size; shift > 0 && a.Signed {
-			v = v << shift >> shift
-		} else if shift > 0 {
-			v = int64(uint64(v) << shift >> shift)
-		}
-		if v >= math.MinInt32 && v <= math.MaxInt32 {
-			c.emit(bpf.Mov.Imm(dst, int32(v)).WithSource(bpf.Comment(note)))
-		} else {
-			c.emit(bpf.LoadImm(dst, v, bpf.DWord).WithSource(bpf.Comment(note)))
-		}
-		return nil
-	case uprobe.ArgReg:
-		off, err := regOff(a.Reg)
-		if err != nil {
-			return err
-		}
-		c.emit(bpf.LoadMem(dst, asm.RegCtx, off, site.Regs.Load()).WithSource(bpf.Comment(note)))
-		if a.RegHi != "" {
-			// 32-bit ARM's pair: the next register holds the high half.
-			hi, err := regOff(a.RegHi)
-			if err != nil {
-				return err
-			}
-			tmp := bpf.R2
-			if dst == tmp {
-				tmp = bpf.R3
-			}
-			c.emit(bpf.LoadMem(tmp, asm.RegCtx, hi, site.Regs.Load()), bpf.LSh.Imm(tmp, 32), bpf.Or.Reg(dst, tmp))
-			return nil
-		}
-		if a.Size == site.Regs.Width && !a.Signed {
-			return nil // a whole 4-byte register, loaded zero-extended
-		}
-		return c.extend(dst, a.Size, a.Signed)
-	}
-	// An address in R1, then a read of user memory.
-	disp := a.Off + int64(a.SymAddr)
-	first := len(c.insns)
-	switch a.Kind {
-	case uprobe.ArgMem:
-		if a.Reg == "" && a.Sym != "" {
-			// A non-PIE's global at its link-time address (riscv64's %lo).
-			c.emit(bpf.Mov.Imm(bpf.R1, 0))
-			break
-		}
-		off, err := regOff(a.Reg)
-		if err != nil {
-			return err
-		}
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, off, site.Regs.Load()))
-	case uprobe.ArgIndex:
-		idx, err := regOff(a.Index)
-		if err != nil {
-			return err
-		}
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, idx, site.Regs.Load()))
-		if shift := map[int]int32{2: 1, 4: 2, 8: 3}[a.Scale]; shift != 0 {
-			c.emit(bpf.LSh.Imm(bpf.R1, shift))
-		}
-		if a.Reg != "" {
-			base, err := regOff(a.Reg)
-			if err != nil {
-				return err
-			}
-			c.emit(bpf.LoadMem(bpf.R2, asm.RegCtx, base, site.Regs.Load()), bpf.Add.Reg(bpf.R1, bpf.R2))
-		}
-	case uprobe.ArgGlobal:
-		// The uprobe sets ip to the site: the global is as far from it as
-		// their link-time addresses are.
-		c.emit(bpf.LoadMem(bpf.R1, asm.RegCtx, site.Regs.IP, site.Regs.Load()))
-		disp = int64(a.SymAddr) + a.Off - int64(site.Site)
-	default:
-		return fmt.Errorf("%s: unknown argument form", a.Text)
-	}
-	c.insns[first] = c.insns[first].WithSource(bpf.Comment(note))
-	switch {
-	case disp == 0:
-	case disp >= math.MinInt32 && disp <= math.MaxInt32:
-		c.emit(bpf.Add.Imm(bpf.R1, int32(disp)))
-	default:
-		c.emit(bpf.LoadImm(bpf.R2, disp, bpf.DWord), bpf.Add.Reg(bpf.R1, bpf.R2))
-	}
-	c.emit(
-		bpf.Mov.Reg(bpf.R3, bpf.R1),
-		bpf.Mov.Reg(bpf.R1, bpf.RFP),
-		bpf.Add.Imm(bpf.R1, scratchOff),
-		bpf.Mov.Imm(bpf.R2, int32(a.Size)),
-		c.t.Read.User.Call(),
-		bpf.LoadMem(dst, bpf.RFP, scratchOff, sizeOf(a.Size)),
-	)
-	if a.Signed && a.Size < 8 {
-		return c.extend(dst, a.Size, true)
-	}
+	insns[0] = insns[0].WithSource(bpf.Comment(fmt.Sprintf("%s = %s (USDT spec %s)", dst, v.name, a.Text)))
+	c.emit(insns...)
 	return nil
 }
 
