@@ -54,7 +54,9 @@ else in the kernel on the first CPU's clock, as bpftrace runs them);
 tracepoint (t:), kprobe, kretprobe, uprobe and
 uretprobe (a library by its short name: uprobe:libc:getaddrinfo; a
 function the file lacks is skipped, as bpftrace skips it, and said on
-stderr, unless no probe is left), profile,
+stderr, unless no probe is left), usdt (usdt:PATH:PROBE or
+usdt:PATH:PROVIDER:PROBE, globs taken; every site, arg0.. read as each
+site's note says, unsigned as bpftrace types them), profile,
 software and hardware probes, with globs; predicates; maps with keys of
 integers and strings, @start[tid] = nsecs and delete(); $variables;
 if/else, unroll, ternaries, C's arithmetic and comparisons (strings with ==
@@ -70,7 +72,7 @@ printed: a process gone by then is its address), kaddr and *x (8 bytes at an add
 pointer points at), ntop, bswap, buf (printed by printf's %r), strftime;
 printf, cat, time, join, str(),
 exit(). Anything else is refused by name, with its place, before anything
-loads: usdt and ustack come next (issue 61).
+loads: ustack comes next (issue 61).
 
 Unlike bpftrace: min() and max() start from the first value (bpftrace's
 start from 0); hist's [2G, 4G) bucket is printed with its true bounds in

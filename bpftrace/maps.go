@@ -23,7 +23,7 @@ import (
 // (minima and maxima taken), a histogram's buckets gathered under their
 // keys.
 func readMap(km *ebpf.Map, m *compile.Map, names *kernelNames) (*output.Map, error) {
-	om := &output.Map{Name: m.Name, Kind: m.Kind, Min: m.Min, Max: m.Max, Step: m.Step}
+	om := &output.Map{Name: m.Name, Kind: m.Kind, Unsigned: m.Unsigned, Min: m.Min, Max: m.Max, Step: m.Step}
 	hist := m.Kind == output.Hist || m.Kind == output.Lhist
 	byKey := map[string]int{} // a histogram's keys, to its element
 	key := make([]byte, m.KeySize())

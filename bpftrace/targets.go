@@ -41,6 +41,8 @@ func targets(ap *parse.AttachPoint, pid int64) ([]compile.Target, error) {
 		out, err = kprobes(ap)
 	case "uprobe", "uretprobe":
 		out, err = uprobes(ap, pid)
+	case "usdt":
+		out, err = usdts(ap, pid)
 	case "profile", "software", "hardware":
 		var t compile.Target
 		t, err = perfTarget(ap)
@@ -128,23 +130,9 @@ func uprobes(ap *parse.AttachPoint, pid int64) ([]compile.Target, error) {
 	if len(ap.Parts) != 2 {
 		return nil, usage.Errorf("%s: a uprobe is written %s:PATH:FUNCTION here", ap.Raw, ap.Provider)
 	}
-	if !tracefs.Uprobe.Available() {
-		return nil, fmt.Errorf("%s: %w", ap.Raw, tracefs.ErrNoUprobes)
-	}
-	root := ""
-	if pid != 0 {
-		root = fmt.Sprintf("/proc/%d/root", pid)
-		if _, err := os.Stat(root + "/"); err != nil {
-			return nil, procfs.Denied(int(pid), err)
-		}
-	}
-	path, err := uprobe.Locate(ap.Parts[0], root)
+	f, path, err := userFile(ap, pid)
 	if err != nil {
-		return nil, userErr(err)
-	}
-	f, err := uprobe.Open(path)
-	if err != nil {
-		return nil, userErr(err)
+		return nil, err
 	}
 	defer f.Close()
 	var syms []uprobe.Sym
@@ -278,6 +266,70 @@ func userErr(err error) error {
 		return usage.Errorf("%v", err)
 	}
 	return err
+}
+
+// userFile opens the file of a uprobe's or usdt's attach point (a
+// library by its short name, in pid's root with -p), where the kernel
+// has uprobes.
+func userFile(ap *parse.AttachPoint, pid int64) (*uprobe.File, string, error) {
+	if !tracefs.Uprobe.Available() {
+		return nil, "", fmt.Errorf("%s: %w", ap.Raw, tracefs.ErrNoUprobes)
+	}
+	root := ""
+	if pid != 0 {
+		root = fmt.Sprintf("/proc/%d/root", pid)
+		if _, err := os.Stat(root + "/"); err != nil {
+			return nil, "", procfs.Denied(int(pid), err)
+		}
+	}
+	path, err := uprobe.Locate(ap.Parts[0], root)
+	if err != nil {
+		return nil, "", userErr(err)
+	}
+	f, err := uprobe.Open(path)
+	if err != nil {
+		return nil, "", userErr(err)
+	}
+	return f, path, nil
+}
+
+// usdts resolves a usdt attach point to every site of the probes it
+// names (usdt:PATH:PROBE takes any provider; globs are taken in either
+// name), each with its arguments' specs, in pid's root with -p.
+func usdts(ap *parse.AttachPoint, pid int64) ([]compile.Target, error) {
+	if len(ap.Parts) < 2 {
+		return nil, usage.Errorf("%s: a usdt probe is written usdt:PATH:PROBE or usdt:PATH:PROVIDER:PROBE here", ap.Raw)
+	}
+	f, path, err := userFile(ap, pid)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	probes, err := f.USDT()
+	if err != nil {
+		return nil, err
+	}
+	provider, name := list.USDTGlobs(ap.Parts)
+	var out []compile.Target
+	for _, p := range probes {
+		if !list.MatchUSDT(p, provider, name) {
+			continue
+		}
+		for _, st := range p.Sites {
+			if err := f.Probeable(st.Addr); err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", ap.Raw, p, err)
+			}
+			out = append(out, compile.Target{
+				Provider: "usdt", Func: p.Provider + ":" + p.Name,
+				Probe: tracefs.Probe{Type: tracefs.Uprobe, Path: path, Offset: st.Offset, RefCtrOffset: p.Semaphore},
+				USDT:  &compile.USDTSite{Addr: st.Addr, Args: slices.Clone(st.Args)},
+			})
+		}
+	}
+	if len(out) == 0 {
+		return nil, usage.Errorf("%s names no USDT probe of %s (bpftrace -l 'usdt:%s:*' lists them)", ap.Raw, path, path)
+	}
+	return out, nil
 }
 
 // attach attaches each program where it goes: tracepoints, kprobes (the

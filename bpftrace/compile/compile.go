@@ -26,6 +26,7 @@ import (
 	"github.com/tracekit/tracekit/bpftrace/output"
 	"github.com/tracekit/tracekit/bpftrace/parse"
 	"github.com/tracekit/tracekit/tracefs"
+	"github.com/tracekit/tracekit/uprobe"
 )
 
 // Target is one place a probe's program runs: a tracepoint with its
@@ -45,6 +46,15 @@ type Target struct {
 	PerfType, PerfConfig uint32
 	Period               uint64
 	Raw                  string
+	// USDT is a usdt probe's site (Func is its provider:name).
+	USDT *USDTSite
+}
+
+// USDTSite is one site of a USDT probe: its link-time address and its
+// arguments' specs.
+type USDTSite struct {
+	Addr uint64
+	Args []uprobe.Arg
 }
 
 // ProbeName is the probe builtin's value: "tracepoint:sched:sched_switch",
@@ -53,7 +63,7 @@ func (t *Target) ProbeName() string {
 	switch t.Provider {
 	case "tracepoint":
 		return "tracepoint:" + t.Group + ":" + t.Name
-	case "uprobe", "uretprobe":
+	case "uprobe", "uretprobe", "usdt":
 		return t.Provider + ":" + t.Probe.Path + ":" + t.Func
 	case "profile", "software", "hardware", "interval":
 		return t.Raw
@@ -64,7 +74,7 @@ func (t *Target) ProbeName() string {
 // user says whether the target's pointers are user addresses: a
 // syscall's arguments, a user function's.
 func (t *Target) user() bool {
-	return t.Group == userEventGroup || t.Provider == "uprobe" || t.Provider == "uretprobe"
+	return t.Group == userEventGroup || t.Provider == "uprobe" || t.Provider == "uretprobe" || t.Provider == "usdt"
 }
 
 // Options are what the compiler needs from the kernel and the command
@@ -120,8 +130,12 @@ type Key struct {
 
 // Map is a map of the script as the kernel holds it.
 type Map struct {
-	Name           string // "@x", "@"
-	Kind           output.Kind
+	Name string // "@x", "@"
+	Kind output.Kind
+	// Unsigned: an integer's or a sum's value prints as unsigned, as
+	// bpftrace prints a value of an unsigned type (the sum of a uprobe's
+	// arguments, @start = nsecs): the type of its first assignment.
+	Unsigned       bool
 	Keys           []Key
 	Min, Max, Step int64 // lhist's
 	BPFName        string
@@ -272,14 +286,14 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 					return nil, errAt(opt.File, ap.Pos, "interval probes run every 1 ms or more here (interval:s:N, interval:ms:N)")
 				}
 				every = time.Duration(n) * unit
-			case "tracepoint", "kprobe", "kretprobe", "uprobe", "uretprobe", "profile", "software", "hardware":
+			case "tracepoint", "kprobe", "kretprobe", "uprobe", "uretprobe", "usdt", "profile", "software", "hardware":
 				got, err := opt.Resolve(ap)
 				if err != nil {
 					return nil, err
 				}
 				tps = append(tps, got...)
 			default:
-				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe, uretprobe, profile, software and hardware are", ap.Provider)
+				return nil, errAt(opt.File, ap.Pos, "%s probes are not taken yet: BEGIN, END, interval, tracepoint, kprobe, kretprobe, uprobe, uretprobe, usdt, profile, software and hardware are", ap.Provider)
 			}
 		}
 		if every > 0 && len(pr.Points) == 1 && (pr.Pred != nil || userStmts(opt.File, pr.Body, false) != nil) {

@@ -1,10 +1,12 @@
 package compile
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/kbtf"
 	"github.com/tracekit/tracekit/tracefs"
+	"github.com/tracekit/tracekit/uprobe"
 )
 
 // scripts are the programs whose bytecode the goldens pin and the
@@ -81,6 +84,8 @@ t:syscalls:sys_exit_read /@start[tid] && @fd[tid] > 2 || @start[pid]/ {
 	@ns[@fd[tid]] = hist(nsecs - @start[tid]); @x = @start[pid];
 	if (@fd[tid] == 3) { @fd[tid] = 4; } @y = @fd[tid]; delete(@start[tid]); @z = @start[tid]; }
 t:syscalls:sys_exit_read /@start[tid] && @fd[tid] > 2/ { @w = @fd[tid] + @start[tid]; }`,
+	// A usdt probe's arguments from its site's specs (usdtSpecs).
+	"usdt": `usdt:/usr/bin/tk:tk:args /arg0 < 0/ { printf("%d %s %d\n", arg0, str(arg2), arg3); @[probe] = sum(arg1); @v = max(arg4); @t = min(arg5); }`,
 	"arith": `t:syscalls:sys_exit_write /args->ret >= 0/ {
 	$x = args->ret; $y = ($x * 3 + 7) / 2 % 5 - ($x << 2) ^ ($x >> 1) | ~$x & 255;
 	@v = sum(!$y + (-$x < 0)); unroll(3) { @u = count(); }
@@ -138,8 +143,40 @@ func functionTarget(ap *parse.AttachPoint) []Target {
 	return []Target{{Provider: ap.Provider, Func: ap.Parts[0], Probe: tracefs.Probe{Type: tracefs.Kprobe, Symbol: ap.Parts[0], Ret: ret}}}
 }
 
+// usdtSpecs are a USDT site's arguments as each CPU's sys/sdt.h writes
+// them: registers, constants, the stack, and on x86-64 a rip-relative
+// global and an indexed table.
+var usdtSpecs = map[string]struct {
+	machine elf.Machine
+	specs   string
+}{
+	"amd64":   {elf.EM_X86_64, "-4@%eax 8@%rdx 8@-32(%rbp) 1@$5 -2@tk_global(%rip) -8@tk_table(,%rax,8)"},
+	"arm64":   {elf.EM_AARCH64, "-4@x0 8@x1 8@[sp, 16] 1@5 -2@x3 -8@[x2]"},
+	"riscv64": {elf.EM_RISCV, "-4@a0 8@a1 8@16(sp) 1@5 -2@a3 -8@0(a5)"},
+	"arm":     {elf.EM_ARM, "-4@r0 4@r1 4@[r7, #120] 1@#5 -2@r3 -8@r8"},
+}
+
+// usdtTarget is a usdt probe's one site, with the arguments of arch's
+// specs, where the file would have them.
+func usdtTarget(ap *parse.AttachPoint, arch string) []Target {
+	spec := usdtSpecs[arch]
+	args, err := uprobe.ParseArgs(spec.specs, spec.machine)
+	if err != nil {
+		panic(err) // the table's own
+	}
+	for i := range args {
+		if args[i].Sym != "" {
+			args[i].SymAddr = 0x4010
+		}
+	}
+	return []Target{{Provider: "usdt", Func: "tk:args", Probe: tracefs.Probe{Type: tracefs.Uprobe, Path: ap.Parts[0], Offset: 0x1130}, USDT: &USDTSite{Addr: 0x1130, Args: args}}}
+}
+
 // testdataTargets resolves attach points from testdata's formats.
 func testdataTargets(ap *parse.AttachPoint) ([]Target, error) {
+	if ap.Provider == "usdt" {
+		return usdtTarget(ap, "amd64"), nil
+	}
 	return targets(ap, func(group, name string) (*tracefs.Format, error) {
 		b, err := os.ReadFile(filepath.Join("testdata", name+".6.18.format"))
 		if err != nil {
@@ -151,6 +188,9 @@ func testdataTargets(ap *parse.AttachPoint) ([]Target, error) {
 
 // kernelTargets resolves them from the running kernel's formats.
 func kernelTargets(ap *parse.AttachPoint) ([]Target, error) {
+	if ap.Provider == "usdt" {
+		return usdtTarget(ap, runtime.GOARCH), nil
+	}
 	return targets(ap, tracefs.ReadFormat)
 }
 
@@ -199,6 +239,21 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 	}
 	kaddr := func(name string) (uint64, bool) { return 0xffffffff81234560, name == "vfs_read" }
 	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: newReaders, Regs: r, Start: 1e9, Const: enums, Types: types, Kaddr: kaddr})
+}
+
+// TestUSDTArches: the usdt script compiles for each CPU's specs and
+// registers (the load test takes the host's; the guests load theirs).
+func TestUSDTArches(t *testing.T) {
+	for arch := range usdtSpecs {
+		regs, err := asm.PtRegs(arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tps := func(ap *parse.AttachPoint) ([]Target, error) { return usdtTarget(ap, arch), nil }
+		if _, err := compileScript(t, scripts["usdt"], tps, regs); err != nil {
+			t.Errorf("%s: %v", arch, err)
+		}
+	}
 }
 
 // TestGolden pins each script's programs and maps.

@@ -10,6 +10,7 @@ import (
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/bpftrace/output"
 	"github.com/tracekit/tracekit/bpftrace/parse"
+	"github.com/tracekit/tracekit/uprobe"
 )
 
 // expr compiles x: an integer into R0, a string into a stack buffer the
@@ -207,6 +208,9 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		if !ok {
 			return typ{}, errAt(g.file(), x.Pos, "%s is not taken here yet", x.Name)
 		}
+		if g.tp.USDT != nil {
+			return g.usdtArg(i, x)
+		}
 		if g.tp.Provider != "kprobe" && g.tp.Provider != "uprobe" {
 			return typ{}, errAt(g.file(), x.Pos, "%s is a kprobe's or uprobe's argument; %s has %s", x.Name, g.tp.ProbeName(), map[bool]string{true: "args->field", false: "retval"}[g.tp.Provider == "tracepoint"])
 		}
@@ -218,6 +222,30 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		return t, err
 	}
 	return intT, nil
+}
+
+// usdtArg reads a usdt probe's argument i as its site's spec says (a
+// register, a constant, the process's memory), extended by its size and
+// sign; a pointer in it is the process's.
+func (g *gen) usdtArg(i int, x *parse.Ident) (typ, error) {
+	site := g.tp.USDT
+	if i >= len(site.Args) {
+		return typ{}, errAt(g.file(), x.Pos, "%s: %s has %d arguments", x.Name, g.tp.ProbeName(), len(site.Args))
+	}
+	a := site.Args[i]
+	scratch, err := g.alloc(8, x.Pos)
+	if err != nil {
+		return typ{}, err
+	}
+	insns, err := uprobe.LoadArg(bpf.R0, a, site.Addr, g.c.opt.Regs, scratch, g.c.opt.Readers().User)
+	if err != nil {
+		return typ{}, errAt(g.file(), x.Pos, "%s: %v", x.Name, err)
+	}
+	g.emit(asm.Note(insns, fmt.Sprintf("%s: USDT spec %s", x.Name, a.Text))...)
+	// Unsigned, as bpftrace 0.17 types every usdt argument (a sum of
+	// negative ones prints as a large number there too); the value is
+	// sign-extended by its spec.
+	return typ{size: 8, user: true}, nil
 }
 
 // register reads a register of the probe's struct pt_regs.

@@ -163,12 +163,17 @@ func (t *typer) stmt(s parse.Stmt) error {
 	case *parse.Assign:
 		if call, ok := s.Value.(*parse.Call); ok {
 			if kind, ok := aggs[call.Name]; ok {
-				for _, a := range call.Args {
-					if _, err := t.expr(a); err != nil {
+				v := intT
+				for i, a := range call.Args {
+					at, err := t.expr(a)
+					if err != nil {
 						return err
 					}
+					if i == 0 && kind == output.Sum {
+						v.signed = at.signed // a sum prints with its argument's sign
+					}
 				}
-				if err := t.store(s.Target, intT, call.Name, &kind, s.Pos); err != nil {
+				if err := t.store(s.Target, v, call.Name, &kind, s.Pos); err != nil {
 					return err
 				}
 				if kind == output.Lhist {
@@ -245,12 +250,13 @@ func (t *typer) store(target parse.Expr, v typ, agg string, kind *output.Kind, a
 			switch {
 			case kind != nil:
 				m.Kind, m.PerCPU = *kind, true
+				m.Unsigned = *kind == output.Sum && !v.signed
 			case v.inet, v.usym:
 				return errAt(t.c.opt.File, at, "an address from ntop() or usym() is a map's key or printf's argument here, not a map's value")
 			case v.str:
 				m.Kind, m.StrSize = output.Str, v.size
 			default:
-				m.Kind = output.Int
+				m.Kind, m.Unsigned = output.Int, !v.signed
 			}
 			t.c.maps[m.Name] = m
 		} else {

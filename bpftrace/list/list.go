@@ -72,10 +72,7 @@ func Match(ap *parse.AttachPoint, fields bool) ([]Probe, error) {
 		if len(p) < 2 || len(p) > 3 {
 			return nil, fmt.Errorf("%s: a file's USDT probes are listed as usdt:PATH:PROBE or usdt:PATH:PROVIDER:PROBE (globs taken)", ap.Raw)
 		}
-		provider, name := "*", p[len(p)-1]
-		if len(p) == 3 {
-			provider = p[1]
-		}
+		provider, name := USDTGlobs(p)
 		f, err := uprobe.Open(p[0])
 		if err != nil {
 			return nil, err
@@ -86,9 +83,7 @@ func Match(ap *parse.AttachPoint, fields bool) ([]Probe, error) {
 			return nil, err
 		}
 		for _, u := range probes {
-			okP, _ := filepath.Match(provider, u.Provider)
-			okN, _ := filepath.Match(name, u.Name)
-			if okP && okN {
+			if MatchUSDT(u, provider, name) {
 				names = append(names, "usdt:"+p[0]+":"+u.Provider+":"+u.Name)
 			}
 		}
@@ -110,6 +105,22 @@ func Match(ap *parse.AttachPoint, fields bool) ([]Probe, error) {
 		}
 	}
 	return out, nil
+}
+
+// USDTGlobs are the provider's and the probe's globs of a usdt attach
+// point's parts (PATH:PROBE takes any provider, PATH:PROVIDER:PROBE).
+func USDTGlobs(parts []string) (provider, name string) {
+	if len(parts) == 3 {
+		return parts[1], parts[2]
+	}
+	return "*", parts[len(parts)-1]
+}
+
+// MatchUSDT says whether the globs name probe p (a bad glob names none).
+func MatchUSDT(p uprobe.Probe, provider, name string) bool {
+	okP, _ := filepath.Match(provider, p.Provider)
+	okN, _ := filepath.Match(name, p.Name)
+	return okP && okN
 }
 
 // maxEvents bounds the kernel's list of events read (7.2 has about 2,500).

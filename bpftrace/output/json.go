@@ -50,7 +50,7 @@ func WriteMapJSON(w io.Writer, m *Map) error {
 		}
 		switch m.Kind {
 		case Int, Sum, Min, Max:
-			b.WriteString(strconv.FormatInt(e.Value.Int, 10))
+			b.WriteString(m.intText(e.Value.Int))
 		case Count:
 			b.WriteString(strconv.FormatUint(e.Value.Count, 10))
 		case Avg:

@@ -50,8 +50,11 @@ type Value struct {
 // Map is a map to print: its name with the '@' ("@bytes", "@"), what it
 // holds, lhist's parameters, and its elements in any order.
 type Map struct {
-	Name           string
-	Kind           Kind
+	Name string
+	Kind Kind
+	// Unsigned: an Int's or a Sum's values are of an unsigned type,
+	// printed and sorted as uint64.
+	Unsigned       bool
 	Min, Max, Step int64 // lhist's
 	Elems          []Elem
 }
@@ -98,7 +101,7 @@ func WriteMap(w io.Writer, m *Map) error {
 		b.WriteString(": ")
 		switch m.Kind {
 		case Int, Sum, Min, Max:
-			b.WriteString(strconv.FormatInt(e.Value.Int, 10))
+			b.WriteString(m.intText(e.Value.Int))
 		case Count:
 			b.WriteString(strconv.FormatUint(e.Value.Count, 10))
 		case Avg:
@@ -127,12 +130,29 @@ func WriteMap(w io.Writer, m *Map) error {
 	return err
 }
 
+// unsigned says whether m's integers print as unsigned: an Int's or a
+// Sum's of an unsigned type.
+func (m *Map) unsigned() bool { return m.Unsigned && (m.Kind == Int || m.Kind == Sum) }
+
+// intText is an Int's, Sum's, Min's or Max's value as bpftrace prints it.
+func (m *Map) intText(v int64) string {
+	if m.unsigned() {
+		return strconv.FormatUint(uint64(v), 10)
+	}
+	return strconv.FormatInt(v, 10)
+}
+
 // sortedElems are m's elements in bpftrace's order for its kind.
 func sortedElems(m *Map) []Elem {
 	elems := slices.Clone(m.Elems)
 	switch m.Kind {
 	case Int, Sum, Min, Max:
-		slices.SortStableFunc(elems, func(a, b Elem) int { return cmp.Compare(a.Value.Int, b.Value.Int) })
+		slices.SortStableFunc(elems, func(a, b Elem) int {
+			if m.unsigned() {
+				return cmp.Compare(uint64(a.Value.Int), uint64(b.Value.Int))
+			}
+			return cmp.Compare(a.Value.Int, b.Value.Int)
+		})
 	case Count:
 		slices.SortStableFunc(elems, func(a, b Elem) int { return cmp.Compare(a.Value.Count, b.Value.Count) })
 	case Hist, Lhist:
