@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/stacks/prog"
 )
 
 func TestMain(m *testing.M) { tooltest.Main(m) }
@@ -302,6 +304,43 @@ usdt:` + fx + `:tk:global { @g = sum(arg0); }`
 		noGlobal := func(s string) string { return regexp.MustCompile(`(?m)^@g: .*\n`).ReplaceAllString(s, "") }
 		if noGlobal(p.Stdout) != noGlobal(r.Stdout) {
 			t.Errorf("bpftrace printed:\n%s\nours:\n%s", p.Stdout, r.Stdout)
+		}
+	}
+}
+
+// TestUstack: ustack whole through the stack pipeline's unwinder, in a
+// map's key and in printf, on fx-chain, built without frame pointers
+// (bpftrace's ustack, a frame-pointer walk, stops after a frame or two
+// there): its 3 calls of tk_leaf(7) through main -> tk_a -> tk_b and 2
+// through main -> tk_c, counted exactly under their stacks, beside a
+// count kept in the kernel by the same probe.
+func TestUstack(t *testing.T) {
+	privtest.Require(t)
+	if _, ok := prog.ArchOf(runtime.GOARCH); !ok {
+		t.Skipf("%s: the in-kernel unwinder reads x86-64, arm64 and riscv64 frames; fx-chain has no frame pointers", runtime.GOARCH)
+	}
+	fx := filepath.Join(fixtures(t), "fx-chain")
+	script := `uprobe:` + fx + `:tk_leaf { @calls = count(); @[ustack(3), arg0] = count(); }`
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", fx+" 3 2", "-e", script)
+	want := "Attaching 1 probe...\n\n\n" +
+		"@[\n    tk_leaf\n    tk_c\n    main\n, 9]: 2\n" +
+		"@[\n    tk_leaf\n    tk_b\n    tk_a\n, 7]: 3\n" +
+		"@calls: 5\n"
+	if r.Status != 0 || r.Stdout != want {
+		t.Errorf("exit %d, printed:\n%s\nwant:\n%s\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
+	}
+	// In printf, the frames eight spaces in; the whole stack ends where
+	// the process started (no marker of a walk cut short).
+	script = `uprobe:` + fx + `:tk_leaf /arg0 == 9/ { printf("%d:%s", arg0, ustack); }`
+	r = tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", fx+" 1 2", "-e", script)
+	events := strings.Split(strings.TrimPrefix(r.Stdout, "Attaching 1 probe...\n"), "9:\n")
+	if r.Status != 0 || len(events) != 3 || events[0] != "" {
+		t.Fatalf("exit %d, printed:\n%s\nstderr: %s", r.Status, r.Stdout, r.Stderr)
+	}
+	for _, e := range events[1:] {
+		frames := strings.Split(strings.TrimRight(e, "\n"), "\n")
+		if len(frames) < 4 || strings.Join(frames[:3], "|") != "        tk_leaf|        tk_c|        main" || strings.Contains(e, "[") {
+			t.Errorf("a printf's stack:\n%s\nwant tk_leaf, tk_c, main and the frames below, whole", e)
 		}
 	}
 }

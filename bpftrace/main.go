@@ -67,16 +67,23 @@ func, args->field, arg0.., retval and $1...; the headers' usual macros
 BTF; casts to the kernel's types and -> and . walks through its BTF
 ((struct sock *)arg0, curtask->real_parent->comm, args->rqtp->tv_sec in
 the process's memory), casts to integer sizes; kstack and kstack(N) as
-keys and in printf, ksym, usym (named by the process's symbols when
-printed: a process gone by then is its address), kaddr and *x (8 bytes at an address, or what a
-pointer points at), ntop, bswap, buf (printed by printf's %r), strftime;
-printf, cat, time, join, str(),
-exit(). Anything else is refused by name, with its place, before anything
-loads: ustack comes next (issue 61).
+keys and in printf; ustack and ustack(N), whole (the stack pipeline's
+unwinder: .eh_frame tables, frame pointers where a file has none), as a
+key of a map an aggregation is assigned or a printf's argument, in one
+statement of one probe, its last (each event goes to user space with
+its stacks, which aggregates the map); ksym, usym (named by the
+process's symbols when printed: a process gone by then is its address),
+kaddr and *x (8 bytes at an address, or what a pointer points at), ntop,
+bswap, buf (printed by printf's %r), strftime; printf, cat, time, join,
+str(), exit(). Anything else is refused by name, with its place, before
+anything loads.
 
 Unlike bpftrace: min() and max() start from the first value (bpftrace's
 start from 0); hist's [2G, 4G) bucket is printed with its true bounds in
--f json.
+-f json; ustack's frames are functions' names without their offsets (as
+profile names them), a walk cut short says why on a last line, and the
+whole stack costs a record an event where bpftrace counts a stack's id in
+the kernel.
 
 `
 

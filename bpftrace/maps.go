@@ -19,6 +19,17 @@ import (
 	"github.com/tracekit/tracekit/stacks"
 )
 
+// readMap reads a script's map: from the kernel, or as user space holds
+// it (a map with ustack keys).
+func (p *printer) readMap(m *compile.Map) (*output.Map, error) {
+	if m.User {
+		p.ev.Lock()
+		defer p.ev.Unlock()
+		return p.heldOutput(m), nil
+	}
+	return readMap(p.coll.Maps[m.BPFName], m, p.names)
+}
+
 // readMap reads a script's map from the kernel: per-CPU values summed
 // (minima and maxima taken), a histogram's buckets gathered under their
 // keys.
@@ -351,10 +362,16 @@ func (u *user) mapCall(call *parse.Call) error {
 	if m == nil {
 		return nil // never assigned in a probe: empty
 	}
+	if m.User && call.Name != "print" {
+		u.p.ev.Lock()
+		defer u.p.ev.Unlock()
+		u.p.clearHeld(m, call.Name == "zero")
+		return nil
+	}
 	km := u.p.coll.Maps[m.BPFName]
 	switch call.Name {
 	case "print":
-		om, err := readMap(km, m, u.p.names)
+		om, err := u.p.readMap(m)
 		if err != nil || len(om.Elems) == 0 {
 			return err
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/tracekit/tracekit/perfevent"
 	"github.com/tracekit/tracekit/procfs"
 	"github.com/tracekit/tracekit/run"
+	"github.com/tracekit/tracekit/stacks"
 	"github.com/tracekit/tracekit/terminal"
 )
 
@@ -234,6 +235,12 @@ type printer struct {
 	res    *compile.Result
 	coll   *ebpf.Collection
 	names  *kernelNames
+	// ev: one record at a time, from the printf rings or the stack
+	// pipeline; stack is the stacks of the pipeline's record being
+	// handled; held the maps with ustack keys (see ustack.go).
+	ev    sync.Mutex
+	stack *stacks.Stack
+	held  map[string]*heldMap
 }
 
 func (p *printer) printf(text string) { p.message("printf", text) }
@@ -328,6 +335,14 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 			args = append(args, output.Arg{Str: inetText(field), IsStr: true})
 		case a.Usym:
 			args = append(args, output.Arg{Str: usymText(field), IsStr: true})
+		case a.Ustack:
+			args = append(args, output.Arg{Str: p.userStack(a, argIndent), IsStr: true})
+		case a.Stack != "" && a.Size == 0: // the stack pipeline's, beside a ustack
+			v, err := p.kernelStack(argIndent)
+			if err != nil {
+				return false, err
+			}
+			args = append(args, output.Arg{Str: v, IsStr: true})
 		case a.Ksym, a.Stack != "":
 			p.names.indent = argIndent
 			v := p.names.keys(field, []compile.Key{a})
@@ -495,7 +510,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			if ferr != nil || exited {
 				return
 			}
+			p.ev.Lock()
 			exit, err := p.record(smp.Raw)
+			p.ev.Unlock()
 			if err != nil {
 				ferr = err
 			}
@@ -514,7 +531,15 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		stop()
 		return err
 	}
+	var hosted *stacks.Hosted
 	n := len(res.Attach) + len(res.Begin) + len(res.End) + len(res.Intervals)
+	if res.Ustack != nil {
+		if hosted, err = startUstack(ctx, s, o, coll, p); err != nil {
+			stop()
+			return err
+		}
+		n += len(res.Ustack.Targets)
+	}
 	if !o.Quiet {
 		if p.json {
 			fmt.Fprintf(out, "{\"type\": \"attached_probes\", \"data\": {\"probes\": %d}}\n", n)
@@ -548,6 +573,11 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		if err := read(); err != nil { // what came before the detach
 			return err
 		}
+		if hosted != nil {
+			if err := hosted.Flush(); err != nil {
+				return err
+			}
+		}
 		if lost, _ := rings.LostEvents(); lost > 0 {
 			fmt.Fprintf(s.Stderr, "Lost %d events\n", lost)
 		}
@@ -577,7 +607,7 @@ func sortedPrograms(res *compile.Result) []string {
 func (p *printer) maps() error {
 	var maps []*output.Map
 	for _, m := range p.res.Maps {
-		om, err := readMap(p.coll.Maps[m.BPFName], m, p.names)
+		om, err := p.readMap(m)
 		if err != nil {
 			return err
 		}

@@ -335,9 +335,24 @@ func usdts(ap *parse.AttachPoint, pid int64) ([]compile.Target, error) {
 // attach attaches each program where it goes: tracepoints, kprobes (the
 // kprobe PMU, or kprobe_events before 4.17), uprobes.
 func attach(s *run.Session, coll *ebpf.Collection, res *compile.Result) error {
-	var sets []run.ProbeSet
+	var at []attachment
 	for _, a := range res.Attach {
-		prog, t := coll.Programs[a.Program], a.Target
+		at = append(at, attachment{coll.Programs[a.Program], a.Target})
+	}
+	return attachAll(s, at)
+}
+
+// attachment is a program and where it goes.
+type attachment struct {
+	prog *ebpf.Program
+	t    compile.Target
+}
+
+// attachAll attaches each program to its target.
+func attachAll(s *run.Session, at []attachment) error {
+	var sets []run.ProbeSet
+	for _, a := range at {
+		prog, t := a.prog, a.t
 		var err error
 		switch t.Provider {
 		case "tracepoint":

@@ -18,6 +18,9 @@ type StackEvent struct {
 	// All: with -c, every process's events, not only the command's tree.
 	All    bool
 	Attach func(*ebpf.Program) error
+	// Maps are the host's maps the gate refers to by name (bpftrace's,
+	// read and written by the probe's statements before the stacks').
+	Maps map[string]*ebpf.Map
 	// Print, with Event.Emit, prints an event: its ring sample (time,
 	// CPU, pid and tid; Raw is the gate's record), and its stacks.
 	Print func(smp perfevent.Sample, st Stack)

@@ -3,6 +3,7 @@ package stacks
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	bpf "github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/counts"
@@ -116,32 +118,62 @@ func (o *Options) unit() string {
 	return "samples"
 }
 
-// Run samples and reports as o says, until ctx is done, the -c command
-// exits or o's count of reports was printed.
-func Run(ctx context.Context, s *run.Session, o *Options) error {
+// pipeline is a run's stack machinery, started: its programs loaded and
+// attached, its readers and its owner running. Run's loop reads and
+// reports from it; a tool that hosts an event's pipeline in its own run
+// does (Hosted).
+type pipeline struct {
+	r        *reporter
+	ps       *processes
+	deferred *deferrer
+	own      *owner
+	records  *perfevent.Rings // an emitting run's events
+	readAll  func()
+	what     string
+	emitting bool
+	closers  []func() // in the order they were set up: close runs them backwards
+}
+
+// close stops what start started, the last first.
+func (p *pipeline) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+	p.closers = nil
+}
+
+// start loads and attaches o's programs and starts their readers.
+func start(ctx context.Context, s *run.Session, o *Options) (p *pipeline, err error) {
+	started := &pipeline{}
+	p = started
+	defer func() {
+		if err != nil {
+			started.close() // p is nil
+		}
+	}()
 	ns, err := kernel.PidNamespace()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg, notes, err := configure(o, runtime.GOARCH, readFeatures(ns))
 	for _, n := range notes {
 		fmt.Fprintln(s.Stderr, n)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if o.Command != "" && (o.Event == nil || !o.Event.All) {
 		if cfg.Tree, err = s.ProcessTree(ns, o.MaxTree); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	spec, err := prog.Collection(cfg)
+	spec, err := collection(cfg, o.Event)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	coll, err := s.Load(spec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var rows *rowChunks
 	if m := coll.Maps["rows"]; m != nil {
@@ -161,26 +193,26 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 			r.whole = newHeld()
 		}
 		if r.swap, err = loader.NewSwapped(coll.Maps["counts"], coll.Maps[prog.CountsSwap], coll.Maps[prog.GenMap]); err != nil {
-			return err
+			return nil, err
 		}
-		defer r.swap.Close()
+		p.closers = append(p.closers, func() { r.swap.Close() })
 		if cfg.ShortKeySize() > 0 {
 			r.swap.Also(coll.Maps[prog.ShortCounts], coll.Maps[prog.ShortSwap])
 		}
 	}
-	defer ps.close()
+	p.closers = append(p.closers, ps.close)
 	ps.labels, ps.labelMap, ps.context = o.Labels, mapOrNil(coll.Maps["labels"]), cfg.Context
 	if cfg.Mode != prog.UnwindFP {
 		if err := coll.Maps["progs"].Put(uint32(0), coll.Programs["unwind"]); err != nil {
-			return fmt.Errorf("install the unwinder: %w", err)
+			return nil, fmt.Errorf("install the unwinder: %w", err)
 		}
 	}
 	if err := s.AttachTracepoint(coll.Programs["exec"], "sched", "sched_process_exec"); err != nil {
-		return err
+		return nil, err
 	}
 	if cfg.Exit != nil {
 		if err := s.AttachTracepoint(coll.Programs["exit"], "sched", "sched_process_exit"); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The process of -p or -c is known before its first sample: its exec
@@ -190,13 +222,15 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 			continue
 		}
 		if err := coll.Maps["seen"].Put(uint32(pid), uint64(0)); err != nil {
-			return fmt.Errorf("record pid %d: %w", pid, err)
+			return nil, fmt.Errorf("record pid %d: %w", pid, err)
 		}
 		ps.scan(uint32(pid), true)
 	}
 	if pid := s.CommandPid(); pid != 0 {
-		if err := s.FollowProcessTree(coll); err != nil {
-			return err
+		if cfg.Tree != nil { // not every process's events (All)
+			if err := s.FollowProcessTree(coll); err != nil {
+				return nil, err
+			}
 		}
 		ps.preload(o.Command)
 	}
@@ -206,13 +240,13 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 	// deferredRingPages.
 	rings, err := s.OpenOutputRings(coll.Maps["events"], "process notifications", 8, perfevent.WakeEach)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Frame pointers defer nothing: no ring, no reader.
 	var stacks *perfevent.Rings
 	if cfg.Mode != prog.UnwindFP {
 		if stacks, err = s.OpenOutputRings(coll.Maps["stacks"], "deferred samples", deferredRingPages(), perfevent.WakeEach); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	handle := func(smp perfevent.Sample) {
@@ -246,7 +280,7 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 		}
 		return r.nextDue(rescan), nil
 	}, s.Stop)
-	defer stopOwner() // after the readers (deferred later, run sooner)
+	p.closers = append(p.closers, stopOwner) // after the readers (set up later, closed sooner)
 	// New processes and deferred samples wake their readers at once
 	// (WakeEach), each waiting on its own rings (a ring's Close ends its
 	// reader before it unmaps them) and handing the read to the owner.
@@ -268,9 +302,9 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 		}
 		stop, err := rg.Drain(0, reader(rg), s.Stop)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer stop()
+		p.closers = append(p.closers, stop)
 	}
 
 	// An emitting run's events, each printed as it comes (those deferred
@@ -279,7 +313,7 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 	emit := func(smp perfevent.Sample) { r.emit(smp, smp.Raw) }
 	if emitting {
 		if records, err = s.OpenOutputRings(coll.Maps[prog.RecordsMap], o.Event.Name, perfevent.DefaultRingPages, perfevent.WakeBatch); err != nil {
-			return err
+			return nil, err
 		}
 		stopRecords, err := records.Drain(100*time.Millisecond, func() error {
 			return own.do(func() error {
@@ -288,9 +322,9 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 			})
 		}, s.Stop)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer stopRecords()
+		p.closers = append(p.closers, stopRecords)
 	}
 	// The notices first: a process's exec before its deferred samples.
 	readAll := func() {
@@ -309,12 +343,12 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 			what = "events of " + o.Event.Name + " with their user stacks"
 		}
 		if err := o.Event.Attach(coll.Programs["sample"]); err != nil {
-			return err
+			return nil, err
 		}
 	} else if o.OffCPU {
 		what = "off-CPU stacks"
 		if err := s.AttachTracepoint(coll.Programs["sample"], "sched", "sched_switch"); err != nil {
-			return err
+			return nil, err
 		}
 	} else {
 		attr := unix.PerfEventAttr{
@@ -336,7 +370,7 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 			clock, err = perfevent.OpenPerCPU("CPU clock sampling", attr, coll.Programs["sample"], perfevent.AttachEach, nil)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		s.OnDetach("", clock.Close)
 	}
@@ -352,29 +386,135 @@ func Run(ctx context.Context, s *run.Session, o *Options) error {
 		}
 		f, err := createOut(out.path)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		*out.f = f
 		s.OnClose("", f.close)
 	}
 	r.lost.Cumulative = o.Cumulative
-	return s.Loop(ctx, what, func(final bool) error {
+	p.r, p.ps, p.deferred, p.own, p.records, p.readAll, p.what, p.emitting = r, ps, deferred, own, records, readAll, what, emitting
+	return p, nil
+}
+
+// collection is cfg's programs and maps, the gate's references to its
+// host's maps (ev.Maps) resolved.
+func collection(cfg prog.Config, ev *StackEvent) (*ebpf.CollectionSpec, error) {
+	spec, err := prog.Collection(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if ev != nil && len(ev.Maps) > 0 {
+		insns := spec.Programs["sample"].Instructions
+		for name, m := range ev.Maps {
+			if err := insns.AssociateMap(name, m); err != nil && !errors.Is(err, bpf.ErrUnreferencedSymbol) {
+				return nil, fmt.Errorf("the gate's map %s: %w", name, err)
+			}
+		}
+	}
+	return spec, nil
+}
+
+// EventSpec is the collection StartEvent would load for ev on this
+// kernel: its gate in the sampler, the unwinder, their maps. For a
+// host's load test of its gates.
+func EventSpec(ev StackEvent) (*ebpf.CollectionSpec, error) {
+	ev.All, ev.Emit = true, true
+	o := &Options{Unwind: prog.UnwindAuto, Budget: DefaultBudget, NoContext: true, Idle: true, Event: &ev}
+	if err := o.ArchUnwind(); err != nil {
+		return nil, err
+	}
+	ns, err := kernel.PidNamespace()
+	if err != nil {
+		return nil, err
+	}
+	cfg, _, err := configure(o, runtime.GOARCH, readFeatures(ns))
+	if err != nil {
+		return nil, err
+	}
+	return collection(cfg, &ev)
+}
+
+// gather reads what the rings hold and unwinds the deferred samples it
+// can: at the end (final), all of them, after the new processes' tables.
+// The owner's work.
+func (p *pipeline) gather(final bool) {
+	p.readAll()
+	p.ps.collect()
+	if final {
+		p.ps.await(laneSmall, finalWait)
+	}
+	p.deferred.resolve(p.ps, final)
+}
+
+// lostEvents says at the end what an emitting run's ring lost.
+func (p *pipeline) lostEvents(s *run.Session, o *Options) {
+	if lost, exact := p.records.LostEvents(); lost > 0 {
+		atLeast := ""
+		if !exact {
+			atLeast = "at least "
+		}
+		fmt.Fprintf(s.Stderr, "%s: %s%d events lost: a ring buffer was full (a stricter --where keeps up)\n", o.tool(), atLeast, lost)
+	}
+}
+
+// Hosted is an event's stack pipeline run inside another tool's run
+// (bpftrace's ustack): started with its programs attached, each event
+// printed through the event's Print as it comes; the host calls Flush at
+// its run's end, then Close (or the session's close does).
+type Hosted struct {
+	p *pipeline
+	s *run.Session
+	o *Options
+}
+
+// StartEvent starts ev's pipeline for a host's run: every process's
+// events (ev.All is taken as set: a host that wants -c's tree only gates
+// on it), or pid's, unwound as filter's --fields ustack unwinds them.
+func StartEvent(ctx context.Context, s *run.Session, c run.Common, pid int, ev StackEvent) (*Hosted, error) {
+	ev.All, ev.Emit = true, true
+	o := &Options{Common: c, Pid: int64(pid), Unwind: prog.UnwindAuto, Budget: DefaultBudget, NoContext: true, Idle: true, Event: &ev}
+	if err := o.ArchUnwind(); err != nil {
+		return nil, err
+	}
+	p, err := start(ctx, s, o)
+	if err != nil {
+		return nil, err
+	}
+	h := &Hosted{p: p, s: s, o: o}
+	s.OnClose("", func() error { h.Close(); return nil })
+	return h, nil
+}
+
+// Flush prints the events still in the rings and the deferred ones,
+// unwound once their files' tables are read, and says what was lost.
+func (h *Hosted) Flush() error {
+	return h.p.own.do(func() error {
+		h.p.gather(true)
+		h.p.lostEvents(h.s, h.o)
+		return nil
+	})
+}
+
+// Close stops the pipeline's readers and owner; twice is harmless.
+func (h *Hosted) Close() { h.p.close() }
+
+// Run samples and reports as o says, until ctx is done, the -c command
+// exits or o's count of reports was printed.
+func Run(ctx context.Context, s *run.Session, o *Options) error {
+	p, err := start(ctx, s, o)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	r, own, emitting := p.r, p.own, p.emitting
+	return s.Loop(ctx, p.what, func(final bool) error {
 		var counted *held
 		var todo []uint64
 		err := own.do(func() error {
-			readAll()
-			ps.collect()
-			if final {
-				ps.await(laneSmall, finalWait)
-			}
-			deferred.resolve(ps, final)
+			p.gather(final)
 			if emitting {
-				if lost, exact := records.LostEvents(); final && lost > 0 {
-					atLeast := ""
-					if !exact {
-						atLeast = "at least "
-					}
-					fmt.Fprintf(s.Stderr, "%s: %s%d events lost: a ring buffer was full (a stricter --where keeps up)\n", o.tool(), atLeast, lost)
+				if final {
+					p.lostEvents(s, o)
 				}
 				return nil
 			}

@@ -122,7 +122,11 @@ type Key struct {
 	Ksym  bool
 	Inet  bool // ntop's: the family in 8 bytes, then 16 of address
 	Usym  bool // usym()'s: the address, then the process's id (8 bytes each)
-	Buf   bool // buf()'s: its length in a byte, then from byte 8 its bytes
+	// Ustack is ustack's, of at most Frames frames: no bytes in a
+	// record, the stack pipeline's frames (see ustack.go).
+	Ustack bool
+	Frames int
+	Buf    bool // buf()'s: its length in a byte, then from byte 8 its bytes
 	// Strftime is strftime()'s format: the 8 bytes are nanoseconds
 	// since boot, printed as the wall-clock time they were.
 	Strftime string
@@ -141,6 +145,10 @@ type Map struct {
 	BPFName        string
 	PerCPU         bool
 	StrSize        int // a string value's size
+	// User: the map has ustack keys and is held in user space, which
+	// aggregates the records the stack pipeline sends (see ustack.go);
+	// it has no kernel map.
+	User bool
 }
 
 // KeySize is the bytes of the kernel map's key: the keys, 8 for a map
@@ -214,6 +222,9 @@ type Result struct {
 	// Begin and End are BEGIN's and END's statements, for user space.
 	Begin, End [][]parse.Stmt
 	Intervals  []Interval
+	// Ustack is the probe with user stacks, the stack pipeline's gate
+	// (nil: none).
+	Ustack *Ustack
 }
 
 // Map is the map named name ("@x"), or nil.
@@ -266,6 +277,9 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 		probe *parse.Probe
 		tps   []Target
 		vars  []map[string]typ // per target: its variables' types
+		// ustack is the statement that keeps user stacks (nil: none):
+		// the probe is the stack pipeline's gate, not a program.
+		ustack parse.Stmt
 	}
 	var probes []probeTargets
 	var user [][]parse.Stmt // what user space runs, for the typer
@@ -324,7 +338,11 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 			user = append(user, pr.Body)
 			continue
 		}
-		probes = append(probes, probeTargets{probe: pr, tps: tps})
+		last, err := ustackUse(opt.File, pr)
+		if err != nil {
+			return nil, err
+		}
+		probes = append(probes, probeTargets{probe: pr, tps: tps, ustack: last})
 	}
 	// The maps' kinds and keys first: a map read in one probe may be
 	// assigned in a later one, or in BEGIN.
@@ -376,9 +394,34 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 			}
 		}
 	}
+	// The ustack statement's map is held in user space.
+	var all []*parse.Probe
+	var with *probeTargets
+	for i, p := range probes {
+		all = append(all, p.probe)
+		if p.ustack == nil {
+			continue
+		}
+		if with != nil {
+			return nil, errAt(opt.File, p.probe.Pos, "ustack is taken in one probe of a program here")
+		}
+		with = &probes[i]
+	}
+	if with != nil {
+		if a, ok := with.ustack.(*parse.Assign); ok {
+			c.maps["@"+a.Target.(*parse.Map).Name].User = true
+		}
+		if err := c.userHeld(opt.File, all, with.ustack); err != nil {
+			return nil, err
+		}
+	}
 	for i, name := range names {
 		m := c.maps[name]
 		m.BPFName = fmt.Sprintf("m%d", i)
+		if m.User {
+			c.res.Maps = append(c.res.Maps, m)
+			continue
+		}
 		typ, entries := ebpf.Hash, uint32(MapEntries)
 		if m.PerCPU {
 			typ = ebpf.PerCPUHash
@@ -397,6 +440,15 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 	spec.Maps[JoinMap] = &ebpf.MapSpec{Name: JoinMap, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8 + JoinArgs*JoinArgSize, MaxEntries: 1}
 	n := 0
 	for _, p := range probes {
+		if p.ustack != nil {
+			if len(p.tps) == 0 {
+				continue // every attach point skipped
+			}
+			if err := c.ustackProbe(p.probe, p.ustack, p.tps, p.vars); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		for i := range p.tps {
 			tp := &p.tps[i]
 			name := fmt.Sprintf("p%d", n)
@@ -414,6 +466,14 @@ func Compile(prog *parse.Program, opt Options) (*Result, error) {
 			}
 			spec.Programs[name] = &ebpf.ProgramSpec{Name: name, Type: typ, License: "GPL", Instructions: insns}
 			c.res.Attach = append(c.res.Attach, Attach{Program: name, Target: *tp})
+		}
+	}
+	// A kstack in the ustack statement is the stack pipeline's: its
+	// STACK_TRACE map (megabytes of kernel memory) is made only where a
+	// program reads a stack into it.
+	for name := range c.stackMaps {
+		if !references(spec, name) {
+			delete(spec.Maps, name)
 		}
 	}
 	c.res.Spec = spec
@@ -471,30 +531,49 @@ func userStmts(file string, ss []parse.Stmt, begin bool) error {
 func (c *compiler) program(pr *parse.Probe, tp *Target, vars map[string]typ) (bpf.Instructions, error) {
 	// fp-8 is scratch: the lost map's key.
 	g := &gen{c: c, tp: tp, vars: map[string]slot{}, varTypes: vars, sp: 8}
-	g.emit(asm.Prologue()...)
-	if err := g.prepare(pr); err != nil {
+	if err := g.head(pr); err != nil {
 		return nil, err
-	}
-	if c.opt.Pid != 0 {
-		g.emit(asm.Note(g.pidTgidCall(), fmt.Sprintf("-p %d: other processes' events end here", c.opt.Pid))...)
-		g.emit(bpf.RSh.Imm(bpf.R0, 32), bpf.JNE.Imm(bpf.R0, int32(c.opt.Pid), "out"))
-	}
-	if pr.Pred != nil {
-		t, err := g.expr(pr.Pred)
-		if err != nil {
-			return nil, err
-		}
-		if t.str {
-			return nil, errAt(c.opt.File, pr.Pred.ExprPos(), "a predicate is an integer, not a string")
-		}
-		g.emit(bpf.JEq.Imm(bpf.R0, 0, "out"))
 	}
 	if err := g.stmts(pr.Body); err != nil {
 		return nil, err
 	}
 	g.mark("out")
 	g.emit(bpf.Mov.Imm(bpf.R0, 0), bpf.Return())
-	// Variables start as 0 (or ""): a branch may read one it did not set.
+	g.clearVars()
+	if len(g.insns) > 4096 {
+		return nil, errAt(c.opt.File, pr.Pos, "the probe compiles to %d instructions, more than the 4096 old kernels take", len(g.insns))
+	}
+	return g.insns, nil
+}
+
+// head compiles what a probe runs before its statements: the context
+// kept, pid and tid read once where they are read more (prepare), -p's
+// filter, the predicate; an event that does not pass goes to "out".
+func (g *gen) head(pr *parse.Probe) error {
+	g.emit(asm.Prologue()...)
+	if err := g.prepare(pr); err != nil {
+		return err
+	}
+	if pid := g.c.opt.Pid; pid != 0 {
+		g.emit(asm.Note(g.pidTgidCall(), fmt.Sprintf("-p %d: other processes' events end here", pid))...)
+		g.emit(bpf.RSh.Imm(bpf.R0, 32), bpf.JNE.Imm(bpf.R0, int32(pid), "out"))
+	}
+	if pr.Pred != nil {
+		t, err := g.expr(pr.Pred)
+		if err != nil {
+			return err
+		}
+		if t.str {
+			return errAt(g.file(), pr.Pred.ExprPos(), "a predicate is an integer, not a string")
+		}
+		g.emit(bpf.JEq.Imm(bpf.R0, 0, "out"))
+	}
+	return nil
+}
+
+// clearVars sets the variables to 0 (or "") at the program's start, after
+// the context is kept: a branch may read one it did not set.
+func (g *gen) clearVars() {
 	var clear bpf.Instructions
 	for _, v := range g.varOffs {
 		for i := 0; i < v.t.size; i += 8 {
@@ -505,10 +584,18 @@ func (c *compiler) program(pr *parse.Probe, tp *Target, vars map[string]typ) (bp
 		clear[0] = clear[0].WithSource(bpf.Comment("the variables start as zero"))
 		g.insns = slices.Concat(g.insns[:1], clear, g.insns[1:])
 	}
-	if len(g.insns) > 4096 {
-		return nil, errAt(c.opt.File, pr.Pos, "the probe compiles to %d instructions, more than the 4096 old kernels take", len(g.insns))
+}
+
+// references says whether a program of spec loads map name.
+func references(spec *ebpf.CollectionSpec, name string) bool {
+	for _, p := range spec.Programs {
+		for _, ins := range p.Instructions {
+			if ins.IsLoadFromMap() && ins.Reference() == name {
+				return true
+			}
+		}
 	}
-	return g.insns, nil
+	return false
 }
 
 // joinNames lists names, for messages.

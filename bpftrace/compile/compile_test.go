@@ -20,6 +20,8 @@ import (
 	"github.com/tracekit/tracekit/internal/loadtest"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/kbtf"
+	"github.com/tracekit/tracekit/stacks"
+	"github.com/tracekit/tracekit/stacks/prog"
 	"github.com/tracekit/tracekit/tracefs"
 	"github.com/tracekit/tracekit/uprobe"
 )
@@ -86,6 +88,10 @@ t:syscalls:sys_exit_read /@start[tid] && @fd[tid] > 2 || @start[pid]/ {
 t:syscalls:sys_exit_read /@start[tid] && @fd[tid] > 2/ { @w = @fd[tid] + @start[tid]; }`,
 	// A usdt probe's arguments from its site's specs (usdtSpecs).
 	"usdt": `usdt:/usr/bin/tk:tk:args /arg0 < 0/ { printf("%d %s %d\n", arg0, str(arg2), arg3); @[probe] = sum(arg1); @v = max(arg4); @t = min(arg5); }`,
+	// ustack: the probe is the stack pipeline's gate; its last statement
+	// leaves a record (the other keys, the value) for user space.
+	"ustack":        `t:syscalls:sys_enter_write /pid != 1/ { @n = count(); $c = args->count; @u[ustack(5), comm, kstack, $c] = hist($c); }`,
+	"ustack_printf": `uprobe:/bin/bash:readline { printf("%d %s %s\n", pid, ustack, comm); }`,
 	"arith": `t:syscalls:sys_exit_write /args->ret >= 0/ {
 	$x = args->ret; $y = ($x * 3 + 7) / 2 % 5 - ($x << 2) ^ ($x >> 1) | ~$x & 255;
 	@v = sum(!$y + (-$x < 0)); unroll(3) { @u = count(); }
@@ -275,6 +281,11 @@ func TestGolden(t *testing.T) {
 				fmt.Fprintf(&b, "\n%s on %s\n", a.Program, a.Target.ProbeName())
 				b.WriteString(golden.Program(res.Spec.Programs[a.Program].Instructions))
 			}
+			if u := res.Ustack; u != nil {
+				fmt.Fprintf(&b, "\nthe stack pipeline's gate on %s: record %d bytes at fp%d %v value %v kernel %v map %v %s printf %d\n",
+					u.Targets[0].ProbeName(), u.Record, u.RecordAt, u.Layout, u.Value, u.Kernel, u.Map != nil, u.Call, u.Printf)
+				b.WriteString(golden.Program(u.Gate))
+			}
 			golden.Check(t, name, b.String())
 		})
 	}
@@ -303,6 +314,19 @@ func TestLoad(t *testing.T) {
 			continue
 		}
 		loadtest.Spec(t, name, res.Spec)
+		if u := res.Ustack; u != nil {
+			// The gate in the stack pipeline's sampler, as StartEvent
+			// loads it, beside the script's maps.
+			spec, err := stacks.EventSpec(stacks.StackEvent{Event: prog.Event{Type: u.Type, Regs: u.Regs, Gate: u.Gate, Record: u.Record, RecordAt: u.RecordAt}, Kernel: u.Kernel})
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			for n, m := range res.Spec.Maps {
+				spec.Maps[GateMap(n)] = m.Copy()
+			}
+			loadtest.Spec(t, name+"'s gate", spec)
+		}
 	}
 }
 
@@ -314,8 +338,14 @@ func TestRefused(t *testing.T) {
 		{`t:syscalls:sys_enter_write { @ = arg0; }`, "test.bt:1:34: arg0 is not in tracepoint probes"},
 		{`kprobe:vfs_read { @ = args->count; }`, "test.bt:1:23: args is not in kprobe probes"},
 		{`kprobe:vfs_read { @ = arg7; }`, "arg7: the arguments in registers are arg0 to arg5"},
-		{`t:syscalls:sys_enter_write { @ = count(); }
-t:syscalls:sys_enter_write { @x[ustack] = count(); }`, "test.bt:2:33: ustack is not taken here yet"},
+		{`t:syscalls:sys_enter_write { @x[ustack] = count(); @y = 1; }`, "test.bt:1:33: ustack is taken in one statement of a probe, its last"},
+		{`t:syscalls:sys_enter_write { printf("%d\n", ustack + 1); }`, "test.bt:1:45: '+' takes integers, not a stack"},
+		{`t:syscalls:sys_enter_write /ustack/ { @ = count(); }`, "test.bt:1:29: ustack in a predicate"},
+		{`t:syscalls:sys_enter_write { @x[ustack] = 1; }`, "test.bt:1:30: ustack is a key of a map an aggregation is assigned"},
+		{`t:syscalls:sys_enter_write { @x[ustack] = count(); }
+t:syscalls:sys_exit_write { @y[ustack] = count(); }`, "test.bt:2:1: ustack is taken in one probe of a program here"},
+		{`t:syscalls:sys_enter_write { @x[ustack(200)] = count(); }`, "ustack's frames: 1 to 127"},
+		{`t:syscalls:sys_enter_write { @x[ustack(perf, 3)] = count(); }`, "ustack(perf): bpftrace's format and a number of frames are taken"},
 		{`t:syscalls:sys_enter_write { @[kstack(200)] = count(); }`, "kstack's frames: 1 to 127"},
 		{`t:syscalls:sys_enter_write { @ = kaddr("no_such_symbol"); }`, `kaddr("no_such_symbol"): no such symbol`},
 		{`t:syscalls:sys_enter_write { @ = args->nosuch; }`, `test.bt:1:34: tracepoint:syscalls:sys_enter_write has no field "nosuch" (fields: __syscall_nr, fd, buf, count)`},

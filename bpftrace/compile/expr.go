@@ -187,6 +187,8 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 		return g.literal(g.tp.ProbeName(), x.Pos)
 	case "kstack":
 		return g.kstack(nil, x.Pos)
+	case "ustack":
+		return typ{}, errAt(g.file(), x.Pos, "ustack is a map's key or printf's argument, in its probe's last statement")
 	case "func":
 		if g.tp.Func == "" {
 			return typ{}, errAt(g.file(), x.Pos, "func is a kprobe's or uprobe's function: %s has none", g.tp.ProbeName())
@@ -447,6 +449,8 @@ func (g *gen) callValue(x *parse.Call) (typ, error) {
 		return typ{size: 8, width: w}, nil
 	case "kstack":
 		return g.kstack(x, x.Pos)
+	case "ustack":
+		return typ{}, errAt(g.file(), x.Pos, "ustack is a map's key or printf's argument, in its probe's last statement")
 	case "ksym":
 		t, err := g.expr(x.Args[0])
 		if err != nil {

@@ -44,6 +44,10 @@ type typ struct {
 	// strftime is strftime()'s format; the integer, nanoseconds since
 	// boot.
 	strftime string
+	// ustack is the user stack, of at most frames frames: no bytes of
+	// its own, the stack pipeline's frames (see ustack.go).
+	ustack bool
+	frames int
 	// width is the bytes an integer had where it was read (a member, a
 	// field, a cast), for bswap; bytes a char array's length.
 	width, bytes int
@@ -51,7 +55,7 @@ type typ struct {
 
 // key is how t is laid out as a map's key or a printf argument.
 func (t typ) key() Key {
-	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet, Usym: t.usym, Buf: t.buf, Strftime: t.strftime}
+	return Key{Str: t.str, Size: t.size, Stack: t.stack, Ksym: t.ksym, Inet: t.inet, Usym: t.usym, Ustack: t.ustack, Frames: t.frames, Buf: t.buf, Strftime: t.strftime}
 }
 
 // buffer says whether t is kept in a stack buffer (at off), not in R0.
@@ -313,6 +317,8 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		switch {
 		case x.Name == "kstack":
 			return c.kstack(nil, x.Pos)
+		case x.Name == "ustack":
+			return c.ustackType(nil)
 		case x.Name == "curtask":
 			return c.curtask(), nil
 		case intBuiltins[x.Name]:
@@ -369,6 +375,13 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 		}
 		return typ{size: 8, signed: true}, nil
 	case *parse.Call:
+		if x.Name == "kstack" || x.Name == "ustack" {
+			// Their arguments are a mode's name and a number, not values.
+			if x.Name == "kstack" {
+				return c.kstack(x, x.Pos)
+			}
+			return c.ustackType(x)
+		}
 		for _, a := range x.Args {
 			if _, err := t.expr(a); err != nil {
 				return typ{}, err
@@ -389,6 +402,8 @@ func (t *typer) expr(x parse.Expr) (typ, error) {
 			return b, nil
 		case "kstack":
 			return c.kstack(x, x.Pos)
+		case "ustack":
+			return c.ustackType(x)
 		case "ksym":
 			return typ{size: 8, ksym: true}, nil
 		case "usym":
