@@ -61,7 +61,7 @@ software and hardware probes, with globs; predicates; maps with keys of
 integers and strings, @start[tid] = nsecs and delete(); $variables;
 if/else, unroll, ternaries, C's arithmetic and comparisons (strings with ==
 and !=); count, sum, avg, min, max, stats, hist and lhist; the builtins
-pid, tid, uid, gid, comm, cpu, nsecs, elapsed, cgroup, curtask, probe,
+pid, tid, uid, gid, comm, cpu, nsecs, elapsed, cgroup, curtask, cpid, probe,
 func, args->field, arg0.., retval and $1...; the headers' usual macros
 (AF_INET, TASK_RUNNING, O_CREAT, ...) and the kernel's enumerators from its
 BTF; casts to the kernel's types and -> and . walks through its BTF

@@ -462,7 +462,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 		}
 		return tps, err
 	}
-	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers, Regs: regs, Pid: uint32(o.Pid), Params: params, Start: uint64(now.Nano()), Const: enumerator, Types: types(), Kaddr: kaddr})
+	res, err := compile.Compile(prog, compile.Options{File: file, Resolve: resolve, Readers: kernel.Readers, Regs: regs, Pid: uint32(o.Pid), CPid: uint32(s.CommandPid()), Params: params, Start: uint64(now.Nano()), Const: enumerator, Types: types(), Kaddr: kaddr})
 	if err != nil {
 		var pe *parse.Error
 		if errors.As(err, &pe) {

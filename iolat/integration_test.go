@@ -27,35 +27,6 @@ func iolat(t *testing.T, args ...string) tooltest.Result {
 	return tooltest.Run(t, tooltest.Tool(t, "iolat"), args...)
 }
 
-// loopDevice attaches a loop device to a temporary file and detaches it
-// when the test ends, failed or not.
-func loopDevice(t *testing.T) string {
-	t.Helper()
-	img := filepath.Join(t.TempDir(), "disk.img")
-	if err := os.WriteFile(img, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(img, 32<<20); err != nil {
-		t.Fatal(err)
-	}
-	// "losetup -f" then "losetup DEV FILE": busybox (in the kernel matrix)
-	// has no --show.
-	out, err := exec.Command("losetup", "-f").CombinedOutput()
-	if err != nil {
-		t.Fatalf("losetup -f: %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	if out, err := exec.Command("losetup", dev, img).CombinedOutput(); err != nil {
-		t.Fatalf("losetup %s: %v: %s", dev, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Errorf("losetup -d %s: %v: %s", dev, err, out)
-		}
-	})
-	return dev
-}
-
 // directWrites is exactly n block IOs of 4 KiB to dev.
 func directWrites(dev string, n int) string {
 	return fmt.Sprintf("dd if=/dev/zero of=%s bs=4k count=%d oflag=direct status=none", dev, n)
@@ -74,7 +45,7 @@ func TestLoopDeviceExactCount(t *testing.T) {
 	privtest.Require(t)
 	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
 		tooltest.RawNeedsBTF(t) // -d reads the request
-		dev := loopDevice(t)
+		dev := tooltest.LoopDevice(t)
 		name := filepath.Base(dev)
 		const n = 57
 		r := iolat(t, "-D", "--json", "-c", directWrites(dev, n))
@@ -136,7 +107,7 @@ func TestSlotsAndHashCountExactly(t *testing.T) {
 	privtest.Require(t)
 	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
 		tooltest.RawNeedsBTF(t) // -d reads the request
-		dev := loopDevice(t)
+		dev := tooltest.LoopDevice(t)
 		name := filepath.Base(dev)
 		const n = 60
 		sizes := []string{"auto", "0", "1"}
@@ -241,7 +212,7 @@ func occupySlot(t *testing.T, pid int) {
 // the workload's, none lost.
 func TestWholeMachine(t *testing.T) {
 	privtest.Require(t)
-	dev := loopDevice(t)
+	dev := tooltest.LoopDevice(t)
 	const n = 33
 	tooltest.ForEachHook(t, "block_rq_issue", func(t *testing.T) {
 		for _, q := range [][]string{nil, {"-Q"}} {
@@ -264,7 +235,7 @@ func TestWholeMachine(t *testing.T) {
 
 func TestHeatmapCountsEveryIOAboveZero(t *testing.T) {
 	privtest.Require(t)
-	dev := loopDevice(t)
+	dev := tooltest.LoopDevice(t)
 	const n = 33
 	r := iolat(t, "--heatmap", "--json", "--full", "-d", filepath.Base(dev), "-c", directWrites(dev, n))
 	if r.Status != 0 {

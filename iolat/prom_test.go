@@ -8,6 +8,7 @@ import (
 
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/promtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
 )
 
 // TestPrometheus scrapes iolat --serve -D with a real Prometheus: after
@@ -17,7 +18,7 @@ import (
 func TestPrometheus(t *testing.T) {
 	privtest.Require(t)
 	const n = 57
-	dev := loopDevice(t)
+	dev := tooltest.LoopDevice(t)
 	name := filepath.Base(dev)
 	tool := promtest.Serve(t, "iolat", "127.0.0.1:0", "-D")
 	tool.CheckCaps(t)

@@ -92,6 +92,7 @@ type Options struct {
 	// kprobe or uprobe program gets.
 	Regs   *asm.Regs
 	Pid    uint32   // -p: only this process's events (0: all)
+	CPid   uint32   // -c's process, the cpid builtin (0: no -c)
 	Params []string // $1, $2, ...
 	// Start is when the run began on the kernel's monotonic clock (what
 	// nsecs reads), for elapsed.

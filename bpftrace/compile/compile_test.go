@@ -29,7 +29,7 @@ import (
 // scripts are the programs whose bytecode the goldens pin and the
 // kernel loads: each construct the compiler takes, in a few programs.
 var scripts = map[string]string{
-	"count": `t:syscalls:sys_enter_write { @[comm] = count(); @n = count(); }`,
+	"count": `t:syscalls:sys_enter_write { @[comm] = count(); @n = count(); } t:syscalls:sys_enter_write /pid == cpid/ { @c = count(); }`,
 	"latency": `t:syscalls:sys_enter_write { @start[tid] = nsecs; }
 t:syscalls:sys_exit_write /@start[tid]/ { @ns[comm, pid] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
 	"aggregations": `t:syscalls:sys_enter_write /args->count > 0 && pid != 1/ {
@@ -244,7 +244,7 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 		}
 	}
 	kaddr := func(name string) (uint64, bool) { return 0xffffffff81234560, name == "vfs_read" }
-	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: newReaders, Regs: r, Start: 1e9, Const: enums, Types: types, Kaddr: kaddr})
+	return Compile(prog, Options{File: "test.bt", Resolve: tps, Readers: newReaders, Regs: r, CPid: 4242, Start: 1e9, Const: enums, Types: types, Kaddr: kaddr})
 }
 
 // TestUSDTArches: the usdt script compiles for each CPU's specs and

@@ -169,6 +169,11 @@ func (g *gen) builtin(x *parse.Ident) (typ, error) {
 	case "curtask":
 		note(bpf.FnGetCurrentTask.Call())
 		return g.c.curtask(), nil
+	case "cpid":
+		if g.c.opt.CPid == 0 {
+			return typ{}, errAt(g.file(), x.Pos, "cpid is the pid of -c's command: run one with -c")
+		}
+		note(bpf.Mov.Imm(bpf.R0, int32(g.c.opt.CPid)))
 	case "elapsed":
 		note(bpf.FnKtimeGetNs.Call(), bpf.LoadImm(bpf.R1, int64(g.c.opt.Start), bpf.DWord), bpf.Sub.Reg(bpf.R0, bpf.R1))
 	case "comm":

@@ -80,7 +80,7 @@ func strT(n int) typ { return typ{str: true, size: roundUp(n)} }
 func roundUp(n int) int { return (n + stackAlign - 1) / stackAlign * stackAlign }
 
 // intBuiltins are the integer builtins and the helper each calls.
-var intBuiltins = map[string]bool{"pid": true, "tid": true, "uid": true, "gid": true, "cpu": true, "nsecs": true, "cgroup": true, "curtask": true, "elapsed": true}
+var intBuiltins = map[string]bool{"pid": true, "tid": true, "uid": true, "gid": true, "cpu": true, "nsecs": true, "cgroup": true, "curtask": true, "elapsed": true, "cpid": true}
 
 // aggs are the aggregations and the kind of map each makes.
 var aggs = map[string]output.Kind{"count": output.Count, "sum": output.Sum, "min": output.Min, "max": output.Max, "avg": output.Avg, "stats": output.Stats, "hist": output.Hist, "lhist": output.Lhist}

@@ -243,6 +243,35 @@ func opens(spec, comm string) int {
 	return 0
 }
 
+// LoopDevice attaches a loop device to a temporary file and detaches it
+// when the test ends, failed or not.
+func LoopDevice(t testing.TB) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	// "losetup -f" then "losetup DEV FILE": busybox (in the kernel matrix)
+	// has no --show.
+	out, err := exec.Command("losetup", "-f").CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup -f: %v: %s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	if out, err := exec.Command("losetup", dev, img).CombinedOutput(); err != nil {
+		t.Fatalf("losetup %s: %v: %s", dev, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup -d %s: %v: %s", dev, err, out)
+		}
+	})
+	return dev
+}
+
 // Peer returns the path of a peer tool (bpftrace), installing its Debian
 // package when it is missing; "" inside the kernel matrix's guests, which
 // have no package manager (the comparison runs on the host).
