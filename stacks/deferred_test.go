@@ -411,3 +411,15 @@ func TestBlocksRead(t *testing.T) {
 		t.Errorf("a held block read from the map again (err %v)", err)
 	}
 }
+
+// A frame section that cannot be read is said in the report, as a table
+// past the parse's limits is, not left to "no table" alone.
+func TestMalformedFramesSaid(t *testing.T) {
+	ps := &processes{}
+	ps.collected(parseResult{lane: laneSmall, f: &file{name: "libbad.so", first: -1}, err: errors.New("no CIE at 0x40")})
+	ps.collected(parseResult{lane: laneSmall, f: &file{name: "libbig.so", first: -1}, err: &unwind.LimitError{What: "more than 1 FDEs"}})
+	want := []string{"libbad.so: malformed frame section: no CIE at 0x40", "libbig.so: more than 1 FDEs"}
+	if !slices.Equal(ps.refused, want) {
+		t.Errorf("refused %q, want %q", ps.refused, want)
+	}
+}

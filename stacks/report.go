@@ -471,7 +471,7 @@ func (r *reporter) writeJSON(now time.Time, stacks []stack, lost uint64) error {
 		Usecs   *uint64     `json:"usecs,omitempty"`
 		Lost    uint64      `json:"lost"`
 		Stacks  []JSONStack `json:"stacks"`
-		Refused []string    `json:"refused"` // files whose tables were past the parse's limits, and why
+		Refused []string    `json:"refused"` // files whose tables were past the parse's limits or malformed, and why
 		// NotDeferred: samples the full deferred ring turned away since the
 		// start (counted as far as the kernel walked them).
 		NotDeferred uint64 `json:"not_deferred,omitempty"`

@@ -32,7 +32,7 @@ type rowTable struct {
 	capacity    int        // rows the table holds
 	next        int        // its first free row, at a block's start
 	full        int        // files left out: the row table was full
-	refused     []string   // files past the parse's limits, and why
+	refused     []string   // files past the parse's limits or with a malformed frame section, and why
 	loadTime    time.Duration
 	preloaded   int // files of the -c command read before its release
 
@@ -256,6 +256,12 @@ func (ps *processes) await(lane int, wait time.Duration) bool {
 func (ps *processes) collected(res parseResult) {
 	ps.lanes[res.lane].busy = false
 	ps.loadTime += res.took
+	var limit *unwind.LimitError
+	if res.err != nil && !errors.As(res.err, &limit) {
+		// A frame section that is there and cannot be read: its
+		// samples end at "no table", and the report says why.
+		ps.refused = append(ps.refused, fmt.Sprintf("%s: malformed frame section: %v", res.f.name, res.err))
+	}
 	ps.loaded(res.f, res.table, res.err)
 	ps.startParse(res.lane)
 	if res.lane == laneBig && !ps.lanes[laneBig].busy && ps.gcWas != 0 {
