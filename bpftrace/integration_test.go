@@ -250,19 +250,22 @@ uprobe:` + fx + `:no_such_function_here { printf("never\n"); }`
 
 // TestUsym: usym() names a user code address by the process's symbols,
 // in printf and as a map's key: fx-chain calls tk_call(tk_nop, i) three
-// times. bpftrace names the key at the end, when the process has gone,
-// and prints its address: the printf lines are compared with its own.
+// times, then sleeps a second: a record is named when it is read (within
+// 100 ms, or later in a slow guest), while the process is there to read
+// its mappings. bpftrace names the key at the end, when the process has
+// gone, and prints its address: the printf lines are compared with its
+// own.
 func TestUsym(t *testing.T) {
 	privtest.Require(t)
 	fx := filepath.Join(fixtures(t), "fx-chain")
 	script := `uprobe:` + fx + `:tk_call { printf("%s %d\n", usym(arg0), arg1); $f = usym(arg0); @[$f] = count(); }`
-	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", fx+" 0 0 3 100", "-e", script)
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", fx+" 0 0 3 1000", "-e", script)
 	lines := "Attaching 1 probe...\ntk_nop 0\ntk_nop 1\ntk_nop 2\n"
 	if want := lines + "\n\n@[tk_nop]: 3\n"; r.Status != 0 || r.Stdout != want {
 		t.Errorf("exit %d, printed:\n%s\nwant:\n%s\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
 	}
 	if bt := peer(t); bt != "" {
-		p := tooltest.Run(t, bt, "-c", fx+" 0 0 3 100", "-e", script)
+		p := tooltest.Run(t, bt, "-c", fx+" 0 0 3 1000", "-e", script)
 		if !strings.HasPrefix(p.Stdout, lines) {
 			t.Errorf("bpftrace printed:\n%s\nours:\n%s", p.Stdout, r.Stdout)
 		}
