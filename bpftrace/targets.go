@@ -111,6 +111,12 @@ func kprobes(ap *parse.AttachPoint) ([]compile.Target, error) {
 		return nil, err
 	}
 	if len(probes) == 0 {
+		if ap.Listed && !strings.ContainsAny(ap.Parts[0], "*?") {
+			// One of a list (biolatency.bt's blk_account_io_start and
+			// __blk_account_io_start: one kernel has the one, another the
+			// other): skipped, as bpftrace skips it.
+			return nil, &missingFunc{"the kernel", ap.Parts[0], usage.Errorf("%s names no kernel function that can be probed", ap.Raw)}
+		}
 		if near := tracefs.NearFunctions(ap.Parts[0]); len(near) > 0 && !strings.ContainsAny(ap.Parts[0], "*?") {
 			return nil, usage.Errorf("%s names no kernel function that can be probed (near: %s)", ap.Raw, strings.Join(near, ", "))
 		}
@@ -249,9 +255,10 @@ func perfTarget(ap *parse.AttachPoint) (compile.Target, error) {
 	return t, nil
 }
 
-// missingFunc is a uprobe whose library has no such function: skipped,
-// as bpftrace skips it (its tools probe functions that some versions of a
-// library have and others not), unless nothing else is left to attach.
+// missingFunc is a uprobe whose library has no such function, or a
+// kprobe of a list whose kernel has none: skipped, as bpftrace skips it
+// (its tools probe functions that some versions of a library or of the
+// kernel have and others not), unless nothing else is left to attach.
 type missingFunc struct {
 	path, name string
 	err        error

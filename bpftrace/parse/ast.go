@@ -43,6 +43,9 @@ type AttachPoint struct {
 	Raw      string
 	Provider string
 	Parts    []string
+	// Listed: one of several attach points of its probe, which bpftrace
+	// skips, with a warning, where it names nothing the system has.
+	Listed bool
 }
 
 // Stmt is a statement of an action.

@@ -299,6 +299,11 @@ func (p *parser) probe() (*Probe, error) {
 		}
 		p.s.off++
 	}
+	if len(probe.Points) > 1 {
+		for _, ap := range probe.Points {
+			ap.Listed = true
+		}
+	}
 	c, err := p.s.peekByte()
 	if err != nil {
 		return nil, err
