@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -418,6 +419,10 @@ func TestMalformedFramesSaid(t *testing.T) {
 	ps := &processes{}
 	ps.collected(parseResult{lane: laneSmall, f: &file{name: "libbad.so", first: -1}, err: errors.New("no CIE at 0x40")})
 	ps.collected(parseResult{lane: laneSmall, f: &file{name: "libbig.so", first: -1}, err: &unwind.LimitError{What: "more than 1 FDEs"}})
+	// A section without rows (libicudata's), or a parse cut short by
+	// the run's end, is nothing malformed.
+	ps.collected(parseResult{lane: laneSmall, f: &file{name: "libdata.so", first: -1}, err: errNoRows})
+	ps.collected(parseResult{lane: laneSmall, f: &file{name: "libc.so", first: -1}, err: fmt.Errorf("read: %w", errClosing)})
 	want := []string{"libbad.so: malformed frame section: no CIE at 0x40", "libbig.so: more than 1 FDEs"}
 	if !slices.Equal(ps.refused, want) {
 		t.Errorf("refused %q, want %q", ps.refused, want)

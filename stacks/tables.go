@@ -257,7 +257,7 @@ func (ps *processes) collected(res parseResult) {
 	ps.lanes[res.lane].busy = false
 	ps.loadTime += res.took
 	var limit *unwind.LimitError
-	if res.err != nil && !errors.As(res.err, &limit) {
+	if res.err != nil && !errors.As(res.err, &limit) && !errors.Is(res.err, errNoRows) && !errors.Is(res.err, errClosing) {
 		// A frame section that is there and cannot be read: its
 		// samples end at "no table", and the report says why.
 		ps.refused = append(ps.refused, fmt.Sprintf("%s: malformed frame section: %v", res.f.name, res.err))
@@ -345,10 +345,14 @@ func readFrames(fs frameSource, closing *atomic.Bool) (table *unwind.Table, err 
 	}
 	table, err = fs.arch.Read(src, fs.size, fs.addr, fs.debug, fs.extra...)
 	if err == nil && table.Len() == 0 {
-		err = errors.New("no unwind rows")
+		err = errNoRows
 	}
 	return table, err
 }
+
+// errNoRows: a frame section without a row (a library of data alone,
+// libicudata's): nothing to load, and nothing malformed.
+var errNoRows = errors.New("no unwind rows")
 
 type stoppable struct {
 	io.ReaderAt
