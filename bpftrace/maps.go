@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -466,37 +465,11 @@ func strftime(format string, t time.Time) string {
 	return b.String()
 }
 
-// userSymbols names a user code address of a process (usym()), by its
-// mappings and files' symbols as profile names a frame; made at the first
-// one, kept for the run (bounded: stacks.UserSymbols), used by one
-// goroutine at a time.
-var userSymbols = struct {
-	sync.Mutex
-	name func(pid uint32, addr uint64) string
-}{}
-
 // usymText is a usym() value (the address, then the process's id): its
 // function's name, else the address in hex, as bpftrace prints one it
 // cannot name. The process may have gone: its addresses are then
 // numbers.
-func usymText(b []byte) string {
-	if len(b) < usymSize {
-		return ""
-	}
-	addr, pid := binary.LittleEndian.Uint64(b), uint32(binary.LittleEndian.Uint64(b[8:]))
-	userSymbols.Lock()
-	defer userSymbols.Unlock()
-	if userSymbols.name == nil {
-		userSymbols.name = stacks.UserSymbols()
-	}
-	if name := userSymbols.name(pid, addr); name != "" {
-		return name
-	}
-	return fmt.Sprintf("0x%x", addr)
-}
-
-// usymSize is a usym() value's bytes.
-const usymSize = 16
+func usymText(b []byte) string { return stacks.UsymText(b) }
 
 // inetText is an address ntop() made (the family in 8 bytes, then the
 // address), as inet_ntop writes it.

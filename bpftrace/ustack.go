@@ -53,9 +53,7 @@ func (p *printer) ustackEvent(smp perfevent.Sample, st stacks.Stack) {
 	defer func() { p.stack = nil }()
 	u := p.res.Ustack
 	if u.Map == nil {
-		if _, err := p.record(smp.Raw); err != nil {
-			p.printf("") // nothing: the record was not this program's
-		}
+		p.record(smp.Raw) // the gate's own record: its id and layout are the program's
 		return
 	}
 	h := p.held[u.Map.Name]

@@ -89,20 +89,9 @@ const stackType = "kstack"
 // pid of its process (compile.Column.Usym).
 const usymType = "usym"
 
-// userSymbols names a user code address of a process (usym()): its
-// function, as profile names a frame, "" when none. Made at the first
-// usym() value printed; the printer calls it from one goroutine.
-var userSymbols = sync.OnceValue(stacks.UserSymbols)
-
 // userName is a usym() value's text: its function's name, else the
 // address in hex.
-func userName(raw []byte) string {
-	addr, pid := binary.LittleEndian.Uint64(raw), binary.LittleEndian.Uint32(raw[8:])
-	if name := userSymbols()(pid, addr); name != "" {
-		return name
-	}
-	return fmt.Sprintf("0x%x", addr)
-}
+func userName(raw []byte) string { return stacks.UsymText(raw) }
 
 // recordFrames are the frames of a kstack field, innermost first.
 func recordFrames(f tracefs.Field, raw []byte) []string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -97,6 +98,32 @@ func UserSymbols() func(pid uint32, addr uint64) string {
 		}
 		return ""
 	}
+}
+
+// usymNames is the namer of UsymText, made at its first call.
+var usymNames struct {
+	sync.Mutex
+	name func(pid uint32, addr uint64) string
+}
+
+// UsymText is a usym() value's text (filter's and bpftrace's layout: the
+// address in 8 bytes, then the process's id): its function's name, by
+// the process's mappings as they are now, else the address in hex. Safe
+// for concurrent use.
+func UsymText(raw []byte) string {
+	if len(raw) < 12 {
+		return ""
+	}
+	addr, pid := binary.LittleEndian.Uint64(raw), binary.LittleEndian.Uint32(raw[8:])
+	usymNames.Lock()
+	defer usymNames.Unlock()
+	if usymNames.name == nil {
+		usymNames.name = UserSymbols()
+	}
+	if name := usymNames.name(pid, addr); name != "" {
+		return name
+	}
+	return fmt.Sprintf("0x%x", addr)
 }
 
 // maxNamed bounds the processes and files UserSymbols keeps.

@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/cilium/ebpf"
 	bpf "github.com/cilium/ebpf/asm"
@@ -392,7 +393,7 @@ func (c *compiler) userHeld(file string, probes []*parse.Probe, skip parse.Stmt)
 	return err
 }
 
-// aggregateUser is an aggregation's work on a map held in user space: v
+// AggregateUser is an aggregation's work on a map held in user space: v
 // is the element's value, x the aggregation's argument.
 func AggregateUser(m *Map, v *output.Value, x int64) {
 	switch m.Kind {
@@ -434,9 +435,5 @@ func (m *Map) Bucket(x int64) int {
 	case x == 0:
 		return 1
 	}
-	n := 0
-	for u := uint64(x); u != 0; u >>= 1 {
-		n++
-	}
-	return n + 1
+	return bits.Len64(uint64(x)) + 1
 }
