@@ -206,11 +206,15 @@ func (k *kernelNames) name(*output.Map) error {
 // ("vfs_read", 5), or its address in hex and -1 where no symbol is known
 // (or the kernel hides its addresses).
 func (k *kernelNames) symbol(pc uint64) (string, int64) {
-	s := k.syms.Symbolize(pc) // "name+0xoff [module]"
-	name, off, ok := strings.Cut(strings.Fields(s + " ")[0], "+0x")
+	unknown := "0x" + strconv.FormatUint(pc, 16)
+	f := strings.Fields(k.syms.Symbolize(pc)) // "name+0xoff [module]"
+	if len(f) == 0 {
+		return unknown, -1
+	}
+	name, off, ok := strings.Cut(f[0], "+0x")
 	n, err := strconv.ParseInt(off, 16, 64)
-	if s == "" || !ok || err != nil {
-		return "0x" + strconv.FormatUint(pc, 16), -1
+	if !ok || err != nil {
+		return unknown, -1
 	}
 	return name, n
 }
