@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tracekit/tracekit/internal/crash"
 )
 
 // collector adapts a tool's collect function to client_golang. The tools'
@@ -88,7 +89,7 @@ func (c *collector) gather() ([]Family, error) {
 func (c *collector) run(f *flight) {
 	defer func() {
 		if p := recover(); p != nil {
-			f.families, f.err = nil, fmt.Errorf("internal error in the collection: %v", p)
+			f.families, f.err = nil, crash.Error("internal error in the collection", p)
 		}
 	}()
 	f.families = c.collect()

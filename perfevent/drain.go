@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tracekit/tracekit/internal/crash"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,7 +40,7 @@ func (r *Rings) Drain(tick time.Duration, fn func() error, fail func(error)) (st
 		defer ep.Close()
 		defer func() {
 			if p := recover(); p != nil {
-				fail(fmt.Errorf("internal error reading the rings of %s: %v", r.what, p))
+				fail(crash.Error("internal error reading the rings of "+r.what, p))
 			}
 		}()
 		ready := func() bool { return d.stopping.Load() || r.unread() }

@@ -18,6 +18,7 @@ import (
 
 	flags "github.com/jessevdk/go-flags"
 
+	"github.com/tracekit/tracekit/internal/crash"
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/perfevent"
@@ -136,7 +137,7 @@ func Main(t Tool, args []string) (status int) {
 			if s != nil {
 				_ = s.Close() // detach, remove probes, restore the terminal
 			}
-			fmt.Fprintf(os.Stderr, "%s: internal error: %s\n", t.Name, terminal.PrintableLines(fmt.Sprint(r)))
+			fmt.Fprintf(os.Stderr, "%s: %s\n", t.Name, terminal.PrintableLines(crash.Error("internal error", r).Error()))
 			status = 1
 		}
 	}()

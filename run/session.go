@@ -18,6 +18,7 @@ import (
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/hook"
+	"github.com/tracekit/tracekit/internal/crash"
 	"github.com/tracekit/tracekit/internal/usage"
 	"github.com/tracekit/tracekit/kernel"
 	"github.com/tracekit/tracekit/loader"
@@ -121,7 +122,7 @@ func (s *Session) Go(what string, fn func()) {
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				s.Stop(fmt.Errorf("internal error in %s: %v", what, p))
+				s.Stop(crash.Error("internal error in "+what, p))
 			}
 		}()
 		fn()

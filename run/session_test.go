@@ -356,7 +356,7 @@ func TestSessionGoRecovers(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the panic did not stop the run")
 	}
-	if s.stopErr == nil || s.stopErr.Error() != "internal error in the test's goroutine: boom" {
+	if s.stopErr == nil || s.stopErr.Error() != "internal error in the test's goroutine: boom (at run.TestSessionGoRecovers.func1 session_test.go:353)" {
 		t.Errorf("stop error %v", s.stopErr)
 	}
 }

@@ -2,8 +2,9 @@ package stacks
 
 import (
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/tracekit/tracekit/internal/crash"
 )
 
 // owner is the one goroutine that owns a run's state: the processes and
@@ -115,7 +116,7 @@ func (o *owner) send(c call) error {
 func protect(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("internal error: %v", p)
+			err = crash.Error("internal error", p)
 		}
 	}()
 	return fn()
