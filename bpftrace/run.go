@@ -506,7 +506,7 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	exited := false
 	read := func() error {
 		var ferr error
-		rings.Read(func(smp perfevent.Sample) {
+		rings.ReadInOrder(func(smp perfevent.Sample) {
 			if ferr != nil || exited {
 				return
 			}

@@ -128,7 +128,7 @@ func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Ring
 	stop, err := rings.Drain(100*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		rings.Read(p.print)
+		rings.ReadInOrder(p.print)
 		p.flush()
 		return p.err
 	}, s.Stop)
@@ -138,7 +138,7 @@ func stream(ctx context.Context, s *run.Session, ev event, rings *perfevent.Ring
 	err = s.Loop(ctx, "events of "+ev.String(), func(final bool) error {
 		mu.Lock()
 		defer mu.Unlock()
-		rings.Read(p.print)
+		rings.ReadInOrder(p.print)
 		p.flush()
 		if lost, exact := rings.LostEvents(); final && lost > 0 {
 			atLeast := ""

@@ -35,7 +35,8 @@ type Rings struct {
 	names     *PerCPU
 	nameMmaps [][]byte
 	namesLost uint64
-	pending   []name // names read, applied in time order
+	pending   []name   // names read, applied in time order
+	batch     []Sample // ReadInOrder's
 
 	drain *drain // the Drain reading the rings, if any
 }
@@ -247,6 +248,23 @@ func (r *Rings) Read(fn func(Sample)) {
 	for i, m := range r.mmaps {
 		r.read(m, r.heads[i], fn, &r.Lost)
 	}
+}
+
+// ReadInOrder is Read with the records of all rings handed over in the
+// order of their time, as a reader that prints each record (one line an
+// event) must: each CPU's ring is in time order, but Read hands over one
+// ring's records after another's, so a tick's worth of lines from two
+// CPUs came out as two runs, a thread that moved between them seen going
+// back in time. Records written after the heads were read come in the
+// next call.
+func (r *Rings) ReadInOrder(fn func(Sample)) {
+	r.batch = r.batch[:0]
+	r.Read(func(s Sample) { r.batch = append(r.batch, s) })
+	sort.SliceStable(r.batch, func(i, j int) bool { return r.batch[i].Time < r.batch[j].Time })
+	for _, s := range r.batch {
+		fn(s)
+	}
+	clear(r.batch) // the records' bytes are not kept past the call
 }
 
 // name is a task's name from a name ring, with its time.

@@ -140,3 +140,26 @@ func TestRingReadNamesFirst(t *testing.T) {
 		t.Errorf("lost %d, names lost %d; want 0 and 3", r.Lost, r.namesLost)
 	}
 }
+
+// ReadInOrder hands the records of all rings over in time order: a thread
+// that moved from CPU 0 to CPU 1 and back is seen in the order it ran,
+// where Read gives CPU 0's records, then CPU 1's.
+func TestRingReadInOrder(t *testing.T) {
+	cpu0, cpu1 := newFakeRing(512, 0), newFakeRing(512, 0)
+	cpu0.put(sampleRecord(42, 0, 100, []byte("a")))
+	cpu1.put(sampleRecord(42, 1, 200, []byte("b")))
+	cpu0.put(sampleRecord(42, 0, 300, []byte("c")))
+	cpu1.put(sampleRecord(42, 1, 300, []byte("d"))) // a tie keeps ring order
+	r := &Rings{mmaps: [][]byte{cpu0.m, cpu1.m}}
+	var got []string
+	r.ReadInOrder(func(s Sample) { got = append(got, string(s.Raw)) })
+	if strings.Join(got, "") != "abcd" {
+		t.Errorf("read %q, want a b c d", got)
+	}
+	cpu1.put(sampleRecord(42, 1, 400, []byte("e")))
+	got = got[:0]
+	r.ReadInOrder(func(s Sample) { got = append(got, string(s.Raw)) })
+	if strings.Join(got, "") != "e" {
+		t.Errorf("second read %q, want e alone", got)
+	}
+}
