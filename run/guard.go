@@ -8,9 +8,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -127,6 +129,22 @@ func Guard() {
 	}
 }
 
+// nameAfterParent names the calling thread as the guard's parent (the
+// tool) is named; it stays "exe" when that cannot be read.
+func nameAfterParent() {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/comm", os.Getppid()))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	b := make([]byte, 16) // TASK_COMM_LEN, with the newline
+	n, _ := io.ReadFull(f, b)
+	name := strings.TrimSuffix(string(b[:n]), "\n")
+	if p, err := unix.BytePtrFromString(name); err == nil && name != "" {
+		unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(p)), 0, 0, 0)
+	}
+}
+
 // guard is a guard process's life: start the command, report its pid and
 // its end, and end its tree when the tool is done or gone.
 func guard(line string) int {
@@ -153,6 +171,12 @@ func guard(line string) int {
 		report("error become a child subreaper: %v", err)
 		return 1
 	}
+	// The command's parent, as a tracer of it sees it (a task's
+	// real_parent is the thread that forked it), goes by the tool's name,
+	// as under bpftrace or perf: the guard is its stand-in, and "exe"
+	// (its name from /proc/self/exe) says nothing.
+	runtime.LockOSThread()
+	nameAfterParent()
 	argv, _ := CommandArgv(line)
 	cmd := exec.Command("/bin/sh", append([]string{"-c", gate, "sh"}, argv...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -254,6 +255,31 @@ func TestCommandStatus(t *testing.T) {
 			t.Errorf("%q: status %d, want %d", line, got, want)
 		}
 		c.Stop()
+	}
+}
+
+// The command's parent, the guard, goes by the tool's name where a tracer
+// reads it (the forking thread's comm, as bpftrace's naptime.bt prints
+// it), not "exe".
+func TestCommandParentNamedAsTheTool(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "comm")
+	c, err := StartCommand("cat /proc/$PPID/task/*/comm > "+out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Release()
+	<-c.Done()
+	c.Stop()
+	self, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Split(string(got), "\n"), strings.TrimSpace(string(self))) {
+		t.Errorf("the guard's threads are named %q, none %q", got, self)
 	}
 }
 
