@@ -97,6 +97,65 @@ func TestExactAsBpftrace(t *testing.T) {
 	}
 }
 
+// printTopDiv prints maps of each kind with print's top and div.
+const printTopDiv = `
+t:syscalls:sys_enter_write /args->count == 4321/ {
+	@k = @k + 1;
+	@i[1] = 300; @i[2] = -70; @i[3] = 5; @i[4] = 41;
+	@n[1] = count(); @n[2] = count(); @n[2] = count();
+	@a[1] = avg(args->count); @a[2] = avg(7);
+	@s[1] = stats(args->count); @s[2] = stats(3);
+	@l = lhist(args->count, 0, 10000, 1000);
+	@str[1] = "one"; @str[2] = "two"; @str[3] = "three";
+	if (@k <= 20) { @h[1] = hist(5); } else { @h[2] = hist(args->count); }
+}
+END {
+	print(@i, 2, 10); print(@n, 1, 3); print(@h, 1, 7); print(@a, 1, 100);
+	print(@s, 1, 2); print(@l, 1, 2); print(@str, 2); print(@n, 0, 4); print(@i);
+	clear(@i); clear(@n); clear(@h); clear(@a); clear(@s); clear(@l); clear(@k); clear(@str);
+}
+`
+
+// TestPrintTopDiv: print(@map, top, div) prints the map's last top
+// elements with its values divided, as bpftrace 0.17 does (every stats
+// element, lhist's counts undivided, hist's bars of the undivided
+// counts), byte for byte.
+func TestPrintTopDiv(t *testing.T) {
+	privtest.Require(t)
+	cmd := tooltest.Writes(t, 4321, 50)
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", cmd, "-e", printTopDiv)
+	if r.Status != 0 {
+		t.Fatalf("exit %d: %s", r.Status, r.Stderr)
+	}
+	want := "Attaching 2 probes...\n" +
+		"@i[4]: 4\n@i[1]: 30\n" +
+		"@n[2]: 33\n" +
+		"@h[2]: \n[4K, 8K)               4 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\n" +
+		"@a[1]: 43\n\n" +
+		"@s[2]: count 50, average 3, total 150\n@s[1]: count 50, average 4321, total 216050\n\n" +
+		"@l: \n[4000, 5000)          50 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\n" +
+		"@str[2]: two\n@str[3]: three\n" +
+		"@n[1]: 12\n@n[2]: 25\n" +
+		"@i[2]: -70\n@i[3]: 5\n@i[4]: 41\n@i[1]: 300\n" +
+		strings.Repeat("\n", 12) // the run's end: its maps, emptied by clear(), as bpftrace prints them
+	if r.Stdout != want {
+		t.Errorf("printed:\n%s\nwant:\n%s\nstderr: %s", r.Stdout, want, r.Stderr)
+	}
+	bt := peer(t)
+	if bt == "" {
+		return
+	}
+	p := tooltest.Run(t, bt, "-c", peerCommand(cmd), "-e", printTopDiv)
+	if p.Status != 0 || p.Stdout != r.Stdout {
+		t.Errorf("bpftrace (exit %d) printed:\n%s\nours:\n%s\nbpftrace's stderr: %s", p.Status, p.Stdout, r.Stdout, p.Stderr)
+	}
+	r = tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-f", "json", "-c", cmd, "-e", printTopDiv)
+	p = tooltest.Run(t, bt, "-f", "json", "-c", peerCommand(cmd), "-e", printTopDiv)
+	if r.Status != 0 || p.Status != 0 || p.Stdout != r.Stdout {
+		t.Errorf("-f json: bpftrace (exit %d) printed:\n%s\nours (exit %d):\n%s", p.Status, p.Stdout, r.Status, r.Stdout)
+	}
+}
+
 // TestPrintfAsBpftrace: one printf record per event, none lost, in
 // text and in -f json, as bpftrace writes them.
 func TestPrintfAsBpftrace(t *testing.T) {

@@ -378,6 +378,12 @@ func (u *user) mapCall(call *parse.Call) error {
 		if err != nil || len(om.Elems) == 0 {
 			return err
 		}
+		if len(call.Args) > 1 {
+			om.Top = u.constant(call.Args[1]).Int
+		}
+		if len(call.Args) > 2 {
+			om.Div = u.constant(call.Args[2]).Int
+		}
 		u.p.mu.Lock()
 		defer u.p.mu.Unlock()
 		if u.p.json {

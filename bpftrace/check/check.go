@@ -552,6 +552,15 @@ func (c *checker) call(x *parse.Call) Kind {
 	if x.Name == "print" {
 		if m, ok := x.Args[0].(*parse.Map); ok && m.Keys == nil {
 			c.wholeMap(m)
+			// top and div: integer literals (or positional parameters,
+			// which bpftrace makes literals), as bpftrace wants them.
+			for _, a := range x.Args[1:] {
+				switch a.(type) {
+				case *parse.Int, *parse.Param:
+				default:
+					c.fail(a.ExprPos(), "print()'s top and div are integer literals")
+				}
+			}
 			return Void
 		}
 	}

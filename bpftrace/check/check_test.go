@@ -68,6 +68,7 @@ func TestRefused(t *testing.T) {
 		{`BEGIN { $x = FOO; }`, `stdin:1:14: unknown name "FOO": not a builtin (pid, comm, args, ...), nor a constant of the kernel's`},
 		{`BEGIN { system("ls"); }`, `stdin:1:9: system() acts on the system: it is taken only with --unsafe`},
 		{`BEGIN { $x = 1; $x = "s"; }`, `stdin:1:17: $x holds an integer, and is assigned a string here`},
+		{`BEGIN { @x[1] = 1; $n = 2; print(@x, $n); }`, `stdin:1:38: print()'s top and div are integer literals`},
 		// And what the tree alone shows is wrong.
 		{`tracepoint:sys_enter_read { }`, `stdin:1:1: tracepoint:sys_enter_read: tracepoint probes are written tracepoint:CATEGORY:EVENT`},
 		{`profile:99 { }`, `stdin:1:1: profile:99: profile probes are written profile:UNIT:N, UNIT hz, s, ms or us and N a positive number`},

@@ -52,13 +52,13 @@ func WriteMapJSON(w io.Writer, m *Map) error {
 		case Int, Sum, Min, Max:
 			b.WriteString(m.intText(e.Value.Int))
 		case Count:
-			b.WriteString(strconv.FormatUint(e.Value.Count, 10))
+			b.WriteString(strconv.FormatUint(e.Value.Count/m.div(), 10))
 		case Avg:
-			b.WriteString(strconv.FormatInt(average(e.Value), 10))
+			b.WriteString(strconv.FormatInt(average(e.Value)/int64(m.div()), 10))
 		case Stats:
 			fmt.Fprintf(&b, `{"count": %d, "average": %d, "total": %d}`, int64(e.Value.Count), average(e.Value), e.Value.Total)
 		case Hist:
-			histJSON(&b, e.Value.Buckets)
+			histJSON(&b, e.Value.Buckets, m.div())
 		case Lhist:
 			lhistJSON(&b, e.Value.Buckets, m.Min, m.Max, m.Step)
 		case Str:
@@ -93,7 +93,7 @@ func tupleJSON(b *strings.Builder, elems []Value) {
 	b.WriteByte(']')
 }
 
-func histJSON(b *strings.Builder, buckets []uint64) {
+func histJSON(b *strings.Builder, buckets []uint64, div uint64) {
 	first, last := span(buckets, len(buckets))
 	b.WriteByte('[')
 	for i := first; i >= 0 && i <= last; i++ {
@@ -110,7 +110,7 @@ func histJSON(b *strings.Builder, buckets []uint64) {
 		default:
 			fmt.Fprintf(b, `{"min": %d, "max": %d, `, uint64(1)<<(i-2), uint64(1)<<(i-1)-1)
 		}
-		fmt.Fprintf(b, `"count": %d}`, buckets[i])
+		fmt.Fprintf(b, `"count": %d}`, buckets[i]/div)
 	}
 	b.WriteByte(']')
 }

@@ -57,6 +57,12 @@ type Map struct {
 	Unsigned       bool
 	Min, Max, Step int64 // lhist's
 	Elems          []Elem
+	// Top and Div are print(@map, top, div)'s, 0 for none, as bpftrace
+	// 0.17's print takes them: only the last Top elements of the map's
+	// order are printed (the largest; a stats map prints them all), and
+	// integers, counts, averages and hist's counts are printed divided by
+	// Div (lhist's and stats's are not; bars are the undivided counts').
+	Top, Div uint64
 }
 
 // Elem is one element: its keys (none for a map without) and value.
@@ -103,14 +109,14 @@ func WriteMap(w io.Writer, m *Map) error {
 		case Int, Sum, Min, Max:
 			b.WriteString(m.intText(e.Value.Int))
 		case Count:
-			b.WriteString(strconv.FormatUint(e.Value.Count, 10))
+			b.WriteString(strconv.FormatUint(e.Value.Count/m.div(), 10))
 		case Avg:
-			b.WriteString(strconv.FormatInt(average(e.Value), 10))
+			b.WriteString(strconv.FormatInt(average(e.Value)/int64(m.div()), 10))
 		case Stats:
 			fmt.Fprintf(&b, "count %d, average %d, total %d", int64(e.Value.Count), average(e.Value), e.Value.Total)
 		case Hist:
 			b.WriteByte('\n')
-			writeHist(&b, e.Value.Buckets)
+			writeHist(&b, e.Value.Buckets, m.div())
 		case Lhist:
 			b.WriteByte('\n')
 			writeLhist(&b, e.Value.Buckets, m.Min, m.Max, m.Step)
@@ -134,12 +140,21 @@ func WriteMap(w io.Writer, m *Map) error {
 // Sum's of an unsigned type.
 func (m *Map) unsigned() bool { return m.Unsigned && (m.Kind == Int || m.Kind == Sum) }
 
-// intText is an Int's, Sum's, Min's or Max's value as bpftrace prints it.
+// intText is an Int's, Sum's, Min's or Max's value as bpftrace prints it,
+// divided by print's Div.
 func (m *Map) intText(v int64) string {
 	if m.unsigned() {
-		return strconv.FormatUint(uint64(v), 10)
+		return strconv.FormatUint(uint64(v)/m.div(), 10)
 	}
-	return strconv.FormatInt(v, 10)
+	return strconv.FormatInt(v/int64(m.div()), 10)
+}
+
+// div is print's divisor, 1 for none.
+func (m *Map) div() uint64 {
+	if m.Div == 0 {
+		return 1
+	}
+	return m.Div
 }
 
 // sortedElems are m's elements in bpftrace's order for its kind.
@@ -161,6 +176,9 @@ func sortedElems(m *Map) []Elem {
 		slices.SortStableFunc(elems, func(a, b Elem) int { return cmp.Compare(average(a.Value), average(b.Value)) })
 	default:
 		sortByKey(elems)
+	}
+	if m.Top > 0 && uint64(len(elems)) > m.Top && m.Kind != Stats {
+		elems = elems[uint64(len(elems))-m.Top:]
 	}
 	return elems
 }
@@ -218,15 +236,15 @@ func join(vs []Value) string {
 // barWidth is bpftrace's bars' width: 52 '@' for the largest count.
 const barWidth = 52
 
-// row writes one bucket: its label left in 16 columns, the count right
-// in 8, and the bar.
-func row(b *strings.Builder, label string, n, most uint64) {
+// row writes one bucket: its label left in 16 columns, the count divided
+// by div right in 8, and the bar of the count.
+func row(b *strings.Builder, label string, n, most, div uint64) {
 	bar := int(float32(n) / float32(most) * barWidth)
-	fmt.Fprintf(b, "%-16s%8d |%-52s|\n", label, n, strings.Repeat("@", bar))
+	fmt.Fprintf(b, "%-16s%8d |%-52s|\n", label, n/div, strings.Repeat("@", bar))
 }
 
 // writeHist writes the buckets from the first to the last that counted.
-func writeHist(b *strings.Builder, buckets []uint64) {
+func writeHist(b *strings.Builder, buckets []uint64, div uint64) {
 	first, last := span(buckets, len(buckets))
 	most := slices.Max(append([]uint64{0}, buckets...))
 	for i := first; i >= 0 && i <= last; i++ {
@@ -241,7 +259,7 @@ func writeHist(b *strings.Builder, buckets []uint64) {
 		default:
 			label = "[" + powerLabel(i-2) + ", " + powerLabel(i-1) + ")"
 		}
-		row(b, label, buckets[i], most)
+		row(b, label, buckets[i], most, div)
 	}
 }
 
@@ -279,7 +297,7 @@ func writeLhist(b *strings.Builder, buckets []uint64, lo, hi, step int64) {
 		default:
 			label = "[" + linearLabel(int64(i-1)*step+lo) + ", " + linearLabel(int64(i)*step+lo) + ")"
 		}
-		row(b, label, buckets[i], most)
+		row(b, label, buckets[i], most, 1)
 	}
 }
 
