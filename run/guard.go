@@ -41,7 +41,12 @@ const guardName = "tracekit-guard"
 // one line from fd 3, and only then execs the command, in the same process,
 // so its pid is known (and can be filtered on) before it runs at all. If the
 // tool dies before the go, the read sees EOF and the command never runs.
-const gate = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec "$@"`
+// First it says it is ready on fd 4, once the shell itself is loaded: the
+// guard reports the pid only then, so that the tool attaches after the
+// shell's own start (its loader's opens and maps), which a tracer of the
+// command would otherwise see as the command's, as it does not under
+// bpftrace, whose child is forked waiting.
+const gate = `echo >&4; exec 4>&-; IFS= read -r _ <&3 || exit 125; exec 3<&-; exec "$@"`
 
 // shellBuiltins are the POSIX shell's special and regular builtins a -c
 // line may start with that are no program on $PATH.
@@ -180,13 +185,23 @@ func guard(line string) int {
 	argv, _ := CommandArgv(line)
 	cmd := exec.Command("/bin/sh", append([]string{"-c", gate, "sh"}, argv...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{os.NewFile(guardGateFD, "gate")}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		report("error %v", err)
+		return 1
+	}
+	cmd.ExtraFiles = []*os.File{os.NewFile(guardGateFD, "gate"), readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		report("error %v", err)
 		return 1
 	}
 	cmd.ExtraFiles[0].Close()
+	readyW.Close()
+	// The shell's line, or EOF if it ended first (its exit is reported
+	// all the same).
+	readyR.Read(make([]byte, 1))
+	readyR.Close()
 	// Only the command holds the tool's standard streams: a reader of the
 	// tool's output sees EOF once the tool and the command's tree are gone.
 	if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
