@@ -1,6 +1,7 @@
 package bpftrace
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -527,6 +528,23 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 	if err != nil {
 		return err
 	}
+	// BEGIN runs before the probes attach: its constants are in their
+	// maps before the first event reads them, and its own system calls
+	// (a map update each) are no events of the probes (capable.bt's
+	// cap_capable counted the 41 updates of its BEGIN as the tool's).
+	// What it prints follows the "Attaching" line, as under bpftrace.
+	var begun bytes.Buffer
+	p.w = &begun
+	u := &user{p: p, params: params}
+	exit := false
+	for _, body := range res.Begin {
+		exit = u.run(body) || exit
+	}
+	p.w = out
+	if u.err != nil {
+		stop()
+		return u.err
+	}
 	if err := attach(s, coll, res); err != nil {
 		stop()
 		return err
@@ -547,14 +565,9 @@ func trace(ctx context.Context, s *run.Session, o *options) error {
 			fmt.Fprintf(out, "Attaching %d probe%s...\n", n, map[bool]string{true: "", false: "s"}[n == 1])
 		}
 	}
-	u := &user{p: p, params: params}
-	for _, body := range res.Begin {
-		if u.run(body) {
-			s.Stop(nil)
-		}
-	}
-	if u.err != nil {
-		return u.err
+	out.Write(begun.Bytes())
+	if exit {
+		s.Stop(nil)
 	}
 	for _, iv := range res.Intervals {
 		s.Every("an interval probe", iv.Every, func() error {

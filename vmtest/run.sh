@@ -220,6 +220,9 @@ make_stage() { # make_stage ARCH
     mkdir -p "$stage/tk/src/$p"
     [ -d "$p/testdata" ] && cp -r "$p/testdata" "$stage/tk/src/$p/"
   done
+  # Debian's bpftrace tools, where the host has them (TestDebianTools).
+  mkdir -p "$stage/usr/sbin"
+  cp /usr/sbin/*.bt "$stage/usr/sbin/"
   local fx="$stage/tk/src/filter/testdata/usdt/build"
   CC=$cc bash filter/testdata/usdt/build.sh "$fx"
   # Without frame pointers (but chain-fp): the in-kernel unwinder does

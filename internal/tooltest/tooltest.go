@@ -62,6 +62,9 @@ func Main(m *testing.M) {
 	if spec := os.Getenv("TK_OPENS"); spec != "" {
 		os.Exit(opens(spec, os.Getenv("TK_COMM")))
 	}
+	if spec := os.Getenv("TK_CALLS"); spec != "" {
+		os.Exit(calls(spec, os.Getenv("TK_COMM")))
+	}
 	if n := os.Getenv("TK_THREADS"); n != "" {
 		os.Exit(threads(n))
 	}

@@ -1,0 +1,381 @@
+package bpftrace_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cilium/ebpf/btf"
+	"github.com/tracekit/tracekit/internal/privtest"
+	"github.com/tracekit/tracekit/internal/tooltest"
+)
+
+// toolsDir holds Debian's bpftrace tools: make test installs the package
+// on the host, and the kernel matrix copies them into its guests.
+const toolsDir = "/usr/sbin"
+
+// toolCase is one of Debian's tools run unmodified on a workload that
+// makes its events a known number of times.
+type toolCase struct {
+	tool    string
+	kprobes bool   // it attaches kprobes: the kernel matrix's guests
+	btf     bool   // it casts to the kernel's types: not where BTF is not
+	need    string // a file the workload needs ("": none), else skipped
+	// lacks says what the kernel lacks that the tool needs ("": none),
+	// and the refusal ours then prints, as bpftrace refuses it too: the
+	// refusal is checked, and the case skipped.
+	lacks func(t *testing.T) (what, refusal string)
+	// noPeer says why bpftrace does not run it here, if it does not.
+	noPeer string
+	cmd    func(t *testing.T) string
+	// check says what the output lacks of the workload's events: each
+	// counted exactly where the kernel gives exact numbers. Ours and, on
+	// the host, bpftrace's are held to it.
+	check func(out string) error
+}
+
+// count is the number of out's lines that match re, which is anchored
+// at both ends.
+func count(out, re string) int {
+	return len(regexp.MustCompile(`(?m)^`+re+`$`).FindAllString(out, -1))
+}
+
+// exactly says how the count of lines matching re differs from n.
+func exactly(out, re string, n int) error {
+	if got := count(out, re); got != n {
+		return fmt.Errorf("%d lines match %s, want %d", got, re, n)
+	}
+	return nil
+}
+
+// atLeast says how the count of lines matching re falls short of n.
+func atLeast(out, re string, n int) error {
+	if got := count(out, re); got < n {
+		return fmt.Errorf("%d lines match %s, want %d at least", got, re, n)
+	}
+	return nil
+}
+
+// all is the first error of errs.
+func all(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// histTotal is the sum of the counts of the histogram printed after
+// header ("@usecs: "), -1 if none is.
+func histTotal(out, header string) int64 {
+	i := strings.Index(out, "\n"+header+"\n")
+	if i < 0 {
+		return -1
+	}
+	var total int64
+	body, _, _ := strings.Cut(out[i+len(header)+2:], "\n\n")
+	for _, m := range regexp.MustCompile(`(?m)^[\[(].*?\s+(\d+) \|`).FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		total += n
+	}
+	return total
+}
+
+// atLeastCounted says how a histogram's total falls short of n.
+func atLeastCounted(out, header string, n int64) error {
+	if got := histTotal(out, header); got < n {
+		return fmt.Errorf("the histogram %q counts %d, want %d at least", header, got, n)
+	}
+	return nil
+}
+
+const clock = `\d\d:\d\d:\d\d` // time()'s %H:%M:%S
+
+func toolCases(t *testing.T) []toolCase {
+	self := regexp.QuoteMeta(tooltest.Self(t))
+	return []toolCase{
+		{tool: "execsnoop", cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "exec:3") },
+			check: func(out string) error {
+				line := `\d+\s+\d+\s+` + self + ` tkexec`
+				if err := exactly(out, line, 3); err != nil {
+					return err
+				}
+				// In the order they ran, across CPUs.
+				var last int64
+				for _, m := range regexp.MustCompile(`(?m)^(\d+)\s+\d+\s+`+self).FindAllStringSubmatch(out, -1) {
+					ms, _ := strconv.ParseInt(m[1], 10, 64)
+					if ms < last {
+						return fmt.Errorf("an exec at %d ms printed after one at %d ms", ms, last)
+					}
+					last = ms
+				}
+				return nil
+			}},
+		{tool: "opensnoop", cmd: func(t *testing.T) string {
+			path := filepath.Join(t.TempDir(), "tkopened")
+			write(t, path, "")
+			return tooltest.Opens(t, "tkopens", tooltest.Open{Path: path, Times: 5}, tooltest.Open{Path: "/tk-nonexistent", Times: 2, Missing: true})
+		}, check: func(out string) error {
+			return all(exactly(out, `\d+\s+tkopens\s+\d+   0 /\S+/tkopened`, 5),
+				exactly(out, `\d+\s+tkopens\s+-1   2 /tk-nonexistent`, 2))
+		}},
+		{tool: "killsnoop", cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "kill:4") },
+			check: func(out string) error {
+				return exactly(out, clock+`  \d+\s+tkcalls\s+0    \d+\s+0`, 4)
+			}},
+		{tool: "statsnoop", cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "statfs:2,statx:3") },
+			check: func(out string) error { return exactly(out, `\d+\s+tkcalls\s+0 /`, 5) }},
+		{tool: "syncsnoop", cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "fsync:3,fdatasync:2,syncfs:1") },
+			check: func(out string) error {
+				line := clock + `  \d+\s+tkcalls\s+tracepoint:syscalls:sys_enter_`
+				return all(exactly(out, line+"fsync", 3), exactly(out, line+"fdatasync", 2), exactly(out, line+"syncfs", 1))
+			}},
+		{tool: "setuids", cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "setuid:2,setresuid:1,setfsuid:1") },
+			check: func(out string) error {
+				line := clock + ` \d+\s+tkcalls\s+0\s+`
+				return all(exactly(out, line+`setuid    uid=0 \(0\)`, 2),
+					exactly(out, line+`setresuid ruid=-1 euid=-1 suid=-1 \(0\)`, 1),
+					exactly(out, line+`setfsuid  uid=0 \(prevuid=0\)`, 1))
+			}},
+		{tool: "naptime", btf: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "nanosleep:3") },
+			check: func(out string) error {
+				// The command's parent is the tool, by its name.
+				return exactly(out, clock+` \d+\s+bpftrace\s+\d+\s+tkcalls\s+0\.001`, 3)
+			}},
+		{tool: "syscount", cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "kill:3000") },
+			check: func(out string) error {
+				// print(@, 10): ten of each at most, the workload's among them.
+				for _, re := range []string{`@syscall\[\d+\]: \d+`, `@process\[.*\]: \d+`} {
+					if n := count(out, re); n < 1 || n > 10 {
+						return fmt.Errorf("%d lines match %s, want 1 to 10", n, re)
+					}
+				}
+				return all(
+					atLeast(out, fmt.Sprintf(`@syscall\[%d\]: \d{4,}`, unix.SYS_KILL), 1),
+					atLeast(out, `@process\[tkcalls\]: [3-9]\d{3,}`, 1))
+			}},
+		{tool: "bitesize", cmd: func(t *testing.T) string {
+			return fmt.Sprintf("dd if=/dev/zero of=%s bs=4k count=57 oflag=direct", tooltest.LoopDevice(t))
+		}, check: func(out string) error {
+			if n := bucket(out[max(strings.Index(out, "@[dd]: \n"), 0):], "[4K, 8K)"); n != 57 {
+				return fmt.Errorf("@[dd]'s [4K, 8K) counts %d IOs, want dd's 57", n)
+			}
+			return nil
+		}},
+		{tool: "runqlat", btf: true, noPeer: "bpftrace 0.17 needs the kernel's headers for it (TASK_RUNNING), which this host lacks",
+			cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "nanosleep:20") },
+			check: func(out string) error {
+				return atLeastCounted(out, "@usecs: ", 20) // each sleep's wake-up, at least
+			}},
+		{tool: "cpuwalk", cmd: func(t *testing.T) string { return tooltest.SpinThread(t, 1) },
+			check: func(out string) error {
+				return atLeastCounted(out, "@cpu: ", 50) // a second of a thread on CPU, at 99 Hz
+			}},
+		{tool: "pidpersec", cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "thread:20,sleep:13") },
+			check: func(out string) error {
+				var total int64
+				for _, m := range regexp.MustCompile(`(?m)^`+clock+` PIDs/sec: @: (\d+)$`).FindAllStringSubmatch(out, -1) {
+					n, _ := strconv.ParseInt(m[1], 10, 64)
+					total += n
+				}
+				if total < 20 {
+					return fmt.Errorf("%d new tasks counted, want the workload's 20 threads at least", total)
+				}
+				return nil
+			}},
+		// The kprobe tools: the kernel matrix's guests, quiet but for the
+		// test, where what is counted system-wide is the workload's.
+		{tool: "capable", kprobes: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "setuid:3") },
+			check: func(out string) error {
+				return exactly(out, clock+`  0\s+\d+\s+tkcalls\s+7\s+CAP_SETUID\s+\d+`, 3)
+			}},
+		{tool: "tcpconnect", kprobes: true, btf: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "tcp:3") },
+			check: func(out string) error {
+				return exactly(out, clock+` \d+\s+tkcalls\s+127\.0\.0\.1\s+\d+\s+127\.0\.0\.1\s+\d+ *`, 3)
+			}},
+		{tool: "tcpaccept", kprobes: true, btf: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "tcp:3") },
+			check: func(out string) error {
+				return exactly(out, clock+` \d+\s+tkcalls\s+127\.0\.0\.1\s+\d+ 127\.0\.0\.1\s+\d+ 0/\d+`, 3)
+			}},
+		{tool: "tcplife", kprobes: true, btf: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "tcp:3") },
+			check: func(out string) error {
+				// Both ends of each connection, 5 bytes each way.
+				return exactly(out, `\d+\s+tkcalls\s+127\.0\.0\.1\s+\d+ 127\.0\.0\.1\s+\d+\s+0\s+0 \d+`, 6)
+			}},
+		{tool: "tcpsynbl", kprobes: true, btf: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "tcp:3") },
+			check: func(out string) error {
+				return atLeastCounted(out, regexp.MustCompile(`(?m)^@backlog\[\d+\]: $`).FindString(out), 3)
+			}},
+		{tool: "tcpretrans", kprobes: true, btf: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "retrans:1") },
+			check: func(out string) error {
+				return atLeast(out, clock+` \d+\s+127\.0\.0\.1:\d+\s+127\.0\.0\.1:\d+\s+SYN_SENT *`, 1)
+			}},
+		{tool: "undump", kprobes: true, btf: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "unix:3") },
+			check: func(out string) error {
+				return exactly(out, clock+` tkcalls\s+\d+\s+7\s+tkunix\\x0a`, 3)
+			}},
+		{tool: "vfscount", kprobes: true, cmd: func(t *testing.T) string { return tooltest.Writes(t, 4321, 50) },
+			check: func(out string) error { return atLeast(out, `@\[vfs_write\]: ([5-9]\d|\d{3,})`, 1) }},
+		{tool: "vfsstat", kprobes: true, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "write:60,sleep:13") },
+			check: func(out string) error {
+				var total int64
+				for _, m := range regexp.MustCompile(`(?m)^@\[vfs_write\]: (\d+)$`).FindAllStringSubmatch(out, -1) {
+					n, _ := strconv.ParseInt(m[1], 10, 64)
+					total += n
+				}
+				if total < 60 {
+					return fmt.Errorf("%d vfs_write counted each second, want the workload's 60 at least", total)
+				}
+				return nil
+			}},
+		{tool: "loads", lacks: func(t *testing.T) (string, string) {
+			if !kallsyms(t, "a-zA-Z", "avenrun") {
+				return "avenrun in kallsyms (CONFIG_KALLSYMS_ALL)", `kaddr("avenrun"): no such symbol in /proc/kallsyms`
+			}
+			return "", ""
+		}, cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "sleep:13") },
+			check: func(out string) error {
+				return atLeast(out, clock+` load averages: \d+\.\d{3} \d+\.\d{3} \d+\.\d{3}`, 1)
+			}},
+		{tool: "runqlen", btf: true, lacks: func(t *testing.T) (string, string) {
+			if !member(t, "cfs_rq", "nr_running") {
+				return "struct cfs_rq's nr_running (newer kernels count nr_queued)", "struct cfs_rq has no member nr_running"
+			}
+			return "", ""
+		}, cmd: func(t *testing.T) string { return tooltest.SpinThread(t, 1) },
+			check: func(out string) error { return atLeastCounted(out, "@runqlen: ", 50) }},
+		{tool: "biolatency", kprobes: true, lacks: func(t *testing.T) (string, string) {
+			if !kallsyms(t, "tT", "blk_account_io_start", "__blk_account_io_start") {
+				return "blk_account_io_start and __blk_account_io_start", "kprobe:blk_account_io_start names no kernel function that can be probed"
+			}
+			return "", ""
+		},
+			cmd: func(t *testing.T) string {
+				return fmt.Sprintf("dd if=/dev/zero of=%s bs=4k count=57 oflag=direct", tooltest.LoopDevice(t))
+			},
+			check: func(out string) error { return atLeastCounted(out, "@usecs: ", 57) }},
+		{tool: "bashreadline", need: "/usr/bin/script", cmd: func(t *testing.T) string {
+			if _, err := os.Stat("/bin/bash"); err != nil {
+				t.Skip("the workload needs /bin/bash, which this machine lacks")
+			}
+			// bash reads its lines with readline on a terminal only:
+			// script(1) gives it one.
+			dir := t.TempDir()
+			write(t, filepath.Join(dir, "lines"), "echo tkline1\necho tkline2\nexit\n")
+			write(t, filepath.Join(dir, "run.sh"), `script -qec "bash --norc --noprofile -i" /dev/null < "$(dirname "$0")/lines" > /dev/null`+"\n")
+			return "sh " + filepath.Join(dir, "run.sh")
+		}, check: func(out string) error {
+			line := clock + `  \d+\s+`
+			return all(exactly(out, line+"echo tkline1", 1), exactly(out, line+"echo tkline2", 1), exactly(out, line+"exit", 1))
+		}},
+		{tool: "gethostlatency", need: "/usr/bin/getent",
+			cmd: func(t *testing.T) string { return "/usr/bin/getent ahosts localhost localhost localhost" },
+			check: func(out string) error {
+				return exactly(out, clock+`  \d+\s+getent\s+\d+ localhost`, 3)
+			}},
+	}
+}
+
+// TestDebianTools runs Debian's bpftrace tools (/usr/sbin/*.bt)
+// unmodified, each on a workload that makes its events a known number of
+// times, through ours and, on the host, through bpftrace: both outputs
+// hold the workload's events, exactly where the kernel gives exact
+// numbers, in the tool's own layout.
+func TestDebianTools(t *testing.T) {
+	privtest.Require(t)
+	for _, tc := range toolCases(t) {
+		t.Run(tc.tool, func(t *testing.T) {
+			script := filepath.Join(toolsDir, tc.tool+".bt")
+			if _, err := os.Stat(script); err != nil {
+				if os.Getenv("REQUIRE_PRIVILEGED") != "" {
+					t.Fatalf("%v: make test installs Debian's bpftrace, whose tools these are, and the kernel matrix copies them", err)
+				}
+				t.Skipf("no %s (Debian's bpftrace is not installed)", script)
+			}
+			if tc.kprobes {
+				privtest.RequireKprobes(t)
+			}
+			if tc.btf && privtest.NoBTF(t) {
+				t.Skip("it casts to the kernel's types, from BTF, which this kernel does not publish")
+			}
+			if tc.need != "" {
+				if _, err := os.Stat(tc.need); err != nil {
+					t.Skipf("the workload needs %s, which this machine lacks", tc.need)
+				}
+			}
+			if tc.lacks != nil {
+				if what, refusal := tc.lacks(t); what != "" {
+					r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", "true", script)
+					if r.Status != 2 || !strings.Contains(r.Stderr, refusal) {
+						t.Fatalf("exit %d, stderr %q; want 2 and %q, as bpftrace refuses it", r.Status, r.Stderr, refusal)
+					}
+					t.Skipf("the kernel lacks %s: refused, as bpftrace refuses it", what)
+				}
+			}
+			cmd := tc.cmd(t)
+			ours := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", cmd, script)
+			if ours.Status != 0 {
+				t.Fatalf("exit %d\nstdout: %s\nstderr: %s", ours.Status, ours.Stdout, ours.Stderr)
+			}
+			if err := tc.check(ours.Stdout); err != nil {
+				t.Errorf("%v:\n%s", err, ours.Stdout)
+			}
+			bt := peer(t)
+			if bt == "" {
+				return
+			}
+			if tc.noPeer != "" {
+				t.Logf("bpftrace not run: %s", tc.noPeer)
+				return
+			}
+			theirs := tooltest.Run(t, bt, "-c", peerCommand(cmd), script)
+			if theirs.Status != 0 {
+				t.Fatalf("bpftrace: exit %d\nstdout: %s\nstderr: %s", theirs.Status, theirs.Stdout, theirs.Stderr)
+			}
+			if err := tc.check(theirs.Stdout); err != nil {
+				t.Errorf("bpftrace: %v:\n%s", err, theirs.Stdout)
+			}
+		})
+	}
+}
+
+// kallsyms says whether /proc/kallsyms has a symbol of one of names, of a
+// type that types (a class: "tT" for functions) holds.
+func kallsyms(t *testing.T, types string, names ...string) bool {
+	b, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if regexp.MustCompile(`(?m) [` + types + `] ` + regexp.QuoteMeta(name) + `(\t.*)?$`).Match(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// member says whether the kernel's struct name has a member of that name,
+// by its BTF.
+func member(t *testing.T, name, field string) bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *btf.Struct
+	if err := spec.TypeByName(name, &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range s.Members {
+		if m.Name == field {
+			return true
+		}
+	}
+	return false
+}
