@@ -403,11 +403,16 @@ func (s *Session) closeProbes(cs []func() error) error {
 	var errs []error
 	for i, c := range cs {
 		errs = append(errs, c())
-		if left := len(cs) - i - 1; !told && left > 0 && time.Since(start) > time.Second {
+		left := len(cs) - i - 1
+		if told || left == 0 || time.Since(start) <= time.Second {
+			continue
+		}
+		// Said once, and only when what is left takes a second more:
+		// "1 more, about 0s" said nothing.
+		if rest := time.Since(start) / time.Duration(i+1) * time.Duration(left); rest >= time.Second {
 			told = true
-			each := time.Since(start) / time.Duration(i+1)
 			fmt.Fprintf(s.Stderr, "%s: detaching %d more uprobes, about %v: the kernel waits out a grace period for each probe's perf event (uprobe_multi links, Linux 6.6+, detach them at once)\n",
-				s.Tool, left, (each * time.Duration(left)).Round(time.Second))
+				s.Tool, left, rest.Round(time.Second))
 		}
 	}
 	return errors.Join(errs...)
