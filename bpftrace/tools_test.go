@@ -286,7 +286,7 @@ func toolCases(t *testing.T) []toolCase {
 			if err := unix.Statfs(dir, &fs); err != nil {
 				t.Fatal(err)
 			}
-			if fs.Type == unix.TMPFS_MAGIC || fs.Type == unix.RAMFS_MAGIC {
+			if kind := int64(fs.Type); kind == unix.TMPFS_MAGIC || kind == unix.RAMFS_MAGIC {
 				t.Skipf("%s is in memory (the guests' root): no writeback to trace", dir)
 			}
 			// A dirty file, and sync(1): a writeback of its device for sync.

@@ -159,7 +159,8 @@ func call1(call string, file *os.File) error {
 		unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0) // its result is the fsuid before, never an error
 		return nil
 	case "nanosleep":
-		return unix.Nanosleep(&unix.Timespec{Nsec: int64(time.Millisecond)}, nil)
+		ts := unix.NsecToTimespec(int64(time.Millisecond))
+		return unix.Nanosleep(&ts, nil)
 	case "write":
 		return writeNull()
 	case "retrans":
