@@ -78,7 +78,14 @@ func tracepoints(ap *parse.AttachPoint) ([]compile.Target, error) {
 		if len(ap.Parts) == 2 && !strings.ContainsAny(ap.Raw, "*?") {
 			// The nearest names, as filter gives them.
 			if _, err := tracefs.EventDir(ap.Parts[0], ap.Parts[1]); err != nil {
-				return nil, usage.Errorf("%s: %v", ap.Raw, err)
+				err = usage.Errorf("%s: %v", ap.Raw, err)
+				if ap.Listed {
+					// One of a list (opensnoop.bt's sys_enter_open and
+					// sys_enter_openat: arm64 and riscv64 have no open):
+					// skipped, as bpftrace skips it.
+					return nil, &missingFunc{"the kernel", ap.Parts[0] + ":" + ap.Parts[1], err}
+				}
+				return nil, err
 			}
 		}
 		return nil, usage.Errorf("%s names no tracepoint (bpftrace -l '%s' lists them)", ap.Raw, ap.Raw)
@@ -111,10 +118,12 @@ func kprobes(ap *parse.AttachPoint) ([]compile.Target, error) {
 		return nil, err
 	}
 	if len(probes) == 0 {
-		if ap.Listed && !strings.ContainsAny(ap.Parts[0], "*?") {
+		if ap.Listed {
 			// One of a list (biolatency.bt's blk_account_io_start and
 			// __blk_account_io_start: one kernel has the one, another the
-			// other): skipped, as bpftrace skips it.
+			// other; dcsnoop.bt's lookup_fast and lookup_fast.constprop.*,
+			// the compiler's copy some builds have): skipped, as bpftrace
+			// skips it.
 			return nil, &missingFunc{"the kernel", ap.Parts[0], usage.Errorf("%s names no kernel function that can be probed", ap.Raw)}
 		}
 		if near := tracefs.NearFunctions(ap.Parts[0]); len(near) > 0 && !strings.ContainsAny(ap.Parts[0], "*?") {
@@ -256,7 +265,7 @@ func perfTarget(ap *parse.AttachPoint) (compile.Target, error) {
 }
 
 // missingFunc is a uprobe whose library has no such function, or a
-// kprobe of a list whose kernel has none: skipped, as bpftrace skips it
+// kprobe or tracepoint of a list whose kernel has none: skipped, as bpftrace skips it
 // (its tools probe functions that some versions of a library or of the
 // kernel have and others not), unless nothing else is left to attach.
 type missingFunc struct {

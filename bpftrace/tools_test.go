@@ -1,12 +1,14 @@
 package bpftrace_test
 
 import (
+	"debug/elf"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/tracekit/tracekit/internal/privtest"
 	"github.com/tracekit/tracekit/internal/tooltest"
+	"github.com/tracekit/tracekit/tracefs"
 )
 
 // toolsDir holds Debian's bpftrace tools: make test installs the package
@@ -29,10 +32,16 @@ type toolCase struct {
 	kprobes bool   // it attaches kprobes: the kernel matrix's guests
 	btf     bool   // it casts to the kernel's types: not where BTF is not
 	need    string // a file the workload needs ("": none), else skipped
-	// lacks says what the kernel lacks that the tool needs ("": none),
-	// and the refusal ours then prints, as bpftrace refuses it too: the
-	// refusal is checked, and the case skipped.
+	// lacks says what the machine lacks that the tool needs (a kernel's
+	// function, member or symbol, a library's; "": none) and the refusal
+	// ours then prints, exit 2, as bpftrace refuses it too (bpftrace 0.17
+	// runs threadsnoop.bt with no probe but BEGIN's): the refusal is
+	// checked, and the case skipped.
 	lacks func(t *testing.T) (what, refusal string)
+	// lacksRuns: where the machine lacks what lacks says, the tool runs
+	// on without those probes (bpftrace too), exit 0, its stderr saying
+	// so (refusal), with nothing of the workload to count: skipped then.
+	lacksRuns bool
 	// noPeer says why bpftrace does not run it here, if it does not.
 	noPeer string
 	cmd    func(t *testing.T) string
@@ -93,6 +102,16 @@ func histTotal(out, header string) int64 {
 	return total
 }
 
+// bucketsTotal is the sum of the counts of every histogram in out.
+func bucketsTotal(out string) int64 {
+	var total int64
+	for _, m := range regexp.MustCompile(`(?m)^[\[(].*?\s+(\d+) \|.*\|$`).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		total += n
+	}
+	return total
+}
+
 // atLeastCounted says how a histogram's total falls short of n.
 func atLeastCounted(out, header string, n int64) error {
 	if got := histTotal(out, header); got < n {
@@ -105,6 +124,7 @@ const clock = `\d\d:\d\d:\d\d` // time()'s %H:%M:%S
 
 func toolCases(t *testing.T) []toolCase {
 	self := regexp.QuoteMeta(tooltest.Self(t))
+	var purges int // tcpdrop's: its workload's drops that have a reason
 	return []toolCase{
 		{tool: "execsnoop", cmd: func(t *testing.T) string { return tooltest.Calls(t, "tkcalls", "exec:3") },
 			check: func(out string) error {
@@ -167,7 +187,16 @@ func toolCases(t *testing.T) []toolCase {
 					atLeast(out, `@process\[tkcalls\]: [3-9]\d{3,}`, 1))
 			}},
 		{tool: "bitesize", cmd: func(t *testing.T) string {
-			return fmt.Sprintf("dd if=/dev/zero of=%s bs=4k count=57 oflag=direct", tooltest.LoopDevice(t))
+			// The tool counts by the issuer's name: dd's reads of its
+			// own file, were it not in the page cache, would be dd's
+			// too (CI's 58 once). cat reads it first.
+			run := filepath.Join(t.TempDir(), "run.sh")
+			dd, err := exec.LookPath("dd")
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, run, fmt.Sprintf("cat %s > /dev/null && dd if=/dev/zero of=%s bs=4k count=57 oflag=direct\n", dd, tooltest.LoopDevice(t)))
+			return "sh " + run
 		}, check: func(out string) error {
 			if n := bucket(out[max(strings.Index(out, "@[dd]: \n"), 0):], "[4K, 8K)"); n != 57 {
 				return fmt.Errorf("@[dd]'s [4K, 8K) counts %d IOs, want dd's 57", n)
@@ -256,12 +285,7 @@ func toolCases(t *testing.T) []toolCase {
 			return "", ""
 		}, cmd: func(t *testing.T) string { return tooltest.SpinThread(t, 1) },
 			check: func(out string) error { return atLeastCounted(out, "@runqlen: ", 50) }},
-		{tool: "biolatency", kprobes: true, lacks: func(t *testing.T) (string, string) {
-			if !kallsyms(t, "tT", "blk_account_io_start", "__blk_account_io_start") {
-				return "blk_account_io_start and __blk_account_io_start", "kprobe:blk_account_io_start names no kernel function that can be probed"
-			}
-			return "", ""
-		},
+		{tool: "biolatency", kprobes: true, lacks: missingFunctions("blk_account_io_start", "__blk_account_io_start"),
 			cmd: func(t *testing.T) string {
 				return fmt.Sprintf("dd if=/dev/zero of=%s bs=4k count=57 oflag=direct", tooltest.LoopDevice(t))
 			},
@@ -311,6 +335,109 @@ func toolCases(t *testing.T) []toolCase {
 			peerCheck: func(out string) error {
 				return atLeast(out, `@statF?\[(SSL_write|SSL_read|0x[0-9a-f]+)\]: count \d+, average \d+, total \d+`, 1)
 			}},
+		{tool: "swapin", kprobes: true, lacks: missingFunctions("swap_readpage"), cmd: func(t *testing.T) string {
+			swapOn(t)
+			return tooltest.Calls(t, "tkcalls", "swapin:1,sleep:13")
+		}, check: func(out string) error {
+			// Each of its pages paged out is read in once, in its task;
+			// MADV_PAGEOUT may leave a page not yet on the LRU lists.
+			var total int64
+			for _, m := range regexp.MustCompile(`(?m)^@\[tkcalls, \d+\]: (\d+)$`).FindAllStringSubmatch(out, -1) {
+				n, _ := strconv.ParseInt(m[1], 10, 64)
+				total += n
+			}
+			if total < 32 || total > 64 {
+				return fmt.Errorf("%d pages read in by the workload, want 32 to its 64", total)
+			}
+			return nil
+		}},
+		{tool: "oomkill", kprobes: true, btf: true, cmd: func(t *testing.T) string {
+			return "TK_CGROUP=" + memCgroup(t, "16M") + " " + tooltest.Calls(t, "tkcalls", "oom:1")
+		}, check: func(out string) error {
+			return exactly(out, clock+` Triggered by PID \d+ \("tkcalls"\), OOM kill of PID \d+ \("tkcalls"\), \d+ pages, loadavg: .*`, 1)
+		}},
+		// What the machines here lack, refused as bpftrace refuses it;
+		// where it is not lacking, no workload of known counts is here
+		// yet (cmd nil).
+		{tool: "mdflush", kprobes: true, lacks: missingFunctions("md_flush_request")},
+		{tool: "xfsdist", kprobes: true, lacks: missingFunctions("xfs_file_read_iter")},
+		{tool: "dcsnoop", kprobes: true, btf: true, lacks: missingFunctions("lookup_fast", "lookup_fast.constprop.*"),
+			cmd: func(t *testing.T) string {
+				// A name that is not there, looked up three times: a miss
+				// of the dentry cache (d_lookup), then its negative
+				// dentry, found by lookup_fast.
+				dir := t.TempDir()
+				write(t, filepath.Join(dir, "run.sh"), `for i in 1 2 3; do ls "$(dirname "$0")/tkdcsnoop" 2>/dev/null; done; true`+"\n")
+				return "sh " + filepath.Join(dir, "run.sh")
+			}, check: func(out string) error {
+				return atLeast(out, `\d+\s+\d+\s+ls\s+[RM] tkdcsnoop`, 1)
+			}},
+		{tool: "biosnoop", kprobes: true, btf: true, lacks: func(t *testing.T) (string, string) {
+			if what, refusal := missingFunctions("blk_account_io_start", "__blk_account_io_start")(t); what != "" {
+				return what, refusal
+			}
+			if !privtest.NoBTF(t) && !member(t, "request_queue", "disk") {
+				return "struct request_queue's disk (5.16+)", "struct request_queue has no member disk"
+			}
+			return "", ""
+		}, cmd: func(t *testing.T) string {
+			return fmt.Sprintf("dd if=/dev/zero of=%s bs=4k count=57 oflag=direct", tooltest.LoopDevice(t))
+		}, check: func(out string) error {
+			return exactly(out, `\d+\s+loop\d+\s+dd\s+\d+\s+\d+`, 57)
+		}},
+		{tool: "biostacks", kprobes: true, lacksRuns: true, lacks: func(t *testing.T) (string, string) {
+			// Its second probe (blk_mq_start_request) attaches alone,
+			// never to find a request the first saw.
+			what, _ := missingFunctions("blk_account_io_start", "__blk_account_io_start")(t)
+			return what, "bpftrace: the kernel has no blk_account_io_start, __blk_account_io_start"
+		},
+			cmd: func(t *testing.T) string {
+				return fmt.Sprintf("dd if=/dev/zero of=%s bs=4k count=57 oflag=direct", tooltest.LoopDevice(t))
+			}, check: func(out string) error {
+				// One histogram a stack: dd's 57 requests, and others'.
+				if n := bucketsTotal(out); n < 57 {
+					return fmt.Errorf("the histograms count %d requests, want dd's 57 at least", n)
+				}
+				return nil
+			}},
+		{tool: "threadsnoop", lacks: func(t *testing.T) (string, string) {
+			lib := ""
+			for _, dir := range []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"} {
+				if m, _ := filepath.Glob(filepath.Join(dir, "libpthread.so*")); len(m) > 0 {
+					lib = m[0]
+					break
+				}
+			}
+			if lib == "" {
+				return "libpthread", "libpthread: not found"
+			}
+			if !elfDefines(t, lib, "pthread_create") {
+				return "pthread_create in " + lib + " (glibc 2.34+ has it in libc)", `has no function "pthread_create"`
+			}
+			return "", ""
+		}},
+		// 6.8+ gives the purge of a closed listener's queue a reason
+		// (QUEUE_PURGE), which the tool's reason > NOT_SPECIFIED lets by;
+		// before, the purge has none, and the tool prints none of it.
+		{tool: "tcpdrop", btf: true, noPeer: "bpftrace 0.17 needs the kernel's headers for it (net/sock.h), which this host lacks",
+			lacks: func(t *testing.T) (string, string) {
+				if _, ok := dropReasons(t); !ok {
+					return "skb:kfree_skb's reason (5.17+)", "SKB_DROP_REASON_NOT_SPECIFIED"
+				}
+				return "", ""
+			}, cmd: func(t *testing.T) string {
+				// 6.8+ gives the purge of a closed listener's queue a
+				// reason (QUEUE_PURGE), which the tool's reason >
+				// NOT_SPECIFIED lets by; before, the purge has none, and
+				// the tool prints none of it.
+				purges = 0
+				if reasons, _ := dropReasons(t); slices.Contains(reasons, "QUEUE_PURGE") {
+					purges = 3
+				}
+				return tooltest.Calls(t, "tkcalls", "purge:3")
+			}, check: func(out string) error {
+				return exactly(out, clock+` \d+\s+tkcalls\s+127\.0\.0\.1:\d+\s+127\.0\.0\.1:\d+\s+[A-Z_]+ *`, purges)
+			}},
 		{tool: "gethostlatency", need: "/usr/bin/getent",
 			cmd: func(t *testing.T) string { return "/usr/bin/getent ahosts localhost localhost localhost" },
 			check: func(out string) error {
@@ -349,11 +476,21 @@ func TestDebianTools(t *testing.T) {
 			if tc.lacks != nil {
 				if what, refusal := tc.lacks(t); what != "" {
 					r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", "true", script)
-					if r.Status != 2 || !strings.Contains(r.Stderr, refusal) {
-						t.Fatalf("exit %d, stderr %q; want 2 and %q, as bpftrace refuses it", r.Status, r.Stderr, refusal)
+					status := 2
+					if tc.lacksRuns {
+						status = 0
 					}
-					t.Skipf("the kernel lacks %s: refused, as bpftrace refuses it", what)
+					if r.Status != status || !strings.Contains(r.Stderr, refusal) {
+						t.Fatalf("exit %d, stderr %q; want %d and %q", r.Status, r.Stderr, status, refusal)
+					}
+					if tc.lacksRuns {
+						t.Skipf("the machine lacks %s: runs without it, as it says, with nothing to count", what)
+					}
+					t.Skipf("the machine lacks %s: refused, in one line", what)
 				}
+			}
+			if tc.cmd == nil {
+				t.Skip("the machine has what it needs, but no workload of known counts is here for it")
 			}
 			cmd := tc.cmd(t)
 			ours := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", cmd, script)
@@ -451,4 +588,100 @@ wait
 func tlsCalls(out, funcs string) error {
 	line := `\d+\s+\d+\s+openssl\s+\d+\s+-?\d+ `
 	return all(atLeast(out, line+`(`+funcs+`)`, 1), exactly(out, line+`\S+`, count(out, line+`(`+funcs+`)`)))
+}
+
+// swapOn turns swap on, on a loop device of its own, until the test ends.
+func swapOn(t *testing.T) {
+	dev := tooltest.LoopDevice(t)
+	for _, argv := range [][]string{{"mkswap", dev}, {"swapon", dev}} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("swapoff", dev).CombinedOutput(); err != nil {
+			t.Errorf("swapoff %s: %v: %s", dev, err, out)
+		}
+	})
+}
+
+// memCgroup is a cgroup v2 directory of its own whose memory.max is max
+// (and no swap), removed when the test ends; cgroup2 is mounted for it
+// where it is not (the kernel matrix's guests).
+func memCgroup(t *testing.T, max string) string {
+	root := "/sys/fs/cgroup"
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		root = t.TempDir()
+		if err := unix.Mount("none", root, "cgroup2", 0, ""); err != nil {
+			t.Fatalf("mount cgroup2: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	}
+	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+memory"), 0); err != nil {
+		t.Fatalf("enable the memory controller: %v", err)
+	}
+	dir := filepath.Join(root, fmt.Sprintf("tk-oom-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	for file, v := range map[string]string{"memory.max": max, "memory.swap.max": "0"} {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0); err != nil && !(file == "memory.swap.max" && os.IsNotExist(err)) {
+			t.Fatalf("%s: %v", file, err)
+		}
+	}
+	return dir
+}
+
+// missingFunctions is a toolCase's lacks for a probe of a list of kernel
+// functions of which the kernel must have one ftrace can reach
+// (available_filter_functions: 6.12's blk_account_io_start is in kallsyms,
+// an inline function's copy, notrace, which the kernel refuses to probe):
+// refused, naming the first.
+func missingFunctions(names ...string) func(t *testing.T) (string, string) {
+	return func(t *testing.T) (string, string) {
+		funcs, err := tracefs.Functions(names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(funcs) > 0 {
+			return "", ""
+		}
+		return strings.Join(names, " and "), "kprobe:" + names[0] + " names no kernel function that can be probed"
+	}
+}
+
+// dropReasons is the names of skb:kfree_skb's reasons, and whether it
+// has the field at all (5.17+).
+func dropReasons(t *testing.T) ([]string, bool) {
+	f, err := tracefs.ReadFormat("skb", "kfree_skb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.Field("reason"); !ok {
+		return nil, false
+	}
+	var names []string
+	for _, name := range f.Symbolic["reason"] {
+		names = append(names, name)
+	}
+	return names, true
+}
+
+// elfDefines says whether the ELF file at path defines the dynamic
+// symbol name.
+func elfDefines(t *testing.T, path, name string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, _ := f.DynamicSymbols()
+	for _, s := range syms {
+		if s.Name == name && s.Section != elf.SHN_UNDEF {
+			return true
+		}
+	}
+	return false
 }

@@ -5,9 +5,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -25,7 +27,8 @@ import (
 //	fsync      fsync of a file of its own: 0
 //	fdatasync  fdatasync of that file: 0
 //	syncfs     syncfs of that file's file system: 0
-//	setuid     setuid(0), the one thread's (root): 0
+//	setuid     setuid(0), the one thread's (root): 0 (setuid32 on
+//	           32-bit Arm, as setresuid and setfsuid: the tracepoints' calls)
 //	setresuid  setresuid(-1, -1, -1): 0
 //	setfsuid   setfsuid(0): 0, the fsuid before
 //	nanosleep  nanosleep of 1 ms: 0
@@ -39,6 +42,17 @@ import (
 //	           127.0.0.1 (backlog 0) holds one connection not accepted,
 //	           so the kernel drops the SYN and the client sends it again
 //	           (about a second later), then gives up on it
+//	purge      a connection to a listener of its own on 127.0.0.1 that
+//	           sends a byte and is never accepted: the listener closed
+//	           with it in its queue, the kernel purges the byte's queue
+//	           (6.8+: drop reason QUEUE_PURGE, the skb's socket the
+//	           connection's)
+//	swapin     64 pages of its own written, paged out to swap
+//	           (MADV_PAGEOUT, 5.4+: swap must be on) until none is in
+//	           memory, swap cache included, and read back
+//	oom        a child of the same name that moves itself into the
+//	           cgroup v2 directory $TK_CGROUP (its memory.max set low)
+//	           and takes memory until the kernel's OOM killer ends it
 //	thread     a thread started (clone) that ends at once
 //	sleep      a sleep of 100 ms (whatever calls the runtime makes)
 //	exec       an exec of itself ("SELF tkexec", comm kept), last: the
@@ -127,6 +141,9 @@ func calls(spec, comm string) int {
 	return 0
 }
 
+// root is "/", for the raw statfs.
+var root = []byte("/\x00")
+
 // call1 makes one call of calls's.
 func call1(call string, file *os.File) error {
 	errno := func(_, _ uintptr, e unix.Errno) error {
@@ -139,8 +156,11 @@ func call1(call string, file *os.File) error {
 	case "kill":
 		return errno(unix.RawSyscall(unix.SYS_KILL, uintptr(os.Getpid()), 0, 0))
 	case "statfs":
+		// statfs itself: 32-bit Arm's unix.Statfs is statfs64, whose
+		// tracepoint statsnoop does not probe. Statfs_t is as large as
+		// either's struct.
 		var s unix.Statfs_t
-		return unix.Statfs("/", &s)
+		return errno(unix.RawSyscall(unix.SYS_STATFS, uintptr(unsafe.Pointer(&root[0])), uintptr(unsafe.Pointer(&s)), 0))
 	case "statx":
 		var s unix.Statx_t
 		return unix.Statx(unix.AT_FDCWD, "/", 0, unix.STATX_BASIC_STATS, &s)
@@ -151,12 +171,12 @@ func call1(call string, file *os.File) error {
 	case "syncfs":
 		return unix.Syncfs(int(file.Fd()))
 	case "setuid":
-		return errno(unix.RawSyscall(unix.SYS_SETUID, 0, 0, 0))
+		return errno(unix.RawSyscall(sysSetuid, 0, 0, 0))
 	case "setresuid":
 		none := ^uintptr(0)
-		return errno(unix.RawSyscall(unix.SYS_SETRESUID, none, none, none))
+		return errno(unix.RawSyscall(sysSetresuid, none, none, none))
 	case "setfsuid":
-		unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0) // its result is the fsuid before, never an error
+		unix.RawSyscall(sysSetfsuid, 0, 0, 0) // its result is the fsuid before, never an error
 		return nil
 	case "nanosleep":
 		ts := unix.NsecToTimespec(int64(time.Millisecond))
@@ -165,6 +185,14 @@ func call1(call string, file *os.File) error {
 		return writeNull()
 	case "retrans":
 		return retransRound()
+	case "purge":
+		return purgeRound()
+	case "swapin":
+		return swapRound()
+	case "oom":
+		return oomRound()
+	case "hog":
+		return hog()
 	case "thread":
 		done := make(chan struct{})
 		go func() {
@@ -278,4 +306,124 @@ func retransRound() error {
 		c.Close()
 	}
 	return nil
+}
+
+// purgeRound closes a listener whose accept queue holds a connection with
+// a byte received.
+func purgeRound() error {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	c, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		l.Close()
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("p")); err != nil {
+		l.Close()
+		return err
+	}
+	// Loopback delivers in the sender's call; the wait is a margin.
+	time.Sleep(10 * time.Millisecond)
+	return l.Close()
+}
+
+// touchedSink keeps swapRound's reads of pages from being optimized away.
+var touchedSink byte
+
+// swapRound writes 64 pages, has the kernel page them out to swap and
+// reads them back: each read in once (by the fault, or by its readahead
+// in the same task).
+func swapRound() error {
+	size := 64 * os.Getpagesize()
+	m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(m)
+	for i := range m {
+		m[i] = byte(i%251 + 1) // no page of zeros, which could be left unswapped
+	}
+	// MADV_PAGEOUT writes the pages to swap, but a page whose write is
+	// still under way when it is asked stays in the swap cache, where
+	// reading it back finds it with no read from swap (the 5.10 and 6.1
+	// guests: 64 pages out, none in). Such a page, read where it is (no
+	// IO) once its write is done, is clean: paged out again, it is
+	// freed at once. Until mincore says none is left in memory.
+	page := os.Getpagesize()
+	resident := make([]byte, size/page)
+	var touched byte
+	for try := 0; ; try++ {
+		if err := unix.Madvise(m, unix.MADV_PAGEOUT); err != nil {
+			return err
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(size), uintptr(unsafe.Pointer(&resident[0]))); e != 0 {
+			return fmt.Errorf("mincore: %w", e)
+		}
+		left := 0
+		for i, r := range resident {
+			if r&1 != 0 {
+				left++
+				touched += m[i*page] // mapped again from the swap cache: no read from swap
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if try == 100 {
+			return fmt.Errorf("%d of %d pages still in memory after 100 tries of MADV_PAGEOUT", left, len(resident))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	touchedSink = touched // kept: the reads above must be made
+	var sum byte
+	for i := 0; i < size; i += page {
+		sum += m[i]
+	}
+	if sum == 0 {
+		return fmt.Errorf("pages read back as zeros")
+	}
+	return nil
+}
+
+// oomRound runs a child that hogs memory in $TK_CGROUP until the OOM
+// killer ends it.
+func oomRound() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = []string{"TK_CALLS=hog:1"}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "TK_CALLS=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Stderr = os.Stderr
+	err = cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return nil // the OOM killer's
+		}
+	}
+	return fmt.Errorf("the memory hog was not killed: %v", err)
+}
+
+// hog moves itself into $TK_CGROUP and takes memory, a page at a time,
+// up to 1 GiB.
+func hog() error {
+	cg := os.Getenv("TK_CGROUP")
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte("0"), 0); err != nil {
+		return err
+	}
+	var held [][]byte
+	for i := 0; i < 1<<18; i++ {
+		b := make([]byte, 4096)
+		b[0] = 1
+		held = append(held, b)
+	}
+	return fmt.Errorf("took %d pages, and was not killed", len(held))
 }
