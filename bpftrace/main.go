@@ -51,9 +51,10 @@ What it takes: BEGIN and END (run in user space: printf, cat, print,
 clear, zero, time, exit, and in BEGIN constants assigned to maps' elements),
 interval:s:N and interval:ms:N (in user space where they take only those,
 else in the kernel on the first CPU's clock, as bpftrace runs them);
-tracepoint (t:), kprobe and kretprobe (a function of a probe's list
-that the kernel lacks is skipped, as bpftrace skips it, and said on
-stderr, unless no probe is left), uprobe and uretprobe (a library by its
+tracepoint (t:), kprobe and kretprobe (an event or function of a
+probe's list that the kernel lacks, or a glob of it that matches none,
+is skipped, as bpftrace skips it, and said on stderr, unless no probe is
+left), uprobe and uretprobe (a library by its
 short name: uprobe:libc:getaddrinfo; a function the file lacks is
 skipped the same way), usdt (usdt:PATH:PROBE or
 usdt:PATH:PROVIDER:PROBE, globs taken; every site, arg0.. read as each
