@@ -262,6 +262,28 @@ func TestUSDTArches(t *testing.T) {
 	}
 }
 
+// goldenText is what a golden pins of a compiled script: its maps, its
+// printfs, each program and the stack pipeline's gate.
+func goldenText(res *Result) string {
+	var b strings.Builder
+	for _, m := range res.Maps {
+		fmt.Fprintf(&b, "# %s: %s %v kind %d key %d bytes value %d bytes per-CPU %v\n", m.BPFName, m.Name, m.Keys, m.Kind, m.KeySize(), m.ValueSize(), m.PerCPU)
+	}
+	for i, p := range res.Printfs {
+		fmt.Fprintf(&b, "# printf %d: %q %v exit %v\n", i, p.Format, p.Args, p.Exit)
+	}
+	for _, a := range res.Attach {
+		fmt.Fprintf(&b, "\n%s on %s\n", a.Program, a.Target.ProbeName())
+		b.WriteString(golden.Program(res.Spec.Programs[a.Program].Instructions))
+	}
+	if u := res.Ustack; u != nil {
+		fmt.Fprintf(&b, "\nthe stack pipeline's gate on %s: record %d bytes at fp%d %v value %v kernel %v map %v %s printf %d\n",
+			u.Targets[0].ProbeName(), u.Record, u.RecordAt, u.Layout, u.Value, u.Kernel, u.Map != nil, u.Call, u.Printf)
+		b.WriteString(golden.Program(u.Gate))
+	}
+	return b.String()
+}
+
 // TestGolden pins each script's programs and maps.
 func TestGolden(t *testing.T) {
 	for name, src := range scripts {
@@ -270,23 +292,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var b strings.Builder
-			for _, m := range res.Maps {
-				fmt.Fprintf(&b, "# %s: %s %v kind %d key %d bytes value %d bytes per-CPU %v\n", m.BPFName, m.Name, m.Keys, m.Kind, m.KeySize(), m.ValueSize(), m.PerCPU)
-			}
-			for i, p := range res.Printfs {
-				fmt.Fprintf(&b, "# printf %d: %q %v exit %v\n", i, p.Format, p.Args, p.Exit)
-			}
-			for _, a := range res.Attach {
-				fmt.Fprintf(&b, "\n%s on %s\n", a.Program, a.Target.ProbeName())
-				b.WriteString(golden.Program(res.Spec.Programs[a.Program].Instructions))
-			}
-			if u := res.Ustack; u != nil {
-				fmt.Fprintf(&b, "\nthe stack pipeline's gate on %s: record %d bytes at fp%d %v value %v kernel %v map %v %s printf %d\n",
-					u.Targets[0].ProbeName(), u.Record, u.RecordAt, u.Layout, u.Value, u.Kernel, u.Map != nil, u.Call, u.Printf)
-				b.WriteString(golden.Program(u.Gate))
-			}
-			golden.Check(t, name, b.String())
+			golden.Check(t, name, goldenText(res))
 		})
 	}
 }
