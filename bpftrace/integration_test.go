@@ -156,6 +156,39 @@ func TestPrintTopDiv(t *testing.T) {
 	}
 }
 
+// TestMapOpsInProbes: print, clear and zero of a whole map in a kernel
+// probe are done by user space when the probe's record comes, as
+// bpftrace does them: five kills 300 ms apart (so each record is done
+// before the next kill), printed as bpftrace prints them, byte for byte,
+// in text and in -f json.
+func TestMapOpsInProbes(t *testing.T) {
+	privtest.Require(t)
+	script := `t:syscalls:sys_enter_kill /pid == cpid/ { @i = @i + 1; @n = count(); @s[@i % 2] = sum(@i);
+	if (@i == 2) { print(@n); zero(@s); } if (@i == 4) { clear(@n); print(@s, 1, 1); } }`
+	cmd := tooltest.Calls(t, "tkcalls", "kill:1,sleep:3,kill:1,sleep:3,kill:1,sleep:3,kill:1,sleep:3,kill:1")
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-c", cmd, "-e", script)
+	// At the second kill @n is 2, and @s's two elements are zeroed; at
+	// the fourth @s is {0: 4, 1: 3}, whose top 1 is printed, and @n is
+	// cleared, to count the fifth alone.
+	want := "Attaching 1 probe...\n@n: 2\n@s[0]: 4\n\n\n@i: 5\n@n: 1\n@s[0]: 4\n@s[1]: 8\n"
+	if r.Status != 0 || r.Stdout != want {
+		t.Errorf("exit %d, printed:\n%s\nwant:\n%s\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
+	}
+	bt := peer(t)
+	if bt == "" {
+		return
+	}
+	p := tooltest.Run(t, bt, "-c", peerCommand(cmd), "-e", script)
+	if p.Status != 0 || p.Stdout != r.Stdout {
+		t.Errorf("bpftrace (exit %d) printed:\n%s\nours:\n%s\nbpftrace's stderr: %s", p.Status, p.Stdout, r.Stdout, p.Stderr)
+	}
+	r = tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-f", "json", "-c", cmd, "-e", script)
+	p = tooltest.Run(t, bt, "-f", "json", "-c", peerCommand(cmd), "-e", script)
+	if r.Status != 0 || p.Status != 0 || p.Stdout != r.Stdout {
+		t.Errorf("-f json: bpftrace (exit %d) printed:\n%s\nours (exit %d):\n%s", p.Status, p.Stdout, r.Status, r.Stdout)
+	}
+}
+
 // TestPrintfAsBpftrace: one printf record per event, none lost, in
 // text and in -f json, as bpftrace writes them.
 func TestPrintfAsBpftrace(t *testing.T) {

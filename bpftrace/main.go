@@ -77,7 +77,8 @@ its stacks, which aggregates the map); ksym, usym (named by the
 process's symbols when printed: a process gone by then is its address),
 kaddr and *x (8 bytes at an address, or what a pointer points at), ntop,
 bswap, buf (printed by printf's %r), strftime; printf, cat, time, join,
-str(), exit(). Anything else is refused by name, with its place, before
+str(), exit(), and print, clear and zero of a whole map (in a kernel
+probe done by user space when its record comes, as bpftrace does them). Anything else is refused by name, with its place, before
 anything loads.
 
 Unlike bpftrace: min() and max() start from the first value (bpftrace's

@@ -355,41 +355,51 @@ func (u *user) constant(x parse.Expr) output.Arg {
 	return output.Arg{}
 }
 
-// mapCall is print, clear or zero of a whole map.
+// mapCall is print, clear or zero of a whole map, in BEGIN, END or an
+// interval probe run in user space.
 func (u *user) mapCall(call *parse.Call) error {
 	pm, ok := call.Args[0].(*parse.Map)
 	if !ok {
 		return nil
 	}
-	m := u.p.res.Map("@" + pm.Name)
+	var top, div uint64
+	if len(call.Args) > 1 {
+		top = u.constant(call.Args[1]).Int
+	}
+	if len(call.Args) > 2 {
+		div = u.constant(call.Args[2]).Int
+	}
+	return u.p.mapOp(call.Name, "@"+pm.Name, top, div)
+}
+
+// mapOp is print (top and div: 0, none), clear or zero of the whole map
+// name: a kernel probe's when its record comes (never of a map user space
+// holds: the compiler refuses those there), or user space's.
+func (p *printer) mapOp(op, name string, top, div uint64) error {
+	m := p.res.Map(name)
 	if m == nil {
 		return nil // never assigned in a probe: empty
 	}
-	if m.User && call.Name != "print" {
-		u.p.ev.Lock()
-		defer u.p.ev.Unlock()
-		u.p.clearHeld(m, call.Name == "zero")
+	if m.User && op != "print" {
+		p.ev.Lock()
+		defer p.ev.Unlock()
+		p.clearHeld(m, op == "zero")
 		return nil
 	}
-	km := u.p.coll.Maps[m.BPFName]
-	switch call.Name {
+	km := p.coll.Maps[m.BPFName]
+	switch op {
 	case "print":
-		om, err := u.p.readMap(m)
+		om, err := p.readMap(m)
 		if err != nil || len(om.Elems) == 0 {
 			return err
 		}
-		if len(call.Args) > 1 {
-			om.Top = u.constant(call.Args[1]).Int
+		om.Top, om.Div = top, div
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.json {
+			return output.WriteMapJSON(p.w, om)
 		}
-		if len(call.Args) > 2 {
-			om.Div = u.constant(call.Args[2]).Int
-		}
-		u.p.mu.Lock()
-		defer u.p.mu.Unlock()
-		if u.p.json {
-			return output.WriteMapJSON(u.p.w, om)
-		}
-		return output.WriteMap(u.p.w, om)
+		return output.WriteMap(p.w, om)
 	case "clear", "zero":
 		var keys [][]byte
 		key := make([]byte, m.KeySize())
@@ -409,7 +419,7 @@ func (u *user) mapCall(call *parse.Call) error {
 			keys = append(keys, slices.Clone(key))
 		}
 		for _, k := range keys {
-			if call.Name == "clear" {
+			if op == "clear" {
 				if err := km.Delete(k); err != nil {
 					return fmt.Errorf("clear %s: %w", m.Name, err)
 				}

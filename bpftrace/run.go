@@ -317,6 +317,8 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 	case pf.Join:
 		p.join(raw[8:], pf.Format)
 		return false, nil
+	case pf.MapOp != "":
+		return false, p.mapOp(pf.MapOp, pf.Map, pf.Top, pf.Div)
 	}
 	args := make([]output.Arg, 0, len(pf.Args))
 	at := 8

@@ -200,6 +200,12 @@ type Printf struct {
 	// Cat is cat(Format, args...): the file Format and args name, read
 	// and printed as it is when the record comes (at most CatBytes).
 	Cat bool
+	// MapOp is print, clear or zero of the whole map Map in a kernel
+	// probe, which user space does when the record comes, as bpftrace
+	// does it (print's Top and Div: 0, none).
+	MapOp    string
+	Map      string
+	Top, Div uint64
 }
 
 // CatBytes is the most cat() prints of a file, as bpftrace's

@@ -29,6 +29,8 @@ import (
 // scripts are the programs whose bytecode the goldens pin and the
 // kernel loads: each construct the compiler takes, in a few programs.
 var scripts = map[string]string{
+	"mapops": `t:syscalls:sys_enter_write /pid == cpid/ { @i = @i + 1; @n = count(); @s[@i % 2] = sum(@i);
+	if (@i == 2) { print(@n); zero(@s); } if (@i == 4) { clear(@n); print(@s, 1, $1); } }`,
 	"count": `t:syscalls:sys_enter_write { @[comm] = count(); @n = count(); } t:syscalls:sys_enter_write /pid == cpid/ { @c = count(); }`,
 	"latency": `t:syscalls:sys_enter_write { @start[tid] = nsecs; }
 t:syscalls:sys_exit_write /@start[tid]/ { @ns[comm, pid] = hist(nsecs - @start[tid]); delete(@start[tid]); }`,
@@ -270,6 +272,10 @@ func goldenText(res *Result) string {
 		fmt.Fprintf(&b, "# %s: %s %v kind %d key %d bytes value %d bytes per-CPU %v\n", m.BPFName, m.Name, m.Keys, m.Kind, m.KeySize(), m.ValueSize(), m.PerCPU)
 	}
 	for i, p := range res.Printfs {
+		if p.MapOp != "" {
+			fmt.Fprintf(&b, "# printf %d: %s(%s) top %d div %d\n", i, p.MapOp, p.Map, p.Top, p.Div)
+			continue
+		}
 		fmt.Fprintf(&b, "# printf %d: %q %v exit %v\n", i, p.Format, p.Args, p.Exit)
 	}
 	for _, a := range res.Attach {

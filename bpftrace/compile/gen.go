@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"strconv"
 
 	bpf "github.com/cilium/ebpf/asm"
 
@@ -448,6 +449,10 @@ func (g *gen) call(x *parse.Call) error {
 		return g.printf(x)
 	case "join":
 		return g.join(x)
+	case "print", "clear", "zero":
+		if m, ok := x.Args[0].(*parse.Map); ok && m.Keys == nil {
+			return g.mapOp(x, m)
+		}
 	case "delete":
 		m, ok := x.Args[0].(*parse.Map)
 		if !ok {
@@ -526,6 +531,50 @@ func (g *gen) printf(x *parse.Call) error {
 	g.emit(bpf.Mov.Reg(bpf.R1, asm.RegCtx), bpf.LoadMapPtr(bpf.R2, 0).WithReference(EventsMap), bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
 	g.stackPtr(bpf.R4, rec)
 	g.emit(bpf.Mov.Imm(bpf.R5, int32(size)), bpf.FnPerfEventOutput.Call())
+	return nil
+}
+
+// mapOp sends print(@map[, top[, div]]), clear(@map) or zero(@map) to
+// user space, which does it when the record comes: a record of the id
+// alone.
+func (g *gen) mapOp(x *parse.Call, m *parse.Map) error {
+	info := g.c.maps["@"+m.Name]
+	if info == nil {
+		return errAt(g.file(), m.Pos, "@%s is never assigned", m.Name)
+	}
+	p := Printf{MapOp: x.Name, Map: info.Name}
+	for i, a := range x.Args[1:] {
+		var v uint64
+		switch a := a.(type) {
+		case *parse.Int:
+			v = a.Value
+		case *parse.Param:
+			if a.N == 0 {
+				v = uint64(len(g.c.opt.Params))
+			} else if a.N <= len(g.c.opt.Params) {
+				n, err := strconv.ParseInt(g.c.opt.Params[a.N-1], 0, 64)
+				if err != nil {
+					return errAt(g.file(), a.Pos, "$%d is %q: print()'s top and div are integers", a.N, g.c.opt.Params[a.N-1])
+				}
+				v = uint64(n)
+			}
+		}
+		if i == 0 {
+			p.Top = v
+		} else {
+			p.Div = v
+		}
+	}
+	rec, err := g.alloc(8, x.Pos)
+	if err != nil {
+		return err
+	}
+	id := len(g.c.printfs)
+	g.c.printfs = append(g.c.printfs, p)
+	g.emit(asm.Note(storeU32(bpf.RFP, rec, int64(id)), fmt.Sprintf("%s(%s): user space does it when the record comes", x.Name, info.Name))...)
+	g.emit(bpf.Mov.Reg(bpf.R1, asm.RegCtx), bpf.LoadMapPtr(bpf.R2, 0).WithReference(EventsMap), bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
+	g.stackPtr(bpf.R4, rec)
+	g.emit(bpf.Mov.Imm(bpf.R5, 8), bpf.FnPerfEventOutput.Call())
 	return nil
 }
 
