@@ -189,6 +189,52 @@ func TestMapOpsInProbes(t *testing.T) {
 	}
 }
 
+// TestUnsafe: with --unsafe, system() runs its command when its record
+// comes and prints what it writes, and signal() signals the process of
+// the thread the probe fires in, as bpftrace does both; without it, both
+// are refused. system's output is bpftrace's, byte for byte, in text and
+// -f json; signal's, a shell's trap, runs once for each of its 3 kills.
+func TestUnsafe(t *testing.T) {
+	privtest.Require(t)
+	tool := tooltest.Tool(t, "bpftrace")
+	system := `BEGIN { system("echo begun %d", 7); } t:syscalls:sys_enter_kill /pid == cpid/ { system("echo tk %d %s", args->sig, comm); }`
+	r := tooltest.Run(t, tool, "-e", system, "-c", "true")
+	if want := "system() acts on the system: it is taken only with --unsafe"; r.Status != 2 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("without --unsafe: exit %d, stderr %q; want 2 and %q", r.Status, r.Stderr, want)
+	}
+	cmd := tooltest.Calls(t, "tkcalls", "kill:3")
+	r = tooltest.Run(t, tool, "--unsafe", "-e", system, "-c", cmd)
+	if want := "Attaching 2 probes...\nbegun 7\ntk 0 tkcalls\ntk 0 tkcalls\ntk 0 tkcalls\n\n\n"; r.Status != 0 || r.Stdout != want {
+		t.Errorf("system(): exit %d, printed %q, want %q; stderr %q", r.Status, r.Stdout, want, r.Stderr)
+	}
+	dir := t.TempDir()
+	got := filepath.Join(dir, "got")
+	write(t, filepath.Join(dir, "run.sh"), fmt.Sprintf("trap 'echo got >> %s' USR1\nkill -0 $$\nkill -0 $$\nkill -0 $$\n", got))
+	signal := `t:syscalls:sys_enter_kill /pid == cpid/ { signal("usr1"); @ = count(); }`
+	sig := "sh " + filepath.Join(dir, "run.sh")
+	r = tooltest.Run(t, tool, "--unsafe", "-e", signal, "-c", sig)
+	b, _ := os.ReadFile(got)
+	if r.Status != 0 || r.Stdout != "Attaching 1 probe...\n\n\n@: 3\n" || string(b) != "got\ngot\ngot\n" {
+		t.Errorf("signal(): exit %d, printed %q, the trap wrote %q; want @: 3 and 3 lines; stderr %q", r.Status, r.Stdout, b, r.Stderr)
+	}
+	bt := peer(t)
+	if bt == "" {
+		return
+	}
+	for _, format := range []string{"text", "json"} {
+		r = tooltest.Run(t, tool, "--unsafe", "-f", format, "-e", system, "-c", cmd)
+		p := tooltest.Run(t, bt, "--unsafe", "-f", format, "-e", system, "-c", peerCommand(cmd))
+		if r.Status != 0 || p.Status != 0 || p.Stdout != r.Stdout {
+			t.Errorf("-f %s: bpftrace (exit %d) printed:\n%s\nours (exit %d):\n%s", format, p.Status, p.Stdout, r.Status, r.Stdout)
+		}
+	}
+	os.Remove(got)
+	p := tooltest.Run(t, bt, "--unsafe", "-e", signal, "-c", peerCommand(sig))
+	if b, _ := os.ReadFile(got); p.Status != 0 || string(b) != "got\ngot\ngot\n" {
+		t.Errorf("bpftrace's signal(): exit %d, the trap wrote %q", p.Status, b)
+	}
+}
+
 // TestPrintfAsBpftrace: one printf record per event, none lost, in
 // text and in -f json, as bpftrace writes them.
 func TestPrintfAsBpftrace(t *testing.T) {

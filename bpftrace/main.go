@@ -47,8 +47,9 @@ A script file is run as bpftrace runs it (bpftrace biolatency.bt, or by its
 #!/usr/bin/env bpftrace line with bin/ first in PATH); the arguments after it
 are $1, $2, ... and their count $#.
 
-What it takes: BEGIN and END (run in user space: printf, cat, print,
-clear, zero, time, exit, and in BEGIN constants assigned to maps' elements),
+What it takes: BEGIN and END (run in user space: printf, cat, system,
+print, clear, zero, time, exit, and in BEGIN constants assigned to maps'
+elements),
 interval:s:N and interval:ms:N (in user space where they take only those,
 else in the kernel on the first CPU's clock, as bpftrace runs them);
 tracepoint (t:), kprobe and kretprobe (an event or function of a
@@ -78,8 +79,11 @@ process's symbols when printed: a process gone by then is its address),
 kaddr and *x (8 bytes at an address, or what a pointer points at), ntop,
 bswap, buf (printed by printf's %r), strftime; printf, cat, time, join,
 str(), exit(), and print, clear and zero of a whole map (in a kernel
-probe done by user space when its record comes, as bpftrace does them). Anything else is refused by name, with its place, before
-anything loads.
+probe done by user space when its record comes, as bpftrace does them);
+with --unsafe, system() (the command run by /bin/sh when its record
+comes, its output printed) and signal("SIGUSR1"), signal("usr1") or
+signal(10) (to the process of the thread the probe fires in). Anything
+else is refused by name, with its place, before anything loads.
 
 Unlike bpftrace: min() and max() start from the first value (bpftrace's
 start from 0); hist's [2G, 4G) bucket is printed with its true bounds in

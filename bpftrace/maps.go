@@ -273,15 +273,18 @@ func (u *user) run(body []parse.Stmt) (exit bool) {
 		}
 		call := s.(*parse.ExprStmt).X.(*parse.Call)
 		switch call.Name {
-		case "printf", "cat":
+		case "printf", "cat", "system":
 			var args []output.Arg
 			for _, a := range call.Args[1:] {
 				args = append(args, u.constant(a))
 			}
 			text := output.Printf(call.Args[0].(*parse.Str).Value, args)
-			if call.Name == "cat" {
+			switch call.Name {
+			case "cat":
 				u.p.cat(text)
-			} else {
+			case "system":
+				u.p.system(text)
+			default:
 				u.p.printf(text)
 			}
 		case "time":

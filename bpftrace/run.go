@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -363,6 +364,10 @@ func (p *printer) record(raw []byte) (exit bool, err error) {
 		p.cat(output.Printf(pf.Format, args))
 		return false, nil
 	}
+	if pf.System {
+		p.system(output.Printf(pf.Format, args))
+		return false, nil
+	}
 	p.printf(output.Printf(pf.Format, args))
 	return false, nil
 }
@@ -377,6 +382,30 @@ func (p *printer) cat(path string) {
 		fmt.Fprintf(p.stderr, "bpftrace: cat: %s\n", terminal.Printable(err.Error()))
 	}
 	p.message("cat", text)
+}
+
+// SystemBytes is the most of a system() command's output printed.
+const SystemBytes = 1 << 20
+
+// system runs a system() command by /bin/sh, as bpftrace runs it, and
+// prints its output (-f json: a "syscall" message, as bpftrace's), at
+// most SystemBytes of it; its errors go to stderr. Events wait for it,
+// as under bpftrace.
+func (p *printer) system(command string) {
+	c := exec.Command("/bin/sh", "-c", command)
+	c.Stderr = p.stderr
+	out, err := c.StdoutPipe()
+	if err == nil {
+		err = c.Start()
+	}
+	if err != nil {
+		fmt.Fprintf(p.stderr, "bpftrace: system: %s\n", terminal.Printable(err.Error()))
+		return
+	}
+	text, _ := io.ReadAll(io.LimitReader(out, SystemBytes))
+	io.Copy(io.Discard, out) // the rest, unprinted, so that the command ends
+	c.Wait()                 // its status is its own, as under bpftrace
+	p.message("syscall", string(text))
 }
 
 // readHead reads at most n bytes of path: a file of /proc or /sys, or a

@@ -200,6 +200,9 @@ type Printf struct {
 	// Cat is cat(Format, args...): the file Format and args name, read
 	// and printed as it is when the record comes (at most CatBytes).
 	Cat bool
+	// System is system(Format, args...): the command, run by /bin/sh
+	// when the record comes, its output printed (--unsafe).
+	System bool
 	// MapOp is print, clear or zero of the whole map Map in a kernel
 	// probe, which user space does when the record comes, as bpftrace
 	// does it (print's Top and Div: 0, none).
@@ -520,8 +523,8 @@ func userStmts(file string, ss []parse.Stmt, begin bool) error {
 			c, ok := e.X.(*parse.Call)
 			return c, ok
 		}()
-		if !isCall || !slices.Contains([]string{"printf", "cat", "print", "clear", "zero", "time", "exit"}, call.Name) {
-			return errAt(file, s.StmtPos(), "BEGIN and END take printf, cat, print, clear, zero, time and exit here, nothing else yet")
+		if !isCall || !slices.Contains([]string{"printf", "cat", "system", "print", "clear", "zero", "time", "exit"}, call.Name) {
+			return errAt(file, s.StmtPos(), "BEGIN and END take printf, cat, system, print, clear, zero, time and exit here, nothing else yet")
 		}
 		for _, a := range call.Args {
 			switch a.(type) {

@@ -29,6 +29,8 @@ import (
 // scripts are the programs whose bytecode the goldens pin and the
 // kernel loads: each construct the compiler takes, in a few programs.
 var scripts = map[string]string{
+	"unsafe": `t:syscalls:sys_enter_kill /pid == cpid/ { signal("usr1"); system("echo %d %s", args->sig, comm); }
+BEGIN { system("true"); }`,
 	"mapops": `t:syscalls:sys_enter_write /pid == cpid/ { @i = @i + 1; @n = count(); @s[@i % 2] = sum(@i);
 	if (@i == 2) { print(@n); zero(@s); } if (@i == 4) { clear(@n); print(@s, 1, $1); } }`,
 	"count": `t:syscalls:sys_enter_write { @[comm] = count(); @n = count(); } t:syscalls:sys_enter_write /pid == cpid/ { @c = count(); }`,
@@ -226,7 +228,7 @@ func compileScript(t *testing.T, src string, tps func(*parse.AttachPoint) ([]Tar
 		t.Fatal(err)
 	}
 	isConst := func(name string) bool { _, ok := Macros[name]; return ok || name == "TCP_SYN_SENT" }
-	if err := check.Check("test.bt", prog, check.Options{Const: isConst}); err != nil {
+	if err := check.Check("test.bt", prog, check.Options{Const: isConst, Unsafe: true}); err != nil {
 		return nil, err
 	}
 	r, err := asm.PtRegs("amd64")
@@ -369,7 +371,7 @@ t:syscalls:sys_exit_write { @y[ustack] = count(); }`, "test.bt:2:1: ustack is ta
 		{`kprobe:f { @ = arg0->x; }`, "-> of an integer: cast it to the struct it points at first, (struct NAME *)"},
 		{`kprobe:f { @ = (struct sock)arg0; }`, "(struct sock) casts to an integer type or to a pointer here"},
 		{`BEGIN { @x = pid; }`, "test.bt:1:9: BEGIN assigns constants to maps' elements here, nothing else yet"},
-		{`END { @x = 1; }`, "BEGIN and END take printf, cat, print, clear, zero, time and exit here"},
+		{`END { @x = 1; }`, "BEGIN and END take printf, cat, system, print, clear, zero, time and exit here"},
 		{`interval:us:10 { exit(); }`, "interval probes run every 1 ms or more here"},
 		{`t:syscalls:sys_enter_write { $s = comm; $s = 1; }`, "test.bt:1:41: $s holds a string, and is assigned an integer here"},
 		{`t:syscalls:sys_enter_write { @ = lhist(pid, 10, 0, 1); }`, "lhist(value, min, max, step) wants min < max"},

@@ -3,8 +3,10 @@ package compile
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	bpf "github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 
 	"github.com/tracekit/tracekit/asm"
 	"github.com/tracekit/tracekit/bpftrace/output"
@@ -445,8 +447,10 @@ func (g *gen) bucket(m *Map, arg int16) {
 // call compiles a call made for its effect.
 func (g *gen) call(x *parse.Call) error {
 	switch x.Name {
-	case "printf", "exit", "time", "cat":
+	case "printf", "exit", "time", "cat", "system":
 		return g.printf(x)
+	case "signal":
+		return g.signal(x)
 	case "join":
 		return g.join(x)
 	case "print", "clear", "zero":
@@ -480,7 +484,7 @@ func (g *gen) call(x *parse.Call) error {
 // argument (8 bytes an integer, a string its buffer). exit() is a record
 // of its own.
 func (g *gen) printf(x *parse.Call) error {
-	p := Printf{Exit: x.Name == "exit", Time: x.Name == "time", Cat: x.Name == "cat"}
+	p := Printf{Exit: x.Name == "exit", Time: x.Name == "time", Cat: x.Name == "cat", System: x.Name == "system"}
 	var args []parse.Expr
 	switch {
 	case p.Time:
@@ -526,11 +530,54 @@ func (g *gen) printf(x *parse.Call) error {
 		what = "time(): user space prints the time the record comes"
 	case p.Cat:
 		what = fmt.Sprintf("cat %d: user space prints the file the record names", id)
+	case p.System:
+		what = fmt.Sprintf("system %d: user space runs the command the record names", id)
 	}
 	g.emit(asm.Note(storeU32(bpf.RFP, rec, int64(id)), what)...)
 	g.emit(bpf.Mov.Reg(bpf.R1, asm.RegCtx), bpf.LoadMapPtr(bpf.R2, 0).WithReference(EventsMap), bpf.LoadImm(bpf.R3, 0xffffffff, bpf.DWord))
 	g.stackPtr(bpf.R4, rec)
 	g.emit(bpf.Mov.Imm(bpf.R5, int32(size)), bpf.FnPerfEventOutput.Call())
+	return nil
+}
+
+// signals are the names signal() takes, as bpftrace's: with or without
+// SIG, in any case.
+var signals = map[string]unix.Signal{
+	"SIGABRT": unix.SIGABRT, "SIGALRM": unix.SIGALRM, "SIGBUS": unix.SIGBUS, "SIGCHLD": unix.SIGCHLD,
+	"SIGCONT": unix.SIGCONT, "SIGFPE": unix.SIGFPE, "SIGHUP": unix.SIGHUP, "SIGILL": unix.SIGILL,
+	"SIGINT": unix.SIGINT, "SIGKILL": unix.SIGKILL, "SIGPIPE": unix.SIGPIPE, "SIGPOLL": unix.SIGPOLL,
+	"SIGQUIT": unix.SIGQUIT, "SIGSEGV": unix.SIGSEGV, "SIGSTOP": unix.SIGSTOP, "SIGSYS": unix.SIGSYS,
+	"SIGTERM": unix.SIGTERM, "SIGTRAP": unix.SIGTRAP, "SIGTSTP": unix.SIGTSTP, "SIGTTIN": unix.SIGTTIN,
+	"SIGTTOU": unix.SIGTTOU, "SIGURG": unix.SIGURG, "SIGUSR1": unix.SIGUSR1, "SIGUSR2": unix.SIGUSR2,
+	"SIGVTALRM": unix.SIGVTALRM, "SIGWINCH": unix.SIGWINCH, "SIGXCPU": unix.SIGXCPU, "SIGXFSZ": unix.SIGXFSZ,
+}
+
+// signal sends a signal to the process of the thread the probe fires in
+// (bpf_send_signal, 5.3+): signal("SIGUSR1"), signal("usr1") or
+// signal(10).
+func (g *gen) signal(x *parse.Call) error {
+	var n int64
+	switch a := x.Args[0].(type) {
+	case *parse.Str:
+		name := strings.ToUpper(a.Value)
+		if !strings.HasPrefix(name, "S") {
+			name = "SIG" + name
+		}
+		sig, ok := signals[name]
+		if !ok {
+			return errAt(g.file(), a.Pos, "%q is not a signal's name (SIGUSR1, USR1, ...)", a.Value)
+		}
+		n = int64(sig)
+	case *parse.Int:
+		if a.Value < 1 || a.Value > 64 {
+			return errAt(g.file(), a.Pos, "%d is not a signal: 1 to 64", a.Value)
+		}
+		n = int64(a.Value)
+	default:
+		return errAt(g.file(), x.Args[0].ExprPos(), "signal() takes a signal's name or number, a literal")
+	}
+	g.emit(asm.Note(bpf.Instructions{bpf.Mov.Imm(bpf.R1, int32(n))}, fmt.Sprintf("signal(%d): to the process of the thread the probe fires in", n))...)
+	g.emit(bpf.FnSendSignal.Call())
 	return nil
 }
 
