@@ -37,6 +37,8 @@ type Rings struct {
 	namesLost uint64
 	pending   []name   // names read, applied in time order
 	batch     []Sample // ReadInOrder's
+	keys      []uint64 // ReadInOrder's: each record's run's first time
+	order     []int    // ReadInOrder's: the records' indices, sorted
 
 	drain *drain // the Drain reading the rings, if any
 }
@@ -250,19 +252,43 @@ func (r *Rings) Read(fn func(Sample)) {
 	}
 }
 
+// EventGap is how far apart in time two records of one CPU may be and
+// still be taken for one event's (a program's printf records: time()'s
+// and printf's, a few instructions apart, tens of microseconds under
+// emulation at most): ReadInOrder keeps them together.
+const EventGap = 200 * time.Microsecond
+
 // ReadInOrder is Read with the records of all rings handed over in the
 // order of their time, as a reader that prints each record (one line an
 // event) must: each CPU's ring is in time order, but Read hands over one
 // ring's records after another's, so a tick's worth of lines from two
 // CPUs came out as two runs, a thread that moved between them seen going
-// back in time. Records written after the heads were read come in the
-// next call.
+// back in time. An event's records stay together: a CPU's records less
+// than EventGap apart are one run, ordered by its first's time (a line
+// that time() and printf() write as two records was split by another
+// CPU's record in between). Records written after the heads were read
+// come in the next call.
 func (r *Rings) ReadInOrder(fn func(Sample)) {
 	r.batch = r.batch[:0]
 	r.Read(func(s Sample) { r.batch = append(r.batch, s) })
-	sort.SliceStable(r.batch, func(i, j int) bool { return r.batch[i].Time < r.batch[j].Time })
-	for _, s := range r.batch {
-		fn(s)
+	// Each record's key: its run's first time. A ring's records come
+	// together, in order, so a run is a stretch of one CPU's.
+	r.keys = r.keys[:0]
+	var key uint64
+	for i, s := range r.batch {
+		if i == 0 || s.CPU != r.batch[i-1].CPU || s.Time-r.batch[i-1].Time > uint64(EventGap) {
+			key = s.Time
+		}
+		r.keys = append(r.keys, key)
+	}
+	order := r.order[:0]
+	for i := range r.batch {
+		order = append(order, i)
+	}
+	r.order = order
+	sort.SliceStable(order, func(i, j int) bool { return r.keys[order[i]] < r.keys[order[j]] })
+	for _, i := range order {
+		fn(r.batch[i])
 	}
 	clear(r.batch) // the records' bytes are not kept past the call
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -145,21 +146,33 @@ func TestRingReadNamesFirst(t *testing.T) {
 // that moved from CPU 0 to CPU 1 and back is seen in the order it ran,
 // where Read gives CPU 0's records, then CPU 1's.
 func TestRingReadInOrder(t *testing.T) {
+	const ms = uint64(time.Millisecond)
 	cpu0, cpu1 := newFakeRing(512, 0), newFakeRing(512, 0)
-	cpu0.put(sampleRecord(42, 0, 100, []byte("a")))
-	cpu1.put(sampleRecord(42, 1, 200, []byte("b")))
-	cpu0.put(sampleRecord(42, 0, 300, []byte("c")))
-	cpu1.put(sampleRecord(42, 1, 300, []byte("d"))) // a tie keeps ring order
+	cpu0.put(sampleRecord(42, 0, 1*ms, []byte("a")))
+	cpu1.put(sampleRecord(42, 1, 2*ms, []byte("b")))
+	cpu0.put(sampleRecord(42, 0, 3*ms, []byte("c")))
+	cpu1.put(sampleRecord(42, 1, 3*ms, []byte("d"))) // a tie keeps ring order
 	r := &Rings{mmaps: [][]byte{cpu0.m, cpu1.m}}
 	var got []string
 	r.ReadInOrder(func(s Sample) { got = append(got, string(s.Raw)) })
 	if strings.Join(got, "") != "abcd" {
 		t.Errorf("read %q, want a b c d", got)
 	}
-	cpu1.put(sampleRecord(42, 1, 400, []byte("e")))
+	cpu1.put(sampleRecord(42, 1, 4*ms, []byte("e")))
 	got = got[:0]
 	r.ReadInOrder(func(s Sample) { got = append(got, string(s.Raw)) })
 	if strings.Join(got, "") != "e" {
 		t.Errorf("second read %q, want e alone", got)
+	}
+	// One event's two records (time()'s, then printf's), 3 µs apart on
+	// CPU 0, stay together though CPU 1 wrote one between them.
+	cpu0.put(sampleRecord(42, 0, 5*ms, []byte("f")))
+	cpu1.put(sampleRecord(42, 1, 5*ms+1000, []byte("x")))
+	cpu0.put(sampleRecord(42, 0, 5*ms+3000, []byte("g")))
+	cpu1.put(sampleRecord(42, 1, 5*ms+4000, []byte("y")))
+	got = got[:0]
+	r.ReadInOrder(func(s Sample) { got = append(got, string(s.Raw)) })
+	if strings.Join(got, "") != "fgxy" {
+		t.Errorf("third read %q, want f g (one event's) then x y", got)
 	}
 }
