@@ -498,7 +498,7 @@ func TestDebianTools(t *testing.T) {
 				t.Fatalf("exit %d\nstdout: %s\nstderr: %s", ours.Status, ours.Stdout, ours.Stderr)
 			}
 			if err := tc.check(ours.Stdout); err != nil {
-				t.Errorf("%v:\n%s", err, ours.Stdout)
+				t.Errorf("%v:\n%s\nstderr (the tool's and the workload's): %s", err, ours.Stdout, ours.Stderr)
 			}
 			bt := peer(t)
 			if bt == "" {

@@ -31,7 +31,8 @@ import (
 //	           32-bit Arm, as setresuid and setfsuid: the tracepoints' calls)
 //	setresuid  setresuid(-1, -1, -1): 0
 //	setfsuid   setfsuid(0): 0, the fsuid before
-//	nanosleep  nanosleep of 1 ms: 0
+//	nanosleep  nanosleep of 1 ms: 0 (interrupted, the rest slept by
+//	           another call)
 //	tcp        a connection to a listener of its own on 127.0.0.1,
 //	           accepted (by a thread of its own, of the same name), 5
 //	           bytes each way, both ends closed
@@ -179,8 +180,17 @@ func call1(call string, file *os.File) error {
 		unix.RawSyscall(sysSetfsuid, 0, 0, 0) // its result is the fsuid before, never an error
 		return nil
 	case "nanosleep":
+		// A signal to the thread (the Go runtime's own) ends a sleep
+		// early with EINTR: it sleeps the rest, a call of its own.
 		ts := unix.NsecToTimespec(int64(time.Millisecond))
-		return unix.Nanosleep(&ts, nil)
+		for {
+			var left unix.Timespec
+			err := unix.Nanosleep(&ts, &left)
+			if err != unix.EINTR {
+				return err
+			}
+			ts = left
+		}
 	case "write":
 		return writeNull()
 	case "retrans":
