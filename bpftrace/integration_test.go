@@ -141,16 +141,24 @@ func TestPrintTopDiv(t *testing.T) {
 	if r.Stdout != want {
 		t.Errorf("printed:\n%s\nwant:\n%s\nstderr: %s", r.Stdout, want, r.Stderr)
 	}
+	sameAsBpftrace(t, cmd, r.Stdout, "-e", printTopDiv)
+}
+
+// sameAsBpftrace holds bpftrace, where it runs, to ours's output of args
+// (a program) on -c cmd, byte for byte; then both in -f json.
+func sameAsBpftrace(t *testing.T, cmd, ours string, args ...string) {
+	t.Helper()
 	bt := peer(t)
 	if bt == "" {
 		return
 	}
-	p := tooltest.Run(t, bt, "-c", peerCommand(cmd), "-e", printTopDiv)
-	if p.Status != 0 || p.Stdout != r.Stdout {
-		t.Errorf("bpftrace (exit %d) printed:\n%s\nours:\n%s\nbpftrace's stderr: %s", p.Status, p.Stdout, r.Stdout, p.Stderr)
+	peerArgs := append([]string{"-c", peerCommand(cmd)}, args...)
+	p := tooltest.Run(t, bt, peerArgs...)
+	if p.Status != 0 || p.Stdout != ours {
+		t.Errorf("bpftrace (exit %d) printed:\n%s\nours:\n%s\nbpftrace's stderr: %s", p.Status, p.Stdout, ours, p.Stderr)
 	}
-	r = tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-f", "json", "-c", cmd, "-e", printTopDiv)
-	p = tooltest.Run(t, bt, "-f", "json", "-c", peerCommand(cmd), "-e", printTopDiv)
+	r := tooltest.Run(t, tooltest.Tool(t, "bpftrace"), append([]string{"-f", "json", "-c", cmd}, args...)...)
+	p = tooltest.Run(t, bt, append([]string{"-f", "json"}, peerArgs...)...)
 	if r.Status != 0 || p.Status != 0 || p.Stdout != r.Stdout {
 		t.Errorf("-f json: bpftrace (exit %d) printed:\n%s\nours (exit %d):\n%s", p.Status, p.Stdout, r.Status, r.Stdout)
 	}
@@ -174,19 +182,7 @@ func TestMapOpsInProbes(t *testing.T) {
 	if r.Status != 0 || r.Stdout != want {
 		t.Errorf("exit %d, printed:\n%s\nwant:\n%s\nstderr: %s", r.Status, r.Stdout, want, r.Stderr)
 	}
-	bt := peer(t)
-	if bt == "" {
-		return
-	}
-	p := tooltest.Run(t, bt, "-c", peerCommand(cmd), "-e", script)
-	if p.Status != 0 || p.Stdout != r.Stdout {
-		t.Errorf("bpftrace (exit %d) printed:\n%s\nours:\n%s\nbpftrace's stderr: %s", p.Status, p.Stdout, r.Stdout, p.Stderr)
-	}
-	r = tooltest.Run(t, tooltest.Tool(t, "bpftrace"), "-f", "json", "-c", cmd, "-e", script)
-	p = tooltest.Run(t, bt, "-f", "json", "-c", peerCommand(cmd), "-e", script)
-	if r.Status != 0 || p.Status != 0 || p.Stdout != r.Stdout {
-		t.Errorf("-f json: bpftrace (exit %d) printed:\n%s\nours (exit %d):\n%s", p.Status, p.Stdout, r.Status, r.Stdout)
-	}
+	sameAsBpftrace(t, cmd, r.Stdout, "-e", script)
 }
 
 // TestUnsafe: with --unsafe, system() runs its command when its record
